@@ -1,0 +1,175 @@
+"""What a grader sees of the candidate: plans to run, results to check, verdict exceptions.
+
+A grader is a plain function ``grade(candidate) -> str``. It builds a `Plan`, runs it with
+`candidate.run(plan)`, compares the results with its own reference, and either returns a one-line
+pass message or raises `Fail` with the reason. What the candidate's code did wrong on its own
+(raised, hung, crashed, is still a stub) comes out of `run` as the matching exception, so graders
+only deal with outputs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from graders import wire
+from graders.sandbox import Worker
+
+
+class Fail(Exception):
+    """The item fails; the message says why, in terms a candidate can act on."""
+
+
+class NotAttempted(Exception):
+    """The code the item needs still raises NotImplementedError."""
+
+
+class CandidateError(Exception):
+    """The candidate's code raised, crashed or exited where it should have answered."""
+
+
+class CandidateTimeout(Exception):
+    """The candidate's code did not answer in time."""
+
+
+@dataclass(frozen=True)
+class Raised:
+    """An exception the candidate raised on an operation marked `may_raise`."""
+
+    type: str
+    message: str
+
+
+class Plan:
+    """Operations for the worker to run in order (see `graders.plan`); each method returns the
+    index of its operation, to look its result up in the `Results`."""
+
+    def __init__(self):
+        self.ops: list[dict] = []
+
+    def _add(self, op: str, **fields) -> int:
+        self.ops.append({"op": op, **{k: v for k, v in fields.items() if v is not None}})
+        return len(self.ops) - 1
+
+    def new(self, cache: str = "c", capacity: int | None = None) -> int:
+        return self._add("new", cache=cache, capacity=capacity)
+
+    def append(self, cache, key, value, counts=None, *, may_raise=None, return_inputs=None,
+               measure=None) -> int:
+        return self._add("append", cache=cache, key=key, value=value, counts=counts,
+                         may_raise=may_raise, return_inputs=return_inputs, measure=measure)
+
+    def attend(self, cache, query, *, may_raise=None, return_inputs=None) -> int:
+        return self._add("attend", cache=cache, query=query, may_raise=may_raise,
+                         return_inputs=return_inputs)
+
+    def state(self, cache: str = "c") -> int:
+        return self._add("state", cache=cache)
+
+    def reset(self, cache: str = "c") -> int:
+        return self._add("reset", cache=cache)
+
+    def release(self, cache: str, index: int) -> int:
+        return self._add("release", cache=cache, index=index)
+
+    def layer(self, name: str, weights: dict, n_heads: int, n_kv_heads: int, head_dim: int,
+              rope_base: float) -> int:
+        return self._add("layer", layer=name, weights=weights, n_heads=n_heads,
+                         n_kv_heads=n_kv_heads, head_dim=head_dim, rope_base=rope_base)
+
+    def decode_step(self, layer: str, cache: str, x, counts=None) -> int:
+        return self._add("decode_step", layer=layer, cache=cache, x=x, counts=counts)
+
+    def inventory(self, cache: str, probes: dict) -> int:
+        return self._add("inventory", cache=cache, probes=probes)
+
+    def reorder(self, cache: str, beam_idx) -> int:
+        return self._add("reorder", cache=cache, beam_idx=beam_idx)
+
+    def fork(self, cache: str, into: str) -> int:
+        return self._add("fork", cache=cache, into=into)
+
+
+@dataclass
+class Results:
+    """The results of a plan, by operation index: the value returned, or `Raised`."""
+
+    ops: list[dict]
+    values: list = field(default_factory=list)
+
+    def __getitem__(self, index: int):
+        return self.values[index]
+
+
+@dataclass
+class Tell:
+    id: str
+    detected: bool
+    message: str
+
+
+class Candidate:
+    """One implementation under grading, reached only through its worker process.
+
+    `tests` is the candidate's own test file (or None) and `test_worker` the worker that runs it.
+    """
+
+    def __init__(self, worker: Worker, timeout: float, tests: Path | None = None,
+                 test_worker: Worker | None = None):
+        self.worker = worker
+        self.timeout = timeout
+        self.tests = tests
+        self.test_worker = test_worker
+        self.tells: list[Tell] = []
+
+    def run(self, plan: Plan) -> Results:
+        reply = self.worker.run([{"plan": {"ops": plan.ops}}], self.timeout)[0]
+        if reply.status == "timeout":
+            raise CandidateTimeout(f"the implementation did not answer within {self.timeout:g} s "
+                                   "(a loop that never ends?)")
+        if reply.status == "crashed":
+            raise CandidateError(f"the process running the implementation {reply.detail}")
+        if "error" in reply.body:
+            raise CandidateError(f"the implementation returned something that cannot be sent back: "
+                                 f"{reply.body['error'].strip()}")
+        results = Results(plan.ops)
+        for op, result in zip(plan.ops, reply.body["results"]):
+            if "raised" in result:
+                results.values.append(self._raised(op, result["raised"]))
+            else:
+                results.values.append(result["ok"])
+        if len(results.values) < len(plan.ops):
+            raise CandidateError("the plan stopped early")  # only after an exception, raised above
+        return results
+
+    def tell(self, tell_id: str, detected: bool, message: str) -> None:
+        self.tells.append(Tell(tell_id, detected, message))
+
+    @staticmethod
+    def _raised(op: dict, raised: dict) -> Raised:
+        name = op["op"]
+        if raised["type"] == "NotImplementedError":
+            raise NotAttempted(f"`{name}` still raises NotImplementedError")
+        if raised["type"] == "MissingName":
+            raise CandidateError(raised["message"])
+        if not op.get("may_raise"):
+            where = _last_candidate_line(raised["traceback"])
+            raise CandidateError(f"`{name}` raised {raised['type']}: {raised['message']}{where}")
+        return Raised(raised["type"], raised["message"])
+
+
+def tensor(value, what: str) -> torch.Tensor:
+    """`value` if it is a plain tensor with data; else Fail saying what `what` returned instead."""
+    if isinstance(value, torch.Tensor):
+        return value
+    if isinstance(value, wire.Opaque):
+        raise Fail(f"{what} is a {value.describe()}, expected a plain torch.Tensor on the CPU")
+    raise Fail(f"{what} is {value!r}, expected a torch.Tensor")
+
+
+def _last_candidate_line(traceback_text: str) -> str:
+    lines = [line.strip() for line in traceback_text.splitlines() if line.strip().startswith("File ")]
+    lines = [line for line in lines if "graders/plan.py" not in line]
+    return f" ({lines[-1]})" if lines else ""

@@ -1,0 +1,185 @@
+"""Grade one implementation: run every item's graders, then apply the rubric.
+
+The judge's side of a grade. It starts the workers first (their torch import overlaps the judge's),
+runs each rubric item's graders in rubric order, turns what happened into a status, and works out
+the level: the highest level whose items, and every lower level's, all pass, capped by the tells.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from graders import rubric as rubric_data
+from graders.candidate import (Candidate, CandidateError, CandidateTimeout, Fail, NotAttempted, Tell)
+from graders.sandbox import Worker, WorkerUnavailable
+
+GRADERS_DIR = Path(__file__).resolve().parent
+PUBLIC = GRADERS_DIR / "items"
+HIDDEN = GRADERS_DIR / "hidden"
+DEFAULT_TIMEOUT = 10.0
+MAX_TIMEOUTS = 3
+
+
+@dataclass
+class ItemResult:
+    id: str
+    level: str
+    status: str  # pass | fail | error | timeout | not_attempted
+    points: float
+    max_points: float
+    message: str
+
+
+@dataclass
+class TellResult:
+    id: str
+    detected: bool
+    message: str
+
+
+@dataclass
+class GradeResult:
+    implementation: str
+    level: str
+    items: list[ItemResult]
+    tells: list[TellResult]
+    hidden: bool
+    grader_broke: bool = False
+    caps: list[str] = field(default_factory=list)
+
+    @property
+    def score(self) -> float:
+        return sum(i.points for i in self.items)
+
+    @property
+    def max_score(self) -> float:
+        return sum(i.max_points for i in self.items)
+
+    @property
+    def passed(self) -> bool:
+        return all(i.status == "pass" for i in self.items)
+
+    def exit_code(self) -> int:
+        if self.grader_broke:
+            return 4
+        return 0 if self.passed else 1
+
+
+@dataclass(frozen=True)
+class Grader:
+    item: str
+    grade: Callable[[Candidate], str]
+    hidden: bool
+
+
+def load_graders(folder: Path, hidden: bool) -> list[Grader]:
+    """Every `*.py` in `folder` that defines ITEM and grade(candidate)."""
+    graders = []
+    for path in sorted(folder.glob("*.py")):
+        if path.name.startswith("_"):
+            continue
+        name = f"kata_graders_{'hidden' if hidden else 'public'}_{path.stem}"
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        graders.append(Grader(module.ITEM, module.grade, hidden))
+    return graders
+
+
+def grade(implementation: Path, tests: Path | None = None, *, hidden: bool = False,
+          only: set[str] | None = None, timeout: float = DEFAULT_TIMEOUT,
+          on_item: Callable[[ItemResult], None] | None = None) -> GradeResult:
+    """Grade `implementation` (and the candidate's `tests`, when given) against the rubric."""
+    worker = Worker("implementation", str(implementation)).start()
+    test_worker = Worker("tests").start() if tests else None
+    try:
+        return _grade(Candidate(worker, timeout, tests, test_worker), str(implementation),
+                      hidden, only, on_item)
+    finally:
+        worker.close()
+        if test_worker:
+            test_worker.close()
+
+
+def _grade(candidate: Candidate, name: str, hidden: bool, only: set[str] | None,
+           on_item: Callable[[ItemResult], None] | None) -> GradeResult:
+    rubric = rubric_data.load()
+    graders = load_graders(PUBLIC, hidden=False) + (load_graders(HIDDEN, hidden=True) if hidden else [])
+    results, broke, unavailable, timeouts = [], False, None, 0
+    for item in rubric.items:
+        if only is not None and item.id not in only:
+            continue
+        item_graders = [g for g in graders if g.item == item.id]
+        if unavailable is not None:
+            status, message = unavailable.status, unavailable.reason
+        elif timeouts >= MAX_TIMEOUTS:
+            status, message = "timeout", f"not run: the implementation already hung in {timeouts} items"
+        else:
+            try:
+                status, message = _run_item(item_graders, candidate)
+            except WorkerUnavailable as exc:
+                unavailable = exc
+                status, message = exc.status, exc.reason
+            except Exception:  # a bug in a grader, never the candidate's fault
+                broke = True
+                status, message = "error", "internal grader error: " + traceback.format_exc(limit=-3)
+        timeouts += status == "timeout"
+        result = ItemResult(item.id, item.level, status, item.points if status == "pass" else 0.0,
+                            item.points, message)
+        results.append(result)
+        if on_item:
+            on_item(result)
+    tells = _tells(rubric, candidate.tells)
+    caps = [rubric.tell(t.id).caps for t in tells if t.detected]
+    return GradeResult(name, _level(rubric, results, caps), results, tells, hidden, broke, caps)
+
+
+def _run_item(graders: list[Grader], candidate: Candidate) -> tuple[str, str]:
+    if not graders:
+        return "not_attempted", "no grader for this item in this version of the kata"
+    messages = []
+    for grader in graders:
+        prefix = "hidden case: " if grader.hidden else ""
+        try:
+            messages.append(prefix + grader.grade(candidate))
+        except Fail as exc:
+            return "fail", prefix + str(exc)
+        except NotAttempted as exc:
+            return "not_attempted", str(exc)
+        except CandidateTimeout as exc:
+            return "timeout", prefix + str(exc)
+        except CandidateError as exc:
+            return "error", prefix + str(exc)
+    return "pass", "; ".join(messages)
+
+
+def _tells(rubric: rubric_data.Rubric, seen: list[Tell]) -> list[TellResult]:
+    results = []
+    for info in rubric.tells:
+        observations = [t for t in seen if t.id == info.id]
+        detected = [t for t in observations if t.detected]
+        if detected:
+            results.append(TellResult(info.id, True, detected[0].message))
+        elif observations:
+            results.append(TellResult(info.id, False, observations[0].message))
+        else:
+            results.append(TellResult(info.id, False, "not checked: the item that looks for it did not run"))
+    return results
+
+
+def _level(rubric: rubric_data.Rubric, results: list[ItemResult], caps: list[str]) -> str:
+    reached = None
+    for level in rubric.levels:
+        upto = [r for r in results if rubric.levels.index(r.level) <= rubric.levels.index(level)]
+        graded_here = any(r.level == level for r in results)
+        if not graded_here or not all(r.status == "pass" for r in upto):
+            break
+        reached = level
+    if reached is not None and caps:
+        cap = min(caps, key=rubric.levels.index)
+        reached = min(reached, cap, key=rubric.levels.index)
+    return reached or "below L4"

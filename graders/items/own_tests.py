@@ -1,0 +1,67 @@
+"""own-tests: the candidate's tests pass on the reference and catch the bundled mistakes.
+
+The candidate's test file runs in the tests worker (pytest, in a forked child per run) with
+`kv_cache` bound first to the reference solution, then to each bundled mistake
+(`graders.mistakes`). A test suite that passes on the reference and fails on every mistake
+compares outputs, prefix by prefix; one that catches none checks shapes only (the
+`shape-only-tests` tell).
+"""
+
+from __future__ import annotations
+
+from graders.candidate import Candidate, CandidateError, Fail, NotAttempted
+from graders.mistakes import MISTAKES
+from graders.mutation import REFERENCE
+from graders.sandbox import Reply, WorkerUnavailable
+
+ITEM = "own-tests"
+
+TEST_TIMEOUT = 60.0
+PARALLEL = 2
+
+
+def grade(candidate: Candidate) -> str:
+    if candidate.tests is None:
+        raise NotAttempted("no test file: write test_kv_cache.py beside your implementation "
+                           "(or pass --tests FILE)")
+    implementations = [{"path": str(REFERENCE)}] + [
+        {"source": m.source(), "name": m.name} for m in MISTAKES]
+    requests = [{"test_path": str(candidate.tests), "implementation": impl, "exitfirst": i > 0}
+                for i, impl in enumerate(implementations)]
+    try:
+        replies = candidate.test_worker.run(requests, TEST_TIMEOUT, PARALLEL)
+    except WorkerUnavailable as exc:
+        raise CandidateError(f"the tests could not be run: {exc.reason}") from None
+
+    on_reference = _outcome(replies[0], "on the reference solution")
+    if on_reference["passed"] == 0 and not on_reference["failed"]:
+        raise Fail("no test ran: the file collects no tests (names must start with test_)")
+    if on_reference["exit_code"] != 0:
+        raise Fail(f"your tests fail on the reference solution, so they cannot judge others: "
+                   f"{on_reference['first_failure'] or 'pytest exit code ' + str(on_reference['exit_code'])}")
+
+    caught = [m.name for m, r in zip(MISTAKES, replies[1:]) if not _passed(r)]
+    missed = [m for m in MISTAKES if m.name not in caught]
+    candidate.tell("shape-only-tests", not caught,
+                   f"the tests caught {len(caught)} of {len(MISTAKES)} bundled mistakes")
+    if missed:
+        raise Fail(f"your tests pass on {len(missed)} of {len(MISTAKES)} bundled wrong "
+                   f"implementations: missed {', '.join(m.description for m in missed)}; "
+                   f"caught {', '.join(caught) or 'none'}")
+    return (f"{on_reference['passed']} tests pass on the reference and catch all "
+            f"{len(MISTAKES)} bundled mistakes ({', '.join(caught)})")
+
+
+def _passed(reply: Reply) -> bool:
+    """Did the tests pass on this implementation? A run that hangs or crashes did not pass."""
+    return reply.status == "done" and "error" not in reply.body and reply.body["exit_code"] == 0
+
+
+def _outcome(reply: Reply, where: str) -> dict:
+    if reply.status == "timeout":
+        raise Fail(f"your tests did not finish within {TEST_TIMEOUT:g} s {where}")
+    if reply.status == "crashed":
+        raise Fail(f"running your tests {where} crashed: {reply.detail}")
+    if "error" in reply.body:
+        raise Fail(f"running your tests {where} failed: {reply.body['error'].strip()}")
+    return reply.body

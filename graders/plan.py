@@ -1,0 +1,325 @@
+"""Run a plan against a candidate's module, inside the worker process.
+
+A plan is data the judge built: a list of operations on named caches and layers, with the input
+tensors inline. This file is trusted code, loaded before the candidate's file, that calls the
+candidate's functions one operation at a time and records what each returned or raised. It judges
+nothing: outputs go back to the judge, which compares them with its own references.
+
+Operations (every one may carry ``"may_raise": true``; otherwise the first exception stops the plan):
+
+    new          cache, capacity            KVCache() or KVCache(capacity=N)
+    append       cache, key, value, counts
+    attend       cache, query               -> output
+    state        cache                      -> keys, values, lengths, capacity
+    reset        cache
+    release      cache, index
+    layer        layer, weights{wq,wk,wv,wo}, n_heads, n_kv_heads, head_dim, rope_base
+    decode_step  layer, cache, x, counts    -> output, facts.rows{wq,wk,wv}
+    inventory    cache, probes{name: [N, D]} -> facts: the cache's tensors and which probes they hold
+    reorder      cache, beam_idx
+    fork         cache, into                 the fork is stored under the name `into`
+
+``"measure": true`` on an append wraps it in `_Allocations` and returns what it allocated
+(``{"allocations": n, "bytes": n}``) instead of None.
+
+An input tensor may be wrapped: ``{"meta": t}`` sends it on the meta device and
+``{"noncontiguous": t}`` as a transposed view with the same values. ``"return_inputs": true`` on an
+operation sends its tensor inputs back after the call, to show whether the candidate mutated them.
+"""
+
+from __future__ import annotations
+
+import traceback
+
+import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+
+PROJECTIONS = ("wq", "wk", "wv")
+
+
+def execute(module, plan: dict) -> list[dict]:
+    """Run `plan["ops"]` against `module`; one result dict per operation run."""
+    state = _State(module)
+    results = []
+    for op in plan["ops"]:
+        try:
+            results.append({"ok": _OPS[op["op"]](state, op)})
+        except BaseException as exc:  # noqa: BLE001 - the candidate may raise anything, SystemExit included
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            results.append({"raised": _describe_exception(exc)})
+            if not op.get("may_raise"):
+                break
+        if op.get("return_inputs"):
+            results[-1]["inputs_after"] = {k: op[k] for k in ("key", "value", "query", "x") if k in op}
+    return results
+
+
+class _State:
+    def __init__(self, module):
+        self.module = module
+        self.caches: dict[str, object] = {}
+        self.layers: dict[str, torch.nn.Module] = {}
+
+    def fn(self, name):
+        try:
+            return getattr(self.module, name)
+        except AttributeError:
+            raise MissingName(f"the file defines no `{name}`, which the contract requires") from None
+
+
+class MissingName(Exception):
+    """The candidate's module lacks a name the contract requires."""
+
+
+def _input(value):
+    if isinstance(value, dict) and "meta" in value:
+        return value["meta"].to("meta")
+    if isinstance(value, dict) and "noncontiguous" in value:
+        t = value["noncontiguous"]
+        return t.transpose(-1, -2).contiguous().transpose(-1, -2)
+    return value
+
+
+def _resolve_inputs(op: dict) -> None:
+    """Replace wrapped inputs in place, so that `return_inputs` sends back what the candidate got."""
+    for key in ("key", "value", "query", "x", "counts"):
+        if key in op:
+            op[key] = _input(op[key])
+
+
+def _new(state: _State, op: dict):
+    cls = state.fn("KVCache")
+    capacity = op.get("capacity")
+    state.caches[op["cache"]] = cls() if capacity is None else cls(capacity=capacity)
+
+
+def _append(state: _State, op: dict):
+    _resolve_inputs(op)
+    args = (state.caches[op["cache"]], op["key"], op["value"])
+    if op.get("counts") is not None:
+        args += (op["counts"],)
+    if not op.get("measure"):
+        state.fn("append")(*args)
+        return None
+    with _Allocations() as allocations:
+        state.fn("append")(*args)
+    return {"allocations": allocations.count, "bytes": allocations.bytes}
+
+
+class _Allocations(TorchDispatchMode):
+    """Counts the storages that operations create, and their bytes.
+
+    An operator's output whose storage none of its inputs owns is new memory (`empty`, `cat`,
+    `clone`, `zeros`, a gather); an in-place write or a view is not. Any storage design is measured
+    alike: one big buffer, doubling, 1.5x growth, a list of fixed blocks.
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.count = self.bytes = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        result = func(*args, **(kwargs or {}))
+        inputs = {t.untyped_storage().data_ptr() for t in _flatten((args, kwargs))
+                  if isinstance(t, torch.Tensor) and t.device.type != "meta"}
+        for out in _flatten(result):
+            if isinstance(out, torch.Tensor) and out.device.type != "meta":
+                storage = out.untyped_storage()
+                if storage.data_ptr() not in inputs and storage.nbytes():
+                    inputs.add(storage.data_ptr())
+                    self.count += 1
+                    self.bytes += storage.nbytes()
+        return result
+
+
+def _attend(state: _State, op: dict):
+    _resolve_inputs(op)
+    return state.fn("attend")(state.caches[op["cache"]], op["query"])
+
+
+def _state(state: _State, op: dict):
+    cache = state.caches[op["cache"]]
+    return {name: getattr(cache, name, Missing) for name in ("keys", "values", "lengths", "capacity")}
+
+
+def _reset(state: _State, op: dict):
+    state.fn("reset")(state.caches[op["cache"]])
+
+
+def _release(state: _State, op: dict):
+    state.fn("release")(state.caches[op["cache"]], op["index"])
+
+
+class _Layer(torch.nn.Module):
+    """What `decode_step` receives: the four projections and the head geometry."""
+
+    def __init__(self, weights: dict, n_heads: int, n_kv_heads: int, head_dim: int, rope_base: float):
+        super().__init__()
+        for name, weight in weights.items():
+            out_features, in_features = weight.shape
+            linear = torch.nn.Linear(in_features, out_features, bias=False, dtype=weight.dtype)
+            linear.weight.data.copy_(weight)
+            setattr(self, name, linear)
+        self.n_heads, self.n_kv_heads, self.head_dim, self.rope_base = n_heads, n_kv_heads, head_dim, rope_base
+
+
+def _layer(state: _State, op: dict):
+    state.layers[op["layer"]] = _Layer(
+        op["weights"], op["n_heads"], op["n_kv_heads"], op["head_dim"], op["rope_base"]
+    ).requires_grad_(False)
+
+
+def _decode_step(state: _State, op: dict):
+    _resolve_inputs(op)
+    layer = state.layers[op["layer"]]
+    counter = _ProjectionRows(layer)
+    args = (layer, state.caches[op["cache"]], op["x"])
+    counts = op.get("counts")
+    with counter:
+        out = state.fn("decode_step")(*args) if counts is None else state.fn("decode_step")(*args, counts)
+    return {"output": out, "rows": counter.rows}
+
+
+class _ProjectionRows(TorchFunctionMode):
+    """Counts the input rows each of wq, wk, wv multiplies, however the candidate calls it.
+
+    `layer.wk(x)`, `F.linear(x, layer.wk.weight)` and `x @ layer.wk.weight.T` all reach a torch
+    function with the weight (or a view of it) as an argument; the other tensor argument's size
+    divided by d_model is the number of token rows projected.
+    """
+
+    def __init__(self, layer: torch.nn.Module):
+        super().__init__()
+        self.weights = {name: getattr(layer, name).weight for name in PROJECTIONS}
+        self.rows = {name: 0 for name in PROJECTIONS}
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        result = func(*args, **kwargs)
+        tensors = [a for a in _flatten((args, kwargs)) if isinstance(a, torch.Tensor)]
+        if len(tensors) < 2 or func in _VIEW_FUNCS:
+            return result
+        for name, weight in self.weights.items():
+            others = [t for t in tensors if not _shares_storage(t, weight)]
+            if len(others) < len(tensors):
+                self.rows[name] += sum(t.numel() for t in others) // weight.shape[1]
+        return result
+
+
+# Functions that only look at the weight; they project nothing even when given a second tensor.
+_VIEW_FUNCS = {torch.Tensor.__getitem__, torch.Tensor.view, torch.Tensor.reshape, torch.Tensor.to}
+
+
+def _shares_storage(t: torch.Tensor, weight: torch.Tensor) -> bool:
+    """`t` is the weight or reads its memory (a view, `.T`, `.data`, `.detach()`)."""
+    if t.device.type == "meta" or t.device != weight.device:
+        return False
+    return t.untyped_storage().data_ptr() == weight.untyped_storage().data_ptr()
+
+
+def _flatten(value):
+    if isinstance(value, (list, tuple)):
+        for v in value:
+            yield from _flatten(v)
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _flatten(v)
+    else:
+        yield value
+
+
+def _reorder(state: _State, op: dict):
+    state.fn("reorder")(state.caches[op["cache"]], op["beam_idx"])
+
+
+def _fork(state: _State, op: dict):
+    state.caches[op["into"]] = state.fn("fork")(state.caches[op["cache"]])
+
+
+def _inventory(state: _State, op: dict):
+    """The tensors reachable from the cache object, and which probe vectors any of them holds.
+
+    A probe set (say the newest queries, `[N, D]`) counts as held when most of its vectors appear,
+    within a relative 1e-3, as rows along the last dimension of some tensor in the cache.
+    """
+    found = _reachable_tensors(state.caches[op["cache"]])
+    listing = [{"path": path, "shape": list(t.shape), "dtype": str(t.dtype).removeprefix("torch.")}
+               for path, t in found]
+    held = {}
+    for name, probes in op.get("probes", {}).items():
+        held[name] = [path for path, t in found if _holds(t, probes)]
+    return {"tensors": listing, "held": held}
+
+
+def _reachable_tensors(obj, max_depth: int = 3) -> list[tuple[str, torch.Tensor]]:
+    found, seen = [], set()
+
+    def visit(value, path, depth):
+        if isinstance(value, torch.Tensor):
+            if id(value) not in seen:
+                seen.add(id(value))
+                found.append((path, value))
+            return
+        if depth > max_depth or id(value) in seen:
+            return
+        seen.add(id(value))
+        if isinstance(value, dict):
+            for k, v in value.items():
+                visit(v, f"{path}[{k!r}]", depth + 1)
+        elif isinstance(value, (list, tuple)):
+            for i, v in enumerate(value):
+                visit(v, f"{path}[{i}]", depth + 1)
+        elif hasattr(value, "__dict__") and not isinstance(value, type):
+            for k, v in vars(value).items():
+                visit(v, f"{path}.{k}", depth + 1)
+
+    visit(obj, "cache", 0)
+    return found
+
+
+def _holds(t: torch.Tensor, probes: torch.Tensor) -> bool:
+    width = probes.shape[-1]
+    if not t.is_floating_point() or t.device.type != "cpu" or t.numel() == 0 or t.shape[-1] != width:
+        return False
+    rows = t.detach().reshape(-1, width).double()
+    rows = rows[torch.isfinite(rows).all(dim=-1)]
+    if rows.numel() == 0:
+        return False
+    probes = probes.double()
+    distance = torch.cdist(probes, rows).min(dim=-1).values  # [N]
+    scale = probes.norm(dim=-1).clamp_min(1e-12)
+    return bool(((distance / scale) < 1e-3).float().mean() > 0.5)
+
+
+class _MissingType:
+    def __repr__(self):
+        return "<missing attribute>"
+
+
+Missing = _MissingType()
+
+
+def _describe_exception(exc: BaseException) -> dict:
+    frames = traceback.format_exception(type(exc), exc, exc.__traceback__)
+    return {
+        "type": type(exc).__name__,
+        "message": str(exc)[:500],
+        "traceback": "".join(frames)[-2000:],
+    }
+
+
+_OPS = {
+    "new": _new,
+    "append": _append,
+    "attend": _attend,
+    "state": _state,
+    "reset": _reset,
+    "release": _release,
+    "layer": _layer,
+    "decode_step": _decode_step,
+    "inventory": _inventory,
+    "reorder": _reorder,
+    "fork": _fork,
+}

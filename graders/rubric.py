@@ -1,0 +1,60 @@
+"""The rubric, read from `rubric/rubric.toml`: what each item is worth and what a report says."""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+RUBRIC_FILE = Path(__file__).resolve().parent.parent / "rubric" / "rubric.toml"
+
+
+@dataclass(frozen=True)
+class Item:
+    id: str
+    level: str
+    points: float
+    title: str
+    checks: str
+    hints: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class TellInfo:
+    id: str
+    caps: str
+    title: str
+    message: str
+
+
+@dataclass(frozen=True)
+class InterviewerItem:
+    id: str
+    prompt: str
+
+
+@dataclass(frozen=True)
+class Rubric:
+    levels: tuple[str, ...]
+    items: tuple[Item, ...]
+    tells: tuple[TellInfo, ...]
+    interviewer: tuple[InterviewerItem, ...]
+
+    def item(self, item_id: str) -> Item:
+        return next(i for i in self.items if i.id == item_id)
+
+    def tell(self, tell_id: str) -> TellInfo:
+        return next(t for t in self.tells if t.id == tell_id)
+
+
+@cache
+def load(path: Path = RUBRIC_FILE) -> Rubric:
+    data = tomllib.loads(path.read_text())
+    return Rubric(
+        levels=tuple(data["levels"]),
+        items=tuple(Item(d["id"], d["level"], float(d["points"]), d["title"], d["checks"],
+                         tuple(d["hints"])) for d in data["item"]),
+        tells=tuple(TellInfo(d["id"], d["caps"], d["title"], d["message"]) for d in data["tell"]),
+        interviewer=tuple(InterviewerItem(d["id"], d["prompt"]) for d in data["interviewer"]),
+    )

@@ -1,0 +1,86 @@
+"""Run a candidate's own test file against one implementation, inside a forked worker child.
+
+The implementation is installed as module `kv_cache` before pytest starts, so the candidate's
+`from kv_cache import ...` gets it whatever else lies beside the test file. The implementation is
+either a file (``{"path": ...}``, the reference) or source text (``{"source": ..., "name": ...}``,
+a bundled mistake built from the reference).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+FIRST_FAILURE_CHARS = 800
+
+
+class _Outcomes:
+    """A pytest plugin that counts what happened, so nothing is read from printed output."""
+
+    def __init__(self):
+        self.passed = self.failed = self.errors = 0
+        self.first_failure: str | None = None
+
+    def pytest_collectreport(self, report):
+        if report.failed:
+            self.errors += 1
+            self._remember(report)
+
+    def pytest_runtest_logreport(self, report):
+        if report.when == "call" and report.passed:
+            self.passed += 1
+        elif report.failed:
+            if report.when == "call":
+                self.failed += 1
+            else:
+                self.errors += 1
+            self._remember(report)
+
+    def _remember(self, report):
+        if self.first_failure is None:
+            text = report.longreprtext or ""
+            self.first_failure = f"{report.nodeid}: {text[-FIRST_FAILURE_CHARS:]}"
+
+
+def run(test_path: str, implementation: dict, exitfirst: bool = False) -> dict:
+    """Run the tests at `test_path` with `implementation` as `kv_cache`; counts of what happened.
+
+    `exitfirst` stops at the first failure: enough when all we ask is whether the tests catch it.
+    """
+    sys.dont_write_bytecode = True
+    # Scanning every installed package for pytest plugins costs more than the tests themselves;
+    # a candidate's tests get plain pytest (hypothesis still works as a library).
+    os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    _install(implementation)
+    sys.path.insert(0, str(Path(test_path).resolve().parent))
+    outcomes = _Outcomes()
+    exit_code = pytest.main(
+        [test_path, "-q", "-p", "no:cacheprovider", "-o", "addopts=", "--no-header",
+         "--rootdir", str(Path(test_path).resolve().parent), *(["-x"] if exitfirst else [])],
+        plugins=[outcomes],
+    )
+    return {
+        "exit_code": int(exit_code),
+        "passed": outcomes.passed,
+        "failed": outcomes.failed,
+        "errors": outcomes.errors,
+        "first_failure": outcomes.first_failure,
+    }
+
+
+def _install(implementation: dict) -> None:
+    if "path" in implementation:
+        spec = importlib.util.spec_from_file_location("kv_cache", implementation["path"])
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["kv_cache"] = module
+        spec.loader.exec_module(module)
+        return
+    spec = importlib.util.spec_from_loader("kv_cache", loader=None)
+    module = importlib.util.module_from_spec(spec)
+    module.__file__ = f"<{implementation['name']}>"
+    sys.modules["kv_cache"] = module
+    exec(compile(implementation["source"], module.__file__, "exec"), module.__dict__)

@@ -1,0 +1,213 @@
+"""The worker process: the only place a candidate's code runs.
+
+    python -m graders.worker            (started by graders.sandbox, never by hand)
+
+It speaks `graders.wire` frames on the stdin/stdout it was started with, moved to private file
+descriptors at start-up; the candidate's own prints land in stderr. It imports torch once, then
+the candidate's file (mode "implementation") or pytest (mode "tests"), and from then on acts as a
+zygote: every request runs in a forked child, so a request that hangs, crashes, exits or wrecks
+the interpreter costs that request only. The zygote kills a child at its deadline, with the
+child's whole process group.
+
+Replies: a status frame ``{"status": "done" | "timeout" | "crashed", ...}``; after "done", the
+child's own result frame, relayed byte for byte (the zygote does not decode it).
+"""
+
+from __future__ import annotations
+
+import gc
+import importlib.util
+import os
+import selectors
+import signal
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+from graders import wire
+
+CONTRACT_NAMES = ("KVCache", "append", "attend", "reset", "release", "decode_step", "apply_rope",
+                  "reorder", "fork")
+STDERR_TAIL = 1500
+
+_fork, _exit, _killpg, _waitpid = os.fork, os._exit, os.killpg, os.waitpid
+
+
+def main() -> None:
+    proto_in, proto_out = os.dup(0), os.dup(1)
+    os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+    os.dup2(2, 1)
+    hello = wire.decode(wire.read_frame(proto_in))
+
+    import torch
+
+    torch.set_num_threads(1)
+    wire.write_frame(proto_out, {"status": "torch-ready"})
+
+    if hello["mode"] == "implementation":
+        module, reply = _load_implementation(hello["path"])
+        wire.write_frame(proto_out, reply)
+        if module is None:
+            return
+        from graders import plan
+
+        def job(request):
+            return lambda: {"results": plan.execute(module, request["plan"])}
+    else:
+        import pytest  # noqa: F401 - imported once here, so forked children start with it loaded
+
+        from graders import test_runner
+
+        def job(request):
+            return lambda: test_runner.run(request["test_path"], request["implementation"],
+                                           request.get("exitfirst", False))
+
+    # Everything imported so far is shared by every forked child: move it out of the collector's
+    # sight, so a child's gc.collect() (pytest runs several) does not walk all of torch.
+    gc.freeze()
+    while True:
+        try:
+            request = wire.decode(wire.read_frame(proto_in))
+        except wire.WireError:
+            return
+        if request.get("exit"):
+            return
+        jobs = [job(r) for r in request["requests"]]
+        for status, frame in supervise(jobs, request["timeout"], request.get("parallel", 1)):
+            wire.write_frame(proto_out, status)
+            if frame is not None:
+                wire.write_all(proto_out, frame)
+
+
+def _load_implementation(path: str):
+    """Import the candidate's file as module `kv_cache`; (module or None, reply for the judge)."""
+    directory = str(Path(path).resolve().parent)
+    sys.path.insert(0, directory)
+    try:
+        spec = importlib.util.spec_from_file_location("kv_cache", path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["kv_cache"] = module
+        spec.loader.exec_module(module)
+    except BaseException as exc:  # noqa: BLE001 - SyntaxError, ImportError, SystemExit, anything
+        lines = traceback.format_exception_only(type(exc), exc)
+        where = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == str(Path(path))]
+        location = f" (line {where[-1].lineno})" if where else ""
+        return None, {"status": "import-error", "error": "".join(lines).strip() + location}
+    missing = [name for name in CONTRACT_NAMES if not hasattr(module, name)]
+    return module, {"status": "loaded", "missing": missing}
+
+
+def supervise(jobs, timeout: float, parallel: int):
+    """Run each job in a forked child, at most `parallel` at once; yield (status, frame) in order."""
+    pending = list(enumerate(jobs))
+    running: dict[int, _Child] = {}
+    done: dict[int, tuple[dict, bytes | None]] = {}
+    selector = selectors.DefaultSelector()
+    next_to_yield = 0
+    while pending or running:
+        while pending and len(running) < parallel:
+            index, job = pending.pop(0)
+            child = _Child.start(index, job, timeout)
+            running[child.pid] = child
+            selector.register(child.fd, selectors.EVENT_READ, child)
+        wait = max(0.0, min(c.deadline for c in running.values()) - time.monotonic())
+        for key, _ in selector.select(timeout=wait):
+            key.data.read_some()
+        for child in list(running.values()):
+            if child.eof or time.monotonic() >= child.deadline:
+                selector.unregister(child.fd)
+                del running[child.pid]
+                done[child.index] = child.finish()
+        while next_to_yield in done:
+            yield done.pop(next_to_yield)
+            next_to_yield += 1
+
+
+class _Child:
+    """One forked child: its result pipe, its stderr file and its deadline."""
+
+    @classmethod
+    def start(cls, index: int, job, timeout: float) -> "_Child":
+        read_fd, write_fd = os.pipe()
+        log_fd, log_path = tempfile.mkstemp(prefix="kata-child-", suffix=".log")
+        pid = _fork()
+        if pid == 0:
+            _run_child(job, read_fd, write_fd, log_fd)
+        os.close(write_fd)
+        os.close(log_fd)
+        try:
+            os.setpgid(pid, pid)
+        except OSError:
+            pass  # the child already did it, or already exited
+        return cls(index, pid, read_fd, log_path, time.monotonic() + timeout, timeout)
+
+    def __init__(self, index, pid, fd, log_path, deadline, timeout):
+        self.index, self.pid, self.fd, self.log_path = index, pid, fd, log_path
+        self.deadline, self.timeout = deadline, timeout
+        self.buffer = bytearray()
+        self.eof = False
+
+    def read_some(self) -> None:
+        chunk = os.read(self.fd, 1 << 20)
+        if chunk:
+            self.buffer += chunk
+        else:
+            self.eof = True
+
+    def finish(self) -> tuple[dict, bytes | None]:
+        timed_out = not self.eof
+        try:
+            _killpg(self.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        _, status = _waitpid(self.pid, 0)
+        os.close(self.fd)
+        stderr = _tail(self.log_path)
+        if timed_out:
+            return {"status": "timeout", "seconds": self.timeout, "stderr": stderr}, None
+        if wire.is_one_frame(bytes(self.buffer)):
+            return {"status": "done"}, bytes(self.buffer)
+        return {"status": "crashed", "how": _how_it_ended(status), "stderr": stderr}, None
+
+
+def _run_child(job, read_fd: int, write_fd: int, log_fd: int) -> None:
+    """In the forked child: run the job, send one frame, leave without cleanup handlers."""
+    try:
+        os.setpgid(0, 0)
+        os.close(read_fd)
+        os.dup2(log_fd, 1)
+        os.dup2(log_fd, 2)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        try:
+            frame = wire.encode(job())
+        except BaseException as exc:  # noqa: BLE001 - the child must always answer or die
+            frame = wire.encode({"error": "".join(traceback.format_exception_only(type(exc), exc))})
+        wire.write_all(write_fd, frame)
+    finally:
+        _exit(0)
+
+
+def _how_it_ended(status: int) -> str:
+    if os.WIFSIGNALED(status):
+        number = os.WTERMSIG(status)
+        try:
+            return f"killed by signal {signal.Signals(number).name}"
+        except ValueError:
+            return f"killed by signal {number}"
+    return f"exited with code {os.WEXITSTATUS(status)} before answering"
+
+
+def _tail(path: str) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - STDERR_TAIL))
+            return f.read().decode(errors="replace")
+    finally:
+        os.unlink(path)
+
+
+if __name__ == "__main__":
+    main()
