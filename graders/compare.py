@@ -51,8 +51,8 @@ class Divergence:
     max_abs: float
     max_rel: float
 
-    def describe(self, step_name: str = "step") -> str:
-        return (f"first differs at {step_name} {self.step}, row {self.row}, head {self.head}"
+    def describe(self, step_name: str = "step", first_step: int = 0) -> str:
+        return (f"first differs at {step_name} {self.step + first_step}, row {self.row}, head {self.head}"
                 f"{'' if self.position < 0 else f', position {self.position}'}: "
                 f"max abs error {self.max_abs:.2e}, max rel error {self.max_rel:.2e}")
 
@@ -74,17 +74,17 @@ def first_divergence(got: list[torch.Tensor], expected: list[torch.Tensor],
 
 
 def require_close(got: list[torch.Tensor], expected: list[torch.Tensor], tol: Tolerance, *,
-                  case: str, step_name: str = "step",
+                  case: str, step_name: str = "step", first_step: int = 0,
                   likely: dict[str, list[torch.Tensor]] | None = None) -> None:
     """Fail with a diagnostic unless every step of `got` is within `tol` of `expected`.
 
-    `likely` maps a likely-mistake label to what a known mistake would output at every step; when
+    Steps are numbered from `first_step` in the message. `likely` maps a likely-mistake label to what a known mistake would output at every step; when
     the candidate's outputs match one, the label goes into the message.
     """
     divergence = first_divergence(got, expected, tol)
     if divergence is None:
         return
-    message = f"{case}: {divergence.describe(step_name)} (tolerance {tol})"
+    message = f"{case}: {divergence.describe(step_name, first_step)} (tolerance {tol})"
     for label, mistaken in (likely or {}).items():
         if first_divergence(got, mistaken, tol) is None:
             message += f". Likely mistake: {label}"

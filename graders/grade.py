@@ -94,7 +94,7 @@ def grade(implementation: Path, tests: Path | None = None, *, hidden: bool = Fal
           only: set[str] | None = None, timeout: float = DEFAULT_TIMEOUT,
           on_item: Callable[[ItemResult], None] | None = None) -> GradeResult:
     """Grade `implementation` (and the candidate's `tests`, when given) against the rubric."""
-    worker = Worker("implementation", str(implementation)).start()
+    worker = Worker("implementation", str(implementation), import_timeout=timeout).start()
     test_worker = Worker("tests").start() if tests else None
     try:
         return _grade(Candidate(worker, timeout, tests, test_worker), str(implementation),

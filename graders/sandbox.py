@@ -20,7 +20,6 @@ from graders import wire
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 TORCH_IMPORT_SECONDS = 120.0
-IMPORT_SECONDS = 10.0
 SLACK_SECONDS = 5.0
 
 
@@ -44,8 +43,8 @@ class WorkerUnavailable(Exception):
 class Worker:
     """A worker in mode "implementation" (serves plans) or "tests" (runs pytest files)."""
 
-    def __init__(self, mode: str, path: str | None = None):
-        self.mode, self.path = mode, path
+    def __init__(self, mode: str, path: str | None = None, import_timeout: float = 10.0):
+        self.mode, self.path, self.import_timeout = mode, path, import_timeout
         self.missing: list[str] = []
         self._proc: subprocess.Popen | None = None
         self._ready = False
@@ -110,7 +109,7 @@ class Worker:
         try:
             wire.decode(wire.read_frame(fd, time.monotonic() + TORCH_IMPORT_SECONDS))
             if self.mode == "implementation":
-                loaded = wire.decode(wire.read_frame(fd, time.monotonic() + IMPORT_SECONDS))
+                loaded = wire.decode(wire.read_frame(fd, time.monotonic() + self.import_timeout))
                 if loaded["status"] == "import-error":
                     self._discard()
                     raise WorkerUnavailable(f"the file does not import: {loaded['error']}")
@@ -118,7 +117,7 @@ class Worker:
         except TimeoutError:
             self._discard()
             raise WorkerUnavailable(
-                f"importing the file did not finish within {IMPORT_SECONDS:g} s", "timeout") from None
+                f"importing the file did not finish within {self.import_timeout:g} s", "timeout") from None
         except (wire.WireError, OSError):
             tail = self._stderr_tail()
             self._discard()

@@ -116,7 +116,7 @@ def supervise(jobs, timeout: float, parallel: int):
         for key, _ in selector.select(timeout=wait):
             key.data.read_some()
         for child in list(running.values()):
-            if child.eof or time.monotonic() >= child.deadline:
+            if child.answered or child.eof or time.monotonic() >= child.deadline:
                 selector.unregister(child.fd)
                 del running[child.pid]
                 done[child.index] = child.finish()
@@ -156,8 +156,14 @@ class _Child:
         else:
             self.eof = True
 
+    @property
+    def answered(self) -> bool:
+        """A whole frame arrived (even if something the child started still holds the pipe)."""
+        return wire.is_one_frame(bytes(self.buffer))
+
     def finish(self) -> tuple[dict, bytes | None]:
-        timed_out = not self.eof
+        """Kill what is left of the child's process group, reap it, and say how it went."""
+        timed_out = not (self.answered or self.eof)
         try:
             _killpg(self.pid, signal.SIGKILL)
         except OSError:
@@ -167,7 +173,7 @@ class _Child:
         stderr = _tail(self.log_path)
         if timed_out:
             return {"status": "timeout", "seconds": self.timeout, "stderr": stderr}, None
-        if wire.is_one_frame(bytes(self.buffer)):
+        if self.answered:
             return {"status": "done"}, bytes(self.buffer)
         return {"status": "crashed", "how": _how_it_ended(status), "stderr": stderr}, None
 

@@ -12,9 +12,11 @@ from __future__ import annotations
 from graders.candidate import Candidate, CandidateError, Fail, NotAttempted
 from graders.mistakes import MISTAKES
 from graders.mutation import REFERENCE
-from graders.sandbox import Reply, WorkerUnavailable
+from graders.sandbox import PROJECT_ROOT, Reply, WorkerUnavailable
 
 ITEM = "own-tests"
+
+STARTER_TESTS = PROJECT_ROOT / "starter" / "test_kv_cache.py"
 
 TEST_TIMEOUT = 60.0
 PARALLEL = 2
@@ -24,6 +26,8 @@ def grade(candidate: Candidate) -> str:
     if candidate.tests is None:
         raise NotAttempted("no test file: write test_kv_cache.py beside your implementation "
                            "(or pass --tests FILE)")
+    if candidate.tests.read_bytes() == STARTER_TESTS.read_bytes():
+        raise NotAttempted("the test file is still the starter's example: write your own tests")
     implementations = [{"path": str(REFERENCE)}] + [
         {"source": m.source(), "name": m.name} for m in MISTAKES]
     requests = [{"test_path": str(candidate.tests), "implementation": impl, "exitfirst": i > 0}

@@ -44,7 +44,7 @@ def grade(candidate: Candidate) -> str:
         full = reference.causal_attention(seq["q"], seq["k"], seq["v"])  # [B, H, T, D]
         newest = [full[:, :, t : t + 1] for t in range(prompt - 1, total)]
         require_close(got, newest, TOLERANCE[torch.float32], case=name, step_name="prefix length",
-                      likely=_likely_mistakes(seq, prompt, total))
+                      first_step=prompt, likely=_likely_mistakes(seq, prompt, total))
     return f"{len(CASES)} cases, every prefix within {TOLERANCE[torch.float32]} of full causal attention"
 
 

@@ -1,0 +1,79 @@
+"""append-time-dim: append grows the time dimension; keys, values and lengths have the right shapes.
+
+Appends of 1, 1, 3 and 1 positions to one batch (B=2, Hkv=3, D=8: every dimension a different
+size, so a wrong shape names the dimension that grew). After each append, `keys` and `values`
+must be [B, Hkv, T, D] with T the positions appended so far, holding exactly the appended keys
+and values in order along time, and `lengths` an int64 [B] tensor equal to T. Appending along
+the heads (`dim=1`) shows from the second append, code that assumes one position per call at
+the 3-position append, a time dimension as long as the allocated storage at any step. Nothing
+else is judged here (L4): no validation, no `counts`, no capacity, no attention.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from graders import cases
+from graders.candidate import Candidate, Fail, Plan, Raised, tensor
+from graders.compare import TOLERANCE, first_divergence, require_shape
+
+ITEM = "append-time-dim"
+
+B, HKV, D = 2, 3, 8
+APPENDS = (1, 1, 3, 1)  # positions per append
+DIMS = ("batch", "kv_heads", "time", "head_dim")
+
+
+def grade(candidate: Candidate) -> str:
+    seq = cases.sequence(cases.generator(100), B, HKV, HKV, sum(APPENDS), D)
+    plan = Plan()
+    plan.new("c")
+    ops, total = [], 0
+    for t in APPENDS:
+        appended = plan.append("c", seq["k"][:, :, total : total + t],
+                               seq["v"][:, :, total : total + t], may_raise=True)
+        ops.append((appended, plan.state("c")))
+        total += t
+    results = candidate.run(plan)
+
+    total = 0
+    for step, (t, (appended, state)) in enumerate(zip(APPENDS, ops), start=1):
+        total += t
+        where = f"after append {step} ({t} position{'s' if t > 1 else ''}, {total} in all)"
+        if isinstance(results[appended], Raised):
+            raised = results[appended]
+            raise Fail(f"append {step} ({t} position{'s' if t > 1 else ''} after {total - t}) "
+                       f"raised {raised.type}: {raised.message}")
+        for name, part in (("keys", "k"), ("values", "v")):
+            got = tensor(results[state][name], f"cache.{name} {where}")
+            expected = (B, HKV, total, D)
+            require_shape(got, expected, f"cache.{name} {where}", _shape_hint(got, expected))
+            divergence = first_divergence([got], [seq[part][:, :, :total]], TOLERANCE[torch.float32])
+            if divergence:
+                raise Fail(f"cache.{name} {where}: row {divergence.row}, head {divergence.head}, "
+                           f"time {divergence.position} is not what was appended there (max abs "
+                           f"error {divergence.max_abs:.2e}): keep every appended position, in order")
+        lengths = tensor(results[state]["lengths"], f"cache.lengths {where}")
+        if lengths.dtype != torch.int64 or tuple(lengths.shape) != (B,):
+            raise Fail(f"cache.lengths {where} is {str(lengths.dtype).removeprefix('torch.')} "
+                       f"{list(lengths.shape)}, expected int64 [{B}] (one length per row)")
+        if lengths.tolist() != [total] * B:
+            raise Fail(f"cache.lengths {where} is {lengths.tolist()}, expected {[total] * B}")
+    return (f"appends of {', '.join(map(str, APPENDS))} positions: keys and values grew along "
+            "time holding what was appended, lengths int64 [B] right after each")
+
+
+def _shape_hint(got: torch.Tensor, expected: tuple[int, ...]) -> str:
+    """Which dimension went wrong, when `got` is not `expected` ([B, Hkv, T, D])."""
+    if got.dim() != 4:
+        return ": keys and values are 4-d, [batch, kv_heads, time, head_dim]"
+    wrong = [d for d in (0, 1, 3) if got.shape[d] != expected[d]]
+    if wrong and got.shape[wrong[0]] > expected[wrong[0]] and got.shape[2] < expected[2]:
+        return f": it grew dim {wrong[0]} ({DIMS[wrong[0]]}) instead of time (dim 2)"
+    if wrong:
+        return (f": dim {wrong[0]} ({DIMS[wrong[0]]}) should stay {expected[wrong[0]]}; "
+                "appended positions go along dim 2 (time)")
+    if got.shape[2] > expected[2]:
+        return (": the time dimension is longer than the positions appended; keys and values "
+                "are the valid prefix, not all the allocated storage")
+    return ": appended positions are missing (an append replaced the cache instead of growing it?)"

@@ -1,0 +1,4 @@
+"""Importing this file never finishes."""
+
+while True:
+    pass

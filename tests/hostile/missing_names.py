@@ -1,0 +1,3 @@
+"""Defines only part of the contract: no attend, no decode_step."""
+
+from kv_cache_base import KVCache, append, apply_rope, fork, release, reorder, reset

@@ -1,0 +1,4 @@
+"""Does not parse."""
+
+def attend(cache, query)
+    return query

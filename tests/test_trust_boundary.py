@@ -1,0 +1,109 @@
+"""Nothing a candidate's file does can fake a pass, crash the tool or hang the grade.
+
+Each hostile file in tests/hostile/ is graded as a candidate would be, beside a copy of the
+reference solution (`kv_cache_base.py`) that it builds on.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from graders.grade import grade
+from graders.mutation import REFERENCE
+
+HOSTILE = Path(__file__).parent / "hostile"
+STARTER = Path(__file__).parent.parent / "starter"
+FAST = 2.0  # seconds a batch of calls may take; the hostile files' correct parts need far less
+
+
+def grade_hostile(name: str, tmp_path: Path, **kwargs):
+    shutil.copy(REFERENCE, tmp_path / "kv_cache_base.py")
+    path = tmp_path / "kv_cache.py"
+    shutil.copy(HOSTILE / f"{name}.py", path)
+    return grade(path, timeout=FAST, **kwargs)
+
+
+def by_id(result) -> dict:
+    return {item.id: item for item in result.items}
+
+
+def test_patching_torch_comparisons_does_not_turn_a_failure_into_a_pass(tmp_path):
+    items = by_id(grade_hostile("patches_comparisons", tmp_path, only={"prefix-equivalence"}))
+    assert items["prefix-equivalence"].status == "fail"
+    assert "first differs at prefix length" in items["prefix-equivalence"].message
+
+
+def test_a_lying_tensor_subclass_is_not_accepted_as_output(tmp_path):
+    items = by_id(grade_hostile("lying_tensor", tmp_path, only={"attend-shape", "prefix-equivalence"}))
+    for item in items.values():
+        assert item.status == "fail", item
+        assert "expected a plain torch.Tensor" in item.message
+
+
+def test_a_hang_fails_the_items_that_hang_and_the_grade_ends_in_bounded_time(tmp_path):
+    start = time.monotonic()
+    result = grade_hostile("hangs_in_attend", tmp_path)
+    elapsed = time.monotonic() - start
+    items = by_id(result)
+    assert items["append-time-dim"].status == "pass", "items that never call attend still pass"
+    assert items["prefix-equivalence"].status == "timeout"
+    assert "did not answer within" in items["prefix-equivalence"].message
+    assert elapsed < 8 * FAST + 15, f"grading a hanging file took {elapsed:.1f} s"
+    assert result.exit_code() == 1
+
+
+def test_a_hang_at_import_times_out_every_item(tmp_path):
+    start = time.monotonic()
+    result = grade_hostile("hangs_at_import", tmp_path)
+    assert time.monotonic() - start < FAST + 15
+    assert {i.status for i in result.items} == {"timeout"}
+    assert "importing the file did not finish" in result.items[0].message
+
+
+def test_exiting_the_process_is_a_graded_error_and_grading_goes_on(tmp_path):
+    items = by_id(grade_hostile("exits_the_process", tmp_path,
+                                only={"attend-shape", "prefix-equivalence", "append-time-dim"}))
+    assert items["append-time-dim"].status == "error"
+    assert "exited with code 0 before answering" in items["append-time-dim"].message
+    assert items["attend-shape"].status == "error"
+    assert "SystemExit" in items["attend-shape"].message
+
+
+def test_a_segfault_is_a_graded_error(tmp_path):
+    items = by_id(grade_hostile("segfaults", tmp_path, only={"attend-shape"}))
+    assert items["attend-shape"].status == "error"
+    assert "SIGSEGV" in items["attend-shape"].message
+
+
+def test_noise_on_stdout_and_leftover_children_do_not_disturb_grading(tmp_path):
+    result = grade_hostile("spawns_and_prints", tmp_path, only={"prefix-equivalence", "attend-shape"})
+    assert [i.status for i in result.items] == ["pass", "pass"], result.items
+
+
+@pytest.mark.parametrize("name, shows", [
+    ("syntax_error", "SyntaxError"),
+    ("import_error", "ModuleNotFoundError"),
+], ids=["syntax-error", "import-error"])
+def test_a_file_that_does_not_import_is_an_error_in_every_item(tmp_path, name, shows):
+    result = grade_hostile(name, tmp_path)
+    assert {i.status for i in result.items} == {"error"}
+    assert shows in result.items[0].message and "Traceback" not in result.items[0].message
+    assert result.exit_code() == 1
+
+
+def test_missing_names_are_errors_of_the_items_that_need_them(tmp_path):
+    items = by_id(grade_hostile("missing_names", tmp_path, only={"append-time-dim", "attend-shape"}))
+    assert items["append-time-dim"].status == "pass"
+    assert items["attend-shape"].status == "error"
+    assert "defines no `attend`" in items["attend-shape"].message
+
+
+def test_the_untouched_starter_is_not_attempted_everywhere():
+    result = grade(STARTER / "kv_cache.py", STARTER / "test_kv_cache.py", timeout=FAST)
+    assert {i.status for i in result.items} == {"not_attempted"}, result.items
+    assert all("Traceback" not in i.message for i in result.items)
+    assert result.level == "below L4" and result.score == 0
