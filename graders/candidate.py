@@ -36,10 +36,18 @@ class CandidateTimeout(Exception):
 
 @dataclass(frozen=True)
 class Raised:
-    """An exception the candidate raised on an operation marked `may_raise`."""
+    """An exception the candidate raised on an operation marked `may_raise`.
+
+    `lineage` names the exception's classes, its own first, so a subclass of ValueError counts
+    as a ValueError.
+    """
 
     type: str
     message: str
+    lineage: tuple[str, ...] = ()
+
+    def is_a(self, name: str) -> bool:
+        return name in self.lineage
 
 
 class Plan:
@@ -91,6 +99,12 @@ class Plan:
     def fork(self, cache: str, into: str) -> int:
         return self._add("fork", cache=cache, into=into)
 
+    def beam_search(self, weights: dict, prompt, beams: int, steps: int, n_heads: int,
+                    n_kv_heads: int, head_dim: int, rope_base: float) -> int:
+        return self._add("beam_search", weights=weights, prompt=prompt, beams=beams, steps=steps,
+                         n_heads=n_heads, n_kv_heads=n_kv_heads, head_dim=head_dim,
+                         rope_base=rope_base)
+
 
 @dataclass
 class Results:
@@ -98,9 +112,14 @@ class Results:
 
     ops: list[dict]
     values: list = field(default_factory=list)
+    inputs: list = field(default_factory=list)
 
     def __getitem__(self, index: int):
         return self.values[index]
+
+    def inputs_after(self, index: int) -> dict:
+        """The tensor inputs of an operation run with `return_inputs`, as they were after it."""
+        return self.inputs[index]
 
 
 @dataclass
@@ -140,6 +159,7 @@ class Candidate:
                 results.values.append(self._raised(op, result["raised"]))
             else:
                 results.values.append(result["ok"])
+            results.inputs.append(result.get("inputs_after"))
         if len(results.values) < len(plan.ops):
             raise CandidateError("the plan stopped early")  # only after an exception, raised above
         return results
@@ -157,7 +177,7 @@ class Candidate:
         if not op.get("may_raise"):
             where = _last_candidate_line(raised["traceback"])
             raise CandidateError(f"`{name}` raised {raised['type']}: {raised['message']}{where}")
-        return Raised(raised["type"], raised["message"])
+        return Raised(raised["type"], raised["message"], tuple(raised["lineage"]))
 
 
 def tensor(value, what: str) -> torch.Tensor:

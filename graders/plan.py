@@ -18,6 +18,7 @@ Operations (every one may carry ``"may_raise": true``; otherwise the first excep
     inventory    cache, probes{name: [N, D]} -> facts: the cache's tensors and which probes they hold
     reorder      cache, beam_idx
     fork         cache, into                 the fork is stored under the name `into`
+    beam_search  weights, prompt, beams, steps, ...  -> tokens, beam_idx, scores (beam_worker.py)
 
 ``"measure": true`` on an append wraps it in `_Allocations` and returns what it allocated
 (``{"allocations": n, "bytes": n}``) instead of None.
@@ -34,6 +35,8 @@ import traceback
 import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
+
+from graders.beam_worker import beam_search as _beam_search
 
 PROJECTIONS = ("wq", "wk", "wv")
 
@@ -305,6 +308,7 @@ def _describe_exception(exc: BaseException) -> dict:
     frames = traceback.format_exception(type(exc), exc, exc.__traceback__)
     return {
         "type": type(exc).__name__,
+        "lineage": [cls.__name__ for cls in type(exc).__mro__],
         "message": str(exc)[:500],
         "traceback": "".join(frames)[-2000:],
     }
@@ -322,4 +326,5 @@ _OPS = {
     "inventory": _inventory,
     "reorder": _reorder,
     "fork": _fork,
+    "beam_search": _beam_search,
 }

@@ -13,6 +13,8 @@ from rich.text import Text
 from graders import rubric as rubric_data
 from graders.grade import GradeResult
 
+PASS_MESSAGE_CHARS = 160  # a pass needs no essay in the table; --json keeps every word
+
 STATUS_STYLE = {
     "pass": ("PASS", "green"),
     "fail": ("FAIL", "red"),
@@ -66,7 +68,10 @@ def _level_table(level: str, items, rubric: rubric_data.Rubric) -> Table:
     table.add_column("why", ratio=1)
     for item in items:
         label, style = STATUS_STYLE[item.status]
-        why = Text(item.message)
+        message = item.message
+        if item.status == "pass" and len(message) > PASS_MESSAGE_CHARS:
+            message = message[: PASS_MESSAGE_CHARS - 1] + "…"
+        why = Text(message)
         if item.status != "pass":
             hint = rubric.item(item.id).hints[0]
             why.append(f"\nhint: {hint}", style="cyan")

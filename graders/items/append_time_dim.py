@@ -48,11 +48,13 @@ def grade(candidate: Candidate) -> str:
             got = tensor(results[state][name], f"cache.{name} {where}")
             expected = (B, HKV, total, D)
             require_shape(got, expected, f"cache.{name} {where}", _shape_hint(got, expected))
-            divergence = first_divergence([got], [seq[part][:, :, :total]], TOLERANCE[torch.float32])
+            divergence = first_divergence([got], [seq[part][:, :, :total]],
+                                          TOLERANCE[torch.float32])
             if divergence:
                 raise Fail(f"cache.{name} {where}: row {divergence.row}, head {divergence.head}, "
                            f"time {divergence.position} is not what was appended there (max abs "
-                           f"error {divergence.max_abs:.2e}): keep every appended position, in order")
+                           f"error {divergence.max_abs:.2e}): keep every appended position, "
+                           "in order")
         lengths = tensor(results[state]["lengths"], f"cache.lengths {where}")
         if lengths.dtype != torch.int64 or tuple(lengths.shape) != (B,):
             raise Fail(f"cache.lengths {where} is {str(lengths.dtype).removeprefix('torch.')} "
@@ -67,6 +69,9 @@ def _shape_hint(got: torch.Tensor, expected: tuple[int, ...]) -> str:
     """Which dimension went wrong, when `got` is not `expected` ([B, Hkv, T, D])."""
     if got.dim() != 4:
         return ": keys and values are 4-d, [batch, kv_heads, time, head_dim]"
+    if tuple(got.shape) == (expected[0], expected[2], expected[1], expected[3]):
+        return (": that is [batch, time, kv_heads, head_dim]; the layout is "
+                "[batch, kv_heads, time, head_dim]")
     wrong = [d for d in (0, 1, 3) if got.shape[d] != expected[d]]
     if wrong and got.shape[wrong[0]] > expected[wrong[0]] and got.shape[2] < expected[2]:
         return f": it grew dim {wrong[0]} ({DIMS[wrong[0]]}) instead of time (dim 2)"

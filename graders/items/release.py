@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from graders import cases, reference
-from graders.candidate import Candidate, Fail, Plan, tensor
+from graders.candidate import Candidate, Fail, Plan, Raised, tensor
 from graders.compare import TOLERANCE, require_close, require_shape
 
 ITEM = "release"
@@ -50,38 +50,54 @@ def grade(candidate: Candidate) -> str:
     before = plan.state("c")
     plan.release("c", 1)
     released = plan.state("c")
-    right_after = plan.attend("c", old["q"][:, :, BEFORE - 1 : BEFORE])
+    calls = []  # (what, index) of the calls after release, which may raise: shown after lengths
+
+    def call(what, index):
+        calls.append((what, index))
+        return index
+
+    right_after = call("attend right after release(cache, 1)",
+                       plan.attend("c", old["q"][:, :, BEFORE - 1 : BEFORE], may_raise=True))
     steps = []
     for j in range(AFTER):
-        plan.append("c", step("k", BEFORE + j, j), step("v", BEFORE + j, j), cases.counts(1, 1, 1))
-        steps.append(plan.attend("c", step("q", BEFORE + j, j)))
+        t = BEFORE + j
+        call(f"append at step {j} after release(cache, 1)", plan.append(
+            "c", step("k", t, j), step("v", t, j), cases.counts(1, 1, 1), may_raise=True))
+        steps.append(call(f"attend at step {j} after release(cache, 1)",
+                          plan.attend("c", step("q", t, j), may_raise=True)))
     plan.release("c", B - 1)
     last_released = plan.state("c")
-    plan.release("c", B - 1)
+    plan.release("c", B - 1)  # releasing a row that has already ended is a no-op
     twice = plan.state("c")
     t = BEFORE + AFTER
-    plan.append("c", cases.padded(step("k", t, AFTER), [1, 1, 0]),
-                cases.padded(step("v", t, AFTER), [1, 1, 0]), cases.counts(1, 1, 0))
-    final = plan.attend("c", step("q", t, AFTER))
+    call("append with counts (1, 1, 0) after releasing the last row", plan.append(
+        "c", step("k", t, AFTER), step("v", t, AFTER), cases.counts(1, 1, 0), may_raise=True))
+    final = call("attend after releasing the last row",
+                 plan.attend("c", step("q", t, AFTER), may_raise=True))
     results = candidate.run(plan)
 
     _require_lengths(results[released], [BEFORE, 0, BEFORE], "release(cache, 1)")
+    for what, index in calls:
+        if isinstance(results[index], Raised):
+            raise Fail(f"{what} raised {results[index].type}: {results[index].message[:200]}")
     for name in ("keys", "values"):
         was = tensor(results[before][name], f"cache.{name} before release")
         now = tensor(results[released][name], f"cache.{name} after release(cache, 1)")
-        if now.shape[2] < BEFORE or not torch.equal(now[[0, 2], :, :BEFORE], was[[0, 2], :, :BEFORE]):
+        rows = [0, 2]
+        if now.shape[2] < BEFORE or not torch.equal(now[rows, :, :BEFORE], was[rows, :, :BEFORE]):
             raise Fail(f"release(cache, 1) changed cache.{name} of rows 0 and 2: other rows "
                        "must be untouched")
     got = [_output(results[right_after], "attend right after release(cache, 1)")]
     require_close(got, [expected(BEFORE - 1, None, [1])], TOL, case="attend right after "
                   "release(cache, 1) (row 1 must give zeros, rows 0 and 2 their old answers)")
 
-    got = [_output(results[i], f"attend at step {j} after release(cache, 1)") for j, i in enumerate(steps)]
+    got = [_output(results[i], f"attend at step {j} after release(cache, 1)")
+           for j, i in enumerate(steps)]
     require_close(got, [expected(BEFORE + j, j, []) for j in range(AFTER)], TOL,
                   case="a new sequence in released row 1 while rows 0 and 2 go on",
                   step_name="step after release", likely=_likely(old, new, full_old))
 
-    _require_lengths(results[last_released], [t, AFTER, 0], f"release(cache, {B - 1}) of the last row")
+    _require_lengths(results[last_released], [t, AFTER, 0], f"release(cache, {B - 1})")
     _require_lengths(results[twice], [t, AFTER, 0], f"release(cache, {B - 1}) a second time")
     got = [_output(results[final], "attend after releasing the last row")]
     require_close(got, [expected(t, AFTER, [2])], TOL, case="releasing the last row (twice), "

@@ -18,6 +18,7 @@ import torch
 from graders import cases, reference
 from graders.candidate import Candidate, Fail, Plan, Raised, tensor
 from graders.compare import TOLERANCE, require_close, require_shape
+from graders.plan import Missing
 
 ITEM = "reset"
 
@@ -45,10 +46,13 @@ def grade(candidate: Candidate) -> str:
     state = results[after_reset]
     for name in ("keys", "values", "lengths", "capacity"):
         value = state[name]
-        if not _is_zero(value) if name == "capacity" else value is not None:
-            big = isinstance(value, torch.Tensor) and value.numel() > 1
-            shown = f"a tensor of shape {list(value.shape)}" if big else value
-            raise Fail(f"after reset, cache.{name} is {shown}, expected "
+        empty = _is_zero(value) if name == "capacity" else value is None
+        if not empty:
+            if isinstance(value, torch.Tensor) and value.dim():
+                value = f"a tensor of shape {list(value.shape)}"
+            elif value == repr(Missing):
+                value = "unreadable (reading it raised AttributeError)"
+            raise Fail(f"after reset, cache.{name} is {value}, expected "
                        f"{0 if name == 'capacity' else None}: reset must forget everything, as if "
                        "the cache were new")
     shape = [NEW["B"], NEW["H"], 1, NEW["D"]]

@@ -6,7 +6,8 @@ must not be cast silently (index writes and `torch.cat` happily convert, or regr
 the new dtype), and a tensor on another device (here `meta`, which any machine has) must be
 refused before it reaches the storage. On the attend side, a float64 or meta query must be
 refused, and a float64 cache read by a float64 query must answer in float64: a candidate who
-returns the float32 softmax's product as it is passes every float32 test and fails here.
+returns the float32 softmax's product as it is passes every float32 test and fails here. The
+query itself must come back unchanged (the contract: attend never modifies the query).
 Each bad call runs on its own cache; its state before and after must be equal.
 """
 
@@ -37,7 +38,8 @@ def grade(candidate: Candidate) -> str:
          {"key": {"meta": k1}, "value": {"meta": v1}}),
         ("query dtype", "attend with a float64 query on a float32 cache", "attend",
          {"query": q.double()}),
-        ("query device", "attend with a query on the meta device", "attend", {"query": {"meta": q}}),
+        ("query device", "attend with a query on the meta device", "attend",
+         {"query": {"meta": q}}),
     ]
     plan = Plan()
     checks = []
@@ -49,7 +51,7 @@ def grade(candidate: Candidate) -> str:
     for dtype in (torch.float32, torch.float64):
         plan.new(str(dtype))
         plan.append(str(dtype), k.to(dtype), v.to(dtype))
-        outputs[dtype] = plan.attend(str(dtype), q.to(dtype))
+        outputs[dtype] = plan.attend(str(dtype), q.to(dtype), return_inputs=True)
     results = candidate.run(plan)
 
     messages = [f"{tag}: {require_rejected(results, what, *ops)!r}" for tag, what, *ops in checks]
@@ -60,6 +62,11 @@ def grade(candidate: Candidate) -> str:
         if out.dtype != dtype:
             raise Fail(f"{what} is {str(out.dtype)[6:]}: return the query's dtype (compute the "
                        "softmax in float32 if you like, then cast the result back)")
+        query_after = results.inputs_after(index)["query"]
+        if query_after.dtype != dtype or not torch.equal(query_after, q.to(dtype)):
+            raise Fail(f"attend changed the {str(dtype)[6:]} query it was given: work on a copy "
+                       "(an in-place scale or cast writes into the caller's tensor)")
     return (f"{len(checks)} dtype/device mismatches raised ValueError and left the cache "
-            f"unchanged; float32 and float64 outputs keep the query's dtype, on the CPU; "
+            f"unchanged; float32 and float64 outputs keep the query's dtype, on the CPU, and the "
+            f"query is left as it was; "
             f"messages: {'; '.join(messages)}")

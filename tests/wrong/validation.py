@@ -95,4 +95,11 @@ WRONG = [
         "about the query's batch, heads, head_dim, dtype or device",
         replace=((_QUERY_CHECKS, ""),),
     ), fails={"validate-shapes", "validate-dtype-device"}),
+    wrong(Mutant(
+        "attend-scales-query-in-place", "attend scales the query in place, writing into the "
+        "caller's tensor (outputs are right)",
+        replace=(("    scores = (q.float() @ keys.float().transpose(-1, -2)) / math.sqrt(head_dim)",
+                  "    q.mul_(1 / math.sqrt(head_dim))\n"
+                  "    scores = q.float() @ keys.float().transpose(-1, -2)"),),
+    ), fails={"validate-dtype-device"}),
 ]

@@ -1,0 +1,132 @@
+"""low-precision: bf16 and fp16 caches keep their dtype, compute the softmax in float32, and return
+outputs close to the reference in the query's dtype.
+
+Per dtype, two caches decoded one token at a time, every prefix compared with graders.reference
+(float64, from the same low-precision inputs, upcast exactly):
+- ordinary inputs (B=2, H=4, T=12, D=16): outputs must have the query's dtype and the cache's
+  keys and values the inputs' dtype (a cache upcast to float32 spends twice the memory the
+  caller chose to save);
+- large logits: q and k of norm ~280 along one direction per head, so every logit sits near
+  +20000, a few apart (the weights mix). Unscaled scores q.k ~ 80000 overflow fp16 (largest
+  65504): a softmax in fp16 gives inf/inf = NaN. Scaled before rounding, or in bf16 (whose
+  exponent range is float32's), the scores are rounded to steps of 16 (fp16) or 128 (bf16), far
+  coarser than the spread, and the weights come out wrong (measured error ~3). In float32 the
+  scores keep ~1e-3 of precision.
+A softmax computed in the cache's dtype is NOT detectable on the ordinary inputs: measured, its
+error is 1.4x (fp16: 0.9x) eps*(1+|expected|) at worst, within 3x of correct implementations'
+(0.5x), too close to call; only the large-logit case tells it apart.
+
+Tolerances, from `python -m graders.tolerances` (reference solution, concat baseline, a float32
+product with the values, scaled_dot_product_attention; public seeds and 50 more), as multiples
+of eps (bf16 7.8e-3, fp16 9.8e-4) of the worst error/(1+|expected|):
+    bf16 ordinary  0.6 eps   tolerance 3e-2 + 3e-2*|expected| (3.8 eps, 6x margin)
+    fp16 ordinary  0.5 eps   tolerance 4e-3 + 4e-3*|expected| (4.1 eps, 8x margin)
+    large logits   bf16 0.8 eps (6e-3), fp16 3.6 eps (3.5e-3): float32 scores of ~80000 carry
+                   rounding of ~1e-2 before the 1/sqrt(D) scale; tolerance 5e-2 + 5e-2*|expected|
+                   (8x and 14x margin), while the mistakes give NaN or errors of ~3.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from graders import cases, reference
+from graders.candidate import Candidate, Fail, Plan, tensor
+from graders.compare import Tolerance, require_close, require_shape
+
+ITEM = "low-precision"
+
+B, H, T, D = 2, 4, 12, 16  # the ordinary case
+LARGE_H, LARGE_T, LOGIT, SPREAD = 2, 8, 20000.0, 3.0  # the large-logit case
+TOLERANCE = {
+    torch.bfloat16: Tolerance(atol=3e-2, rtol=3e-2),
+    torch.float16: Tolerance(atol=4e-3, rtol=4e-3),
+}
+LARGE_LOGIT_TOLERANCE = Tolerance(atol=5e-2, rtol=5e-2)
+SEEDS = {torch.bfloat16: 600, torch.float16: 601}
+
+
+def large_logits(g: torch.Generator, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    """q [B, LARGE_H, LARGE_T, D] and k along one direction per head, of norms that put every
+    logit q.k / sqrt(D) near LOGIT, give or take a few SPREADs; v ordinary. In `dtype`."""
+    direction = cases.randn(g, B, LARGE_H, 1, D).double()
+    direction = direction / direction.norm(dim=-1, keepdim=True)
+    norm = math.sqrt(LOGIT * math.sqrt(D))
+    jitter = SPREAD * math.sqrt(D) / norm  # moves each logit by about SPREAD
+    q = norm * direction + jitter * cases.randn(g, B, LARGE_H, LARGE_T, D).double()
+    k = norm * direction + jitter * cases.randn(g, B, LARGE_H, LARGE_T, D).double()
+    v = cases.randn(g, B, LARGE_H, LARGE_T, D)
+    return {"q": q.to(dtype), "k": k.to(dtype), "v": v.to(dtype)}
+
+
+def case_inputs() -> dict[tuple[torch.dtype, str], dict[str, torch.Tensor]]:
+    """The public cases, by (dtype, kind); graders.tolerances measures on the same."""
+    inputs = {}
+    for dtype, seed in SEEDS.items():
+        g = cases.generator(seed)
+        inputs[dtype, "ordinary"] = cases.sequence(g, B, H, H, T, D, dtype=dtype)
+        inputs[dtype, "large logits"] = large_logits(g, dtype)
+    return inputs
+
+
+def grade(candidate: Candidate) -> str:
+    inputs = case_inputs()
+    plan = Plan()
+    outputs, states = {}, {}
+    for key, seq in inputs.items():
+        name = f"{key[0]} {key[1]}"
+        plan.new(name)
+        outputs[key] = []
+        for t in range(seq["k"].shape[2]):
+            plan.append(name, seq["k"][:, :, t : t + 1], seq["v"][:, :, t : t + 1])
+            outputs[key].append(plan.attend(name, seq["q"][:, :, t : t + 1]))
+        states[key] = plan.state(name)
+    results = candidate.run(plan)
+
+    got = {}
+    for (dtype, kind), indices in outputs.items():
+        dname = str(dtype).removeprefix("torch.")
+        got[dtype, kind] = []
+        for step, index in enumerate(indices):
+            what = f"attend's output ({dname} cache and query, {kind}, step {step})"
+            out = tensor(results[index], what)
+            require_shape(out, inputs[dtype, kind]["q"][:, :, :1].shape, what)
+            if out.dtype != dtype:
+                raise Fail(f"{what} is {str(out.dtype).removeprefix('torch.')}: return the "
+                           f"query's dtype ({dname}); compute the softmax in float32, then cast back")
+            got[dtype, kind].append(out)
+        for name in ("keys", "values"):
+            stored = tensor(results[states[dtype, kind]][name], f"cache.{name} of a {dname} cache")
+            if stored.dtype != dtype:
+                raise Fail(f"cache.{name} of a {dname} cache ({kind}) is "
+                           f"{str(stored.dtype).removeprefix('torch.')}: store the dtype appended "
+                           "(a low-precision cache exists to halve memory); upcast only inside attend")
+
+    for dtype in SEEDS:
+        dname = str(dtype).removeprefix("torch.")
+        for kind, tol in (("ordinary", TOLERANCE[dtype]), ("large logits", LARGE_LOGIT_TOLERANCE)):
+            seq = inputs[dtype, kind]
+            full = reference.causal_attention(seq["q"], seq["k"], seq["v"])  # float64
+            expected = [full[:, :, t : t + 1] for t in range(full.shape[2])]
+            if kind == "large logits":
+                _require_finite(got[dtype, kind], dname)
+            try:
+                require_close(got[dtype, kind], expected, tol, case=f"{dname} cache, {kind}")
+            except Fail as exc:
+                hint = (f". Only large logits go wrong: are the scores rounded to {dname} before "
+                        "the softmax? Compute q.k, the scale and the softmax in float32"
+                        if kind == "large logits" else "")
+                raise Fail(f"{exc}{hint}") from None
+    return (f"bf16 and fp16 caches keep their dtype and answer in the query's; every prefix within "
+            f"{TOLERANCE[torch.bfloat16]} (bf16), {TOLERANCE[torch.float16]} (fp16) of the float64 "
+            f"reference, and finite within {LARGE_LOGIT_TOLERANCE} with logits near {LOGIT:.0f}")
+
+
+def _require_finite(outputs: list[torch.Tensor], dname: str) -> None:
+    for step, out in enumerate(outputs):
+        if not torch.isfinite(out).all():
+            raise Fail(f"{dname} cache, large logits: outputs are not finite at step {step} "
+                       f"(logits near {LOGIT:.0f}, so q.k is near {LOGIT * math.sqrt(D):.0f}, past "
+                       "fp16's largest value 65504): compute the scores and softmax in float32")

@@ -1,0 +1,131 @@
+"""rope-absolute: cached decoding with RoPE equals a full RoPE forward at every prefix.
+
+decode_step must rotate the new token's q and k at its row's absolute position, cache.lengths[b]
+before the append. Every step is compared with graders.reference.attention_layer (float64) over
+each row's whole sequence, in three cases:
+- one token at a time from an empty cache;
+- ragged rows through counts 0/1 (a row joins late, another skips steps), so the rows of one
+  step sit at different positions: catches one position for the whole batch (the longest row's,
+  or the time dimension of cache.keys);
+- prompts of 2, 5 and 3 tokens prefilled with `append` (keys rotated by the judge), then
+  decode_step: the position comes from lengths, not from a count of decode steps.
+Outputs cannot see every position shifted by the same offset: RoPE scores depend only on the
+distance between q and k. So the cached keys are compared too, with k rotated at its absolute
+position; a mismatch is named when it matches a known mistake (position 0 or no rotation, one
+position late, the interleaved convention, the longest row's position).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from graders import cases, reference
+from graders.candidate import Candidate, Fail, Plan, tensor
+from graders.compare import TOLERANCE, first_divergence, require_shape
+
+ITEM = "rope-absolute"
+
+B, D_MODEL, HEADS, HEAD_DIM, BASE = 3, 32, 2, 16, 10000.0
+TOL = TOLERANCE[torch.float32]
+
+CASES = [  # name, prompt lengths prefilled with append, counts of each decode step
+    ("one token at a time from an empty cache", (0, 0, 0), [(1, 1, 1)] * 8),
+    ("ragged rows: row 1 joins at step 3, row 2 skips steps 2 and 5 (counts 0/1)", (0, 0, 0),
+     [(1, 0, 1), (1, 0, 1), (1, 0, 0), (1, 1, 1), (1, 1, 1), (1, 1, 0), (1, 1, 1), (1, 1, 1)]),
+    ("prompts of 2, 5 and 3 tokens prefilled with append, then decode_step", (2, 5, 3),
+     [(1, 1, 1)] * 5),
+]
+
+
+def grade(candidate: Candidate) -> str:
+    for seed, case in enumerate(CASES, start=120):
+        _check(candidate, seed, *case)
+    return (f"{len(CASES)} cases (uniform, ragged counts, prefilled prompts): every step within "
+            f"{TOL} of a full RoPE forward, cached keys rotated at their absolute positions")
+
+
+def _check(candidate: Candidate, seed: int, name: str, prompts: tuple, steps: list) -> None:
+    g = cases.generator(seed)
+    weights = cases.layer_weights(g, D_MODEL, HEADS, HEADS, HEAD_DIM)
+    lengths = torch.tensor(prompts)
+    T = int((lengths + torch.tensor(steps).sum(0)).max())
+    x = cases.randn(g, B, T + 1, D_MODEL)  # row b's tokens; one spare for rows that skip the last step
+    full = reference.attention_layer(x, weights, HEADS, HEADS, BASE)
+    plan = Plan()
+    plan.layer("L", weights, HEADS, HEADS, HEAD_DIM, BASE)
+    plan.new("c")
+    if any(prompts):
+        p = max(prompts)
+        plan.append("c", cases.padded(full["k"][:, :, :p].float(), prompts),
+                    cases.padded(full["v"][:, :, :p].float(), prompts), cases.counts(*prompts))
+    outputs, expected, longest = [], [], torch.arange(T + 1).repeat(B, 1)
+    for counts in steps:
+        active = torch.tensor(counts, dtype=torch.bool)
+        rows = torch.arange(B)
+        counts_arg = None if all(counts) else cases.counts(*counts)
+        outputs.append((plan.decode_step("L", "c", x[rows, lengths][:, None], counts_arg), active))
+        expected.append(full["out"][rows, lengths][:, None].where(active[:, None, None], 0.0))
+        longest[rows[active], lengths[active]] = int(lengths.max())
+        lengths = lengths + active
+    state = plan.state("c")
+    results = candidate.run(plan)
+
+    keys = tensor(results[state]["keys"], f"{name}: cache.keys")
+    require_shape(keys, (B, HEADS, int(lengths.max()), HEAD_DIM), f"{name}: cache.keys")
+    _check_keys(name, keys, x, weights, lengths, torch.tensor(prompts), longest)
+    got = []
+    for step, (index, active) in enumerate(outputs):
+        out = tensor(results[index]["output"], f"{name}: decode_step's output at step {step}")
+        require_shape(out, (B, 1, D_MODEL), f"{name}: decode_step's output at step {step}")
+        got.append(out.double().where(active[:, None, None], 0.0))
+    errors = [float((o - e).abs().nan_to_num(float("inf")).max()) for o, e in zip(got, expected)]
+    divergence = first_divergence([o[:, None] for o in got], [e[:, None] for e in expected], TOL)
+    if divergence:
+        grows = errors[0] <= TOL.atol and errors[-1] >= errors[divergence.step]
+        raise Fail(f"{name}: decode_step's output first differs from the full RoPE forward at step "
+                   f"{divergence.step}, row {divergence.row}: max abs error {divergence.max_abs:.2e} "
+                   f"(tolerance {TOL})" + (". The error grows with position while a single position "
+                   "is right: a RoPE offset (q or k rotated at another position than "
+                   "cache.lengths[b])?" if grows else ""))
+
+
+def _check_keys(name: str, keys, x, weights, lengths, prompts, longest) -> None:
+    """cache.keys against k rotated at its absolute position; positions decode_step wrote only."""
+    k_raw = reference.split_heads(x.double() @ weights["wk"].double().T, HEADS)  # [B, H, T+1, D]
+    T = keys.shape[2]
+    positions = torch.arange(T).repeat(B, 1)
+    decoded = (positions >= prompts[:, None]) & (positions < lengths[:, None])  # [B, T]
+    mask = decoded[:, None, :, None]
+
+    def rotated(alternative, rope=reference.rope):  # positions of the decoded keys -> masked keys
+        return rope(k_raw[:, :, :T], positions.where(~decoded, alternative), BASE).where(mask, 0.0)
+
+    got = keys.double().where(mask, 0.0)
+    divergence = first_divergence([got], [rotated(positions)], TOL)
+    if divergence is None:
+        return
+    likely = {
+        "keys rotated at position 0 or not at all (is the row's position passed to apply_rope, "
+        "and are keys cached after RoPE?)": rotated(torch.zeros_like(positions)),
+        "keys rotated one position late (positions taken from lengths after the append?)":
+            rotated(positions + 1),
+        "interleaved RoPE convention (pairs 2i, 2i+1) instead of rotate-half? Use the given "
+        "apply_rope": rotated(positions, _interleaved_rope),
+        "every row rotated at the longest row's position, not its own cache.lengths[b]":
+            rotated(longest[:, :T]),
+    }
+    label = next((k for k, v in likely.items() if first_divergence([got], [v], TOL) is None), None)
+    raise Fail(f"{name}: cache.keys differ from k rotated at its absolute position at row "
+               f"{divergence.row}, head {divergence.head}, position {divergence.position}: max abs "
+               f"error {divergence.max_abs:.2e} (tolerance {TOL})"
+               + (f". Likely mistake: {label}" if label else ""))
+
+
+def _interleaved_rope(x: torch.Tensor, positions: torch.Tensor, base: float) -> torch.Tensor:
+    """The GPT-J / original-paper convention, float64: dimensions 2i and 2i+1 form a pair."""
+    x = x.double()
+    i = torch.arange(x.shape[-1] // 2, dtype=torch.float64)
+    theta = positions.double()[:, None, :, None] * base ** (-2.0 * i / x.shape[-1])
+    even, odd = x[..., 0::2], x[..., 1::2]
+    return torch.stack((even * theta.cos() - odd * theta.sin(),
+                        odd * theta.cos() + even * theta.sin()), dim=-1).flatten(-2)

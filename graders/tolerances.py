@@ -1,0 +1,158 @@
+"""Measure how far correct implementations land from the judge's reference, to set tolerances.
+
+    python -m graders.tolerances
+
+Correct implementations (trusted code, imported here in-process; a candidate's file never is):
+the reference solution, the concat baseline, and two other styles of `attend` over the
+reference's cache: the weights multiplied with float32 values (no rounding of the weights), and
+torch's scaled_dot_product_attention in the cache's dtype. Each decodes the public cases' shapes
+one token at a time (the public seed and EXTRA_SEEDS more), and every prefix is compared with
+graders.reference.causal_attention (float64, from the same inputs: low-precision inputs upcast
+exactly). Printed per dtype, case and style: the max abs error, the worst error in units of
+eps * (1 + |expected|), and the share of the tolerance in use the worst element takes (its inverse
+is the margin). Two mistakes are measured alongside, to show what the tolerance still catches.
+
+Measured (torch 2.13 CPU, 51 seeds per case):
+    float32   max abs 6.6e-07 (gqa 12/4)   share of 1e-5 + 1e-4*|expected|: 0.05 (20x margin)
+    float64   max abs 6.1e-07, the same: the contract's softmax runs in float32, so a float64
+              cache is only as exact as float32. compare.TOLERANCE[float64] (1e-10 + 1e-8) fails
+              every correct implementation; float64 cases must use the float32 tolerance.
+    bfloat16  ordinary 1.3e-02 (0.55 eps), large logits 1.4e-02 (0.73 eps)
+    float16   ordinary 1.5e-03 (0.50 eps), large logits 3.4e-03 (3.5 eps)
+The float32-softmax reference (scores and softmax in float32 from the same low-precision
+inputs) differs from the float64 one by at most 5e-07 on these cases: rounding of the
+low-precision output (half an ulp, 0.5 eps relative) dominates everything, so the judge keeps
+one reference, float64, and the low-precision tolerances cover the output rounding.
+
+Chosen (graders/items/low_precision.py; each error is at most atol + rtol*|expected|):
+    bfloat16  3e-2 + 3e-2*|expected|   3.8 eps: 6x the worst ordinary error
+    float16   4e-3 + 4e-3*|expected|   4.1 eps: 8x the worst ordinary error
+    large logits, both dtypes: 5e-2 + 5e-2*|expected|, 8x (bf16) and 14x (fp16) the worst;
+              the softmax-in-the-cache-dtype mistake gives NaN (fp16) or errors of ~3 there, but
+              only 1.4 eps (bf16) and 0.9 eps (fp16) on ordinary inputs: not detectable there.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from graders import cases, reference
+from graders.compare import TOLERANCE, Tolerance
+from graders.items import low_precision
+
+ROOT = Path(__file__).resolve().parent.parent
+EXTRA_SEEDS = 50
+DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
+SHAPES = [  # case, B, Hq, Hkv, T, D, public seed: prefix-equivalence's and gqa's public shapes
+    ("prefix-equivalence", 2, 4, 4, 12, 16, 0),
+    ("gqa 6/2", 2, 6, 2, 7, 8, 700),
+    ("gqa 12/4", 2, 12, 4, 7, 8, 701),
+    ("mqa 4/1", 2, 4, 1, 7, 8, 702),
+]
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(f"tolerances_{name}", ROOT / "solutions" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _decoder(module, attend=None):
+    """Decode seq one token at a time through `module`'s cache -> every step's output [B, Hq, T, D]."""
+    def run(seq: dict) -> torch.Tensor:
+        cache, outputs = module.KVCache(), []
+        for t in range(seq["k"].shape[2]):
+            module.append(cache, seq["k"][:, :, t : t + 1], seq["v"][:, :, t : t + 1])
+            query = seq["q"][:, :, t : t + 1]
+            outputs.append((attend or module.attend)(cache, query))
+        return torch.cat(outputs, dim=2)
+    return run
+
+
+def _expanded(cache, query):
+    """keys and values [B, Hq, T, D] of an unragged cache, KV heads repeated for the query heads."""
+    group = query.shape[1] // cache.keys.shape[1]
+    return cache.keys.repeat_interleave(group, 1), cache.values.repeat_interleave(group, 1)
+
+
+def _float32_product(cache, query):
+    keys, values = _expanded(cache, query)
+    scores = query.float() @ keys.float().transpose(-1, -2) / math.sqrt(query.shape[-1])
+    return (torch.softmax(scores, dim=-1) @ values.float()).to(query.dtype)
+
+
+def _sdpa(cache, query):
+    return F.scaled_dot_product_attention(query, *_expanded(cache, query))
+
+
+def _softmax_in_cache_dtype(cache, query, prescale=False):  # a mistake
+    keys, values = _expanded(cache, query)
+    scale = 1 / math.sqrt(query.shape[-1])
+    scores = (query * scale) @ keys.transpose(-1, -2) if prescale else query @ keys.transpose(-1, -2) * scale
+    return torch.softmax(scores, dim=-1) @ values
+
+
+def _float32_reference(seq: dict) -> torch.Tensor:
+    """Full causal attention with float32 scores and softmax, from the same inputs."""
+    q, k, v = (seq[n].float() for n in "qkv")
+    group = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
+    T = q.shape[2]
+    scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    scores = scores.masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(), float("-inf"))
+    return torch.softmax(scores, dim=-1) @ v
+
+
+def _cases(dtype: torch.dtype):
+    """(case, tolerance, [seq per seed]) for `dtype`: the public seed first, then EXTRA_SEEDS more."""
+    extra = range(10_000, 10_000 + EXTRA_SEEDS)
+    low = dtype in low_precision.TOLERANCE
+    tol = low_precision.TOLERANCE[dtype] if low else TOLERANCE[torch.float32]
+    for name, B, Hq, Hkv, T, D, seed in SHAPES:
+        yield name, tol, [cases.sequence(cases.generator(s), B, Hq, Hkv, T, D, dtype=dtype)
+                          for s in (seed, *extra)]
+    if low:
+        public = low_precision.case_inputs()
+        lp = low_precision
+        yield "low-precision ordinary", tol, [public[dtype, "ordinary"]] + [
+            cases.sequence(cases.generator(s), lp.B, lp.H, lp.H, lp.T, lp.D, dtype=dtype) for s in extra]
+        yield "low-precision large logits", lp.LARGE_LOGIT_TOLERANCE, [public[dtype, "large logits"]] + [
+            lp.large_logits(cases.generator(s), dtype) for s in extra]
+
+
+def main() -> None:
+    solution, baseline = _load("kv_cache"), _load("concat_kv_cache")
+    styles = {
+        "reference solution": _decoder(solution),
+        "concat baseline": _decoder(baseline),
+        "float32 product": _decoder(solution, _float32_product),
+        "sdpa": _decoder(solution, _sdpa),
+        "MISTAKE softmax in cache dtype": _decoder(solution, _softmax_in_cache_dtype),
+        "MISTAKE the same, q scaled first": _decoder(
+            solution, lambda cache, query: _softmax_in_cache_dtype(cache, query, prescale=True)),
+    }
+    print(f"{'dtype':9} {'case':27} {'style':31} {'max abs':>8} {'eps units':>9} {'tol share':>9}")
+    for dtype in DTYPES:
+        eps = torch.finfo(dtype if dtype in low_precision.TOLERANCE else torch.float32).eps
+        for name, tol, seqs in _cases(dtype):
+            expected = [reference.causal_attention(s["q"], s["k"], s["v"]) for s in seqs]
+            for style, run in styles.items():
+                abs_err = eps_units = share = 0.0
+                for s, e in zip(seqs, expected):
+                    err = (run(s).double() - e).abs().nan_to_num(math.inf)
+                    abs_err = max(abs_err, float(err.max()))
+                    eps_units = max(eps_units, float((err / (eps * (1 + e.abs()))).max()))
+                    share = max(share, float((err / (tol.atol + tol.rtol * e.abs())).max()))
+                print(f"{str(dtype)[6:]:9} {name:27} {style:31} {abs_err:8.1e} {eps_units:9.2f} {share:9.3f}")
+            gap = max(float((_float32_reference(s).double() - e).abs().max()) for s, e in zip(seqs, expected))
+            print(f"{str(dtype)[6:]:9} {name:27} {'float32-softmax reference':31} {gap:8.1e}")
+
+
+if __name__ == "__main__":
+    main()

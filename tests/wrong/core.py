@@ -1,0 +1,128 @@
+"""Wrong implementations of the L4/L5 core: append, attend, lengths and capacity.
+
+Each is the reference solution with one mistake candidates make, and lists every L4/L5 item it
+fails (L6 items have no graders yet). lengths-python-int leaves validate-shapes out on purpose:
+its validation is right, only the type of `lengths` is wrong, which append-time-dim judges.
+"""
+
+from __future__ import annotations
+
+from graders.mutation import Mutant
+from tests.wrong import wrong
+
+SCORES = "scores = (q.float() @ keys.float().transpose(-1, -2)) / math.sqrt(head_dim)  # [B, Hkv, G, T]"
+SOFTMAX = "weights = torch.softmax(scores, dim=-1)  # max-subtracted inside: stable for large logits"
+ROW_MASK = (
+    "    past_end = torch.arange(keys.shape[2], device=keys.device) >= cache.lengths[:, None]  # [B, T]\n"
+    "    scores = scores.masked_fill(past_end[:, None, None, :], float(\"-inf\"))\n"
+)
+
+APPEND_ON_HEADS = '''
+def append(cache: KVCache, new_key: Tensor, new_value: Tensor, counts: Tensor | None = None):
+    """Append new_key, new_value ([B, Hkv, t, D]) to the cache."""
+    counts = _validate_append(cache, new_key, new_value, counts)  # [B]
+    if cache.k_storage is None:
+        cache.k_storage, cache.v_storage = new_key.clone(), new_value.clone()
+        cache.lengths = counts.clone()
+        return
+    cache.k_storage = torch.cat((cache.k_storage, new_key), dim=1)
+    cache.v_storage = torch.cat((cache.v_storage, new_value), dim=1)
+    cache.lengths = cache.lengths + counts
+'''
+
+APPEND_ONE_LENGTH = '''
+def append(cache: KVCache, new_key: Tensor, new_value: Tensor, counts: Tensor | None = None):
+    """Append new_key, new_value ([B, Hkv, t, D]) along time."""
+    _validate_append(cache, new_key, new_value, counts)
+    t = new_key.shape[2]
+    length = cache.lengths or 0  # every row has the same length
+    _reserve(cache, length + t, new_key)
+    cache.k_storage[:, :, length : length + t] = new_key
+    cache.v_storage[:, :, length : length + t] = new_value
+    cache.lengths = length + t
+'''
+
+WRONG = [
+    wrong(Mutant("append-on-heads", "append concatenates along dim 1 (kv_heads), not time, so it cannot check kv_heads",
+                 replace=(('            ("kv_heads", kv_heads, stored.shape[1]),\n', ""),),
+                 functions={"append": APPEND_ON_HEADS}),
+          fails={"append-time-dim", "attend-shape", "prefix-equivalence", "validate-shapes",
+                 "stable-softmax", "reset", "release", "length-vs-capacity", "ragged-batch",
+                 "kv-only"}),
+    wrong(Mutant("attend-whole-capacity", "attend reads every allocated slot, with no length mask",
+                 replace=(("keys, values = cache.keys, cache.values  # [B, Hkv, T, D], T = max(lengths)",
+                           "keys, values = cache.k_storage, cache.v_storage  # [B, Hkv, capacity, D]"),
+                          (ROW_MASK, ""))),
+          fails={"prefix-equivalence", "stable-softmax", "reset", "release", "length-vs-capacity",
+                 "ragged-batch"}),
+    wrong(Mutant("attend-no-row-mask", "attend over max(lengths) positions without a per-row mask",
+                 replace=((ROW_MASK, ""),)),
+          fails={"release", "ragged-batch"}),
+    wrong(Mutant("no-scale", "scores are not scaled by 1/sqrt(head_dim)",
+                 replace=((SCORES, SCORES.replace(" / math.sqrt(head_dim)", "")),)),
+          fails={"prefix-equivalence", "stable-softmax", "reset", "release", "length-vs-capacity",
+                 "ragged-batch"}),
+    wrong(Mutant("scale-one-over-d", "scores are scaled by 1/head_dim",
+                 replace=((SCORES, SCORES.replace("math.sqrt(head_dim)", "head_dim")),)),
+          fails={"prefix-equivalence", "stable-softmax", "reset", "release", "length-vs-capacity",
+                 "ragged-batch"}),
+    wrong(Mutant("softmax-wrong-axis", "softmax over dim -2 (the one query position), not the cached positions",
+                 replace=((SOFTMAX, "weights = torch.softmax(scores, dim=-2)"),)),
+          fails={"prefix-equivalence", "stable-softmax", "reset", "release", "length-vs-capacity",
+                 "ragged-batch"}),
+    wrong(Mutant("softmax-no-max", "softmax as exp(s) / sum(exp(s)), no maximum subtracted",
+                 replace=((SOFTMAX, "exp = scores.exp()\n    weights = exp / exp.sum(dim=-1, keepdim=True)"),)),
+          fails={"stable-softmax"}),
+    wrong(Mutant("softmax-batch-max", "softmax subtracts one maximum for the whole batch",
+                 replace=((SOFTMAX, "exp = (scores - scores.max()).exp()\n"
+                                    "    weights = exp / exp.sum(dim=-1, keepdim=True)"),)),
+          fails={"stable-softmax"}),
+    wrong(Mutant("counts-ignored", "append checks counts, then writes all t positions to every row",
+                 replace=(("counts = _validate_append(cache, new_key, new_value, counts)  # [B]\n"
+                           "    batch, _, t, _ = new_key.shape\n",
+                           "_validate_append(cache, new_key, new_value, counts)\n"
+                           "    batch, _, t, _ = new_key.shape\n"
+                           "    counts = torch.full((batch,), t, dtype=torch.int64, device=new_key.device)\n"),)),
+          fails={"release", "length-vs-capacity", "ragged-batch"}),
+    wrong(Mutant("writes-padding", "append writes all t positions of every row; lengths grow by counts",
+                 replace=(("real = offsets < counts[:, None]  # [B, t]: which new positions row b keeps",
+                           "real = torch.ones(batch, t, dtype=torch.bool, device=new_key.device)"),
+                          ("_reserve(cache, int(new_lengths.max()), new_key)",
+                           "_reserve(cache, int(lengths.max()) + t, new_key)"))),
+          fails={"ragged-batch"}),
+    wrong(Mutant("shared-write-offset", "every row's new positions written at max(lengths), not its own length",
+                 replace=(("dst = (lengths[:, None] + offsets)[real]",
+                           "dst = (lengths.max() + offsets).expand(batch, t)[real]"),
+                          ("_reserve(cache, int(new_lengths.max()), new_key)",
+                           "_reserve(cache, int(lengths.max()) + t, new_key)"))),
+          fails={"release", "ragged-batch"}),
+    wrong(Mutant("lengths-python-int", "lengths is one Python int for the whole batch, so counts go unused",
+                 replace=(("self.k_storage[:, :, : int(self.lengths.max())]", "self.k_storage[:, :, : self.lengths]"),
+                          ("self.v_storage[:, :, : int(self.lengths.max())]", "self.v_storage[:, :, : self.lengths]"),
+                          (ROW_MASK, ""),
+                          ("    weights = weights.masked_fill((cache.lengths == 0)[:, None, None, None], 0.0)\n", ""),
+                          ("if cache.lengths is not None and cache.lengths.shape[0] != batch:\n"
+                           "        raise ValueError(f\"batch: x has {batch}, cache has {cache.lengths.shape[0]}\")",
+                           "if cache.k_storage is not None and cache.k_storage.shape[0] != batch:\n"
+                           "        raise ValueError(f\"batch: x has {batch}, cache has {cache.k_storage.shape[0]}\")"),
+                          ("lengths = cache.lengths if cache.lengths is not None else torch.zeros(batch, dtype=torch.int64)",
+                           "lengths = torch.full((batch,), cache.lengths or 0)")),
+                 functions={"append": APPEND_ONE_LENGTH}),
+          fails={"append-time-dim", "release", "length-vs-capacity", "ragged-batch"}),
+    wrong(Mutant("capacity-is-max-length", "capacity reports max(lengths), not the allocated slots",
+                 replace=(("return 0 if self.k_storage is None else self.k_storage.shape[2]",
+                           "return 0 if self.k_storage is None else int(self.lengths.max())"),
+                          ("needed <= cache.capacity:", "needed <= cache.k_storage.shape[2]:"),
+                          ("k[:, :, : cache.capacity] = cache.k_storage",
+                           "k[:, :, : cache.k_storage.shape[2]] = cache.k_storage"),
+                          ("v[:, :, : cache.capacity] = cache.v_storage",
+                           "v[:, :, : cache.v_storage.shape[2]] = cache.v_storage"))),
+          fails={"length-vs-capacity"}),
+    wrong(Mutant("capacity-request-ignored", "KVCache(capacity=N) allocates only what the first append needs",
+                 replace=(("self.requested_capacity = capacity or 0", "self.requested_capacity = 0"),)),
+          fails={"length-vs-capacity"}),
+    wrong(Mutant("keys-whole-storage", "keys and values return the whole storage (time = capacity)",
+                 replace=(("self.k_storage[:, :, : int(self.lengths.max())]", "self.k_storage"),
+                          ("self.v_storage[:, :, : int(self.lengths.max())]", "self.v_storage"))),
+          fails={"append-time-dim", "length-vs-capacity", "kv-only"}),
+]
