@@ -55,7 +55,8 @@ def execute(module, plan: dict) -> list[dict]:
             if not op.get("may_raise"):
                 break
         if op.get("return_inputs"):
-            results[-1]["inputs_after"] = {k: op[k] for k in ("key", "value", "query", "x") if k in op}
+            results[-1]["inputs_after"] = {k: _snapshot(op[k]) for k in ("key", "value", "query", "x")
+                                           if k in op}
     return results
 
 
@@ -143,8 +144,14 @@ def _attend(state: _State, op: dict):
 
 
 def _state(state: _State, op: dict):
+    """A snapshot: tensors are copied now, since a later operation may write into a view."""
     cache = state.caches[op["cache"]]
-    return {name: getattr(cache, name, Missing) for name in ("keys", "values", "lengths", "capacity")}
+    return {name: _snapshot(getattr(cache, name, Missing))
+            for name in ("keys", "values", "lengths", "capacity")}
+
+
+def _snapshot(value):
+    return value.detach().clone() if isinstance(value, torch.Tensor) else value
 
 
 def _reset(state: _State, op: dict):

@@ -1,5 +1,5 @@
 """What the hidden graders share: seeded case shapes, replayable case names, the newest-token
-reference for long caches, and what the candidate's calls left of their inputs.
+reference for long caches, and checking what the candidate's calls left of their inputs.
 
 Every hidden case is generated from its seed alone (`BASE_SEED` plus an offset per item and case):
 the shapes, the chunk sizes and the tensors. A failure names the seed and says what kind of case
@@ -8,6 +8,8 @@ To replay one, rebuild the case from its seed in the item's file.
 """
 
 from __future__ import annotations
+
+from contextlib import contextmanager
 
 import torch
 
@@ -50,42 +52,29 @@ def newest(seq: dict[str, torch.Tensor], n: int) -> torch.Tensor:
     return reference.causal_attention(seq["q"][:, :, n - 1 : n], seq["k"][:, :, :n], seq["v"][:, :, :n])
 
 
-def run(candidate: Candidate, plan: Plan, case: str) -> tuple[Results, list[dict | None]]:
-    """Run `plan`; a crash, hang or unexpected exception is reported with `case` in front.
+def run(candidate: Candidate, plan: Plan, case: str) -> Results:
+    """`candidate.run(plan)`, with `case` in front of what a crash, hang or unexpected exception says."""
+    with labelled(case):
+        return candidate.run(plan)
 
-    Also returns, per operation, the tensor inputs as the candidate left them (`None` unless the
-    operation was sent with `return_inputs`). `Candidate.run` keeps only the operations' values,
-    so the worker's replies are read through a recorder standing in for the worker.
-    """
-    recorder = _Recorder(candidate.worker)
+
+@contextmanager
+def labelled(case: str):
+    """Put `case` in front of a CandidateError or CandidateTimeout raised inside (a grader's own
+    Fail messages name their case themselves)."""
     try:
-        results = Candidate(recorder, candidate.timeout).run(plan)
+        yield
     except CandidateTimeout as exc:
         raise CandidateTimeout(f"{case}: {exc}") from None
     except CandidateError as exc:
         raise CandidateError(f"{case}: {exc}") from None
-    inputs = [reply.get("inputs_after") for reply in recorder.reply.body["results"]]
-    return results, inputs
 
 
-class _Recorder:
-    """The candidate's worker, keeping the last reply (whose body holds `inputs_after`)."""
-
-    def __init__(self, worker):
-        self.worker = worker
-        self.reply = None
-
-    def run(self, requests: list[dict], timeout: float, parallel: int = 1):
-        replies = self.worker.run(requests, timeout, parallel)
-        self.reply = replies[0]
-        return replies
-
-
-def require_unchanged(sent: dict[str, torch.Tensor], after: dict | None, call: str, case: str) -> None:
-    """Fail unless every input in `sent` came back from `call` with the same shape, dtype and
-    values (NaN where NaN was sent)."""
+def require_unchanged(sent: dict[str, torch.Tensor], after: dict, call: str, case: str) -> None:
+    """Fail unless every input in `sent` came back from `call` (`Results.inputs_after`) with the
+    same shape, dtype and values (NaN where NaN was sent)."""
     for arg, tensor in sent.items():
-        back = (after or {}).get(arg)
+        back = after.get(arg)
         same = (isinstance(back, torch.Tensor) and back.shape == tensor.shape
                 and back.dtype == tensor.dtype
                 and bool(((back == tensor) | (back.isnan() & tensor.isnan())).all()))

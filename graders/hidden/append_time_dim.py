@@ -59,7 +59,7 @@ def _check(candidate: Candidate, g: torch.Generator, seed: int, B: int, H: int, 
         plan.append("c", k, v)
         total += t
         states.append(plan.state("c"))
-    results, _ = _cases.run(candidate, plan, case)
+    results = _cases.run(candidate, plan, case)
 
     total = 0
     for i, (t, index) in enumerate(zip(appends, states), start=1):

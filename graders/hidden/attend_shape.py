@@ -49,7 +49,7 @@ def _check(candidate: Candidate, g, seed: int, B: int, H: int, D: int, appends, 
         plan.append("c", seq["k"][:, :, total : total + t], seq["v"][:, :, total : total + t])
         total += t
         ops.append((t, total, plan.attend("c", seq["q"][:, :, total - 1 : total])))
-    results, _ = _cases.run(candidate, plan, case)
+    results = _cases.run(candidate, plan, case)
     for t, total, index in ops:
         what = (f"{case}: attend's output with {total} cached positions (the last append "
                 f"brought {t})")

@@ -62,7 +62,7 @@ def grade(candidate: Candidate) -> str:
     for t in range(3):
         plan.append("float64", k[:, :, t : t + 1].double(), v[:, :, t : t + 1].double())
     output = plan.attend("float64", q.double())
-    results, _ = _cases.run(candidate, plan, case)
+    results = _cases.run(candidate, plan, case)
 
     for what, *ops in checks:
         require_rejected(results, what, *ops)

@@ -84,7 +84,7 @@ def _check(candidate: Candidate, seed: int) -> int:
     good = kv(B, H, 2, D)
     plan.append("first", good["key"], good["value"])
     good_after = plan.state("first")
-    results, _ = _cases.run(candidate, plan, case)
+    results = _cases.run(candidate, plan, case)
 
     for what, *ops in checks:
         require_rejected(results, what, *ops)

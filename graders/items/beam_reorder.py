@@ -84,7 +84,7 @@ def _fixed_indices(candidate: Candidate, seed: int, name: str, batch: int, event
         got = tensor(results[state]["lengths"], f"cache.lengths of cache {n}").tolist()
         if got != want:
             raise Fail(f"{name}: at the end, cache {n}'s lengths are {got}, expected {want}: "
-                       "reorder must move lengths with their rows (new row j = old row beam_idx[j])")
+                       "reorder must move lengths with their rows (row j = old row beam_idx[j])")
     for index, n, step, after, active, want in checks:
         got = tensor(results[index], f"attend's output at step {step}")
         require_shape(got, tuple(want.shape), f"attend's output at step {step}")
@@ -118,22 +118,23 @@ def _beam_search(candidate: Candidate) -> None:
     for step in range(STEPS):
         when = ("the first choice, before any reorder" if step == 0 else
                 f"after reorder(cache, {found['beam_idx'][step - 1].tolist()}) on every layer")
-        table = (scores[:, None] + decoder.log_probs(weights, sequences, HEADS, HEADS, BASE)).flatten()
+        log_probs = decoder.log_probs(weights, sequences, HEADS, HEADS, BASE)  # [beams, vocab]
+        table = (scores[:, None] + log_probs).flatten()
         beam_idx, tokens = found["beam_idx"][step].long(), found["tokens"][step].long()
         picked = beam_idx * VOCAB + tokens
-        if (beam_idx < 0).any() or (beam_idx >= len(sequences)).any() or (tokens < 0).any() \
-                or (tokens >= VOCAB).any() or len(set(picked.tolist())) < BEAMS:
+        in_range = (0 <= tokens) & (tokens < VOCAB) & (0 <= beam_idx) & (beam_idx < len(sequences))
+        if not in_range.all() or picked.unique().numel() < BEAMS:
             raise Fail(f"beam search, step {step}: beams {beam_idx.tolist()} with tokens "
                        f"{tokens.tolist()} are not {BEAMS} distinct continuations")
         want, got = table[picked], found["scores"][step].double()
         wrong = (~close(got, want, TOL)).nonzero()
         if len(wrong):
             j = int(wrong[0])
-            raise Fail(f"beam search, step {step} ({when}): new beam {j} (old beam {int(beam_idx[j])} "
-                       f"+ token {int(tokens[j])}) scores {float(got[j]):.5f}, the uncached decoder "
-                       f"{float(want[j]):.5f}: " + ("decode_step is wrong before any reorder "
-                       "(see rope-absolute)" if step == 0 else "is every layer's cache reordered, "
-                       "keys, values and lengths?"))
+            hint = ("decode_step is wrong before any reorder (see rope-absolute)" if step == 0 else
+                    "is every layer's cache reordered, keys, values and lengths?")
+            raise Fail(f"beam search, step {step} ({when}): new beam {j} (old beam "
+                       f"{int(beam_idx[j])} + token {int(tokens[j])}) scores {float(got[j]):.5f}, "
+                       f"the uncached decoder {float(want[j]):.5f}: {hint}")
         kth = table.topk(BEAMS).values[-1]
         if want.min() < kth - (TOL.atol + TOL.rtol * kth.abs()):
             raise Fail(f"beam search, step {step} ({when}): chose a continuation scoring "

@@ -11,9 +11,10 @@ heads instead of Hq. Cases, a 3-position prompt then single tokens, every prefix
   handle the edge cases (a broadcast over 4 query heads, a group of one);
 - decode_step with a GQA layer (n_heads=6, n_kv_heads=2): outputs equal a full forward at every
   step and the cache holds 2 heads (a decode_step that repeats k and v for the query heads before
-  appending gives right outputs from a cache 3x too big). The outputs are judged only when an MHA
-  layer decodes right in the same run: when it does not, the fault is not in the heads (RoPE
-  positions are rope-absolute's business), and only the GQA cache's shape is judged here.
+  appending gives right outputs from a cache 3x too big). When the outputs differ, an MHA layer
+  is decoded too: if it differs as well, the fault is not in the heads (RoPE positions are
+  rope-absolute's business) and only the GQA cache's heads are judged here. attend is judged
+  before decode_step is called, so a stub decode_step hides no attend mistake.
 """
 
 from __future__ import annotations
@@ -39,6 +40,23 @@ TOL = TOLERANCE[torch.float32]
 
 
 def grade(candidate: Candidate) -> str:
+    _check_attend(candidate)
+    heads, kv_heads = LAYERS["GQA"]
+    where = f"decode_step with n_heads={heads}, n_kv_heads={kv_heads}"
+    divergence = _decode(candidate, "GQA", where)
+    layouts = (f"{len(CASES)} head layouts (GQA 6/2 and 12/4, MQA, MHA) within {TOL} of full "
+               "attention with expanded heads at every prefix; caches keep kv_heads heads")
+    if divergence is None:
+        return f"{layouts}; {where} equals a full forward"
+    if _decode(candidate, "MHA", "decode_step with an MHA layer"):
+        return (f"{layouts}. decode_step's outputs are wrong for an MHA layer too, so they are not "
+                "judged here (see rope-absolute)")
+    raise Fail(f"{where}: {divergence}, while an MHA layer decodes right: does decode_step split "
+               "k and v into n_kv_heads heads and let query head h read KV head "
+               "h // (n_heads // n_kv_heads), as attend does?")
+
+
+def _check_attend(candidate: Candidate) -> None:
     plan = Plan()
     attends, states = {}, {}
     for name, Hq, Hkv, seed in CASES:
@@ -50,16 +68,6 @@ def grade(candidate: Candidate) -> str:
             plan.append(name, seq["k"][:, :, t : t + 1], seq["v"][:, :, t : t + 1])
             attends[name].append(plan.attend(name, seq["q"][:, :, t : t + 1]))
         states[name] = (seq, plan.state(name))
-    g = cases.generator(710)
-    decodes = {}
-    for kind, (heads, kv_heads) in LAYERS.items():
-        weights = cases.layer_weights(g, D_MODEL, heads, kv_heads, D)
-        x = cases.randn(g, B, STEPS, D_MODEL)
-        plan.layer(kind, weights, heads, kv_heads, D, BASE)
-        plan.new(kind)
-        decodes[kind] = (reference.attention_layer(x, weights, heads, kv_heads, BASE)["out"],
-                         [plan.decode_step(kind, kind, x[:, t : t + 1]) for t in range(STEPS)])
-    gqa_state = plan.state("GQA")
     results = candidate.run(plan)
 
     for name, Hq, Hkv, _ in CASES:
@@ -76,30 +84,25 @@ def grade(candidate: Candidate) -> str:
                       first_step=PROMPT, likely={
                           "GQA head mapping? query head h must read KV head h // (Hq // Hkv), "
                           "not h % Hkv (repeat_interleave, not repeat)": _newest(wrong)})
-        _require_kv_heads(results[state], (B, Hkv, T, D), Hq, f"{name}: after {T} positions")
-
-    heads, kv_heads = LAYERS["GQA"]
-    where = f"decode_step with n_heads={heads}, n_kv_heads={kv_heads}"
-    _require_kv_heads(results[gqa_state], (B, kv_heads, STEPS, D), heads, f"{where}, after {STEPS} steps")
-    divergence = _decode_divergence(results, *decodes["GQA"], where)
-    if divergence is None:
-        return (f"{len(CASES)} head layouts (GQA 6/2 and 12/4, MQA, MHA) within {TOL} of full "
-                f"attention with expanded heads at every prefix; caches keep kv_heads heads; "
-                f"{where} equals a full forward")
-    if _decode_divergence(results, *decodes["MHA"], "decode_step with an MHA layer"):
-        return (f"{len(CASES)} head layouts within {TOL} of full attention with expanded heads at "
-                f"every prefix; caches keep kv_heads heads. decode_step's outputs are wrong for MHA "
-                f"too, so they are not judged here (see rope-absolute)")
-    raise Fail(f"{where}: {divergence}, while an MHA layer decodes right: does decode_step split "
-               "k and v into n_kv_heads heads and group the query heads as attend does?")
+        _require_kv_heads(results[state], Hkv, Hq, f"{name}: after {T} positions")
 
 
-def _newest(full: torch.Tensor) -> list[torch.Tensor]:
-    return [full[:, :, t : t + 1] for t in range(PROMPT - 1, T)]
+def _decode(candidate: Candidate, kind: str, where: str) -> str | None:
+    """Decode STEPS tokens with the `kind` layer; check the cache's heads; how the outputs first
+    leave the full forward's, or None."""
+    heads, kv_heads = LAYERS[kind]
+    g = cases.generator(710 + heads)
+    weights = cases.layer_weights(g, D_MODEL, heads, kv_heads, D)
+    x = cases.randn(g, B, STEPS, D_MODEL)
+    plan = Plan()
+    plan.layer("L", weights, heads, kv_heads, D, BASE)
+    plan.new("c")
+    steps = [plan.decode_step("L", "c", x[:, t : t + 1]) for t in range(STEPS)]
+    state = plan.state("c")
+    results = candidate.run(plan)
 
-
-def _decode_divergence(results, expected: torch.Tensor, steps: list[int], where: str) -> str | None:
-    """How decode_step's outputs first leave the full forward's, or None."""
+    _require_kv_heads(results[state], kv_heads, heads, f"{where}, after {STEPS} steps")
+    expected = reference.attention_layer(x, weights, heads, kv_heads, BASE)["out"]  # [B, T, d]
     got = []
     for t, index in enumerate(steps):
         out = tensor(results[index]["output"], f"{where}: output at step {t}")
@@ -107,14 +110,22 @@ def _decode_divergence(results, expected: torch.Tensor, steps: list[int], where:
         got.append(out[:, None])  # [B, 1, 1, d_model]
     divergence = first_divergence(got, [expected[:, None, t : t + 1] for t in range(STEPS)], TOL)
     return None if divergence is None else (
-        f"output first differs from a full forward at step {divergence.step}, row {divergence.row}: "
-        f"max abs error {divergence.max_abs:.2e} (tolerance {TOL})")
+        f"output first differs from a full forward at step {divergence.step}, row "
+        f"{divergence.row}: max abs error {divergence.max_abs:.2e} (tolerance {TOL})")
 
 
-def _require_kv_heads(state: dict, shape: tuple[int, ...], q_heads: int, where: str) -> None:
+def _newest(full: torch.Tensor) -> list[torch.Tensor]:
+    return [full[:, :, t : t + 1] for t in range(PROMPT - 1, T)]
+
+
+def _require_kv_heads(state: dict, kv_heads: int, q_heads: int, where: str) -> None:
+    """cache.keys and values hold kv_heads heads (their other sizes are other items' business)."""
     for name in ("keys", "values"):
         stored = tensor(state[name], f"{where}, cache.{name}")
-        repeated = stored.dim() == 4 and stored.shape[1] == q_heads != shape[1]
-        require_shape(stored, shape, f"{where}, cache.{name}", hint=(
-            ": K and V were repeated for the query heads; store kv_heads heads (the memory GQA "
-            "saves) and let each group of query heads read its shared KV head") if repeated else "")
+        if stored.dim() == 4 and stored.shape[1] == kv_heads:
+            continue
+        repeated = stored.dim() == 4 and stored.shape[1] == q_heads
+        hint = (": K and V were repeated for the query heads; store kv_heads heads (the memory "
+                "GQA saves) and let each group of query heads read its shared KV head")
+        raise Fail(f"{where}, cache.{name} has shape {list(stored.shape)}, expected "
+                   f"{kv_heads} heads ([B, Hkv, T, D]){hint if repeated else ''}")

@@ -1,0 +1,84 @@
+"""Hidden stable-softmax: logits in the tens of thousands, thousands apart between the heads of
+one row, over a few hundred positions appended in chunks.
+
+The public item puts every head of a row near the same logit, so a maximum taken over a whole
+row (all heads) instead of over each row and head passes it. Here each head of a row sits at its
+own offset, thousands apart (from about -30000 to +30000, both signs in one row): subtracting
+anything but each (row, head)'s own maximum leaves a head whose every exp underflows (0/0) or
+overflows. Positions come in chunks of up to 40, 150 to 300 in all, compared after every append.
+
+The keys and queries are small integers but for one large coordinate, and head_dim is 16, so
+every logit (q . k / 4) is exact in float32 whatever the order of the sums or the place of the
+scaling: correct implementations agree with the float64 reference to ~1e-7 however large the
+logits, and the public item's tolerance applies with room to spare.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from graders import cases
+from graders.candidate import Candidate, Fail, Plan, tensor
+from graders.compare import require_close, require_shape
+from graders.hidden import _cases
+from graders.items.stable_softmax import STABLE_TOLERANCE
+
+ITEM = "stable-softmax"
+
+SEEDS = [_cases.BASE_SEED + 600 + i for i in range(2)]
+D = 16  # 1/sqrt(D) = 1/4 and its square root 1/2 are exact
+LARGE = 128  # the query's large coordinate; the key's is about offset * 4 / LARGE
+
+
+def grade(candidate: Candidate) -> str:
+    for seed in SEEDS:
+        _check(candidate, seed)
+    return (f"{len(SEEDS)} seeded cases, logits up to ~30000 with heads thousands apart, chunked: "
+            f"every prefix finite and within {STABLE_TOLERANCE} of the float64 reference")
+
+
+def _check(candidate: Candidate, seed: int) -> None:
+    g = cases.generator(seed)
+    B, H = _cases.randint(g, 2, 3), _cases.randint(g, 2, 4)
+    appends = _cases.chunks(g, _cases.randint(g, 150, 300), 40)
+    case = _cases.name(seed, f"B={B}, {H} heads, logits in the tens of thousands, each head of "
+                             "a row thousands apart, chunked appends")
+    seq = _sequence(g, B, H, sum(appends))
+    plan = Plan()
+    plan.new("c")
+    outputs, ends, total = [], [], 0
+    for t in appends:
+        plan.append("c", seq["k"][:, :, total : total + t], seq["v"][:, :, total : total + t])
+        total += t
+        ends.append(total)
+        outputs.append(plan.attend("c", seq["q"][:, :, total - 1 : total]))
+    results = _cases.run(candidate, plan, case)
+
+    got = []
+    for index, end in zip(outputs, ends):
+        what = f"{case}: attend's output at prefix length {end}"
+        got.append(tensor(results[index], what))
+        require_shape(got[-1], (B, H, 1, D), what)
+        bad = (~torch.isfinite(got[-1])).nonzero()
+        if len(bad):
+            row, head = int(bad[0][0]), int(bad[0][1])
+            raise Fail(f"{what}: not finite at row {row}, head {head}. Every exp underflowed or "
+                       "overflowed there: is the maximum subtracted per row AND head, over that "
+                       "row's positions only?")
+    require_close(got, [_cases.newest(seq, end) for end in ends], STABLE_TOLERANCE, case=case,
+                  step_name="append", first_step=1)
+
+
+def _sequence(g: torch.Generator, B: int, H: int, T: int) -> dict[str, torch.Tensor]:
+    """Integer-valued q and k ([B, H, T, D]) whose logits sit near one offset per (row, head)."""
+    start = torch.randint(-30000, 1, (B, 1), generator=g)
+    gap = torch.randint(3000, 10001, (B, 1), generator=g)
+    offsets = start + gap * torch.arange(H)  # [B, H]: consecutive heads `gap` apart
+
+    def small():  # the other D - 1 coordinates, in -2..2
+        return torch.randint(-2, 3, (B, H, T, D - 1), generator=g)
+
+    q = torch.cat((torch.full((B, H, T, 1), LARGE), small()), dim=-1)
+    k_large = (offsets * 4 / LARGE).round().long()[:, :, None, None].expand(B, H, T, 1)
+    k = torch.cat((k_large, small()), dim=-1)
+    return {"q": q.float(), "k": k.float(), "v": cases.randn(g, B, H, T, D)}

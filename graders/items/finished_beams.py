@@ -1,0 +1,139 @@
+"""finished-beams: rows appended with counts 0 stop growing and keep their outputs.
+
+In a batch of beams or requests, a row that has finished (EOS) still sits in every later append,
+with counts[b] == 0 and some padding in its slot of new_key. It must neither grow nor change:
+its length stays, and attention with the same query gives the same answer as when it stopped.
+B=3, MHA; a 3-position prompt, then single-token steps in which row 1 stops after step 0 and
+row 0 after step 2 while row 2 goes on. The padding of count-0 rows is NaN, so a row that stores
+or reads it shows NaN. At every step cache.lengths is compared exactly, and every row's output
+(each row's query is its newest real token's; a finished row keeps asking its last one) with the
+float64 reference over that row's own positions. This catches counts 0 taken as 1 (the row grows
+by the padding) and a write for the finished row that lands inside its valid prefix while its
+length stays (say at lengths + counts - 1, its last real position).
+The same through decode_step with counts 0/1 (finite padding tokens for finished rows): lengths
+stay, a finished row's cached keys stay exactly as they were when it stopped, and every row's
+cached values are those of its own tokens (values carry no RoPE, so positions are not judged here).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from graders import cases, reference
+from graders.candidate import Candidate, Fail, Plan, tensor
+from graders.compare import TOLERANCE, first_divergence, require_shape
+
+ITEM = "finished-beams"
+
+B, H, D, PROMPT = 3, 2, 8, 3
+STEPS = [(1, 1, 1), (1, 0, 1), (1, 0, 1), (0, 0, 1), (0, 0, 1), (0, 0, 1)]  # counts per step
+DECODE_STEPS = [(1, 1, 1), (1, 1, 1), (1, 0, 1), (0, 0, 1), (0, 0, 1)]
+D_MODEL, BASE = 16, 10000.0
+TOL = TOLERANCE[torch.float32]
+
+
+def grade(candidate: Candidate) -> str:
+    _check_append(candidate)
+    _check_decode(candidate)
+    return (f"rows with counts 0 kept their lengths and, with the same query, their outputs "
+            f"(within {TOL} of the reference) over {len(STEPS)} steps while others went on; "
+            "through decode_step too, with their cached keys unchanged")
+
+
+def _check_append(candidate: Candidate) -> None:
+    seq = cases.sequence(cases.generator(720), B, H, H, PROMPT + len(STEPS), D)
+    full = reference.causal_attention(seq["q"], seq["k"], seq["v"])  # [B, H, T, D]
+    rows, lengths = torch.arange(B), torch.full((B,), PROMPT)
+    plan = Plan()
+    plan.new("c")
+    plan.append("c", seq["k"][:, :, :PROMPT], seq["v"][:, :, :PROMPT])
+    steps = [(None, lengths, None, plan.attend("c", seq["q"][:, :, PROMPT - 1 : PROMPT]))]
+    for counts in STEPS:
+        lengths = lengths + torch.tensor(counts)
+        # Row b's newest real position: its query's, and its key's if it grew. [B, H, 1, D] each:
+        q, k, v = (seq[name][rows, :, lengths - 1][:, :, None] for name in "qkv")
+        plan.append("c", cases.padded(k, counts), cases.padded(v, counts), cases.counts(*counts))
+        steps.append((counts, lengths, plan.state("c"), plan.attend("c", q)))
+    results = candidate.run(plan)
+
+    for step, (counts, lengths, state, attended) in enumerate(steps):
+        where = f"after step {step - 1} (counts {list(counts)})" if counts else "after the prompt"
+        if state is not None:
+            _require_lengths(results[state], lengths, counts, where)
+        out = tensor(results[attended], f"attend's output {where}")
+        require_shape(out, (B, H, 1, D), f"attend's output {where}")
+        expected = full[rows, :, lengths - 1][:, :, None]
+        divergence = first_divergence([out], [expected], TOL)
+        if divergence is None:
+            continue
+        row = divergence.row
+        error = f"max abs error {divergence.max_abs:.2e} (tolerance {TOL})"
+        if counts is None or counts[row]:
+            raise Fail(f"attend {where}: row {row}, which took a token, differs from the reference "
+                       f"at head {divergence.head}: {error}")
+        why = ("it is NaN: the row stored or read the NaN padding given for its count-0 position."
+               if not torch.isfinite(out[row]).all() else "did a count-0 append write into its "
+               "valid positions, or does attend read past the row's own length?")
+        raise Fail(f"attend {where}: row {row} has counts 0 (finished), yet its output for the "
+                   f"same query changed ({error}): {why} A row with counts 0 writes nothing and "
+                   "attends over its own lengths[b] positions")
+
+
+def _check_decode(candidate: Candidate) -> None:
+    g = cases.generator(721)
+    weights = cases.layer_weights(g, D_MODEL, H, H, D)
+    x = cases.randn(g, B, len(DECODE_STEPS), D_MODEL)  # step t's token of each row, or its padding
+    plan = Plan()
+    plan.layer("L", weights, H, H, D, BASE)
+    plan.new("c")
+    states, lengths, tokens = [], torch.zeros(B, dtype=torch.int64), [[] for _ in range(B)]
+    for t, counts in enumerate(DECODE_STEPS):
+        plan.decode_step("L", "c", x[:, t : t + 1], cases.counts(*counts))
+        lengths = lengths + torch.tensor(counts)
+        for b in range(B):
+            if counts[b]:
+                tokens[b].append(x[b, t])
+        states.append((counts, lengths, plan.state("c")))
+    results = candidate.run(plan)
+
+    previous = None  # cache.keys after the step before
+    for t, (counts, lengths, state) in enumerate(states):
+        where = f"after decode_step {t} (counts {list(counts)})"
+        _require_lengths(results[state], lengths, counts, where)
+        keys = _holding(results[state]["keys"], lengths, f"cache.keys {where}")
+        for b in range(B):
+            n = int(lengths[b])
+            if not counts[b] and not torch.equal(keys[b, :, :n], previous[b, :, :n]):
+                raise Fail(f"{where}: row {b} has counts 0 (finished), yet its cached keys "
+                           "changed: a row with counts 0 must write nothing")
+        previous = keys
+    values = _holding(results[states[-1][2]]["values"], lengths,
+                      "cache.values after the last decode_step")
+    for b in range(B):
+        own = torch.stack(tokens[b])[None].double()  # [1, n, d_model]: the tokens row b took
+        v = reference.split_heads(own @ weights["wv"].double().T, H)  # [1, H, n, D]
+        if first_divergence([values[b : b + 1, :, : len(tokens[b])]], [v], TOL):
+            raise Fail(f"after the last decode_step, row {b}'s cached values are not those of its "
+                       f"own {len(tokens[b])} tokens in order (v = wv(x) of the steps it took)")
+
+
+def _holding(value, lengths: torch.Tensor, what: str) -> torch.Tensor:
+    """`value` as a [B, H, >= max(lengths), D] tensor (its time size is length-vs-capacity's)."""
+    stored, T = tensor(value, what), int(lengths.max())
+    shape = tuple(stored.shape)
+    if len(shape) != 4 or shape[2] < T or (*shape[:2], shape[3]) != (B, H, D):
+        raise Fail(f"{what} has shape {list(shape)}, expected [{B}, {H}, {T}, {D}]")
+    return stored
+
+
+def _require_lengths(state: dict, want: torch.Tensor, counts, where: str) -> None:
+    got = state["lengths"]  # its type is append-time-dim's business: an int stands for every row
+    if isinstance(got, (torch.Tensor, int)):
+        got = got.tolist() if isinstance(got, torch.Tensor) else [got] * B
+    if got == want.tolist():
+        return
+    grew = (counts is not None and isinstance(got, list) and len(got) == B
+            and all(g > w for g, w, c in zip(got, want.tolist(), counts) if not c))
+    raise Fail(f"{where}: cache.lengths is {got!r}, expected {want.tolist()}"
+               + (": rows with counts 0 grew; counts[b] == 0 means row b takes no position"
+                  if grew and 0 in counts else ""))

@@ -1,0 +1,44 @@
+"""Correct code is never failed: the solutions and correct designs in other styles pass
+every item, public and hidden, and reach L6 (the concat baseline fails only `prealloc`)."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from graders.grade import GradeResult, grade
+
+ROOT = Path(__file__).resolve().parent.parent
+MODEL_TESTS = ROOT / "solutions" / "test_kv_cache.py"
+CORRECT = [ROOT / "solutions" / "kv_cache.py",
+           *sorted((ROOT / "tests" / "implementations").glob("*.py"))]
+BASELINE = ROOT / "solutions" / "concat_kv_cache.py"
+
+
+@pytest.fixture(scope="module")
+def graded() -> dict[Path, GradeResult]:
+    with ThreadPoolExecutor(2) as pool:
+        results = pool.map(lambda p: grade(p, MODEL_TESTS, hidden=True), [*CORRECT, BASELINE])
+        return dict(zip([*CORRECT, BASELINE], results))
+
+
+def _not_passed(result: GradeResult) -> str:
+    return "\n".join(f"  {i.id}: {i.status}: {i.message}" for i in result.items if i.status != "pass")
+
+
+@pytest.mark.parametrize("path", CORRECT, ids=[p.stem for p in CORRECT])
+def test_correct_designs_pass_everything_and_reach_l6(path, graded):
+    result = graded[path]
+    assert result.passed, f"{path.name} was failed:\n{_not_passed(result)}"
+    assert result.level == "L6" and result.score == result.max_score == 100
+    assert not [t.id for t in result.tells if t.detected]
+    assert result.exit_code() == 0
+
+
+def test_the_concat_baseline_fails_only_prealloc_and_shows_concat_every_step(graded):
+    result = graded[BASELINE]
+    assert {i.id for i in result.items if i.status != "pass"} == {"prealloc"}, _not_passed(result)
+    assert [t.id for t in result.tells if t.detected] == ["concat-every-step"]
+    assert result.level == "L5"
