@@ -1,8 +1,9 @@
 """Wrong implementations of the L4/L5 core: append, attend, lengths and capacity.
 
-Each is the reference solution with one mistake candidates make, and lists every L4/L5 item it
-fails (L6 items have no graders yet). lengths-python-int leaves validate-shapes out on purpose:
-its validation is right, only the type of `lengths` is wrong, which append-time-dim judges.
+Each is the reference solution with one mistake candidates make, and lists every item it fails:
+a broken attend breaks everything built on it (decode_step, GQA, beams), as it would in a
+candidate's file. lengths-python-int leaves validate-shapes out on purpose: its validation is
+right, only the type of `lengths` is wrong, which append-time-dim judges.
 """
 
 from __future__ import annotations
@@ -48,31 +49,37 @@ WRONG = [
                  functions={"append": APPEND_ON_HEADS}),
           fails={"append-time-dim", "attend-shape", "prefix-equivalence", "validate-shapes",
                  "stable-softmax", "reset", "release", "length-vs-capacity", "ragged-batch",
-                 "kv-only"}),
+                 "kv-only", "gqa", "rope-absolute", "rope-fork-offset", "beam-reorder",
+                 "finished-beams", "low-precision", "prealloc"}, tells={"concat-every-step"}),
     wrong(Mutant("attend-whole-capacity", "attend reads every allocated slot, with no length mask",
                  replace=(("keys, values = cache.keys, cache.values  # [B, Hkv, T, D], T = max(lengths)",
                            "keys, values = cache.k_storage, cache.v_storage  # [B, Hkv, capacity, D]"),
                           (ROW_MASK, ""))),
-          fails={"prefix-equivalence", "stable-softmax", "reset", "release", "length-vs-capacity",
-                 "ragged-batch"}),
+          fails={"prefix-equivalence", "stable-softmax", "reset", "release",
+                 "length-vs-capacity", "ragged-batch", "gqa", "rope-absolute",
+                 "rope-fork-offset", "beam-reorder", "finished-beams", "low-precision"}),
     wrong(Mutant("attend-no-row-mask", "attend over max(lengths) positions without a per-row mask",
                  replace=((ROW_MASK, ""),)),
-          fails={"release", "ragged-batch"}),
+          fails={"release", "ragged-batch", "rope-absolute", "rope-fork-offset",
+                 "beam-reorder", "finished-beams"}),
     wrong(Mutant("no-scale", "scores are not scaled by 1/sqrt(head_dim)",
                  replace=((SCORES, SCORES.replace(" / math.sqrt(head_dim)", "")),)),
-          fails={"prefix-equivalence", "stable-softmax", "reset", "release", "length-vs-capacity",
-                 "ragged-batch"}),
+          fails={"prefix-equivalence", "stable-softmax", "reset", "release",
+                 "length-vs-capacity", "ragged-batch", "gqa", "rope-absolute",
+                 "rope-fork-offset", "beam-reorder", "finished-beams", "low-precision"}),
     wrong(Mutant("scale-one-over-d", "scores are scaled by 1/head_dim",
                  replace=((SCORES, SCORES.replace("math.sqrt(head_dim)", "head_dim")),)),
-          fails={"prefix-equivalence", "stable-softmax", "reset", "release", "length-vs-capacity",
-                 "ragged-batch"}),
+          fails={"prefix-equivalence", "stable-softmax", "reset", "release",
+                 "length-vs-capacity", "ragged-batch", "gqa", "rope-absolute",
+                 "rope-fork-offset", "beam-reorder", "finished-beams", "low-precision"}),
     wrong(Mutant("softmax-wrong-axis", "softmax over dim -2 (the one query position), not the cached positions",
                  replace=((SOFTMAX, "weights = torch.softmax(scores, dim=-2)"),)),
-          fails={"prefix-equivalence", "stable-softmax", "reset", "release", "length-vs-capacity",
-                 "ragged-batch"}),
+          fails={"prefix-equivalence", "stable-softmax", "reset", "release",
+                 "length-vs-capacity", "ragged-batch", "gqa", "rope-absolute",
+                 "rope-fork-offset", "beam-reorder", "finished-beams", "low-precision"}),
     wrong(Mutant("softmax-no-max", "softmax as exp(s) / sum(exp(s)), no maximum subtracted",
                  replace=((SOFTMAX, "exp = scores.exp()\n    weights = exp / exp.sum(dim=-1, keepdim=True)"),)),
-          fails={"stable-softmax"}),
+          fails={"stable-softmax", "low-precision"}),
     wrong(Mutant("softmax-batch-max", "softmax subtracts one maximum for the whole batch",
                  replace=((SOFTMAX, "exp = (scores - scores.max()).exp()\n"
                                     "    weights = exp / exp.sum(dim=-1, keepdim=True)"),)),
@@ -83,19 +90,21 @@ WRONG = [
                            "_validate_append(cache, new_key, new_value, counts)\n"
                            "    batch, _, t, _ = new_key.shape\n"
                            "    counts = torch.full((batch,), t, dtype=torch.int64, device=new_key.device)\n"),)),
-          fails={"release", "length-vs-capacity", "ragged-batch"}),
+          fails={"release", "length-vs-capacity", "ragged-batch", "rope-absolute",
+                 "rope-fork-offset", "beam-reorder", "finished-beams"}),
     wrong(Mutant("writes-padding", "append writes all t positions of every row; lengths grow by counts",
                  replace=(("real = offsets < counts[:, None]  # [B, t]: which new positions row b keeps",
                            "real = torch.ones(batch, t, dtype=torch.bool, device=new_key.device)"),
                           ("_reserve(cache, int(new_lengths.max()), new_key)",
                            "_reserve(cache, int(lengths.max()) + t, new_key)"))),
-          fails={"ragged-batch"}),
+          fails={"ragged-batch", "finished-beams"}),
     wrong(Mutant("shared-write-offset", "every row's new positions written at max(lengths), not its own length",
                  replace=(("dst = (lengths[:, None] + offsets)[real]",
                            "dst = (lengths.max() + offsets).expand(batch, t)[real]"),
                           ("_reserve(cache, int(new_lengths.max()), new_key)",
                            "_reserve(cache, int(lengths.max()) + t, new_key)"))),
-          fails={"release", "ragged-batch"}),
+          fails={"release", "ragged-batch", "rope-absolute", "rope-fork-offset",
+                 "beam-reorder"}),
     wrong(Mutant("lengths-python-int", "lengths is one Python int for the whole batch, so counts go unused",
                  replace=(("self.k_storage[:, :, : int(self.lengths.max())]", "self.k_storage[:, :, : self.lengths]"),
                           ("self.v_storage[:, :, : int(self.lengths.max())]", "self.v_storage[:, :, : self.lengths]"),
@@ -108,7 +117,8 @@ WRONG = [
                           ("lengths = cache.lengths if cache.lengths is not None else torch.zeros(batch, dtype=torch.int64)",
                            "lengths = torch.full((batch,), cache.lengths or 0)")),
                  functions={"append": APPEND_ONE_LENGTH}),
-          fails={"append-time-dim", "release", "length-vs-capacity", "ragged-batch"}),
+          fails={"append-time-dim", "release", "length-vs-capacity", "ragged-batch",
+                 "rope-absolute", "rope-fork-offset", "beam-reorder", "finished-beams"}),
     wrong(Mutant("capacity-is-max-length", "capacity reports max(lengths), not the allocated slots",
                  replace=(("return 0 if self.k_storage is None else self.k_storage.shape[2]",
                            "return 0 if self.k_storage is None else int(self.lengths.max())"),

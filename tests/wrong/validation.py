@@ -89,7 +89,7 @@ WRONG = [
         replace=(("out = weights.to(values.dtype) @ values", "out = weights @ values.float()"),
                  ("return out.reshape(batch, q_heads, 1, head_dim).to(query.dtype)",
                   "return out.reshape(batch, q_heads, 1, head_dim)")),
-    ), fails={"validate-dtype-device"}),
+    ), fails={"validate-dtype-device", "low-precision"}),
     wrong(Mutant(
         "attend-no-query-validation", "attend checks only that the cache is not empty, nothing "
         "about the query's batch, heads, head_dim, dtype or device",

@@ -1,0 +1,101 @@
+"""Hidden low-precision: large logits at a head_dim whose scale is not a power of two, and long
+low-precision caches filled in chunks.
+
+The public item's head_dim is 16: 1/sqrt(16) = 1/4 is exact in any floating dtype, so a
+candidate who scales the query in its own dtype (`query * D ** -0.5` in bf16 or fp16, then
+float32 scores) loses nothing there. At head_dim 32 the scale 0.1767... rounds, every scaled
+query element carries a relative error of 2^-9 (bf16) or 2^-12 (fp16), and with logits near
+20000 that moves them by whole units: the weights come out wrong. So, per dtype, seeded:
+- large logits as in the public item (q and k along one direction per head, every logit near
+  +20000, a few apart), head_dim 32, 24 positions in chunks of 1 to 4;
+- ordinary inputs, head_dim 128, one row, 300 positions in chunks of up to 40.
+Every append is followed by an attend; outputs must have the query's dtype and be within the
+public item's tolerances of the float64 reference (from the same low-precision inputs), and the
+cache must keep the dtype it was given. Float32 scores of ~1.1e5 before the scale carry errors
+of ~1e-2, ~1e-3 after it: far inside the large-logit tolerance.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from graders import cases
+from graders.candidate import Candidate, Fail, Plan, tensor
+from graders.compare import require_close, require_shape
+from graders.hidden import _cases
+from graders.items.low_precision import LARGE_LOGIT_TOLERANCE, TOLERANCE
+
+ITEM = "low-precision"
+
+LOGIT, SPREAD = 20000.0, 3.0
+CASES = [  # kind, B, H, T, D, largest chunk
+    ("large logits", 2, 2, 24, 32, 4),
+    ("ordinary", 1, 2, 300, 128, 40),
+]
+SEEDS = {torch.bfloat16: _cases.BASE_SEED + 1700, torch.float16: _cases.BASE_SEED + 1710}
+
+
+def grade(candidate: Candidate) -> str:
+    for dtype, seed in SEEDS.items():
+        for i, case in enumerate(CASES):
+            _check(candidate, seed + i, dtype, *case)
+    return (f"bf16 and fp16: logits near {LOGIT:.0f} at head_dim 32, and 300 positions at head_dim "
+            "128, appended in chunks: outputs in the query's dtype within the public tolerances, "
+            "caches in their own dtype")
+
+
+def _check(candidate: Candidate, seed: int, dtype: torch.dtype, kind: str, B: int, H: int, T: int,
+           D: int, most: int) -> None:
+    dname = str(dtype).removeprefix("torch.")
+    case = _cases.name(seed, f"{dname} cache, {kind}, head_dim {D}, {T} positions in chunks")
+    g = cases.generator(seed)
+    appends = _cases.chunks(g, T, most)
+    seq = (_large_logits(g, B, H, T, D) if kind == "large logits" else
+           cases.sequence(g, B, H, H, T, D))
+    seq = {part: x.to(dtype) for part, x in seq.items()}
+    plan = Plan()
+    plan.new("c")
+    outputs, ends, total = [], [], 0
+    for t in appends:
+        plan.append("c", seq["k"][:, :, total : total + t], seq["v"][:, :, total : total + t])
+        total += t
+        ends.append(total)
+        outputs.append(plan.attend("c", seq["q"][:, :, total - 1 : total]))
+    state = plan.state("c")
+    results = _cases.run(candidate, plan, case)
+
+    for attr in ("keys", "values"):
+        stored = tensor(results[state][attr], f"{case}: cache.{attr}")
+        if stored.dtype != dtype:
+            raise Fail(f"{case}: cache.{attr} is {str(stored.dtype).removeprefix('torch.')}: store "
+                       "the dtype appended; upcast only inside attend")
+    got = []
+    for index, end in zip(outputs, ends):
+        what = f"{case}: attend's output at prefix length {end}"
+        got.append(tensor(results[index], what))
+        require_shape(got[-1], (B, H, 1, D), what)
+        if got[-1].dtype != dtype:
+            raise Fail(f"{what} is {str(got[-1].dtype).removeprefix('torch.')}: return the "
+                       f"query's dtype ({dname})")
+    tol = LARGE_LOGIT_TOLERANCE if kind == "large logits" else TOLERANCE[dtype]
+    try:
+        require_close(got, [_cases.newest(seq, end) for end in ends], tol, case=case,
+                      step_name="append", first_step=1)
+    except Fail as exc:
+        hint = (f". Only large logits go wrong: is anything (the scores, the scaled query) rounded "
+                f"to {dname} before the float32 softmax?" if kind == "large logits" else "")
+        raise Fail(f"{exc}{hint}") from None
+
+
+def _large_logits(g: torch.Generator, B: int, H: int, T: int, D: int) -> dict[str, torch.Tensor]:
+    """q and k [B, H, T, D] along one direction per head, every logit q.k / sqrt(D) near LOGIT
+    give or take a few SPREADs; v ordinary. float64."""
+    direction = cases.randn(g, B, H, 1, D).double()
+    direction = direction / direction.norm(dim=-1, keepdim=True)
+    norm = math.sqrt(LOGIT * math.sqrt(D))
+    jitter = SPREAD * math.sqrt(D) / norm
+    q = norm * direction + jitter * cases.randn(g, B, H, T, D).double()
+    k = norm * direction + jitter * cases.randn(g, B, H, T, D).double()
+    return {"q": q, "k": k, "v": cases.randn(g, B, H, T, D).double()}
