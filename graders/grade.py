@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import traceback
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import Callable
 
@@ -76,8 +77,9 @@ class Grader:
     hidden: bool
 
 
+@cache
 def load_graders(folder: Path, hidden: bool) -> list[Grader]:
-    """Every `*.py` in `folder` that defines ITEM and grade(candidate)."""
+    """Every `*.py` in `folder` that defines ITEM and grade(candidate); loaded once a process."""
     graders = []
     for path in sorted(folder.glob("*.py")):
         if path.name.startswith("_"):

@@ -10,6 +10,7 @@ reference can never silently turn a mutant into a copy of the reference.
 from __future__ import annotations
 
 import ast
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,8 +43,14 @@ class Mutant:
         return text
 
 
+# CPython 3.11's ast.parse can fail ("AST constructor recursion depth mismatch") when threads
+# parse at once, as tests grading implementations in parallel do.
+_PARSE = threading.Lock()
+
+
 def _swap_function(text: str, name: str, definition: str, mutant: str) -> str:
-    tree = ast.parse(text)
+    with _PARSE:
+        tree = ast.parse(text)
     defs = [n for n in tree.body
             if isinstance(n, (ast.FunctionDef, ast.ClassDef)) and n.name == name]
     if len(defs) > 1:

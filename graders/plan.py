@@ -20,7 +20,7 @@ Operations (every one may carry ``"may_raise": true``; otherwise the first excep
     fork         cache, into                 the fork is stored under the name `into`
     beam_search  weights, prompt, beams, steps, ...  -> tokens, beam_idx, scores (beam_worker.py)
 
-``"measure": true`` on an append wraps it in `_Allocations` and returns what it allocated
+``"measure": true`` on an append wraps it in `Allocations` and returns what it allocated
 (``{"allocations": n, "bytes": n}``) instead of None.
 
 An input tensor may be wrapped: ``{"meta": t}`` sends it on the meta device and
@@ -107,12 +107,12 @@ def _append(state: _State, op: dict):
     if not op.get("measure"):
         state.fn("append")(*args)
         return None
-    with _Allocations() as allocations:
+    with Allocations() as allocations:
         state.fn("append")(*args)
     return {"allocations": allocations.count, "bytes": allocations.bytes}
 
 
-class _Allocations(TorchDispatchMode):
+class Allocations(TorchDispatchMode):
     """Counts the storages that operations create, and their bytes.
 
     An operator's output whose storage none of its inputs owns is new memory (`empty`, `cat`,

@@ -53,6 +53,9 @@ def main() -> None:
             return
         from graders import plan
 
+        with plan.Allocations():  # the first dispatch mode imports torch._dynamo: once, here
+            torch.zeros(1)
+
         def job(request):
             return lambda: {"results": plan.execute(module, request["plan"])}
     else:

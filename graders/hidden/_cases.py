@@ -24,6 +24,12 @@ def name(seed: int, what: str) -> str:
     return f"seed {seed} ({what})"
 
 
+def shape(B: int, H: int, D: int | None = None, heads: str = "head") -> str:
+    """A case's shape in words: "B=2, 1 kv head, head_dim 8"."""
+    words = f"B={B}, {H} {heads}{'s' if H != 1 else ''}"
+    return words if D is None else f"{words}, head_dim {D}"
+
+
 def randint(g: torch.Generator, low: int, high: int) -> int:
     """A seeded integer in low..high, both included."""
     return int(torch.randint(low, high + 1, (), generator=g))
@@ -43,17 +49,20 @@ def chunks(g: torch.Generator, total: int, most: int) -> list[int]:
 
 
 def newest(seq: dict[str, torch.Tensor], n: int) -> torch.Tensor:
-    """Row n-1 of the full causal forward over the first n positions of `seq`: [B, Hq, 1, D], float64.
+    """Row n-1 of the full causal forward over the first n positions of `seq`: [B, Hq, 1, D],
+    float64.
 
     With the newest query alone, the causal mask lets it see all n positions, so
     `reference.causal_attention` over the n-position prefix gives that row without building the
     n x n scores of every row (which long caches cannot afford).
     """
-    return reference.causal_attention(seq["q"][:, :, n - 1 : n], seq["k"][:, :, :n], seq["v"][:, :, :n])
+    q, k, v = seq["q"][:, :, n - 1 : n], seq["k"][:, :, :n], seq["v"][:, :, :n]
+    return reference.causal_attention(q, k, v)
 
 
 def run(candidate: Candidate, plan: Plan, case: str) -> Results:
-    """`candidate.run(plan)`, with `case` in front of what a crash, hang or unexpected exception says."""
+    """`candidate.run(plan)`, with `case` in front of what a crash, hang or unexpected exception
+    says."""
     with labelled(case):
         return candidate.run(plan)
 

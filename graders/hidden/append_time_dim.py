@@ -25,6 +25,7 @@ from graders.hidden import _cases
 
 ITEM = "append-time-dim"
 
+TOL = TOLERANCE[torch.float32]
 SEEDS = [_cases.BASE_SEED + 100 + i for i in range(3)]
 LONG_SEED = _cases.BASE_SEED + 110
 LONG_APPENDS = (1, 3, 700, 1, 1295)  # 2000 positions; the third append is far larger than the cache
@@ -36,13 +37,14 @@ def grade(candidate: Candidate) -> str:
         B, H, D = _cases.randint(g, 1, 4), _cases.randint(g, 1, 4), _cases.choice(g, (4, 8, 16))
         appends = _cases.chunks(g, _cases.randint(g, 20, 50), 9)
         _check(candidate, g, seed, B, H, D, appends,
-               f"B={B}, {H} kv heads, head_dim {D}, {len(appends)} appends of 1 to 9 positions, "
+               f"{_cases.shape(B, H, D, 'kv head')}, {len(appends)} appends of 1 to 9 positions, "
                "every other one non-contiguous")
     g = cases.generator(LONG_SEED)
     _check(candidate, g, LONG_SEED, 2, 2, 4, LONG_APPENDS,
            f"a long cache: {sum(LONG_APPENDS)} positions, appends of up to {max(LONG_APPENDS)}")
     return (f"{len(SEEDS) + 1} seeded cases (random shapes and chunk sizes, non-contiguous "
-            f"inputs, {sum(LONG_APPENDS)} positions): keys, values and lengths right after every append")
+            f"inputs, {sum(LONG_APPENDS)} positions): keys, values and lengths right after every "
+            "append")
 
 
 def _check(candidate: Candidate, g: torch.Generator, seed: int, B: int, H: int, D: int,
@@ -69,11 +71,12 @@ def _check(candidate: Candidate, g: torch.Generator, seed: int, B: int, H: int, 
         for attr, part in (("keys", "k"), ("values", "v")):
             got = tensor(results[index][attr], f"{where}, cache.{attr}")
             require_shape(got, (B, H, total, D), f"{where}, cache.{attr}")
-            divergence = first_divergence([got], [seq[part][:, :, :total]], TOLERANCE[torch.float32])
+            divergence = first_divergence([got], [seq[part][:, :, :total]], TOL)
             if divergence:
-                raise Fail(f"{where}: cache.{attr} at row {divergence.row}, head {divergence.head}, "
-                           f"time {divergence.position} is not what was appended there: keep every "
-                           "appended position, in order, whatever the input's memory layout")
+                raise Fail(f"{where}: cache.{attr} at row {divergence.row}, head "
+                           f"{divergence.head}, time {divergence.position} is not what was "
+                           "appended there: keep every appended position, in order, whatever the "
+                           "input's memory layout")
         lengths = tensor(results[index]["lengths"], f"{where}, cache.lengths")
         if lengths.dtype != torch.int64 or lengths.tolist() != [total] * B:
             raise Fail(f"{where}: cache.lengths is not int64 [B] counting the {total} positions "

@@ -41,7 +41,8 @@ def grade(candidate: Candidate) -> str:
 
 
 def _schedule(g: torch.Generator) -> tuple[int, list]:
-    """A starting batch and events ("step", counts) / ("reorder", beam_idx), as the public item's."""
+    """A starting batch and events, ("step", counts) or ("reorder", beam_idx), as the public
+    item's."""
     batch = _cases.randint(g, 1, 2)
     events = [("step", (1,) * batch)] * 3
     beams = _cases.randint(g, 3, 4)

@@ -53,7 +53,7 @@ def _check_append(candidate: Candidate) -> None:
     prompt = _cases.randint(g, 2, 5)
     going = _finishing(g, B, STEPS)
     sizes = [_cases.randint(g, 1, 4) for _ in going]
-    case = _cases.name(APPEND_SEED, f"B={B}, {H} heads, rows finishing at random in appends of "
+    case = _cases.name(APPEND_SEED, f"{_cases.shape(B, H)}, rows finishing at random in appends of "
                                     "1 to 4 positions, then a step with every row finished")
     seq = cases.sequence(g, B, H, H, prompt + sum(sizes), D)
     plan = Plan()
@@ -62,8 +62,9 @@ def _check_append(candidate: Candidate) -> None:
     lengths, ops = [prompt] * B, []
     for active, t in zip(going, sizes):
         counts = [t * a for a in active]
-        new = {p: cases.padded(torch.stack([seq[p][b, :, n : n + t] for b, n in enumerate(lengths)]),
-                               counts) for p in "kv"}
+        new = {p: cases.padded(torch.stack([seq[p][b, :, n : n + t]
+                                            for b, n in enumerate(lengths)]), counts)
+               for p in "kv"}
         plan.append("c", new["k"], new["v"], cases.counts(*counts))
         lengths = [n + c for n, c in zip(lengths, counts)]
         query = torch.stack([seq["q"][b, :, n - 1 : n] for b, n in enumerate(lengths)])

@@ -1,15 +1,15 @@
-"""Hidden kv-only: a GQA layer, three rows, more steps, and the cache searched after several of
-them for the newest step's queries and hidden states.
+"""Hidden kv-only: three rows, ten steps, and the cache searched after several of them for the
+newest step's queries and hidden states.
 
 The public item looks for queries in the cache after its last step, among all the steps'
 queries, and counts them held when most are there: a cache that keeps only the newest query
-(`cache.q = q`, "for the next step") holds one step's worth and slips under it. Here the layer
-is GQA (6 query heads on 2 KV heads, d_model 40), B=3, 10 steps, and after steps 1, 5 and 10 the
-cache is searched for that step's queries (before and after RoPE) and hidden states, which no
-later step needs. At every step wq, wk and wv must each project exactly the 3 new rows, and at
-the end the cache must hold every step's projected values (found anywhere, in any layout:
-whether K and V keep kv_heads heads in storage is gqa's business, not this item's). Outputs
-are not judged (rope-absolute's and gqa's business).
+(`cache.q = q`, "for the next step") holds one step's worth and slips under it. Here (B=3, 4
+heads, head_dim 8, d_model 40, 10 steps), after steps 1, 5 and 10 the cache is searched for that
+step's queries (before and after RoPE) and hidden states, which no later step needs. At every
+step wq, wk and wv must each project exactly the 3 new rows, and at the end the cache must hold
+every step's projected values (found anywhere, in any layout). The layer is MHA: a GQA layer
+would fail here a cache that does not support GQA, which is gqa's business (L6), not this
+item's. Outputs are not judged (rope-absolute's business).
 """
 
 from __future__ import annotations
@@ -24,22 +24,22 @@ from graders.hidden import _cases
 ITEM = "kv-only"
 
 SEED = _cases.BASE_SEED + 1100
-B, D_MODEL, HEADS, KV_HEADS, HEAD_DIM, STEPS, ROPE_BASE = 3, 40, 6, 2, 8, 10, 10000.0
+B, D_MODEL, HEADS, HEAD_DIM, STEPS, ROPE_BASE = 3, 40, 4, 8, 10, 10000.0
 SEARCHED = (0, 4, 9)  # steps after which the cache is searched
 
 
 def grade(candidate: Candidate) -> str:
     g = cases.generator(SEED)
-    case = _cases.name(SEED, f"GQA {HEADS}/{KV_HEADS}, B={B}, {STEPS} decode steps")
-    weights = cases.layer_weights(g, D_MODEL, HEADS, KV_HEADS, HEAD_DIM)
+    case = _cases.name(SEED, f"{_cases.shape(B, HEADS, HEAD_DIM)}, {STEPS} decode steps")
+    weights = cases.layer_weights(g, D_MODEL, HEADS, HEADS, HEAD_DIM)
     x = cases.randn(g, B, STEPS, D_MODEL)  # [B, T, d_model]
-    full = reference.attention_layer(x, weights, HEADS, KV_HEADS, ROPE_BASE)
+    full = reference.attention_layer(x, weights, HEADS, HEADS, ROPE_BASE)
 
     def rows(heads: torch.Tensor, step: int) -> torch.Tensor:  # [B, H, T, D] -> [B * H, D]
         return heads[:, :, step].reshape(-1, HEAD_DIM)
 
     plan = Plan()
-    plan.layer("L", weights, HEADS, KV_HEADS, HEAD_DIM, ROPE_BASE)
+    plan.layer("L", weights, HEADS, HEADS, HEAD_DIM, ROPE_BASE)
     plan.new("c")
     steps, searches = [], {}
     for t in range(STEPS):
@@ -68,5 +68,5 @@ def grade(candidate: Candidate) -> str:
     if not results[values]["held"]["values"]:
         raise Fail(f"{case}: after {STEPS} steps, no tensor of the cache holds the projected "
                    "values of the steps so far: decode_step must append v = wv(x) of each token")
-    return (f"GQA layer, B={B}, {STEPS} steps: {B} rows projected by each of wq, wk, wv per step; "
-            "no newest queries or hidden states in the cache after any searched step")
+    return (f"B={B}, {STEPS} steps: {B} rows projected by each of wq, wk, wv per step; no newest "
+            "queries or hidden states in the cache after any searched step")

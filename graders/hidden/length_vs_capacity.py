@@ -74,7 +74,8 @@ def _ragged_then_release(candidate: Candidate) -> None:
     B = _cases.randint(g, 3, 4)
     longest = _cases.randint(g, 0, B - 1)  # takes every position offered, so it stays the longest
     first = _cases.randint(g, 2, 5)
-    steps = [(first, [first if b == longest else _cases.randint(g, 1, first - 1) for b in range(B)])]
+    steps = [(first, [first if b == longest else _cases.randint(g, 1, first - 1)
+                      for b in range(B)])]
     for t in [_cases.randint(g, 1, 5) for _ in range(5)]:
         steps.append((t, [t if b == longest else _cases.randint(g, 0, t) for b in range(B)]))
     lengths = [sum(c[b] for _, c in steps) for b in range(B)]
@@ -88,7 +89,8 @@ def _ragged_then_release(candidate: Candidate) -> None:
     plan.new("c")
     checks, done = [], [0] * B
     for step, (t, counts) in enumerate(steps, start=1):
-        chunk = {p: torch.stack([seq[p][b, :, done[b] : done[b] + t] for b in range(B)]) for p in "kv"}
+        chunk = {p: torch.stack([seq[p][b, :, done[b] : done[b] + t] for b in range(B)])
+                 for p in "kv"}
         plan.append("c", chunk["k"], chunk["v"], cases.counts(*counts))
         done = [n + c for n, c in zip(done, counts)]
         checks.append((f"after ragged append {step}", list(done), plan.state("c")))
@@ -100,7 +102,8 @@ def _ragged_then_release(candidate: Candidate) -> None:
         plan.append("c", seq["k"][:, :, step : step + 1], seq["v"][:, :, step : step + 1],
                     cases.counts(*counts))
         done[longest] += 1
-        checks.append((f"after {step + 1} positions in the released row", list(done), plan.state("c")))
+        checks.append((f"after {step + 1} positions in the released row", list(done),
+                       plan.state("c")))
     results = _cases.run(candidate, plan, case)
     for when, expected, index in checks:
         _check(results[index], expected, f"{case}: {when}")
@@ -119,6 +122,7 @@ def _check(state: dict, expected: list[int], where: str) -> int:
     for attr in ("keys", "values"):
         time = tensor(state[attr], f"{where}, cache.{attr}").shape[2]
         if time != max(expected):
-            raise Fail(f"{where}: cache.{attr} has time dimension {time}, expected max(lengths) = "
-                       f"{max(expected)}: the valid prefix as it is now, not the largest it has been")
+            raise Fail(f"{where}: cache.{attr} has time dimension {time}, expected max(lengths) "
+                       f"= {max(expected)}: the valid prefix as it is now, not the largest it has "
+                       "been")
     return capacity

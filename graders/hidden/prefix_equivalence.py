@@ -37,7 +37,7 @@ def grade(candidate: Candidate) -> str:
         prompt = _cases.randint(g, 1, 8)
         appends = [prompt] + _cases.chunks(g, _cases.randint(g, 20, 40), 6)
         _check(candidate, g, seed, B, H, D, None, appends,
-               f"B={B}, {H} heads, head_dim {D}, a prompt then chunks, every other one non-contiguous")
+               f"{_cases.shape(B, H, D)}, a prompt then chunks, every other one non-contiguous")
     g = cases.generator(CAPACITY_SEED)
     capacity = _cases.choice(g, (11, 13, 19, 23))
     appends = _cases.chunks(g, 3 * capacity, 7)

@@ -4,8 +4,9 @@ must come back untouched.
 The public item runs six fixed steps on three rows. Here, seeded: 3 to 5 rows, a padded prompt
 append (every row at least one position) then 12 to 20 appends of t = 1 to 6 (one case up to
 30) with each row's count drawn from 0..t (never all 0), padding positions NaN, so rows drift
-far apart and sit out steps at counts 0 often. After every append, lengths and every row's output against the
-float64 reference over that row's own positions. Two things the public item cannot show:
+far apart and often sit out a step at counts 0. After every append, lengths and every row's
+output against the float64 reference over that row's own positions. Two things the public item
+cannot show:
 - one row holds a real position whose key is all zeros: a cache that decides which slots are
   valid from the data (a zero key taken for an empty slot) rather than from `lengths` drops it;
 - every append's key and value are sent back after the call and must be exactly what was sent,
@@ -18,9 +19,9 @@ from __future__ import annotations
 
 import torch
 
-from graders import cases
+from graders import cases, reference
 from graders.candidate import Candidate, Fail, Plan, tensor
-from graders.compare import TOLERANCE, first_divergence, require_shape
+from graders.compare import TOLERANCE, close, first_divergence, require_shape
 from graders.hidden import _cases
 
 ITEM = "ragged-batch"
@@ -50,11 +51,12 @@ def _check(candidate: Candidate, seed: int, most: int) -> None:
         counts = [_cases.randint(g, 0, t) for _ in range(B)]
         if any(counts):  # a step where every row has counts 0 is finished-beams' concern
             steps.append((t, counts))
-    case = _cases.name(seed, f"B={B}, {H} heads, head_dim {D}, {len(steps)} ragged appends of "
+    case = _cases.name(seed, f"{_cases.shape(B, H, D)}, {len(steps)} ragged appends of "
                              f"up to {max(t for t, _ in steps)} positions, NaN padding")
     seq = cases.sequence(g, B, H, H, sum(t for t, _ in steps), D)
     zero_row = _cases.randint(g, 0, B - 1)
-    seq["k"][zero_row, :, _cases.randint(g, 0, steps[0][1][zero_row] - 1)] = 0.0
+    zero_at = _cases.randint(g, 0, steps[0][1][zero_row] - 1)
+    seq["k"][zero_row, :, zero_at] = 0.0
 
     plan = Plan()
     plan.new("c")
@@ -85,8 +87,13 @@ def _check(candidate: Candidate, seed: int, most: int) -> None:
     divergence = first_divergence(got, expected, TOL)
     if divergence is not None:
         step, row = divergence.step, divergence.row
-        hint = ("" if torch.isfinite(got[step][row]).all() else
-                ": NaN padding (positions past counts[b]) stored where attention sees it?")
+        hint = ""
+        if not torch.isfinite(got[step][row]).all():
+            hint = ": NaN padding (positions past counts[b]) stored where attention sees it?"
+        elif row == zero_row and close(got[step][row], _without(seq, row, ops[step][2][row],
+                                                                 zero_at), TOL).all():
+            hint = (": a real position whose key is all zeros was left out. Is a slot's validity "
+                    "read from its data rather than from lengths?")
         raise Fail(f"{case}: after append {step + 1}, row {row}, head {divergence.head} is not "
                    f"attention over that row's own positions (max abs error "
                    f"{divergence.max_abs:.2e}, tolerance {TOL}){hint}")
@@ -95,3 +102,10 @@ def _check(candidate: Candidate, seed: int, most: int) -> None:
 def _own(seq: dict, b: int, n: int) -> torch.Tensor:
     """Row b's newest-token output over its own first n positions: [1, H, 1, D]."""
     return _cases.newest({part: x[b : b + 1] for part, x in seq.items()}, n)
+
+
+def _without(seq: dict, b: int, n: int, dropped: int) -> torch.Tensor:
+    """Row b's newest-token output over its first n positions but `dropped`: [H, 1, D]."""
+    keep = torch.arange(n) != dropped
+    k, v = (seq[part][b : b + 1, :, :n][:, :, keep] for part in "kv")
+    return reference.causal_attention(seq["q"][b : b + 1, :, n - 1 : n], k, v)[0]

@@ -40,9 +40,9 @@ def grade(candidate: Candidate) -> str:
     before = _cases.chunks(g, _cases.randint(g, 10, 20), 5)
     after = _cases.chunks(g, _cases.randint(g, 4, 8), 3)
     released = torch.randperm(B, generator=g)[:2].tolist()
-    case = _cases.name(SEED, f"B={B}, {H} heads, head_dim {D}, two rows released whose old keys "
+    case = _cases.name(SEED, f"{_cases.shape(B, H, D)}, two rows released whose old keys "
                              "are huge, new sequences started by chunked appends")
-    old = cases.sequence(g, B, H, H, sum(before) + sum(after), D)  # rows that are not released go on
+    old = cases.sequence(g, B, H, H, sum(before) + sum(after), D)  # the rows not released go on
     new = cases.sequence(g, B, H, H, sum(after), D)  # used in the released rows only
     direction = cases.randn(g, B, H, 1, D)
     direction = direction / direction.norm(dim=-1, keepdim=True)
@@ -75,14 +75,15 @@ def grade(candidate: Candidate) -> str:
         outputs.append(plan.attend("c", mixed("q", total - 1, total)))
     results = _cases.run(candidate, plan, case)
 
-    lengths = tensor(results[state]["lengths"], f"{case}: cache.lengths after the releases").tolist()
+    lengths = tensor(results[state]["lengths"], f"{case}: cache.lengths after the releases")
     want = [0 if b in released else sum(before) for b in range(B)]
-    if lengths != want:
+    if lengths.tolist() != want:
         raise Fail(f"{case}: after releasing two rows, cache.lengths is not 0 for exactly those "
                    "rows with every other row's length kept")
     zeros = _cases.newest(old, sum(before))
     zeros[released] = 0.0
-    got, expected = [tensor(results[right_after], f"{case}: attend right after the releases")], [zeros]
+    got = [tensor(results[right_after], f"{case}: attend right after the releases")]
+    expected = [zeros]
     for index, end in zip(outputs, ends):
         got.append(tensor(results[index], f"{case}: attend's output"))
         out = _cases.newest({p: old[p][:, :, : sum(before) + end] for p in old}, sum(before) + end)

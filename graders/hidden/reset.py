@@ -34,7 +34,7 @@ def grade(candidate: Candidate) -> str:
     for dtype in DTYPES:
         B, H, D = _cases.randint(g, 1, 4), _cases.randint(g, 1, 4), _cases.choice(g, (4, 8, 16))
         appends = _cases.chunks(g, _cases.randint(g, 6, 16), 5)
-        batches.append((f"B={B}, {H} heads, head_dim {D}, {str(dtype).removeprefix('torch.')}",
+        batches.append((f"{_cases.shape(B, H, D)}, {str(dtype).removeprefix('torch.')}",
                         appends, cases.sequence(g, B, H, H, sum(appends), D, dtype)))
     case = _cases.name(SEED, "reset on a new cache, twice; then three batches of different "
                              "shapes and dtypes with a reset between")

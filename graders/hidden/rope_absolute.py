@@ -38,7 +38,8 @@ def grade(candidate: Candidate) -> str:
     with _cases.labelled(name):
         _check(candidate, LONG_SEED, name, prompts, steps)
     g = cases.generator(RAGGED_SEED)
-    name = _cases.name(RAGGED_SEED, "24 decode steps from an empty cache, rows taking tokens at random")
+    name = _cases.name(RAGGED_SEED, "24 decode steps from an empty cache, rows taking tokens "
+                                    "at random")
     with _cases.labelled(name):
         _check(candidate, RAGGED_SEED, name, (0,) * B, _steps(g, 24, 0.7))
     return (f"positions up to {max(prompts) + 6} after long prefilled prompts, and 24 random "

@@ -31,7 +31,8 @@ CHAIN = ([("step", "original", (1, 1)), ("step", "original", (0, 1)), ("step", "
           ("step", "original", (1, 0)), ("fork", "original", "fork")]
          + [("step", b, (1, 1)) for _ in range(3) for b in ("original", "fork")]
          + [("fork", "fork", "fork of the fork")]
-         + [("step", b, (1, 1)) for _ in range(3) for b in ("original", "fork", "fork of the fork")])
+         + [("step", b, (1, 1)) for _ in range(3)
+            for b in ("original", "fork", "fork of the fork")])
 
 
 def grade(candidate: Candidate) -> str:

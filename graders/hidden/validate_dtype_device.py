@@ -31,7 +31,7 @@ SEED = _cases.BASE_SEED + 500
 def grade(candidate: Candidate) -> str:
     g = cases.generator(SEED)
     B, H, D = _cases.randint(g, 1, 3), _cases.randint(g, 1, 3), _cases.choice(g, (4, 8))
-    case = _cases.name(SEED, f"B={B}, {H} heads, head_dim {D}")
+    case = _cases.name(SEED, _cases.shape(B, H, D))
     k, v = cases.randn(g, B, H, 3, D), cases.randn(g, B, H, 3, D)
     k1, v1, q = cases.randn(g, B, H, 1, D), cases.randn(g, B, H, 1, D), cases.randn(g, B, H, 1, D)
     bad = [  # what the call is, the cache's dtype, operation, its inputs
@@ -47,7 +47,8 @@ def grade(candidate: Candidate) -> str:
          {"key": k1.round().long(), "value": v1.round().long()}),
         ("append of float32 keys and values to a float64 cache", torch.float64, "append",
          {"key": k1, "value": v1}),
-        ("attend with a float16 query on a float32 cache", torch.float32, "attend", {"query": q.half()}),
+        ("attend with a float16 query on a float32 cache", torch.float32, "attend",
+         {"query": q.half()}),
         ("attend with a bfloat16 query on a float32 cache", torch.float32, "attend",
          {"query": q.bfloat16()}),
         ("attend with a float32 query on a float64 cache", torch.float64, "attend", {"query": q}),

@@ -37,7 +37,7 @@ def grade(candidate: Candidate) -> str:
 def _check(candidate: Candidate, seed: int) -> int:
     g = cases.generator(seed)
     B, H, D = _cases.randint(g, 2, 4), _cases.randint(g, 2, 4), _cases.choice(g, (4, 8, 16))
-    case = _cases.name(seed, f"B={B}, {H} kv heads, head_dim {D}, after chunked appends")
+    case = _cases.name(seed, f"{_cases.shape(B, H, D, 'kv head')}, after chunked appends")
     history = cases.sequence(g, B, H, H, 9, D)
     appends = _cases.chunks(g, 9, 4)
 
@@ -59,15 +59,18 @@ def _check(candidate: Candidate, seed: int) -> int:
          {"key": cases.randn(g, B, H, 1, D), "value": cases.randn(g, B, H + 1, 1, D)}),
         ("append whose key and value differ in head_dim", "append",
          {"key": cases.randn(g, B, H, 2, D), "value": cases.randn(g, B, H, 2, 2 * D)}),
-        ("append with counts of shape [B, 1]", "append", {**kv(B, H, 1, D), "counts": counts(B, 1)}),
+        ("append with counts of shape [B, 1]", "append",
+         {**kv(B, H, 1, D), "counts": counts(B, 1)}),
         ("append with a count larger than t in row 0", "append",
          {**kv(B, H, 2, D), "counts": counts(B, bad_row_value=3)}),
         ("append with a negative count in row 0", "append",
          {**kv(B, H, 2, D), "counts": counts(B, bad_row_value=-1)}),
         ("attend with one query head on several kv heads", "attend",
          {"query": cases.randn(g, B, 1, 1, D)}),
-        ("attend with a query of a smaller batch", "attend", {"query": cases.randn(g, B - 1, H, 1, D)}),
-        ("attend with a query of a larger head_dim", "attend", {"query": cases.randn(g, B, H, 1, D + 2)}),
+        ("attend with a query of a smaller batch", "attend",
+         {"query": cases.randn(g, B - 1, H, 1, D)}),
+        ("attend with a query of a larger head_dim", "attend",
+         {"query": cases.randn(g, B, H, 1, D + 2)}),
     ]
     plan = Plan()
     checks = []
@@ -75,7 +78,8 @@ def _check(candidate: Candidate, seed: int) -> int:
         plan.new(f"c{i}")
         total = 0
         for t in appends:
-            plan.append(f"c{i}", history["k"][:, :, total : total + t], history["v"][:, :, total : total + t])
+            plan.append(f"c{i}", history["k"][:, :, total : total + t],
+                        history["v"][:, :, total : total + t])
             total += t
         checks.append((f"{case}: {what}", *bad_call(plan, f"c{i}", op, inputs)))
     plan.new("first")
@@ -90,6 +94,6 @@ def _check(candidate: Candidate, seed: int) -> int:
         require_rejected(results, what, *ops)
     keys = tensor(results[good_after]["keys"], f"{case}: cache.keys")
     if keys.shape != good["key"].shape or not torch.equal(keys, good["key"]):
-        raise Fail(f"{case}: after a rejected first append, a good append did not leave exactly its "
-                   "keys in the cache: the rejected call left something behind")
+        raise Fail(f"{case}: after a rejected first append, a good append did not leave exactly "
+                   "its keys in the cache: the rejected call left something behind")
     return len(checks)

@@ -35,17 +35,13 @@ import torch
 
 from graders import cases, reference
 from graders.candidate import Candidate, Fail, Plan, tensor
-from graders.compare import Tolerance, first_divergence, require_close, require_shape
+from graders.compare import LARGE_LOGITS_LOW_PRECISION as LARGE_LOGIT_TOLERANCE
+from graders.compare import TOLERANCE, first_divergence, require_close, require_shape
 
 ITEM = "low-precision"
 
 B, H, T, D = 2, 4, 12, 16  # the ordinary case
 LARGE_H, LARGE_T, LOGIT, SPREAD = 2, 8, 20000.0, 3.0  # the large-logit case
-TOLERANCE = {
-    torch.bfloat16: Tolerance(atol=3e-2, rtol=3e-2),
-    torch.float16: Tolerance(atol=4e-3, rtol=4e-3),
-}
-LARGE_LOGIT_TOLERANCE = Tolerance(atol=5e-2, rtol=5e-2)
 SEEDS = {torch.bfloat16: 600, torch.float16: 601}
 
 

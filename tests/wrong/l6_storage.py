@@ -14,7 +14,8 @@ from tests.wrong import wrong
 
 _GROUPS = "q = query.reshape(batch, kv_heads, groups, head_dim)  # [B, Hkv, G, D]"
 _RETURN = "return out.reshape(batch, q_heads, 1, head_dim).to(query.dtype)"
-_SCORES = "scores = (q.float() @ keys.float().transpose(-1, -2)) / math.sqrt(head_dim)  # [B, Hkv, G, T]"
+_SCORES = ("scores = (q.float() @ keys.float().transpose(-1, -2)) / math.sqrt(head_dim)"
+           "  # [B, Hkv, G, T]")
 _GROWTH = "capacity = _next_power_of_two(needed)"
 _VALIDATE = "counts = _validate_append(cache, new_key, new_value, counts)  # [B]"
 _DECODE_ATTENTION = """\
@@ -32,7 +33,8 @@ WRONG = [
         "gqa-head-mapping-modulo", "query heads grouped as [B, G, Hkv, D]: head h reads KV head "
         "h % Hkv (what `repeat` gives) instead of h // G",
         replace=((_GROUPS, "q = query.reshape(batch, groups, kv_heads, head_dim).transpose(1, 2)"),
-                 (_RETURN, "return out.transpose(1, 2).reshape(batch, q_heads, 1, head_dim).to(query.dtype)")),
+                 (_RETURN, "return out.transpose(1, 2).reshape(batch, q_heads, 1, head_dim)"
+                           ".to(query.dtype)")),
     ), fails={"gqa"}),
     wrong(Mutant(
         "gqa-kv-repeated-in-cache", "decode_step repeats k and v for the query heads before "
@@ -48,7 +50,8 @@ WRONG = [
         replace=(("    out = attend(cache, q)  # [B, Hq, 1, D]\n", _DECODE_ATTENTION),),
     ), fails={"gqa"}),
     wrong(Mutant(
-        "gqa-unsupported", "attend handles only as many query heads as KV heads and raises otherwise",
+        "gqa-unsupported", "attend handles only as many query heads as KV heads and raises "
+        "otherwise",
         replace=(("    if q_heads % kv_heads:\n",
                   "    if q_heads != kv_heads:\n"
                   "        raise ValueError(\"heads: GQA is not supported\")\n"
@@ -65,10 +68,12 @@ WRONG = [
         replace=(
             ('("dtype", new_key.dtype, stored.dtype)', '("dtype", new_key.dtype, cache.dtype)'),
             ('("dtype", query.dtype, stored.dtype)', '("dtype", query.dtype, cache.dtype)'),
-            ("    k = like.new_zeros(batch, kv_heads, capacity, head_dim)  # [B, Hkv, capacity, D]\n"
+            ("    k = like.new_zeros(batch, kv_heads, capacity, head_dim)"
+             "  # [B, Hkv, capacity, D]\n"
              "    v = like.new_zeros(batch, kv_heads, capacity, head_dim)\n",
              "    cache.dtype = like.dtype\n"
-             "    dtype = torch.float32 if like.dtype in (torch.bfloat16, torch.float16) else like.dtype\n"
+             "    low = like.dtype in (torch.bfloat16, torch.float16)\n"
+             "    dtype = torch.float32 if low else like.dtype\n"
              "    k = like.new_zeros(batch, kv_heads, capacity, head_dim, dtype=dtype)\n"
              "    v = like.new_zeros(batch, kv_heads, capacity, head_dim, dtype=dtype)\n"),
             ("cache.k_storage[rows, :, dst] = new_key[rows, :, src]  # [N, Hkv, D]",
