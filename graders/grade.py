@@ -14,6 +14,8 @@ from functools import cache
 from pathlib import Path
 from typing import Callable
 
+import torch
+
 from graders import rubric as rubric_data
 from graders.candidate import (Candidate, CandidateError, CandidateTimeout, Fail, NotAttempted, Tell)
 from graders.sandbox import Worker, WorkerUnavailable
@@ -95,9 +97,14 @@ def load_graders(folder: Path, hidden: bool) -> list[Grader]:
 def grade(implementation: Path, tests: Path | None = None, *, hidden: bool = False,
           only: set[str] | None = None, timeout: float = DEFAULT_TIMEOUT,
           on_item: Callable[[ItemResult], None] | None = None) -> GradeResult:
-    """Grade `implementation` (and the candidate's `tests`, when given) against the rubric."""
+    """Grade `implementation` (and the candidate's `tests`, when given) against the rubric.
+
+    Sets this process's torch to one thread: the judge's tensors are tiny, and a thread pool
+    only adds overhead (and spin-waits on a busy machine).
+    """
     worker = Worker("implementation", str(implementation), import_timeout=timeout).start()
     test_worker = Worker("tests").start() if tests else None
+    torch.set_num_threads(1)
     try:
         return _grade(Candidate(worker, timeout, tests, test_worker), str(implementation),
                       hidden, only, on_item)

@@ -27,9 +27,8 @@ import torch
 
 from graders import cases
 from graders.candidate import Candidate, Fail, Plan, tensor
-from graders.compare import require_close, require_shape
+from graders.compare import LARGE_LOGITS_LOW_PRECISION, TOLERANCE, require_close, require_shape
 from graders.hidden import _cases
-from graders.items.low_precision import LARGE_LOGIT_TOLERANCE, TOLERANCE
 
 ITEM = "low-precision"
 
@@ -83,7 +82,7 @@ def _check(candidate: Candidate, seed: int, dtype: torch.dtype, kind: str, B: in
         if got[-1].dtype != dtype:
             raise Fail(f"{what} is {str(got[-1].dtype).removeprefix('torch.')}: return the "
                        f"query's dtype ({dname})")
-    tol = LARGE_LOGIT_TOLERANCE if kind == "large logits" else TOLERANCE[dtype]
+    tol = LARGE_LOGITS_LOW_PRECISION if kind == "large logits" else TOLERANCE[dtype]
     try:
         require_close(got, [_cases.newest(seq, end) for end in ends], tol, case=case,
                       step_name="append", first_step=1)

@@ -40,20 +40,21 @@ def grade(candidate: Candidate) -> str:
     before = _cases.chunks(g, _cases.randint(g, 10, 20), 5)
     after = _cases.chunks(g, _cases.randint(g, 4, 8), 3)
     released = torch.randperm(B, generator=g)[:2].tolist()
+    prefix = sum(before)  # positions of every row before the releases
     case = _cases.name(SEED, f"{_cases.shape(B, H, D)}, two rows released whose old keys "
                              "are huge, new sequences started by chunked appends")
-    old = cases.sequence(g, B, H, H, sum(before) + sum(after), D)  # the rows not released go on
+    old = cases.sequence(g, B, H, H, prefix + sum(after), D)  # the rows not released go on
     new = cases.sequence(g, B, H, H, sum(after), D)  # used in the released rows only
     direction = cases.randn(g, B, H, 1, D)
     direction = direction / direction.norm(dim=-1, keepdim=True)
     new["q"] = new["q"] + 4.0 * direction  # q . direction is about 4 > 0: it looks at the old keys
     for b in released:
-        old["k"][b, :, : sum(before)] = STALE_KEY_SCALE * direction[b]
-        old["v"][b, :, : sum(before)] *= STALE_VALUE_SCALE
+        old["k"][b, :, :prefix] = STALE_KEY_SCALE * direction[b]
+        old["v"][b, :, :prefix] *= STALE_VALUE_SCALE
 
     def mixed(part: str, start: int, end: int) -> torch.Tensor:
         """Positions start..end-1 after the release: old rows go on, released rows are new."""
-        x = old[part][:, :, sum(before) + start : sum(before) + end].clone()
+        x = old[part][:, :, prefix + start : prefix + end].clone()
         x[released] = new[part][released, :, start:end]
         return x
 
@@ -76,19 +77,17 @@ def grade(candidate: Candidate) -> str:
     results = _cases.run(candidate, plan, case)
 
     lengths = tensor(results[state]["lengths"], f"{case}: cache.lengths after the releases")
-    want = [0 if b in released else sum(before) for b in range(B)]
+    want = [0 if b in released else prefix for b in range(B)]
     if lengths.tolist() != want:
         raise Fail(f"{case}: after releasing two rows, cache.lengths is not 0 for exactly those "
                    "rows with every other row's length kept")
-    zeros = _cases.newest(old, sum(before))
-    zeros[released] = 0.0
     got = [tensor(results[right_after], f"{case}: attend right after the releases")]
-    expected = [zeros]
+    expected = [_cases.newest(old, prefix)]
+    expected[0][released] = 0.0
     for index, end in zip(outputs, ends):
         got.append(tensor(results[index], f"{case}: attend's output"))
-        out = _cases.newest({p: old[p][:, :, : sum(before) + end] for p in old}, sum(before) + end)
-        out[released] = _cases.newest({p: new[p][released] for p in new}, end)
-        expected.append(out)
+        expected.append(_cases.newest(old, prefix + end))
+        expected[-1][released] = _cases.newest({p: new[p][released] for p in new}, end)
     for out in got:
         require_shape(out, (B, H, 1, D), f"{case}: attend's output")
     divergence = first_divergence(got, expected, TOL)

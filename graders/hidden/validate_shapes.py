@@ -11,7 +11,7 @@ these go the other way, or hide the mistake where a loose check lets it through:
   passes it, and it then broadcasts against the lengths);
 - a count out of range in the first row rather than the last;
 - a query with ONE head on several kv heads (1 % Hkv != 0, while Hkv % 1 == 0: a check written
-  the wrong way round passes it), a smaller batch, a larger head_dim;
+  the wrong way round passes it), a smaller batch, a smaller head_dim;
 - counts of shape [B, 1] as the very first append, which must leave the cache empty.
 """
 
@@ -69,8 +69,8 @@ def _check(candidate: Candidate, seed: int) -> int:
          {"query": cases.randn(g, B, 1, 1, D)}),
         ("attend with a query of a smaller batch", "attend",
          {"query": cases.randn(g, B - 1, H, 1, D)}),
-        ("attend with a query of a larger head_dim", "attend",
-         {"query": cases.randn(g, B, H, 1, D + 2)}),
+        ("attend with a query of a smaller head_dim", "attend",
+         {"query": cases.randn(g, B, H, 1, D // 2)}),
     ]
     plan = Plan()
     checks = []
