@@ -3,8 +3,8 @@ reference for long caches, and checking what the candidate's calls left of their
 
 Every hidden case is generated from its seed alone (`BASE_SEED` plus an offset per item and case):
 the shapes, the chunk sizes and the tensors. A failure names the seed and says what kind of case
-it was; it never prints an input, so a candidate learns which concern failed, not the case itself.
-To replay one, rebuild the case from its seed in the item's file.
+it was; it never prints an input tensor, so a candidate learns which concern failed, not the case
+itself. To replay one, rebuild the case from its seed in the item's file.
 """
 
 from __future__ import annotations
