@@ -21,7 +21,7 @@ import torch
 from graders import cases
 from graders.candidate import Candidate
 from graders.hidden import _cases
-from graders.items.beam_reorder import _fixed_indices
+from graders.items.beam_reorder import decode_fixed_indices
 
 ITEM = "beam-reorder"
 
@@ -35,7 +35,7 @@ def grade(candidate: Candidate) -> str:
         name = _cases.name(seed, f"{len(events)} events from B={batch}: one row expanded to every "
                                  "beam, then random steps and reorders")
         with _cases.labelled(name):
-            steps += _fixed_indices(candidate, seed, name, batch, events)
+            steps += decode_fixed_indices(candidate, seed, name, batch, events)
     return (f"{len(SEEDS)} seeded schedules, {steps} steps: after expansions of one row, "
             "collapses and random reorders, every row equals attention over its own history")
 

@@ -21,7 +21,7 @@ import torch
 from graders import cases
 from graders.candidate import Candidate
 from graders.hidden import _cases
-from graders.items.rope_absolute import B, _check
+from graders.items.rope_absolute import B, check_decoding
 
 ITEM = "rope-absolute"
 
@@ -36,12 +36,12 @@ def grade(candidate: Candidate) -> str:
     name = _cases.name(LONG_SEED, f"prompts of {min(prompts)} to {max(prompts)} tokens, then "
                                   "ragged decode steps")
     with _cases.labelled(name):
-        _check(candidate, LONG_SEED, name, prompts, steps)
+        check_decoding(candidate, LONG_SEED, name, prompts, steps)
     g = cases.generator(RAGGED_SEED)
     name = _cases.name(RAGGED_SEED, "24 decode steps from an empty cache, rows taking tokens "
                                     "at random")
     with _cases.labelled(name):
-        _check(candidate, RAGGED_SEED, name, (0,) * B, _steps(g, 24, 0.7))
+        check_decoding(candidate, RAGGED_SEED, name, (0,) * B, _steps(g, 24, 0.7))
     return (f"positions up to {max(prompts) + 6} after long prefilled prompts, and 24 random "
             "ragged steps: outputs and cached keys at every row's own absolute position")
 

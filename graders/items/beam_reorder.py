@@ -45,7 +45,7 @@ SCHEDULES = [  # name, starting batch, events: ("step", counts) or ("reorder", b
 
 
 def grade(candidate: Candidate) -> str:
-    steps = sum(_fixed_indices(candidate, seed, *schedule) for seed, schedule in
+    steps = sum(decode_fixed_indices(candidate, seed, *schedule) for seed, schedule in
                 enumerate(SCHEDULES, start=110))
     _beam_search(candidate)
     return (f"fixed beam indices: {steps} steps on {LAYERS} caches equal full attention; "
@@ -53,7 +53,7 @@ def grade(candidate: Candidate) -> str:
             f"search's choices, scores within {TOL}")
 
 
-def _fixed_indices(candidate: Candidate, seed: int, name: str, batch: int, events: list) -> int:
+def decode_fixed_indices(candidate: Candidate, seed: int, name: str, batch: int, events: list) -> int:
     g = cases.generator(seed)
     history = [[torch.zeros(2, HEADS, 0, HEAD_DIM) for _ in range(batch)] for _ in range(LAYERS)]
     plan, checks, last_reorder = Plan(), [], "before any reorder"

@@ -39,12 +39,14 @@ CASES = [  # name, prompt lengths prefilled with append, counts of each decode s
 
 def grade(candidate: Candidate) -> str:
     for seed, case in enumerate(CASES, start=120):
-        _check(candidate, seed, *case)
+        check_decoding(candidate, seed, *case)
     return (f"{len(CASES)} cases (uniform, ragged counts, prefilled prompts): every step within "
             f"{TOL} of a full RoPE forward, cached keys rotated at their absolute positions")
 
 
-def _check(candidate: Candidate, seed: int, name: str, prompts: tuple, steps: list) -> None:
+def check_decoding(candidate: Candidate, seed: int, name: str, prompts: tuple, steps: list) -> None:
+    """Prefill rows with `prompts` tokens, then decode with the per-step counts in `steps`; Fail
+    unless every output and the cached keys match the full RoPE forward. Hidden cases reuse it."""
     g = cases.generator(seed)
     weights = cases.layer_weights(g, D_MODEL, HEADS, HEADS, HEAD_DIM)
     lengths = torch.tensor(prompts)
