@@ -24,8 +24,8 @@ Operations (every one may carry ``"may_raise": true``; otherwise the first excep
 (``{"allocations": n, "bytes": n}``) instead of None.
 
 An input tensor may be wrapped: ``{"meta": t}`` sends it on the meta device and
-``{"noncontiguous": t}`` as a strided view (every other element of a larger tensor) with the same
-values. ``"return_inputs": true`` on an
+``{"noncontiguous": t}`` as a strided view with the same values (heads and time transposed in
+memory, every other element of the last dimension). ``"return_inputs": true`` on an
 operation sends its tensor inputs back after the call, to show whether the candidate mutated them.
 """
 
@@ -83,7 +83,11 @@ def _input(value):
         return value["meta"].to("meta")
     if isinstance(value, dict) and "noncontiguous" in value:
         t = value["noncontiguous"]
-        spread = t.new_zeros(*t.shape[:-1], 2 * t.shape[-1])
+        if t.dim() == 4:  # [B, H, t, D] laid out as [B, t, H, 2D], like a projection's output
+            B, H, T, D = t.shape
+            spread = t.new_zeros(B, T, H, 2 * D).transpose(1, 2)
+        else:
+            spread = t.new_zeros(*t.shape[:-1], 2 * t.shape[-1])
         spread[..., ::2] = t
         return spread[..., ::2]  # the same values, every other element of a larger tensor
     return value
