@@ -15,9 +15,9 @@ is the margin). One mistake is measured alongside (two variants), to show what s
 Measured (torch 2.13 CPU, 51 seeds per case; "share" is the worst error / the tolerance):
     float32   max abs 6.4e-07 (3.1 float32 eps), share of 1e-5 + 1e-4*|expected| 0.029 (34x)
     float64   max abs 5.9e-07, share 0.033 of the float32 tolerance: the contract's softmax runs in
-              float32, so a float64 cache is only as exact as float32. compare.TOLERANCE[float64]
-              (1e-10 + 1e-8) fails every correct implementation that follows the contract; a
-              float64 case must use the float32 tolerance (reset does).
+              float32, so a float64 cache is only as exact as float32, and
+              compare.TOLERANCE[float64] is float32's (a float64-sized one, 1e-10 + 1e-8, would
+              fail every correct implementation that follows the contract).
     bfloat16  ordinary 1.6e-02 (0.65 eps), share 0.17 (6x); low-precision's case 0.13 (7x)
               large logits 1.3e-02 (0.61 eps), share 0.095 (10x)
     float16   ordinary 2.1e-03 (0.79 eps), share 0.19 (5x); low-precision's case 0.14 (7x)
@@ -29,7 +29,7 @@ of a low-precision output (half an ulp: 0.5 eps relative); at logits near 20000 
 by 2.7e-03 (its scores are float32). So the judge keeps one reference, float64, and the
 low-precision tolerances cover the output rounding.
 
-Chosen (graders/items/low_precision.py; an element passes when its error <= atol + rtol*|expected|):
+Chosen (graders/compare.py; an element passes when its error <= atol + rtol*|expected|):
     bfloat16      3e-2 + 3e-2*|expected|   (3.8 eps)
     float16       4e-3 + 4e-3*|expected|   (4.1 eps)
     large logits  5e-2 + 5e-2*|expected|, both dtypes
@@ -48,12 +48,13 @@ import torch
 import torch.nn.functional as F
 
 from graders import cases, reference
-from graders.compare import TOLERANCE
+from graders.compare import LARGE_LOGITS_LOW_PRECISION, TOLERANCE
 from graders.items import low_precision
 
 ROOT = Path(__file__).resolve().parent.parent
 EXTRA_SEEDS = 50
 DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
+LOW_PRECISION = (torch.bfloat16, torch.float16)
 SHAPES = [  # case, B, Hq, Hkv, T, D, public seed: prefix-equivalence's and gqa's public shapes
     ("prefix-equivalence", 2, 4, 4, 12, 16, 0),
     ("gqa 6/2", 2, 6, 2, 7, 8, 700),
@@ -121,8 +122,8 @@ def _float32_reference(seq: dict) -> torch.Tensor:
 def _cases(dtype: torch.dtype):
     """(case, tolerance, [seq per seed]) for `dtype`: the public seed, then EXTRA_SEEDS more."""
     extra, other = range(10_000, 10_000 + EXTRA_SEEDS), range(20_000, 20_000 + EXTRA_SEEDS)
-    low = dtype in low_precision.TOLERANCE
-    tol = low_precision.TOLERANCE[dtype] if low else TOLERANCE[torch.float32]
+    low = dtype in LOW_PRECISION
+    tol = TOLERANCE[dtype]
     for name, B, Hq, Hkv, T, D, seed in SHAPES:
         yield name, tol, [cases.sequence(cases.generator(s), B, Hq, Hkv, T, D, dtype=dtype)
                           for s in (seed, *extra)]
@@ -133,7 +134,7 @@ def _cases(dtype: torch.dtype):
             for s in other]
         large = [public[dtype, "large logits"]] + [lp.large_logits(cases.generator(s), dtype)
                                                    for s in extra]
-        yield "low-precision large logits", lp.LARGE_LOGIT_TOLERANCE, large
+        yield "low-precision large logits", LARGE_LOGITS_LOW_PRECISION, large
 
 
 def main() -> None:
@@ -149,7 +150,7 @@ def main() -> None:
     }
     print(f"{'dtype':9} {'case':27} {'style':33} {'max abs':>8} {'eps units':>9} {'tol share':>9}")
     for dtype in DTYPES:
-        eps = torch.finfo(dtype if dtype in low_precision.TOLERANCE else torch.float32).eps
+        eps = torch.finfo(dtype if dtype in LOW_PRECISION else torch.float32).eps
         for name, tol, seqs in _cases(dtype):
             expected = [reference.causal_attention(s["q"], s["k"], s["v"]) for s in seqs]
             for style, run in styles.items():

@@ -37,3 +37,4 @@ def test_points_add_up_to_100_and_every_item_teaches():
 def test_every_item_has_exactly_one_public_grader():
     graders = [g.item for g in load_graders(PUBLIC, hidden=False)]
     assert sorted(graders) == sorted(i.id for i in load().items)
+
