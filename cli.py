@@ -1,9 +1,14 @@
-"""`kata`: grade a KV-cache implementation against the kata's rubric.
+"""`kata`: practise, grade and learn incremental decoding with a KV cache.
 
-    kata grade [PATH] [--tests FILE] [--hidden] [--json FILE]
+    kata init DIR                 a fresh candidate workspace
+    kata grade [PATH]             grade an implementation (and its tests) against the rubric
+    kata hint ITEM [--step N]     hints, one step at a time
+    kata rubric                   the items, their levels and points
+    kata solution [NAME]          read a reference solution
+    kata grade-all DIR            grade every submission under DIR (interviewers)
 
-Exit codes (the kata contract, section 3): 0 every item passes, 1 some item does not, 2 usage
-error, 4 the grader itself broke.
+Exit codes of `grade` (the kata contract, section 3): 0 every item passes, 1 some item does not,
+2 usage error, 4 the grader itself broke.
 """
 
 from __future__ import annotations
@@ -14,78 +19,245 @@ from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn
+from rich.text import Text
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Practice kata: incremental decoding with a KV cache.")
 
-DEFAULT_IMPLEMENTATION = Path("starter/kv_cache.py")
+ROOT = Path(__file__).resolve().parent
+SOLUTIONS = {
+    "concat": ROOT / "solutions" / "concat_kv_cache.py",
+    "preallocated": ROOT / "solutions" / "kv_cache.py",
+    "tests": ROOT / "solutions" / "test_kv_cache.py",
+}
 USAGE_ERROR = 2
 
 
-@app.callback()
-def main() -> None:
-    """Practice kata: incremental decoding with a KV cache."""
+def _console(stderr: bool = False) -> Console:
+    # Text that the terminal's encoding cannot show is replaced, never a UnicodeEncodeError.
+    stream = sys.stderr if stderr else sys.stdout
+    if hasattr(stream, "reconfigure"):
+        stream.reconfigure(errors="replace")
+    return Console(highlight=False, stderr=stderr)
+
+
+def _usage_error(message: str) -> None:
+    _console(stderr=True).print(Text(f"kata: error: {message}"))
+    raise typer.Exit(USAGE_ERROR)
 
 
 @app.command()
 def grade(
-    path: Annotated[Path, typer.Argument(help="The implementation to grade.")] = DEFAULT_IMPLEMENTATION,
+    path: Annotated[Optional[Path], typer.Argument(
+        help="The implementation [default: ./kv_cache.py in a workspace, else starter/kv_cache.py].",
+        show_default=False)] = None,
     tests: Annotated[Optional[Path], typer.Option(
         "--tests", help="The candidate's own test file [default: test_<name>.py beside PATH].")] = None,
     hidden: Annotated[bool, typer.Option("--hidden", help="Add the interviewers' hidden graders.")] = False,
+    graders: Annotated[Optional[Path], typer.Option(
+        "--graders", help="A folder of your own hidden graders (with --hidden).")] = None,
+    item: Annotated[Optional[list[str]], typer.Option(
+        "--item", help="Grade only this item (repeatable).")] = None,
+    level: Annotated[Optional[str], typer.Option(
+        "--level", help="Grade only the items up to this level (L4, L5, L6).")] = None,
+    exitfirst: Annotated[bool, typer.Option(
+        "-x", "--exitfirst", help="Stop after the first item that does not pass.")] = False,
+    watch: Annotated[bool, typer.Option(
+        "--watch", help="Re-grade whenever the implementation or its tests are saved.")] = False,
     json_path: Annotated[Optional[Path], typer.Option(
         "--json", help="Also write the report as JSON to this file.")] = None,
+    output_format: Annotated[str, typer.Option(
+        "--format", help="The JSON written: 'kata' (the contract's) or 'gradescope' "
+        "(results.json; written to --json FILE, or ./results.json).")] = "kata",
+    markdown: Annotated[Optional[Path], typer.Option(
+        "--markdown", help="Also write a one-page interviewer scorecard (Markdown).")] = None,
+    junit: Annotated[Optional[Path], typer.Option(
+        "--junit", help="Also write JUnit XML, for CI systems.")] = None,
     timeout: Annotated[float, typer.Option(
         help="Seconds one batch of the candidate's calls may take.", min=0.1)] = 10.0,
 ) -> None:
     """Grade an implementation and print a rubric-scored report."""
-    console = Console(highlight=False)
-    implementation = _python_file(path, "implementation")
-    tests = _python_file(tests, "test file") if tests else _default_tests(implementation)
+    from graders.rubric import load
+    from graders.workspace import default_target
 
+    rubric = load()
+    if path is None:
+        path, default_tests = default_target(Path.cwd())
+        tests = tests or default_tests
+    implementation = _python_file(path, "implementation")
+    tests = _python_file(tests, "test file") if tests else _beside(implementation)
+    known = {i.id for i in rubric.items}
+    for unknown in set(item or ()) - known:
+        _usage_error(f"no rubric item {unknown!r} (kata rubric lists them)")
+    if level is not None and level not in rubric.levels:
+        _usage_error(f"no level {level!r}: choose one of {', '.join(rubric.levels)}")
+    if graders is not None and not hidden:
+        _usage_error("--graders adds hidden graders: use it with --hidden")
+    if graders is not None and not graders.is_dir():
+        _usage_error(f"--graders {graders} is not a folder")
+    if output_format not in ("kata", "gradescope"):
+        _usage_error(f"--format {output_format!r}: choose 'kata' or 'gradescope'")
+
+    def run_once() -> int:
+        return _grade_and_report(implementation, tests, hidden=hidden, extra_graders=graders,
+                                 only=set(item) if item else None, up_to=level,
+                                 exitfirst=exitfirst, timeout=timeout, json_path=json_path,
+                                 output_format=output_format, markdown=markdown, junit=junit,
+                                 brief=watch)
+
+    if not watch:
+        raise typer.Exit(run_once())
+    from graders.watch import watch as watch_files
+
+    _console().print(Text(f"watching {implementation}" + (f" and {tests}" if tests else "")
+                          + " (Ctrl-C to stop)"))
+    watch_files([p for p in (implementation, tests) if p], run_once)
+
+
+def _grade_and_report(implementation: Path, tests: Path | None, *, json_path: Path | None,
+                      output_format: str, markdown: Path | None, junit: Path | None,
+                      brief: bool, **options) -> int:
     from graders import report
     from graders.grade import grade as run_grade
-    from graders.rubric import load
 
-    total = len(load().items)
+    console = _console()
     progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
-                        TextColumn("{task.completed}/{task.total}"), console=console,
-                        transient=True, disable=not console.is_terminal)
+                        MofNCompleteColumn(), console=console, transient=True,
+                        disable=not console.is_terminal)
     with progress:
-        task = progress.add_task(f"grading {implementation}", total=total)
+        task = progress.add_task(f"grading {implementation}", total=None)
 
-        def advance(item) -> None:
-            progress.update(task, advance=1, description=f"graded {item.id}")
+        def advance(result) -> None:
+            progress.update(task, advance=1, description=f"graded {result.id}")
 
-        result = run_grade(implementation, tests, hidden=hidden, timeout=timeout, on_item=advance)
+        result = run_grade(implementation, tests, on_item=advance, **options)
 
-    console.print(f"[bold]kata grade[/bold] {implementation}"
-                  + (f"  (tests: {tests})" if tests else "  (no test file)"))
-    report.render(result, console)
-    if json_path:
+    if brief:
+        report.render_summary(result, console)
+    else:
+        console.print(Text.assemble(("kata grade ", "bold"), str(implementation),
+                                    f"  (tests: {tests})" if tests else "  (no test file)"))
+        report.render(result, console)
+    if output_format == "gradescope":
+        from graders.gradescope import write_gradescope
+
+        write_gradescope(result, json_path or Path("results.json"))
+    elif json_path:
         report.write_json(result, json_path)
-    raise typer.Exit(result.exit_code())
+    if markdown:
+        from graders.scorecard import write_markdown
+
+        write_markdown(result, markdown)
+    if junit:
+        from graders.junit import write_junit
+
+        write_junit(result, junit)
+    return result.exit_code()
+
+
+@app.command()
+def init(directory: Annotated[Path, typer.Argument(help="Where to create the workspace.")]) -> None:
+    """Create a fresh candidate workspace: the starter, its test file and instructions."""
+    from graders.workspace import init_workspace
+
+    try:
+        written = init_workspace(directory)
+    except FileExistsError as exc:
+        _usage_error(str(exc))
+    console = _console()
+    for path in written:
+        console.print(Text(f"created {path}"))
+    console.print(Text(f"\nNext: cd {directory} && kata grade"))
+
+
+@app.command()
+def hint(
+    item: Annotated[str, typer.Argument(help="A rubric item id, as the report shows it.")],
+    step: Annotated[int, typer.Option(help="Which hint: 1 nudges, the last all but says it.",
+                                      min=1)] = 1,
+) -> None:
+    """Show a hint for a rubric item, one step at a time."""
+    from graders.hints import hint as hint_for
+
+    try:
+        text, steps = hint_for(item, step)
+    except KeyError as exc:
+        _usage_error(exc.args[0])
+    console = _console()
+    shown = min(step, steps)
+    console.print(Text.assemble((item, "bold"), f", hint {shown} of {steps}: {text}"))
+    if shown < steps:
+        console.print(Text(f"more: kata hint {item} --step {shown + 1}", style="dim"))
+
+
+@app.command()
+def rubric() -> None:
+    """Print the rubric: items, levels, points, what each checks, and the tells."""
+    from graders import report
+
+    report.render_rubric(_console())
+
+
+@app.command()
+def solution(
+    name: Annotated[str, typer.Argument(
+        help=f"One of: {', '.join(SOLUTIONS)}.")] = "preallocated",
+) -> None:
+    """Print a reference solution with syntax highlighting (learners: see solutions/README.md)."""
+    from rich.syntax import Syntax
+
+    if name not in SOLUTIONS:
+        _usage_error(f"no solution {name!r}: choose one of {', '.join(SOLUTIONS)}")
+    path = SOLUTIONS[name]
+    _console().print(Syntax(path.read_text(), "python", line_numbers=True, word_wrap=True))
+
+
+@app.command("grade-all")
+def grade_all(
+    directory: Annotated[Path, typer.Argument(help="A folder of submission folders.")],
+    jobs: Annotated[int, typer.Option(help="Submissions graded at once.", min=1)] = 2,
+    hidden: Annotated[bool, typer.Option("--hidden", help="Add the hidden graders.")] = False,
+    out: Annotated[Path, typer.Option(help="Where summary.csv and summary.md go.")] = Path("."),
+    timeout: Annotated[float, typer.Option(
+        help="Seconds one batch of a candidate's calls may take.", min=0.1)] = 10.0,
+) -> None:
+    """Grade every submission folder (one holding kv_cache.py) under DIRECTORY."""
+    from graders import batch
+
+    if not directory.is_dir():
+        _usage_error(f"{directory} is not a folder")
+    submissions = batch.find_submissions(directory)
+    if not submissions:
+        _usage_error(f"no folder under {directory} holds a kv_cache.py")
+    console = _console()
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
+                  MofNCompleteColumn(), console=console,
+                  disable=not console.is_terminal) as progress:
+        task = progress.add_task("grading submissions", total=len(submissions))
+        outcomes = batch.grade_all(submissions, jobs, hidden=hidden, timeout=timeout,
+                                   on_done=lambda outcome: progress.advance(task))
+    out.mkdir(parents=True, exist_ok=True)
+    batch.write_summary(outcomes, out / "summary.csv", out / "summary.md")
+    console.print(Text((out / "summary.md").read_text()))
+    console.print(Text(f"wrote {out / 'summary.csv'} and {out / 'summary.md'}"))
 
 
 def _python_file(path: Path, what: str) -> Path:
     """`path` if it is an existing .py file; otherwise a one-line error and exit code 2."""
-    problem = None
     if not path.exists():
-        problem = "does not exist"
-    elif path.is_dir():
-        problem = "is a directory, not a Python file"
-    elif path.suffix != ".py":
-        problem = "is not a Python file (.py)"
-    if problem:
-        Console(stderr=True, highlight=False).print(f"kata: error: {what} {path} {problem}")
-        raise typer.Exit(USAGE_ERROR)
+        _usage_error(f"{what} {path} does not exist")
+    if path.is_dir():
+        _usage_error(f"{what} {path} is a directory, not a Python file")
+    if path.suffix != ".py":
+        _usage_error(f"{what} {path} is not a Python file (.py)")
     return path
 
 
-def _default_tests(implementation: Path) -> Path | None:
-    candidate = implementation.with_name(f"test_{implementation.name}")
-    return candidate if candidate.is_file() else None
+def _beside(implementation: Path) -> Path | None:
+    """The candidate's tests by the contract's naming: test_<name>.py beside the file."""
+    tests = implementation.with_name(f"test_{implementation.name}")
+    return tests if tests.is_file() else None
 
 
 if __name__ == "__main__":

@@ -80,7 +80,7 @@ class Grader:
 
 
 @cache
-def load_graders(folder: Path, hidden: bool) -> list[Grader]:
+def load_graders(folder: Path, hidden: bool) -> tuple[Grader, ...]:
     """Every `*.py` in `folder` that defines ITEM and grade(candidate); loaded once a process."""
     graders = []
     for path in sorted(folder.glob("*.py")):
@@ -91,37 +91,47 @@ def load_graders(folder: Path, hidden: bool) -> list[Grader]:
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         graders.append(Grader(module.ITEM, module.grade, hidden))
-    return graders
+    return tuple(graders)
 
 
 def grade(implementation: Path, tests: Path | None = None, *, hidden: bool = False,
-          only: set[str] | None = None, timeout: float = DEFAULT_TIMEOUT,
+          extra_graders: Path | None = None, only: set[str] | None = None,
+          up_to: str | None = None, exitfirst: bool = False, timeout: float = DEFAULT_TIMEOUT,
           on_item: Callable[[ItemResult], None] | None = None) -> GradeResult:
     """Grade `implementation` (and the candidate's `tests`, when given) against the rubric.
 
+    `hidden` adds graders/hidden/ and `extra_graders` (an interviewer's own folder of graders,
+    judged as hidden). `only` selects item ids, `up_to` the items up to a level; `exitfirst`
+    stops after the first item that does not pass (the rest are left out of the result).
     Sets this process's torch to one thread: the judge's tensors are tiny, and a thread pool
     only adds overhead (and spin-waits on a busy machine).
     """
     worker = Worker("implementation", str(implementation), import_timeout=timeout).start()
     test_worker = Worker("tests").start() if tests else None
     torch.set_num_threads(1)
+    rubric = rubric_data.load()
+    items = [i for i in rubric.items if (only is None or i.id in only)
+             and (up_to is None or rubric.levels.index(i.level) <= rubric.levels.index(up_to))]
+    graders = list(load_graders(PUBLIC, hidden=False))
+    if hidden:
+        graders += load_graders(HIDDEN, hidden=True)
+    if extra_graders is not None:
+        graders += load_graders(extra_graders, hidden=True)
     try:
         return _grade(Candidate(worker, timeout, tests, test_worker), str(implementation),
-                      hidden, only, on_item)
+                      items, graders, hidden or extra_graders is not None, exitfirst, on_item)
     finally:
         worker.close()
         if test_worker:
             test_worker.close()
 
 
-def _grade(candidate: Candidate, name: str, hidden: bool, only: set[str] | None,
+def _grade(candidate: Candidate, name: str, items: list[rubric_data.Item], graders: list[Grader],
+           hidden: bool, exitfirst: bool,
            on_item: Callable[[ItemResult], None] | None) -> GradeResult:
     rubric = rubric_data.load()
-    graders = load_graders(PUBLIC, hidden=False) + (load_graders(HIDDEN, hidden=True) if hidden else [])
     results, broke, unavailable, timeouts = [], False, None, 0
-    for item in rubric.items:
-        if only is not None and item.id not in only:
-            continue
+    for item in items:
         item_graders = [g for g in graders if g.item == item.id]
         if unavailable is not None:
             status, message = unavailable.status, unavailable.reason
@@ -142,6 +152,8 @@ def _grade(candidate: Candidate, name: str, hidden: bool, only: set[str] | None,
         results.append(result)
         if on_item:
             on_item(result)
+        if exitfirst and status != "pass":
+            break
     tells = _tells(rubric, candidate.tells)
     caps = [rubric.tell(t.id).caps for t in tells if t.detected]
     return GradeResult(name, _level(rubric, results, caps), results, tells, hidden, broke, caps)

@@ -74,7 +74,7 @@ def _level_table(level: str, items, rubric: rubric_data.Rubric) -> Table:
         why = Text(message)
         if item.status != "pass":
             hint = rubric.item(item.id).hints[0]
-            why.append(f"\nhint: {hint}", style="cyan")
+            why.append(f"\nhint: {hint} (more: kata hint {item.id})", style="cyan")
         table.add_row(Text(label, style=style), item.id,
                       f"{item.points:g}/{item.max_points:g}", why)
     return table
@@ -111,3 +111,36 @@ def _summary(result: GradeResult) -> Text:
         text.append("\nThe grader itself broke on some item (exit code 4): not the candidate's fault.",
                     style="bold red")
     return text
+
+
+def render_summary(result: GradeResult, console: Console) -> None:
+    """A few lines for --watch: the level, the score, and each item that does not pass."""
+    for item in result.items:
+        if item.status != "pass":
+            label, style = STATUS_STYLE[item.status]
+            first_line = item.message.splitlines()[0] if item.message else ""
+            console.print(Text.assemble((f"{label:8}", style), f"{item.id}: ", first_line[:150]))
+    console.print(_summary(result))
+
+
+def render_rubric(console: Console) -> None:
+    """The rubric: items by level with points and what each checks, then tells and discussion."""
+    rubric = rubric_data.load()
+    for level in rubric.levels:
+        items = [i for i in rubric.items if i.level == level]
+        table = Table(title=f"{level}  ({sum(i.points for i in items):g} points)",
+                      title_justify="left", expand=True, header_style="bold")
+        table.add_column("item", width=22, no_wrap=True)
+        table.add_column("pts", justify="right", width=4)
+        table.add_column("what passes", ratio=1)
+        for item in items:
+            table.add_row(item.id, f"{item.points:g}", Text(f"{item.title}. {item.checks}"))
+        console.print(table)
+    tells = Table(title="Down-level tells", title_justify="left", expand=True, header_style="bold")
+    tells.add_column("tell", width=22, no_wrap=True)
+    tells.add_column("caps", width=4)
+    tells.add_column("what it is", ratio=1)
+    for tell in rubric.tells:
+        tells.add_row(tell.id, tell.caps, Text(tell.message))
+    console.print(tells)
+    console.print(_interviewer(rubric))

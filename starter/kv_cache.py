@@ -22,10 +22,11 @@ positions, `reorder` and `fork` for beam search, finished beams, bf16/fp16 cache
 
 Replace every `raise NotImplementedError` below. `apply_rope` is given: use it as is.
 
-Grade it, with your tests in test_kv_cache.py beside it, from the repository root:
-    kata grade                                           # grades starter/kv_cache.py
-    kata grade starter/kv_cache.py --json report.json    # also writes the report as JSON
-Run your own tests:  cd starter && python -m pytest -q test_kv_cache.py
+Grade it, with your tests in test_kv_cache.py beside it:
+    kata grade                     # in a workspace (kata init DIR) or at the kata's root
+    kata grade --item ID           # one item; --level L5 up to a level; --watch on every save
+    kata hint ID                   # a hint for an item, one step at a time
+Run your own tests where this file is:  python -m pytest -q test_kv_cache.py
 """
 
 import torch

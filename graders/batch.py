@@ -1,0 +1,133 @@
+"""Grade many submissions at once: find them, grade them in parallel, summarise as CSV and Markdown.
+
+Each `grade` call starts its own worker processes and judges with its own state, so grades in
+different threads are independent; a thread pool is all the parallelism needed.
+"""
+
+from __future__ import annotations
+
+import csv
+import traceback
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Callable
+
+from graders import rubric as rubric_data
+from graders.grade import DEFAULT_TIMEOUT, GradeResult, grade
+from graders.report import STATUS_STYLE
+
+IMPLEMENTATION = "kv_cache.py"
+TESTS = "test_kv_cache.py"
+
+
+@dataclass(frozen=True)
+class Submission:
+    name: str  # the folder relative to the root, POSIX-style; "." for the root itself
+    implementation: Path
+    tests: Path | None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A graded submission: `result`, or `error` when grading itself raised."""
+
+    submission: Submission
+    result: GradeResult | None = None
+    error: str | None = None
+
+
+def find_submissions(root: Path) -> list[Submission]:
+    """Every folder at or under `root` holding a `kv_cache.py` file, sorted by relative path.
+
+    Folders whose path has a part starting with "." (.git, .venv, ...) are skipped; symlinked
+    folders are not followed. Tests are `test_kv_cache.py` beside the implementation, if a file.
+    """
+    submissions = []
+    for implementation in root.rglob(IMPLEMENTATION):
+        folder = implementation.parent.relative_to(root)
+        if not implementation.is_file() or any(p.startswith(".") for p in folder.parts):
+            continue
+        tests = implementation.with_name(TESTS)
+        submissions.append(Submission(folder.as_posix(), implementation,
+                                      tests if tests.is_file() else None))
+    return sorted(submissions, key=lambda s: _sort_key(s.name))
+
+
+def grade_all(submissions: list[Submission], jobs: int, *, hidden: bool = False,
+              timeout: float = DEFAULT_TIMEOUT,
+              on_done: Callable[[Outcome], None] | None = None) -> list[Outcome]:
+    """Grade `submissions` with `jobs` threads; one Outcome each, in the submissions' order.
+
+    `on_done(outcome)` is called in the calling thread as each grade finishes. A grade that
+    raises becomes an Outcome with `error` and the others go on. If the caller is interrupted
+    (or `on_done` raises), grades not yet started are cancelled and running ones are waited for.
+    """
+    outcomes: list[Outcome | None] = [None] * len(submissions)
+    pool = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="kata-grade")
+    try:
+        futures = {pool.submit(_grade_one, s, hidden, timeout): n for n, s in enumerate(submissions)}
+        for future in as_completed(futures):
+            outcome = outcomes[futures[future]] = future.result()
+            if on_done:
+                on_done(outcome)
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+    return outcomes
+
+
+def _grade_one(submission: Submission, hidden: bool, timeout: float) -> Outcome:
+    try:
+        return Outcome(submission, grade(submission.implementation, submission.tests,
+                                         hidden=hidden, timeout=timeout))
+    except Exception:
+        return Outcome(submission, error="grading raised: " + traceback.format_exc(limit=-3))
+
+
+def write_summary(outcomes: list[Outcome], csv_path: Path, markdown_path: Path) -> None:
+    """Write one row per outcome, sorted by submission name, as CSV and as a Markdown table.
+
+    CSV columns: submission, level, score, max_score, one per rubric item id (its status), tells
+    (detected tell ids, ";"-separated), error. Markdown: the same, statuses as PASS, FAIL, ERROR,
+    TIMEOUT or TODO. A grade whose grader broke says so in `error`; a grade that raised has
+    only `error` filled.
+    """
+    item_ids = [item.id for item in rubric_data.load().items]
+    rows = [_row(o, item_ids) for o in sorted(outcomes, key=lambda o: _sort_key(o.submission.name))]
+    header = ["submission", "level", "score", "max_score", *item_ids, "tells", "error"]
+    with csv_path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=header)
+        writer.writeheader()
+        writer.writerows(rows)
+
+    lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+    for row in rows:
+        cells = {**row, **{i: STATUS_STYLE[row[i]][0] for i in item_ids if row[i]},
+                 "tells": row["tells"].replace(";", ", "),
+                 "error": row["error"].strip().splitlines()[-1] if row["error"] else ""}
+        lines.append("| " + " | ".join(_md_cell(cells[h]) for h in header) + " |")
+    markdown_path.write_text("\n".join(lines) + "\n")
+
+
+def _sort_key(name: str) -> tuple[str, ...]:
+    return PurePosixPath(name).parts
+
+
+def _row(outcome: Outcome, item_ids: list[str]) -> dict[str, str]:
+    row = dict.fromkeys(["level", "score", "max_score", *item_ids, "tells", "error"], "")
+    row["submission"] = outcome.submission.name
+    result = outcome.result
+    if result is None:
+        row["error"] = outcome.error or ""
+        return row
+    row.update({"level": result.level, "score": f"{result.score:g}",
+                "max_score": f"{result.max_score:g}",
+                "tells": ";".join(t.id for t in result.tells if t.detected)})
+    row.update({item.id: item.status for item in result.items})
+    if result.grader_broke:
+        row["error"] = "the grader itself broke on some item: not the candidate's fault"
+    return row
+
+
+def _md_cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")

@@ -1,0 +1,23 @@
+"""Hints for a rubric item, one step at a time, from a nudge to nearly the answer.
+
+The steps are the item's `hints` in `rubric/rubric.toml`; nothing here is hard-coded.
+"""
+
+from __future__ import annotations
+
+from graders import rubric as rubric_data
+
+
+def hint(item_id: str, step: int = 1) -> tuple[str, int]:
+    """Hint `step` (1-based) of item `item_id`, and how many steps the item has.
+
+    A step past the last gives the last, the one that all but says the answer. KeyError, naming
+    the valid ids, for an unknown item; ValueError for a step below 1.
+    """
+    items = {item.id: item for item in rubric_data.load().items}
+    if item_id not in items:
+        raise KeyError(f"unknown rubric item {item_id!r}; valid ids: {', '.join(items)}")
+    if step < 1:
+        raise ValueError(f"hint steps count from 1, got {step}")
+    hints = items[item_id].hints
+    return hints[min(step, len(hints)) - 1], len(hints)

@@ -1,0 +1,94 @@
+"""The interviewer's scorecard: one page of Markdown for a hiring committee.
+
+`write_markdown` writes, in order: a title naming the implementation and the date; the level
+reached, the score and the caps the tells applied; one table per level (id, title, status,
+points, reason); the down-level tells, detected ones first with the level each caps; the
+interviewer-only items as a checklist with blanks; and a Decision line with blanks.
+
+Reasons are the graders' messages, which can quote the candidate's own output: every one is
+shortened and escaped to a single Markdown line that cannot break its table row.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import date
+from pathlib import Path
+
+from graders import rubric as rubric_data
+from graders.grade import GradeResult, ItemResult
+
+PASS_REASON_CHARS = 100  # a pass needs a phrase on a one-page card; --json keeps every word
+OTHER_REASON_CHARS = 300
+
+STATUS_LABEL = {
+    "pass": "pass",
+    "fail": "**FAIL**",
+    "error": "**ERROR**",
+    "timeout": "**TIMEOUT**",
+    "not_attempted": "not attempted",
+}
+
+_MARKDOWN_ACTIVE = re.compile(r"([\\|*`])")
+
+
+def write_markdown(result: GradeResult, path: Path) -> None:
+    """Write the scorecard of `result` to `path`."""
+    rubric = rubric_data.load()
+    lines = [f"# kvkata scorecard: `{result.implementation}`", "", _summary(result, rubric), ""]
+    for level in rubric.levels:
+        items = [i for i in result.items if i.level == level]
+        if items:
+            lines += _level_table(level, items, rubric) + [""]
+    lines += ["## Down-level tells", ""] + _tells(result, rubric) + [""]
+    lines += ["## For the interviewer to mark (no test can judge these)", ""]
+    lines += [f"- [ ] {_inline(i.prompt)} — notes: ________" for i in rubric.interviewer]
+    lines += ["", "**Decision:** hire / no hire: ________ · level: ______ · "
+                  "interviewer: ________________ · date: __________", ""]
+    path.write_text("\n".join(lines))
+
+
+def _summary(result: GradeResult, rubric: rubric_data.Rubric) -> str:
+    parts = [date.today().isoformat(), f"**Level reached: {result.level}**",
+             f"score {result.score:g}/{result.max_score:g}"]
+    if result.caps:
+        lowest = min(result.caps, key=rubric.levels.index)
+        parts.append(f"capped at {lowest} by down-level tells ({', '.join(result.caps)})")
+    if result.hidden:
+        parts.append("hidden graders included")
+    text = " · ".join(parts)
+    if result.grader_broke:
+        text += "\n\n> **The grader itself broke on some item: not the candidate's fault.**"
+    return text
+
+
+def _level_table(level: str, items: list[ItemResult], rubric: rubric_data.Rubric) -> list[str]:
+    earned = sum(i.points for i in items)
+    total = sum(i.max_points for i in items)
+    rows = [f"## {level} ({earned:g}/{total:g} points)", "",
+            "| id | item | status | points | reason |", "| --- | --- | --- | --- | --- |"]
+    for item in items:
+        limit = PASS_REASON_CHARS if item.status == "pass" else OTHER_REASON_CHARS
+        reason = item.message if len(item.message) <= limit else item.message[: limit - 1] + "…"
+        rows.append(f"| `{item.id}` | {_inline(rubric.item(item.id).title)} "
+                    f"| {STATUS_LABEL[item.status]} | {item.points:g}/{item.max_points:g} "
+                    f"| {_inline(reason)} |")
+    return rows
+
+
+def _tells(result: GradeResult, rubric: rubric_data.Rubric) -> list[str]:
+    lines = []
+    for tell in sorted(result.tells, key=lambda t: not t.detected):
+        info = rubric.tell(tell.id)
+        if tell.detected:
+            lines.append(f"- **DETECTED** `{tell.id}` ({_inline(info.title)}; caps the level at "
+                         f"{info.caps}): {_inline(tell.message)}")
+        else:
+            lines.append(f"- clear `{tell.id}`: {_inline(tell.message)}")
+    return lines
+
+
+def _inline(text: str) -> str:
+    """`text` as one line of Markdown that renders as written, even inside a table cell."""
+    text = text.replace("&", "&amp;").replace("<", "&lt;")
+    return "<br>".join(_MARKDOWN_ACTIVE.sub(r"\\\1", text).splitlines())
