@@ -1,8 +1,11 @@
 """A grade as a Gradescope autograder `results.json`.
 
-Top level: `score` and `max_score` (the rubric's points), `output` (level reached, score, tells
-detected), `visibility` "visible", `stdout_visibility` "hidden" (the grader's stdout is for
-instructors). One test per rubric item, numbered in rubric order: `name` "<level> <id>: <title>",
+Top level: `score`, `output` (level reached, score, ids of the tells detected), `visibility`
+"visible", `stdout_visibility` "hidden" (the grader's stdout is for instructors), and
+`extra_data` holding `max_score` and `level`: the spec has no top-level `max_score` (Gradescope
+takes the total from the assignment's settings), so it is stored there, not shown.
+
+One test per graded item, numbered by its place in the rubric: `name` "<level> <id>: <title>",
 `score`, `max_score`, `status` "passed" or "failed", `output` (the message, and the item's first
 hint when it did not pass), `tags` [level], and `visibility` "visible" -- or "after_published"
 for every test when the grade includes the hidden graders, whose failure messages describe hidden
@@ -11,7 +14,6 @@ cases and must stay unseen until the grades are published.
 
 from __future__ import annotations
 
-import html
 import json
 from pathlib import Path
 
@@ -42,10 +44,10 @@ def to_gradescope(result: GradeResult) -> dict:
         })
     return {
         "score": result.score,
-        "max_score": result.max_score,
-        "output": html.escape(summary),  # the top-level output renders as HTML ("simple_format")
+        "output": summary,
         "visibility": "visible",
         "stdout_visibility": "hidden",
+        "extra_data": {"max_score": result.max_score, "level": result.level},
         "tests": tests,
     }
 

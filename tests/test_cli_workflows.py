@@ -1,0 +1,144 @@
+"""The candidate's, interviewer's and learner's commands, end to end through the CLI."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from cli import app
+from graders.mutation import Mutant
+from graders.rubric import load
+
+ROOT = Path(__file__).resolve().parent.parent
+REFERENCE = ROOT / "solutions" / "kv_cache.py"
+PRIVATE = ROOT / "docs" / "examples" / "private_graders"
+runner = CliRunner()
+
+FIXED_MASK_BUFFER = Mutant(
+    "mask-buffer-of-1024", "attend takes positions from a 1024-slot buffer built once",
+    replace=(("torch.arange(keys.shape[2], device=keys.device) >=",
+              "POSITIONS[: keys.shape[2]] >="),
+             ("import math\n", "import math\n\nimport torch as _torch\n\nPOSITIONS = _torch.arange(1024)\n")),
+)
+
+
+def report(args: list[str], tmp_path: Path) -> tuple[int, dict]:
+    out = tmp_path / "report.json"
+    result = runner.invoke(app, [*args, "--json", str(out)])
+    return result.exit_code, json.loads(out.read_text())
+
+
+def test_a_candidate_goes_from_init_to_a_graded_workspace(tmp_path, monkeypatch):
+    workspace = tmp_path / "ws"
+    result = runner.invoke(app, ["init", str(workspace)])
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in workspace.iterdir()) == ["README.md", "kv_cache.py", "test_kv_cache.py"]
+    monkeypatch.chdir(workspace)
+    code, data = report(["grade", "--item", "append-time-dim", "--item", "own-tests"], tmp_path)
+    assert code == 1
+    assert Path(data["implementation"]) == workspace / "kv_cache.py"
+    assert {i["id"]: i["status"] for i in data["items"]} == {
+        "append-time-dim": "not_attempted", "own-tests": "not_attempted"}
+    assert runner.invoke(app, ["init", str(workspace)]).exit_code == 2, "init never overwrites work"
+
+
+def test_level_and_item_select_what_is_graded(tmp_path):
+    code, data = report(["grade", str(REFERENCE), "--level", "L4"], tmp_path)
+    assert code == 0 and [i["id"] for i in data["items"]] == ["append-time-dim", "attend-shape"]
+    assert data["level"] == "L4"
+
+
+def test_exitfirst_stops_at_the_first_item_that_does_not_pass(tmp_path):
+    code, data = report(["grade", str(ROOT / "starter" / "kv_cache.py"), "-x"], tmp_path)
+    assert code == 1 and len(data["items"]) == 1
+
+
+@pytest.mark.parametrize("args, says", [
+    (["grade", str(REFERENCE), "--item", "no-such-item"], "no rubric item"),
+    (["grade", str(REFERENCE), "--level", "L9"], "no level"),
+    (["grade", str(REFERENCE), "--graders", str(PRIVATE)], "use it with --hidden"),
+    (["grade", str(REFERENCE), "--format", "xml"], "choose 'kata' or 'gradescope'"),
+    (["hint", "no-such-item"], "valid ids"),
+    (["solution", "nope"], "choose one of"),
+    (["grade-all", "no/such/dir"], "is not a folder"),
+], ids=["item", "level", "graders-without-hidden", "format", "hint", "solution", "grade-all"])
+def test_bad_input_exits_2_with_one_line(args, says):
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert says in result.output
+
+
+def test_hints_come_one_step_at_a_time():
+    first = runner.invoke(app, ["hint", "ragged-batch"])
+    last = runner.invoke(app, ["hint", "ragged-batch", "--step", "9"])
+    hints = load().item("ragged-batch").hints
+    assert first.exit_code == 0 and "hint 1 of 3" in first.output and "--step 2" in first.output
+    assert f"hint {len(hints)} of {len(hints)}" in last.output and "--step" not in last.output
+
+
+def test_a_failed_item_names_its_hint_command(tmp_path):
+    result = runner.invoke(app, ["grade", str(ROOT / "starter" / "kv_cache.py"), "--item", "attend-shape"])
+    assert "kata hint attend-shape" in result.output
+
+
+def test_rubric_and_solutions_print():
+    rubric = runner.invoke(app, ["rubric"])
+    assert rubric.exit_code == 0
+    assert all(item.id in rubric.output for item in load().items)
+    concat = runner.invoke(app, ["solution", "concat"])
+    assert concat.exit_code == 0 and "torch.cat" in concat.output
+
+
+def test_private_graders_run_as_hidden_cases(tmp_path):
+    args = ["--item", "prefix-equivalence", "--hidden", "--graders", str(PRIVATE)]
+    code, data = report(["grade", str(REFERENCE), *args], tmp_path)
+    assert code == 0 and data["hidden"] is True
+    mutant = tmp_path / "kv_cache.py"
+    mutant.write_text(FIXED_MASK_BUFFER.source())
+    public_code, _ = report(["grade", str(mutant), "--item", "prefix-equivalence"], tmp_path)
+    assert public_code == 0, "the public cases never reach 1024 positions"
+    code, data = report(["grade", str(mutant), *args], tmp_path)
+    (item,) = data["items"]
+    assert code == 1 and item["status"] != "pass" and item["message"].startswith("hidden case")
+
+
+def test_interviewer_formats_are_written(tmp_path):
+    md, xml, gs = tmp_path / "card.md", tmp_path / "junit.xml", tmp_path / "results.json"
+    result = runner.invoke(app, ["grade", str(REFERENCE), "--level", "L4", "--markdown", str(md),
+                                 "--junit", str(xml), "--format", "gradescope", "--json", str(gs)])
+    assert result.exit_code == 0, result.output
+    assert "append-time-dim" in md.read_text()
+    assert ET.parse(xml).getroot().tag == "testsuites"
+    assert json.loads(gs.read_text())["score"] == 10
+
+
+def test_watch_regrades_with_a_short_summary(monkeypatch):
+    def run_twice(paths, run, **kwargs):
+        assert REFERENCE in paths
+        run()
+        run()
+        return 2
+
+    monkeypatch.setattr("graders.watch.watch", run_twice)
+    result = runner.invoke(app, ["grade", str(REFERENCE), "--level", "L4", "--watch"])
+    assert result.exit_code == 0, result.output
+    assert result.output.count("Level: L4") == 2 and "watching" in result.output
+    assert "For the interviewer" not in result.output, "watch prints a summary, not the report"
+
+
+def test_grade_all_grades_every_submission(tmp_path):
+    for name in ("alice", "bob"):
+        (tmp_path / "in" / name).mkdir(parents=True)
+    shutil.copy(REFERENCE, tmp_path / "in" / "alice" / "kv_cache.py")
+    (tmp_path / "in" / "bob" / "kv_cache.py").write_text("def attend(:\n")
+    result = runner.invoke(app, ["grade-all", str(tmp_path / "in"), "--out", str(tmp_path / "out"),
+                                 "--jobs", "2"])
+    assert result.exit_code == 0, result.output
+    summary = (tmp_path / "out" / "summary.md").read_text()
+    assert "alice" in summary and "bob" in summary
+    assert (tmp_path / "out" / "summary.csv").is_file()

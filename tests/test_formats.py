@@ -1,0 +1,274 @@
+"""The scorecard, Gradescope and JUnit outputs of a grade follow their formats.
+
+The allowed keys and elements below are written down from the formats' own specifications:
+Gradescope's "Autograder Specifications" (results.json) and the Jenkins xunit plugin's JUnit
+schema (junit-10.xsd), the one the common CI reporters read.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from graders.grade import GradeResult, ItemResult, TellResult, grade
+from graders.gradescope import to_gradescope, write_gradescope
+from graders.junit import write_junit
+from graders.rubric import load
+from graders.scorecard import write_markdown
+
+ROOT = Path(__file__).resolve().parent.parent
+
+ITEMS = [
+    ItemResult("append-time-dim", "L4", "pass", 5.0, 5.0, "within 1e-05 + 1e-04*|expected| of *it*"),
+    ItemResult("attend-shape", "L4", "fail", 0.0, 5.0,
+               "got [B, 1, D] | wanted [B, Hq, 1, D]\nsecond line\r\nthird a\\|b `x` <b>&amp;"),
+    ItemResult("prefix-equivalence", "L5", "error", 0.0, 8.0,
+               "raised RuntimeError: boom\nstderr: \x00\x1b[31mred\x1b[0m"),
+    ItemResult("validate-shapes", "L5", "timeout", 0.0, 5.0, "did not answer in 10 s"),
+    ItemResult("reset", "L5", "not_attempted", 0.0, 4.0, "reset still raises NotImplementedError"),
+    ItemResult("gqa", "L6", "pass", 6.0, 6.0, "4 head layouts"),
+]
+TELLS = [
+    TellResult("caches-q", False, "no queries found in the cache"),
+    TellResult("concat-every-step", True, "append allocated <all> storage | every step"),
+]
+
+
+def made(hidden: bool) -> GradeResult:
+    return GradeResult("candidates/kv_cache.py", "below L4", ITEMS, TELLS, hidden, caps=["L5"])
+
+
+# --- Markdown scorecard -------------------------------------------------------------------------
+
+def cells(row: str) -> list[str]:
+    """A GFM table row's cells: split at pipes that no backslash escapes."""
+    parts, current, chars = [], "", iter(row.strip())
+    for ch in chars:
+        if ch == "\\":
+            current += ch + next(chars, "")
+        elif ch == "|":
+            parts.append(current)
+            current = ""
+        else:
+            current += ch
+    parts.append(current)
+    return [p.strip() for p in parts[1:-1]]
+
+
+def rendered(cell: str) -> str:
+    """What Markdown shows for an escaped cell, with <br> read as a newline."""
+    return html.unescape(re.sub(r"\\(.)", r"\1", cell).replace("<br>", "\n"))
+
+
+@pytest.fixture
+def scorecard(tmp_path) -> str:
+    path = tmp_path / "scorecard.md"
+    write_markdown(made(hidden=False), path)
+    return path.read_text()
+
+
+def test_scorecard_names_the_implementation_level_score_and_caps(scorecard):
+    title = scorecard.splitlines()[0]
+    assert title.startswith("# ") and "candidates/kv_cache.py" in title
+    assert re.search(r"\d{4}-\d{2}-\d{2}", scorecard)
+    assert "**Level reached: below L4**" in scorecard and "score 11/33" in scorecard
+    assert "capped at L5" in scorecard
+
+
+def test_scorecard_tables_keep_one_row_per_item_whatever_the_message(scorecard):
+    lines = scorecard.splitlines()
+    rows = [line for line in lines if line.startswith("|")]
+    assert all(len(cells(row)) == 5 for row in rows), rows
+    body = {cells(row)[0].strip("`"): cells(row) for row in rows if row.startswith("| `")}
+    assert list(body) == [i.id for i in ITEMS]
+    for item in ITEMS:
+        assert rendered(body[item.id][4]) == "\n".join(item.message.splitlines())
+        assert body[item.id][3] == f"{item.points:g}/{item.max_points:g}"
+        assert rendered(body[item.id][1]) == load().item(item.id).title
+    for level in ("L4", "L5", "L6"):
+        assert any(line.startswith(f"## {level} ") for line in lines)
+
+
+def test_scorecard_lists_detected_tells_first_with_their_cap(scorecard):
+    detected, clear = scorecard.index("`concat-every-step`"), scorecard.index("`caches-q`")
+    assert detected < clear
+    assert "DETECTED** `concat-every-step`" in scorecard and "caps the level at L5" in scorecard
+    assert "append allocated &lt;all> storage \\| every step" in scorecard
+
+
+def test_scorecard_has_every_interviewer_prompt_and_a_decision_line_to_fill(scorecard):
+    for item in load().interviewer:
+        assert f"- [ ] {item.prompt} — notes: ____" in scorecard
+    decision = [line for line in scorecard.splitlines() if line.startswith("**Decision:**")]
+    assert len(decision) == 1
+    for blank in ("hire / no hire: ___", "level: ___", "interviewer: ___", "date: ___"):
+        assert blank in decision[0]
+
+
+# --- Gradescope results.json --------------------------------------------------------------------
+
+VISIBILITIES = {"hidden", "after_due_date", "after_published", "visible"}
+TOP_KEYS = {"score", "execution_time", "output", "output_format", "test_output_format",
+            "test_name_format", "visibility", "stdout_visibility", "extra_data", "tests",
+            "leaderboard"}
+TEST_KEYS = {"score", "max_score", "status", "name", "name_format", "number", "output",
+             "output_format", "tags", "visibility", "extra_data"}
+NUMBER = (int, float)
+TOP_REQUIRED = {"score": NUMBER, "output": str, "visibility": str, "stdout_visibility": str,
+                "extra_data": dict, "tests": list}
+TEST_REQUIRED = {"name": str, "number": str, "score": NUMBER, "max_score": NUMBER, "status": str,
+                 "output": str, "visibility": str, "tags": list}
+
+
+def gradescope_errors(results: dict) -> list[str]:
+    """What in `results` the spec does not allow, or what this kata promises and is missing."""
+    errors = [f"unknown key {k}" for k in set(results) - TOP_KEYS]
+    errors += _typed(results, TOP_REQUIRED, "top")
+    for key in ("visibility", "stdout_visibility"):
+        if results.get(key) not in VISIBILITIES:
+            errors.append(f"{key}: {results.get(key)!r}")
+    for n, test in enumerate(results.get("tests", [])):
+        errors += [f"test {n}: unknown key {k}" for k in set(test) - TEST_KEYS]
+        errors += _typed(test, TEST_REQUIRED, f"test {n}")
+        if test.get("status") not in {"passed", "failed"}:
+            errors.append(f"test {n}: status {test.get('status')!r}")
+        if test.get("visibility") not in VISIBILITIES:
+            errors.append(f"test {n}: visibility {test.get('visibility')!r}")
+        if not all(isinstance(tag, str) for tag in test.get("tags", [])):
+            errors.append(f"test {n}: tags must be strings")
+    return errors
+
+
+def _typed(obj: dict, required: dict, where: str) -> list[str]:
+    return [f"{where}: {key} missing or not {kind}" for key, kind in required.items()
+            if not isinstance(obj.get(key), kind) or isinstance(obj.get(key), bool)]
+
+
+@pytest.mark.parametrize("hidden", [False, True])
+def test_gradescope_results_follow_the_spec(hidden):
+    results = json.loads(json.dumps(to_gradescope(made(hidden))))
+    assert gradescope_errors(results) == []
+    assert sum(t["score"] for t in results["tests"]) == results["score"] == 11.0
+    assert sum(t["max_score"] for t in results["tests"]) == results["extra_data"]["max_score"] == 33.0
+    assert results["visibility"] == "visible" and results["stdout_visibility"] == "hidden"
+    expected = "after_published" if hidden else "visible"
+    assert {t["visibility"] for t in results["tests"]} == {expected}
+
+
+def test_gradescope_tests_name_number_and_explain_each_item():
+    rubric = load()
+    results = to_gradescope(made(hidden=False))
+    assert "below L4" in results["output"] and "concat-every-step" in results["output"]
+    numbers = [int(t["number"]) for t in results["tests"]]
+    assert numbers == sorted(set(numbers))
+    for item, test in zip(ITEMS, results["tests"]):
+        info = rubric.item(item.id)
+        assert test["name"] == f"{item.level} {item.id}: {info.title}"
+        assert test["tags"] == [item.level]
+        assert test["status"] == ("passed" if item.status == "pass" else "failed")
+        assert test["output"].startswith(item.message)
+        assert (info.hints[0] in test["output"]) == (item.status != "pass")
+
+
+# --- JUnit XML ----------------------------------------------------------------------------------
+
+# Jenkins xunit plugin, junit-10.xsd: each element's attributes, required ones, and children.
+ATTRIBUTES = {
+    "testsuites": {"name", "time", "tests", "failures", "errors"},
+    "testsuite": {"name", "tests", "failures", "errors", "group", "time", "skipped", "timestamp",
+                  "hostname", "id", "package", "file", "log", "url"},
+    "properties": set(),
+    "property": {"name", "value"},
+    "testcase": {"name", "time", "classname", "group"},
+    "failure": {"type", "message"},
+    "error": {"type", "message"},
+    "skipped": {"type", "message"},
+    "system-out": set(),
+    "system-err": set(),
+}
+REQUIRED = {"testsuite": {"name", "tests", "failures", "errors"}, "property": {"name", "value"},
+            "testcase": {"name"}}
+CHILDREN = {
+    "testsuites": {"testsuite"},
+    "testsuite": {"testsuite", "properties", "testcase", "system-out", "system-err"},
+    "properties": {"property"},
+    "testcase": {"skipped", "error", "failure", "rerunFailure", "rerunError", "flakyFailure",
+                 "flakyError", "system-out", "system-err"},
+}
+SUREFIRE_TIME = re.compile(r"(([0-9]{0,3},)*[0-9]{3}|[0-9]{0,3})*(\.[0-9]*)?")
+
+
+def junit_errors(root: ET.Element) -> list[str]:
+    errors = [] if root.tag in ("testsuites", "testsuite") else [f"root {root.tag}"]
+    for parent in root.iter():
+        attrs = set(parent.attrib)
+        errors += [f"{parent.tag}@{a} not allowed" for a in attrs - ATTRIBUTES.get(parent.tag, set())]
+        errors += [f"{parent.tag}@{a} missing" for a in REQUIRED.get(parent.tag, set()) - attrs]
+        if "time" in attrs and not SUREFIRE_TIME.fullmatch(parent.get("time")):
+            errors.append(f"{parent.tag}@time {parent.get('time')!r}")
+        errors += [f"<{child.tag}> in <{parent.tag}>" for child in parent
+                   if child.tag not in CHILDREN.get(parent.tag, set())]
+    return errors
+
+
+def counted(cases: list[ET.Element], kind: str) -> str:
+    return str(sum(case.find(kind) is not None for case in cases))
+
+
+@pytest.mark.parametrize("hidden", [False, True])
+def test_junit_parses_follows_the_schema_and_counts_right(tmp_path, hidden):
+    path = tmp_path / "junit.xml"
+    write_junit(made(hidden), path)
+    root = ET.parse(path).getroot()
+    assert junit_errors(root) == []
+    suites = root.findall("testsuite")
+    assert root.tag == "testsuites" and len(suites) == 1 and suites[0].get("name") == "kvkata"
+    cases = suites[0].findall("testcase")
+    for element in (root, suites[0]):
+        assert element.get("tests") == str(len(cases)) == str(len(ITEMS))
+        assert element.get("failures") == counted(cases, "failure") == "1"
+        assert element.get("errors") == counted(cases, "error") == "2"
+    assert suites[0].get("skipped") == counted(cases, "skipped") == "1"
+    props = {p.get("name"): p.get("value") for p in suites[0].iter("property")}
+    assert props["implementation"] == "candidates/kv_cache.py" and props["level"] == "below L4"
+    assert (props["score"], props["max_score"], props["hidden"]) == ("11", "33", str(hidden).lower())
+    assert "tell.concat-every-step" in props and "tell.caches-q" not in props
+
+
+def test_junit_testcases_map_each_status(tmp_path):
+    path = tmp_path / "junit.xml"
+    write_junit(made(hidden=False), path)
+    cases = ET.parse(path).getroot().iter("testcase")
+    expected = {"pass": None, "fail": ("failure", "fail"), "error": ("error", "error"),
+                "timeout": ("error", "timeout"), "not_attempted": ("skipped", None)}
+    for item, case in zip(ITEMS, cases, strict=True):
+        assert (case.get("classname"), case.get("name")) == (f"kvkata.{item.level}", item.id)
+        outcome = list(case)
+        if expected[item.status] is None:
+            assert outcome == []
+            continue
+        assert [(o.tag, o.get("type")) for o in outcome] == [expected[item.status]]
+        assert outcome[0].get("message") == item.message.splitlines()[0].replace("\x00", "\ufffd")
+    error = ET.parse(path).getroot().find(".//testcase[@name='prefix-equivalence']/error")
+    assert error.text == "raised RuntimeError: boom\nstderr: \ufffd\ufffd[31mred\ufffd[0m"
+
+
+# --- a real grade -------------------------------------------------------------------------------
+
+def test_a_real_grade_writes_all_three_formats(tmp_path):
+    result = grade(ROOT / "solutions/kv_cache.py", only={"append-time-dim", "attend-shape"})
+    assert [i.status for i in result.items] == ["pass", "pass"]
+    write_markdown(result, tmp_path / "scorecard.md")
+    write_gradescope(result, tmp_path / "results.json")
+    write_junit(result, tmp_path / "junit.xml")
+    scorecard = (tmp_path / "scorecard.md").read_text()
+    assert "`append-time-dim`" in scorecard and "`attend-shape`" in scorecard
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert gradescope_errors(results) == [] and results["score"] == results["extra_data"]["max_score"] == 10.0
+    root = ET.parse(tmp_path / "junit.xml").getroot()
+    assert junit_errors(root) == [] and root.find("testsuite").get("tests") == "2"
