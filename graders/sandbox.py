@@ -1,7 +1,8 @@
 """The judge's handle on a worker process (see `graders.worker`).
 
 `Worker.start` launches the process at once, so that its torch import overlaps the judge's own;
-the first request waits for it. A worker that dies, or stops answering, is replaced by a fresh
+the first request waits for it. Inside `warm_workers()`, workers are forked from a process that
+has imported torch already instead. A worker that dies, or stops answering, is replaced by a fresh
 one before the next request: a candidate can lose an item this way, never the whole grade.
 """
 
@@ -9,10 +10,13 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,23 +50,29 @@ class Worker:
     def __init__(self, mode: str, path: str | None = None, import_timeout: float = 10.0):
         self.mode, self.path, self.import_timeout = mode, path, import_timeout
         self.missing: list[str] = []
-        self._proc: subprocess.Popen | None = None
+        self._pid: int | None = None
+        self._proc: subprocess.Popen | None = None  # None when forked by the spawner
+        self._in = self._out = -1  # our ends of its stdin and stdout
         self._ready = False
         self._stderr_path: str | None = None
 
     def start(self) -> "Worker":
         self._remove_stderr_file()
-        fd, self._stderr_path = tempfile.mkstemp(prefix="kata-worker-", suffix=".log")
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-            p for p in (str(PROJECT_ROOT), os.environ.get("PYTHONPATH")) if p))
-        self._proc = subprocess.Popen(
-            [sys.executable, "-m", "graders.worker"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=fd,
-            env=env, start_new_session=True, cwd=PROJECT_ROOT,
-        )
-        os.close(fd)
-        hello = {"mode": self.mode, "path": self.path}
-        wire.write_frame(self._proc.stdin.fileno(), hello)
+        stderr, self._stderr_path = tempfile.mkstemp(prefix="kata-worker-", suffix=".log")
+        stdin_r, self._in = os.pipe()
+        self._out, stdout_w = os.pipe()
+        ends = [stdin_r, stdout_w, stderr]
+        if _SPAWNER is not None:
+            self._pid, self._proc = _SPAWNER.spawn(ends), None
+        else:
+            self._proc = subprocess.Popen([sys.executable, "-m", "graders.worker"],
+                                          stdin=stdin_r, stdout=stdout_w, stderr=stderr,
+                                          env=_environment(), start_new_session=True,
+                                          cwd=PROJECT_ROOT)
+            self._pid = self._proc.pid
+        for fd in ends:
+            os.close(fd)
+        wire.write_frame(self._in, {"mode": self.mode, "path": self.path})
         self._ready = False
         return self
 
@@ -71,7 +81,7 @@ class Worker:
         self._ensure_ready()
         deadline = time.monotonic() + timeout * len(requests) / parallel + timeout + SLACK_SECONDS
         try:
-            wire.write_frame(self._proc.stdin.fileno(),
+            wire.write_frame(self._in,
                              {"requests": requests, "timeout": timeout, "parallel": parallel})
             replies = [self._read_reply(deadline) for _ in requests]
         except (TimeoutError, wire.WireError, OSError) as exc:
@@ -86,7 +96,7 @@ class Worker:
         self._discard()
 
     def _read_reply(self, deadline: float) -> Reply:
-        fd = self._proc.stdout.fileno()
+        fd = self._out
         status = wire.decode(wire.read_frame(fd, deadline))
         if status["status"] == "done":
             return Reply("done", wire.decode(wire.read_frame(fd, deadline)))
@@ -95,11 +105,11 @@ class Worker:
         return Reply("crashed", detail=f"{status['how']}{_last_lines(status['stderr'])}")
 
     def _ensure_ready(self) -> None:
-        if self._proc is None:
+        if self._pid is None:
             self.start()
         if self._ready:
             return
-        fd = self._proc.stdout.fileno()
+        fd = self._out
         try:
             wire.decode(wire.read_frame(fd, time.monotonic() + TORCH_IMPORT_SECONDS))
             if self.mode == "implementation":
@@ -120,20 +130,17 @@ class Worker:
 
     def _discard(self) -> None:
         """Kill the worker and everything it started; the next request starts a fresh one."""
-        if self._proc is None:
+        if self._pid is None:
             return
         try:
-            os.killpg(self._proc.pid, signal.SIGKILL)
+            os.killpg(self._pid, signal.SIGKILL)
         except OSError:
             pass
-        self._proc.wait()
-        for stream in (self._proc.stdin, self._proc.stdout):
-            try:
-                stream.close()
-            except OSError:
-                pass
-        self._proc = None
-        self._ready = False
+        if self._proc is not None:
+            self._proc.wait()  # a spawner's worker is reaped by the spawner
+        for fd in (self._in, self._out):
+            os.close(fd)
+        self._pid, self._proc, self._ready = None, None, False
 
     def _stderr_tail(self) -> str:
         if not self._stderr_path:
@@ -158,3 +165,54 @@ class Worker:
 def _last_lines(text: str, n: int = 3) -> str:
     lines = [line for line in text.strip().splitlines() if line.strip()]
     return (": " + " | ".join(lines[-n:])) if lines else ""
+
+
+def _environment() -> dict:
+    """The judge's environment, with the project importable (`python -m graders.worker`)."""
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(
+        p for p in (str(PROJECT_ROOT), os.environ.get("PYTHONPATH")) if p))
+
+
+class _Spawner:
+    """A process that has imported torch and forks workers on request (`worker.spawner`)."""
+
+    def __init__(self):
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "graders.worker", "--spawner", str(theirs.fileno())],
+            pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            env=_environment(), start_new_session=True, cwd=PROJECT_ROOT)
+        theirs.close()
+        self._sock, self._replies = ours, ours.makefile("rb")
+        self._lock = threading.Lock()
+
+    def spawn(self, fds: list[int]) -> int:
+        """Fork a worker whose stdin, stdout and stderr are `fds`; its pid."""
+        with self._lock:
+            socket.send_fds(self._sock, [b"w"], fds)
+            line = self._replies.readline()
+        if not line:
+            raise WorkerUnavailable("the spawner of worker processes died")
+        return int(line)
+
+    def close(self) -> None:
+        self._replies.close()
+        self._sock.close()
+        self._proc.kill()
+        self._proc.wait()
+
+
+_SPAWNER: _Spawner | None = None
+
+
+@contextmanager
+def warm_workers():
+    """Within this block, workers are forked from one process that has already imported torch
+    (and pytest): grading many implementations pays for one import, not one per worker."""
+    global _SPAWNER
+    previous, _SPAWNER = _SPAWNER, _Spawner()
+    try:
+        yield
+    finally:
+        spawner, _SPAWNER = _SPAWNER, previous
+        spawner.close()

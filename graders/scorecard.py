@@ -30,6 +30,7 @@ STATUS_LABEL = {
 }
 
 _MARKDOWN_ACTIVE = re.compile(r"([\\|*`])")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 def write_markdown(result: GradeResult, path: Path) -> None:
@@ -89,6 +90,7 @@ def _tells(result: GradeResult, rubric: rubric_data.Rubric) -> list[str]:
 
 
 def _inline(text: str) -> str:
-    """`text` as one line of Markdown that renders as written, even inside a table cell."""
-    text = text.replace("&", "&amp;").replace("<", "&lt;")
-    return "<br>".join(_MARKDOWN_ACTIVE.sub(r"\\\1", text).splitlines())
+    """`text` as one line of Markdown that renders as written, even inside a table cell; control
+    characters (a terminal's colour codes, say) show as U+FFFD."""
+    text = _MARKDOWN_ACTIVE.sub(r"\\\1", text.replace("&", "&amp;").replace("<", "&lt;"))
+    return _CONTROL.sub("\ufffd", "<br>".join(text.splitlines()))

@@ -1,6 +1,7 @@
 """The worker process: the only place a candidate's code runs.
 
     python -m graders.worker            (started by graders.sandbox, never by hand)
+    python -m graders.worker --spawner FD   (forks workers on request, see `spawner`)
 
 It speaks `graders.wire` frames on the stdin/stdout it was started with, moved to private file
 descriptors at start-up; the candidate's own prints land in stderr. It imports torch once, then
@@ -20,6 +21,7 @@ import importlib.util
 import os
 import selectors
 import signal
+import socket
 import sys
 import tempfile
 import time
@@ -216,5 +218,50 @@ def _tail(path: str) -> str:
         os.unlink(path)
 
 
+def spawner(sock_fd: int) -> None:
+    """Import what every worker needs once, then fork a worker for each request.
+
+    A request is a message on the unix socket `sock_fd` carrying the new worker's stdin, stdout
+    and stderr; the reply is its pid. The forked worker runs `main()` with its imports done, so
+    grading many implementations (the test suite, grade-all) pays for one torch import.
+    """
+    import pytest  # noqa: F401 - loaded here, shared by every worker forked below
+    import torch
+
+    from graders import plan, test_runner  # noqa: F401
+
+    torch.set_num_threads(1)
+    with plan.Allocations():
+        torch.zeros(1)
+    gc.freeze()
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # workers are reaped as they end
+    sock = socket.socket(fileno=sock_fd)
+    while True:
+        try:
+            _, fds, _, _ = socket.recv_fds(sock, 16, 3)
+        except OSError:
+            return
+        if len(fds) != 3:  # the judge closed the socket
+            return
+        pid = _fork()
+        if pid == 0:
+            try:
+                sock.close()
+                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                os.setsid()
+                for target, fd in enumerate(fds):
+                    os.dup2(fd, target)
+                    os.close(fd)
+                main()
+            finally:
+                _exit(0)
+        for fd in fds:
+            os.close(fd)
+        sock.sendall(f"{pid}\n".encode())
+
+
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["--spawner"]:
+        spawner(int(sys.argv[2]))
+    else:
+        main()

@@ -19,7 +19,7 @@ from graders.grade import GradeResult, ItemResult, TellResult, grade
 from graders.gradescope import to_gradescope, write_gradescope
 from graders.junit import write_junit
 from graders.rubric import load
-from graders.scorecard import write_markdown
+from graders.scorecard import PASS_REASON_CHARS, write_markdown
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -30,6 +30,7 @@ ITEMS = [
     ItemResult("prefix-equivalence", "L5", "error", 0.0, 8.0,
                "raised RuntimeError: boom\nstderr: \x00\x1b[31mred\x1b[0m"),
     ItemResult("validate-shapes", "L5", "timeout", 0.0, 5.0, "did not answer in 10 s"),
+    ItemResult("validate-dtype-device", "L5", "pass", 4.0, 4.0, "5 mismatches raised; " + "x" * 300),
     ItemResult("reset", "L5", "not_attempted", 0.0, 4.0, "reset still raises NotImplementedError"),
     ItemResult("gqa", "L6", "pass", 6.0, 6.0, "4 head layouts"),
 ]
@@ -76,7 +77,7 @@ def test_scorecard_names_the_implementation_level_score_and_caps(scorecard):
     title = scorecard.splitlines()[0]
     assert title.startswith("# ") and "candidates/kv_cache.py" in title
     assert re.search(r"\d{4}-\d{2}-\d{2}", scorecard)
-    assert "**Level reached: below L4**" in scorecard and "score 11/33" in scorecard
+    assert "**Level reached: below L4**" in scorecard and "score 15/37" in scorecard
     assert "capped at L5" in scorecard
 
 
@@ -87,11 +88,20 @@ def test_scorecard_tables_keep_one_row_per_item_whatever_the_message(scorecard):
     body = {cells(row)[0].strip("`"): cells(row) for row in rows if row.startswith("| `")}
     assert list(body) == [i.id for i in ITEMS]
     for item in ITEMS:
-        assert rendered(body[item.id][4]) == "\n".join(item.message.splitlines())
+        shown = rendered(body[item.id][4])
+        if len(item.message) > PASS_REASON_CHARS and item.status == "pass":
+            assert len(shown) == PASS_REASON_CHARS and shown.endswith("…")
+        else:
+            message = re.sub("[\x00\x1b]", "\ufffd", item.message)
+            assert shown == "\n".join(message.splitlines())
         assert body[item.id][3] == f"{item.points:g}/{item.max_points:g}"
         assert rendered(body[item.id][1]) == load().item(item.id).title
     for level in ("L4", "L5", "L6"):
         assert any(line.startswith(f"## {level} ") for line in lines)
+
+
+def test_scorecard_holds_no_control_characters(scorecard):
+    assert not re.search(r"[\x00-\x09\x0b-\x1f\x7f]", scorecard)
 
 
 def test_scorecard_lists_detected_tells_first_with_their_cap(scorecard):
@@ -153,8 +163,8 @@ def _typed(obj: dict, required: dict, where: str) -> list[str]:
 def test_gradescope_results_follow_the_spec(hidden):
     results = json.loads(json.dumps(to_gradescope(made(hidden))))
     assert gradescope_errors(results) == []
-    assert sum(t["score"] for t in results["tests"]) == results["score"] == 11.0
-    assert sum(t["max_score"] for t in results["tests"]) == results["extra_data"]["max_score"] == 33.0
+    assert sum(t["score"] for t in results["tests"]) == results["score"] == 15.0
+    assert sum(t["max_score"] for t in results["tests"]) == results["extra_data"]["max_score"] == 37.0
     assert results["visibility"] == "visible" and results["stdout_visibility"] == "hidden"
     expected = "after_published" if hidden else "visible"
     assert {t["visibility"] for t in results["tests"]} == {expected}
@@ -236,7 +246,7 @@ def test_junit_parses_follows_the_schema_and_counts_right(tmp_path, hidden):
     assert suites[0].get("skipped") == counted(cases, "skipped") == "1"
     props = {p.get("name"): p.get("value") for p in suites[0].iter("property")}
     assert props["implementation"] == "candidates/kv_cache.py" and props["level"] == "below L4"
-    assert (props["score"], props["max_score"], props["hidden"]) == ("11", "33", str(hidden).lower())
+    assert (props["score"], props["max_score"], props["hidden"]) == ("15", "37", str(hidden).lower())
     assert "tell.concat-every-step" in props and "tell.caches-q" not in props
 
 
