@@ -224,6 +224,7 @@ def grade_all(
 ) -> None:
     """Grade every submission folder (one holding kv_cache.py) under DIRECTORY."""
     from graders import batch
+    from graders.sandbox import warm_workers
 
     if not directory.is_dir():
         _usage_error(f"{directory} is not a folder")
@@ -235,8 +236,9 @@ def grade_all(
                   MofNCompleteColumn(), console=console,
                   disable=not console.is_terminal) as progress:
         task = progress.add_task("grading submissions", total=len(submissions))
-        outcomes = batch.grade_all(submissions, jobs, hidden=hidden, timeout=timeout,
-                                   on_done=lambda outcome: progress.advance(task))
+        with warm_workers():
+            outcomes = batch.grade_all(submissions, jobs, hidden=hidden, timeout=timeout,
+                                       on_done=lambda outcome: progress.advance(task))
     out.mkdir(parents=True, exist_ok=True)
     batch.write_summary(outcomes, out / "summary.csv", out / "summary.md")
     console.print(Text((out / "summary.md").read_text()))
