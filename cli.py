@@ -2,6 +2,7 @@
 
     kata init DIR                 a fresh candidate workspace
     kata grade [PATH]             grade an implementation (and its tests) against the rubric
+    kata grade --track serving    grade the paged cache of the serving track
     kata hint ITEM [--step N]     hints, one step at a time
     kata rubric                   the items, their levels and points
     kata solution [NAME]          read a reference solution
@@ -26,9 +27,10 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Practice kata: incremental decoding with a KV cache.")
 
 ROOT = Path(__file__).resolve().parent
-SOLUTIONS = {
+SOLUTIONS = {  # in the order a learner reads them
     "concat": ROOT / "solutions" / "concat_kv_cache.py",
     "preallocated": ROOT / "solutions" / "kv_cache.py",
+    "paged": ROOT / "solutions" / "paged_kv_cache.py",
     "tests": ROOT / "solutions" / "test_kv_cache.py",
 }
 USAGE_ERROR = 2
@@ -54,6 +56,9 @@ def grade(
         show_default=False)] = None,
     tests: Annotated[Optional[Path], typer.Option(
         "--tests", help="The candidate's own test file [default: test_<name>.py beside PATH].")] = None,
+    track: Annotated[str, typer.Option(
+        "--track", help="'dense' (the levels L4-L6, kv_cache.py) or 'serving' (the paged cache, "
+        "paged_kv_cache.py).")] = "dense",
     hidden: Annotated[bool, typer.Option("--hidden", help="Add the interviewers' hidden graders.")] = False,
     graders: Annotated[Optional[Path], typer.Option(
         "--graders", help="A folder of your own hidden graders (with --hidden).")] = None,
@@ -82,14 +87,18 @@ def grade(
     from graders.workspace import default_target
 
     rubric = load()
+    if track not in ("dense", "serving"):
+        _usage_error(f"--track {track!r}: choose 'dense' or 'serving'")
     if path is None:
-        path, default_tests = default_target(Path.cwd())
+        path, default_tests = default_target(Path.cwd(), track)
         tests = tests or default_tests
     implementation = _python_file(path, "implementation")
     tests = _python_file(tests, "test file") if tests else _beside(implementation)
-    known = {i.id for i in rubric.items}
+    if track == "serving":
+        tests = None  # the serving track has no own-tests item
+    known = {i.id for i in rubric.track(track)}
     for unknown in set(item or ()) - known:
-        _usage_error(f"no rubric item {unknown!r} (kata rubric lists them)")
+        _usage_error(f"no rubric item {unknown!r} in the {track} track (kata rubric lists them)")
     if level is not None and level not in rubric.levels:
         _usage_error(f"no level {level!r}: choose one of {', '.join(rubric.levels)}")
     if graders is not None and not hidden:
@@ -100,7 +109,8 @@ def grade(
         _usage_error(f"--format {output_format!r}: choose 'kata' or 'gradescope'")
 
     def run_once() -> int:
-        return _grade_and_report(implementation, tests, hidden=hidden, extra_graders=graders,
+        return _grade_and_report(implementation, tests, track=track, hidden=hidden,
+                                 extra_graders=graders,
                                  only=set(item) if item else None, up_to=level,
                                  exitfirst=exitfirst, timeout=timeout, json_path=json_path,
                                  output_format=output_format, markdown=markdown, junit=junit,

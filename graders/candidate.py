@@ -93,6 +93,20 @@ class Plan:
     def inventory(self, cache: str, probes: dict) -> int:
         return self._add("inventory", cache=cache, probes=probes)
 
+    def paged_new(self, obj: str, *args, dtype: str | None = None, **kwargs) -> int:
+        """PagedKVCache(*args, **kwargs) named `obj`; `dtype` by name ("bfloat16")."""
+        if dtype is not None:
+            kwargs["dtype"] = dtype
+        return self._add("paged_new", obj=obj, args=list(args), kwargs=kwargs)
+
+    def call(self, obj: str, method: str, *args, may_raise=None) -> int:
+        """obj.method(*args), for the PagedKVCache contract's methods."""
+        return self._add("call", obj=obj, method=method, args=list(args), may_raise=may_raise)
+
+    def get(self, obj: str, attr: str) -> int:
+        """obj.attr: num_free_blocks or pool_bytes."""
+        return self._add("get", obj=obj, attr=attr)
+
     def reorder(self, cache: str, beam_idx) -> int:
         return self._add("reorder", cache=cache, beam_idx=beam_idx)
 
@@ -169,7 +183,7 @@ class Candidate:
 
     @staticmethod
     def _raised(op: dict, raised: dict) -> Raised:
-        name = op["op"]
+        name = op.get("method", op["op"])
         if raised["type"] == "NotImplementedError":
             raise NotAttempted(f"`{name}` still raises NotImplementedError")
         if raised["type"] == "MissingName":

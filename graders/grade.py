@@ -17,6 +17,7 @@ from typing import Callable
 import torch
 
 from graders import rubric as rubric_data
+from graders.rubric import SERVING
 from graders.candidate import (Candidate, CandidateError, CandidateTimeout, Fail, NotAttempted, Tell)
 from graders.sandbox import Worker, WorkerUnavailable
 
@@ -25,6 +26,22 @@ PUBLIC = GRADERS_DIR / "items"
 HIDDEN = GRADERS_DIR / "hidden"
 DEFAULT_TIMEOUT = 10.0
 MAX_TIMEOUTS = 3
+
+
+@dataclass(frozen=True)
+class Track:
+    """What a track grades: the module name the candidate's file is imported as, and the names
+    its contract requires."""
+
+    module: str
+    names: tuple[str, ...]
+
+
+TRACKS = {
+    "dense": Track("kv_cache", ("KVCache", "append", "attend", "reset", "release", "decode_step",
+                                "apply_rope", "reorder", "fork")),
+    SERVING: Track("paged_kv_cache", ("CacheFull", "PagedKVCache")),
+}
 
 
 @dataclass
@@ -53,6 +70,7 @@ class GradeResult:
     hidden: bool
     grader_broke: bool = False
     caps: list[str] = field(default_factory=list)
+    track: str = "dense"
 
     @property
     def score(self) -> float:
@@ -94,24 +112,28 @@ def load_graders(folder: Path, hidden: bool) -> tuple[Grader, ...]:
     return tuple(graders)
 
 
-def grade(implementation: Path, tests: Path | None = None, *, hidden: bool = False,
-          extra_graders: Path | None = None, only: set[str] | None = None,
+def grade(implementation: Path, tests: Path | None = None, *, track: str = "dense",
+          hidden: bool = False, extra_graders: Path | None = None, only: set[str] | None = None,
           up_to: str | None = None, exitfirst: bool = False, timeout: float = DEFAULT_TIMEOUT,
           on_item: Callable[[ItemResult], None] | None = None) -> GradeResult:
     """Grade `implementation` (and the candidate's `tests`, when given) against the rubric.
 
-    `hidden` adds graders/hidden/ and `extra_graders` (an interviewer's own folder of graders,
+    `track` is "dense" (the levels L4-L6) or "serving" (the paged cache of contract section 4;
+    it has no own-tests item, so `tests` are not run). `hidden` adds graders/hidden/ and `extra_graders` (an interviewer's own folder of graders,
     judged as hidden). `only` selects item ids, `up_to` the items up to a level; `exitfirst`
     stops after the first item that does not pass (the rest are left out of the result).
     Sets this process's torch to one thread: the judge's tensors are tiny, and a thread pool
     only adds overhead (and spin-waits on a busy machine).
     """
-    worker = Worker("implementation", str(implementation), import_timeout=timeout).start()
-    test_worker = Worker("tests").start() if tests else None
+    contract = TRACKS[track]
+    worker = Worker("implementation", str(implementation), import_timeout=timeout,
+                    module=contract.module, names=contract.names).start()
+    test_worker = Worker("tests").start() if tests and track == "dense" else None
     torch.set_num_threads(1)
     rubric = rubric_data.load()
-    items = [i for i in rubric.items if (only is None or i.id in only)
-             and (up_to is None or rubric.levels.index(i.level) <= rubric.levels.index(up_to))]
+    items = [i for i in rubric.track(track) if (only is None or i.id in only) and (
+        up_to is None or track == SERVING
+        or rubric.levels.index(i.level) <= rubric.levels.index(up_to))]
     graders = list(load_graders(PUBLIC, hidden=False))
     if hidden:
         graders += load_graders(HIDDEN, hidden=True)
@@ -119,7 +141,8 @@ def grade(implementation: Path, tests: Path | None = None, *, hidden: bool = Fal
         graders += load_graders(extra_graders, hidden=True)
     try:
         return _grade(Candidate(worker, timeout, tests, test_worker), str(implementation),
-                      items, graders, hidden or extra_graders is not None, exitfirst, on_item)
+                      items, graders, hidden or extra_graders is not None, exitfirst, on_item,
+                      track)
     finally:
         worker.close()
         if test_worker:
@@ -127,8 +150,8 @@ def grade(implementation: Path, tests: Path | None = None, *, hidden: bool = Fal
 
 
 def _grade(candidate: Candidate, name: str, items: list[rubric_data.Item], graders: list[Grader],
-           hidden: bool, exitfirst: bool,
-           on_item: Callable[[ItemResult], None] | None) -> GradeResult:
+           hidden: bool, exitfirst: bool, on_item: Callable[[ItemResult], None] | None,
+           track: str) -> GradeResult:
     rubric = rubric_data.load()
     results, broke, unavailable, timeouts = [], False, None, 0
     for item in items:
@@ -154,9 +177,13 @@ def _grade(candidate: Candidate, name: str, items: list[rubric_data.Item], grade
             on_item(result)
         if exitfirst and status != "pass":
             break
+    if track == SERVING:  # a track beside the levels: all or nothing, and no tells
+        level = SERVING if results and all(r.status == "pass" for r in results) else "none"
+        return GradeResult(name, level, results, [], hidden, broke, [], track)
     tells = _tells(rubric, candidate.tells)
     caps = [rubric.tell(t.id).caps for t in tells if t.detected]
-    return GradeResult(name, _level(rubric, results, caps), results, tells, hidden, broke, caps)
+    return GradeResult(name, _level(rubric, results, caps), results, tells, hidden, broke, caps,
+                       track)
 
 
 def _run_item(graders: list[Grader], candidate: Candidate) -> tuple[str, str]:

@@ -1,6 +1,7 @@
 """Wrong implementations made from the reference solution by one small, named change.
 
-A mutant is the reference (`solutions/kv_cache.py`) with a few edits: exact text replacements, or
+A mutant is a reference (`solutions/kv_cache.py`, or `solutions/paged_kv_cache.py` for the
+serving track) with a few edits: exact text replacements, or
 whole top-level functions swapped for another definition. The result is a complete, realistic
 candidate file with exactly one mistake, and the edits read like the diff an interviewer would
 point at. An edit whose text is not found exactly once raises `MutationError`, so a change to the
@@ -14,7 +15,9 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-REFERENCE = Path(__file__).resolve().parent.parent / "solutions" / "kv_cache.py"
+SOLUTIONS = Path(__file__).resolve().parent.parent / "solutions"
+REFERENCE = SOLUTIONS / "kv_cache.py"
+PAGED_REFERENCE = SOLUTIONS / "paged_kv_cache.py"
 
 
 class MutationError(Exception):
@@ -30,9 +33,10 @@ class Mutant:
     description: str
     replace: tuple[tuple[str, str], ...] = ()
     functions: dict[str, str] = field(default_factory=dict)
+    base: Path = REFERENCE  # PAGED_REFERENCE for the serving track
 
-    def source(self, base: str | None = None) -> str:
-        text = REFERENCE.read_text() if base is None else base
+    def source(self) -> str:
+        text = self.base.read_text()
         for old, new in self.replace:
             found = text.count(old)
             if found != 1:

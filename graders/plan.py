@@ -18,6 +18,12 @@ Operations (every one may carry ``"may_raise": true``; otherwise the first excep
     inventory    cache, probes{name: [N, D]} -> facts: the cache's tensors and which probes they hold
     reorder      cache, beam_idx
     fork         cache, into                 the fork is stored under the name `into`
+
+The serving track's PagedKVCache (contract section 4) is reached with three generic operations:
+
+    paged_new    obj, args, kwargs           PagedKVCache(*args, **kwargs); kwargs["dtype"] by name
+    call         obj, method, args           obj.method(*args) for the contract's methods
+    get          obj, attr                   num_free_blocks or pool_bytes
     beam_search  weights, prompt, beams, steps, ...  -> tokens, beam_idx, scores (beam_worker.py)
 
 ``"measure": true`` on an append wraps it in `Allocations` and returns what it allocated
@@ -255,6 +261,31 @@ def _fork(state: _State, op: dict):
     state.caches[op["into"]] = state.fn("fork")(state.caches[op["cache"]])
 
 
+PAGED_METHODS = {"add", "admit", "can_admit", "append", "attend", "fork", "free", "evict",
+                 "length", "block_table"}
+PAGED_ATTRIBUTES = {"num_free_blocks", "pool_bytes"}
+
+
+def _paged_new(state: _State, op: dict):
+    kwargs = dict(op.get("kwargs", {}))
+    if "dtype" in kwargs:
+        kwargs["dtype"] = getattr(torch, kwargs["dtype"])
+    state.caches[op["obj"]] = state.fn("PagedKVCache")(*op.get("args", ()), **kwargs)
+
+
+def _call(state: _State, op: dict):
+    if op["method"] not in PAGED_METHODS:
+        raise ValueError(f"plan: {op['method']} is not a contract method")
+    args = [_input(a) for a in op.get("args", ())]
+    return getattr(state.caches[op["obj"]], op["method"])(*args)
+
+
+def _get(state: _State, op: dict):
+    if op["attr"] not in PAGED_ATTRIBUTES:
+        raise ValueError(f"plan: {op['attr']} is not a contract attribute")
+    return getattr(state.caches[op["obj"]], op["attr"])
+
+
 def _inventory(state: _State, op: dict):
     """The tensors reachable from the cache object, and which probe vectors any of them holds.
 
@@ -340,5 +371,8 @@ _OPS = {
     "inventory": _inventory,
     "reorder": _reorder,
     "fork": _fork,
+    "paged_new": _paged_new,
+    "call": _call,
+    "get": _get,
     "beam_search": _beam_search,
 }

@@ -12,6 +12,7 @@ from rich.text import Text
 
 from graders import rubric as rubric_data
 from graders.grade import GradeResult
+from graders.rubric import SERVING
 
 PASS_MESSAGE_CHARS = 160  # a pass needs no essay in the table; --json keeps every word
 
@@ -48,11 +49,12 @@ def write_json(result: GradeResult, path: Path) -> None:
 def render(result: GradeResult, console: Console) -> None:
     """Items grouped by level, the tells, the interviewer-only items, the level and the score."""
     rubric = rubric_data.load()
-    for level in rubric.levels:
+    for level in (*rubric.levels, SERVING):
         items = [i for i in result.items if i.level == level]
         if items:
             console.print(_level_table(level, items, rubric))
-    console.print(_tells(result, rubric))
+    if result.track != SERVING:
+        console.print(_tells(result, rubric))
     console.print(_interviewer(rubric))
     console.print(_summary(result))
 
@@ -60,7 +62,8 @@ def render(result: GradeResult, console: Console) -> None:
 def _level_table(level: str, items, rubric: rubric_data.Rubric) -> Table:
     passed = sum(i.points for i in items)
     total = sum(i.max_points for i in items)
-    table = Table(title=f"{level}  ({passed:g}/{total:g} points)", title_justify="left",
+    title = "serving track" if level == SERVING else level
+    table = Table(title=f"{title}  ({passed:g}/{total:g} points)", title_justify="left",
                   show_header=True, header_style="bold", expand=True)
     table.add_column("status", width=8, no_wrap=True)
     table.add_column("item", width=22, no_wrap=True)
@@ -101,7 +104,8 @@ def _interviewer(rubric: rubric_data.Rubric) -> Panel:
 
 def _summary(result: GradeResult) -> Text:
     style = "bold green" if result.passed else "bold"
-    text = Text.assemble(("Level: ", "bold"), (result.level, style),
+    label = "Track: " if result.track == SERVING else "Level: "
+    text = Text.assemble((label, "bold"), (result.level, style),
                          f"    Score: {result.score:g}/{result.max_score:g}")
     if result.caps:
         text.append(f"    (capped by tells at {min(result.caps)})", style="red")
@@ -126,9 +130,10 @@ def render_summary(result: GradeResult, console: Console) -> None:
 def render_rubric(console: Console) -> None:
     """The rubric: items by level with points and what each checks, then tells and discussion."""
     rubric = rubric_data.load()
-    for level in rubric.levels:
+    for level in (*rubric.levels, SERVING):
         items = [i for i in rubric.items if i.level == level]
-        table = Table(title=f"{level}  ({sum(i.points for i in items):g} points)",
+        title = "serving track (kata grade --track serving)" if level == SERVING else level
+        table = Table(title=f"{title}  ({sum(i.points for i in items):g} points)",
                       title_justify="left", expand=True, header_style="bold")
         table.add_column("item", width=22, no_wrap=True)
         table.add_column("pts", justify="right", width=4)

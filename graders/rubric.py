@@ -34,6 +34,9 @@ class InterviewerItem:
     prompt: str
 
 
+SERVING = "serving"  # the serving track's items carry this in place of a level
+
+
 @dataclass(frozen=True)
 class Rubric:
     levels: tuple[str, ...]
@@ -43,6 +46,10 @@ class Rubric:
 
     def item(self, item_id: str) -> Item:
         return next(i for i in self.items if i.id == item_id)
+
+    def track(self, track: str) -> tuple[Item, ...]:
+        """The items of a track: "dense" (the levels) or "serving"."""
+        return tuple(i for i in self.items if (i.level == SERVING) == (track == SERVING))
 
     def tell(self, tell_id: str) -> TellInfo:
         return next(t for t in self.tells if t.id == tell_id)

@@ -47,8 +47,11 @@ class WorkerUnavailable(Exception):
 class Worker:
     """A worker in mode "implementation" (serves plans) or "tests" (runs pytest files)."""
 
-    def __init__(self, mode: str, path: str | None = None, import_timeout: float = 10.0):
+    def __init__(self, mode: str, path: str | None = None, import_timeout: float = 10.0,
+                 module: str = "kv_cache", names: tuple[str, ...] = ()):
+        """`path` is imported as `module`; `names` are the contract's, reported when missing."""
         self.mode, self.path, self.import_timeout = mode, path, import_timeout
+        self.module, self.names = module, names
         self.missing: list[str] = []
         self._pid: int | None = None
         self._proc: subprocess.Popen | None = None  # None when forked by the spawner
@@ -72,7 +75,8 @@ class Worker:
             self._pid = self._proc.pid
         for fd in ends:
             os.close(fd)
-        wire.write_frame(self._in, {"mode": self.mode, "path": self.path})
+        wire.write_frame(self._in, {"mode": self.mode, "path": self.path, "module": self.module,
+                                    "names": list(self.names)})
         self._ready = False
         return self
 

@@ -16,6 +16,7 @@ from datetime import date
 from pathlib import Path
 
 from graders import rubric as rubric_data
+from graders.rubric import SERVING
 from graders.grade import GradeResult, ItemResult
 
 PASS_REASON_CHARS = 100  # a pass needs a phrase on a one-page card; --json keeps every word
@@ -37,11 +38,12 @@ def write_markdown(result: GradeResult, path: Path) -> None:
     """Write the scorecard of `result` to `path`."""
     rubric = rubric_data.load()
     lines = [f"# kvkata scorecard: `{result.implementation}`", "", _summary(result, rubric), ""]
-    for level in rubric.levels:
+    for level in (*rubric.levels, SERVING):
         items = [i for i in result.items if i.level == level]
         if items:
             lines += _level_table(level, items, rubric) + [""]
-    lines += ["## Down-level tells", ""] + _tells(result, rubric) + [""]
+    if result.track != SERVING:
+        lines += ["## Down-level tells", ""] + _tells(result, rubric) + [""]
     lines += ["## For the interviewer to mark (no test can judge these)", ""]
     lines += [f"- [ ] {_inline(i.prompt)} — notes: ________" for i in rubric.interviewer]
     lines += ["", "**Decision:** hire / no hire: ________ · level: ______ · "

@@ -30,8 +30,6 @@ from pathlib import Path
 
 from graders import wire
 
-CONTRACT_NAMES = ("KVCache", "append", "attend", "reset", "release", "decode_step", "apply_rope",
-                  "reorder", "fork")
 STDERR_TAIL = 1500
 
 _fork, _exit, _killpg, _waitpid = os.fork, os._exit, os.killpg, os.waitpid
@@ -49,7 +47,7 @@ def main() -> None:
     wire.write_frame(proto_out, {"status": "torch-ready"})
 
     if hello["mode"] == "implementation":
-        module, reply = _load_implementation(hello["path"])
+        module, reply = _load_implementation(hello["path"], hello["module"], hello["names"])
         wire.write_frame(proto_out, reply)
         if module is None:
             return
@@ -84,21 +82,22 @@ def main() -> None:
                 wire.write_all(proto_out, frame)
 
 
-def _load_implementation(path: str):
-    """Import the candidate's file as module `kv_cache`; (module or None, reply for the judge)."""
+def _load_implementation(path: str, module_name: str, names: list[str]):
+    """Import the candidate's file as `module_name` (the contract's: kv_cache, paged_kv_cache);
+    (module or None, reply for the judge, saying which of `names` the module lacks)."""
     directory = str(Path(path).resolve().parent)
     sys.path.insert(0, directory)
     try:
-        spec = importlib.util.spec_from_file_location("kv_cache", path)
+        spec = importlib.util.spec_from_file_location(module_name, path)
         module = importlib.util.module_from_spec(spec)
-        sys.modules["kv_cache"] = module
+        sys.modules[module_name] = module
         spec.loader.exec_module(module)
     except BaseException as exc:  # noqa: BLE001 - SyntaxError, ImportError, SystemExit, anything
         lines = traceback.format_exception_only(type(exc), exc)
         where = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == str(Path(path))]
         location = f" (line {where[-1].lineno})" if where else ""
         return None, {"status": "import-error", "error": "".join(lines).strip() + location}
-    missing = [name for name in CONTRACT_NAMES if not hasattr(module, name)]
+    missing = [name for name in names if not hasattr(module, name)]
     return module, {"status": "loaded", "missing": missing}
 
 

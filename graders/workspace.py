@@ -12,6 +12,7 @@ from pathlib import Path
 STARTER = Path(__file__).resolve().parent.parent / "starter"
 IMPLEMENTATION = "kv_cache.py"
 TESTS = "test_kv_cache.py"
+SERVING = "paged_kv_cache.py"  # the serving track's file (contract section 4)
 
 README = """\
 # Your KV cache kata
@@ -47,6 +48,12 @@ python -m pytest -q test_kv_cache.py  # only your own tests
 A failing item shows a first hint. `kata hint ITEM` shows it too, and `kata hint ITEM --step 2`,
 `--step 3`, ... go further, step by step, from a nudge to nearly the answer: take one at a time.
 
+## The serving track
+
+Past L6: `paged_kv_cache.py` is a paged cache for many sequences (blocks of one shared pool,
+copy-on-write forks, admission on future growth, eviction, int8 KV). Its docstring explains the
+layout. Grade it with `kata grade --track serving`.
+
 ## The rubric
 
 `kata rubric` lists every item, its level, its points and what it checks.
@@ -56,28 +63,30 @@ A failing item shows a first hint. `kata hint ITEM` shows it too, and `kata hint
 def init_workspace(target: Path) -> list[Path]:
     """Make `target` (and its parents, if missing) a fresh workspace; return the paths written.
 
-    Writes the starter's kv_cache.py and test_kv_cache.py and a README.md for the candidate.
-    Raises FileExistsError, writing nothing, if any of the three is already there: a
-    candidate's work is never overwritten.
+    Writes the starter's kv_cache.py, test_kv_cache.py and paged_kv_cache.py and a README.md
+    for the candidate. Raises FileExistsError, writing nothing, if any of them is already there:
+    a candidate's work is never overwritten.
     """
-    files = [target / IMPLEMENTATION, target / TESTS, target / "README.md"]
+    files = [target / IMPLEMENTATION, target / TESTS, target / SERVING, target / "README.md"]
     existing = [path.name for path in files if path.exists()]
     if existing:
         raise FileExistsError(f"{target} already holds {', '.join(existing)}; not overwriting "
                               "a workspace: choose another folder or remove them")
     target.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(STARTER / IMPLEMENTATION, files[0])
-    shutil.copyfile(STARTER / TESTS, files[1])
-    files[2].write_text(README)
+    for path in files[:3]:
+        shutil.copyfile(STARTER / path.name, path)
+    files[3].write_text(README)
     return files
 
 
-def default_target(cwd: Path) -> tuple[Path, Path | None]:
+def default_target(cwd: Path, track: str = "dense") -> tuple[Path, Path | None]:
     """What `kata grade` with no PATH grades from `cwd`: (implementation, tests or None).
 
-    In a workspace (cwd holds a kv_cache.py), ./kv_cache.py; otherwise starter/kv_cache.py under
-    cwd. The tests are the test_kv_cache.py beside it, None if there is none.
+    In a workspace (cwd holds the track's file: kv_cache.py, or paged_kv_cache.py for the
+    serving track), that file; otherwise the one in starter/ under cwd. The tests are the
+    test_kv_cache.py beside it, None if there is none (the serving track has none).
     """
-    folder = cwd if (cwd / IMPLEMENTATION).is_file() else cwd / "starter"
+    name = SERVING if track == "serving" else IMPLEMENTATION
+    folder = cwd if (cwd / name).is_file() else cwd / "starter"
     tests = folder / TESTS
-    return folder / IMPLEMENTATION, tests if tests.is_file() else None
+    return folder / name, tests if tests.is_file() and track != "serving" else None

@@ -11,6 +11,8 @@ CONTRACT_ITEMS = {
            "reset", "release", "length-vs-capacity", "ragged-batch", "kv-only", "own-tests"},
     "L6": {"gqa", "rope-absolute", "rope-fork-offset", "beam-reorder", "finished-beams",
            "low-precision", "prealloc"},
+    "serving": {"paged-equivalence", "paged-block-table", "paged-cow", "paged-free", "admission",
+                "eviction", "quantized-kv"},
 }
 CONTRACT_TELLS = {"caches-q": "L4", "recomputes-projections": "L4", "shape-only-tests": "L4",
                   "concat-every-step": "L5"}
@@ -26,9 +28,10 @@ def test_tells_and_their_caps_are_the_contracts():
     assert {t.id: t.caps for t in load().tells} == CONTRACT_TELLS
 
 
-def test_points_add_up_to_100_and_every_item_teaches():
+def test_each_track_has_100_points_and_every_item_teaches():
     rubric = load()
-    assert sum(i.points for i in rubric.items) == 100
+    for track in ("dense", "serving"):
+        assert sum(i.points for i in rubric.track(track)) == 100, track
     for item in rubric.items:
         assert item.points > 0 and item.title and item.checks, item.id
         assert len(item.hints) >= 2, f"{item.id} needs hints from a nudge to nearly the answer"

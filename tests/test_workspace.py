@@ -9,7 +9,7 @@ from graders.grade import grade
 from graders.workspace import default_target, init_workspace
 
 ROOT = Path(__file__).resolve().parent.parent
-FILES = {"kv_cache.py", "test_kv_cache.py", "README.md"}
+FILES = {"kv_cache.py", "test_kv_cache.py", "paged_kv_cache.py", "README.md"}
 
 
 def body_lines(path: Path) -> set[str]:

@@ -25,7 +25,7 @@ def graded(request, tmp_path_factory) -> dict[str, GradeResult]:
 
     def run(wrong: Wrong) -> tuple[str, GradeResult]:
         (folder / wrong.name).mkdir()
-        return wrong.name, grade(wrong.write(folder / wrong.name))
+        return wrong.name, grade(wrong.write(folder / wrong.name), track=wrong.track)
 
     with ThreadPoolExecutor(PARALLEL) as pool:
         return dict(pool.map(run, selected))

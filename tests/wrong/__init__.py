@@ -23,6 +23,7 @@ class Wrong:
     implementation: Mutant | Path
     fails: frozenset[str]
     tells: frozenset[str] = field(default_factory=frozenset)
+    track: str = "dense"
 
     @property
     def name(self) -> str:
@@ -30,16 +31,21 @@ class Wrong:
         return impl.name if isinstance(impl, Mutant) else impl.stem
 
     def write(self, folder: Path) -> Path:
-        """The candidate file, as `kv_cache.py` in `folder`."""
+        """The candidate file in `folder`, named as its track's contract says."""
         impl = self.implementation
         source = impl.source() if isinstance(impl, Mutant) else impl.read_text()
-        path = folder / "kv_cache.py"
+        path = folder / ("paged_kv_cache.py" if self.track == "serving" else "kv_cache.py")
         path.write_text(source)
         return path
 
 
 def wrong(implementation: Mutant | Path, fails: set[str], tells: set[str] = frozenset()) -> Wrong:
     return Wrong(implementation, frozenset(fails), frozenset(tells))
+
+
+def wrong_serving(implementation: Mutant | Path, fails: set[str]) -> Wrong:
+    """A wrong paged cache (the serving track, which has no tells)."""
+    return Wrong(implementation, frozenset(fails), track="serving")
 
 
 def everything() -> list[Wrong]:
