@@ -1,5 +1,6 @@
 """Correct code is never failed: the solutions and correct designs in other styles pass
-every item, public and hidden, and reach L6 (the concat baseline fails only `prealloc`)."""
+every item, public and hidden, and reach L6 (the concat baseline fails only `prealloc`); the
+paged solutions pass the whole serving track."""
 
 from __future__ import annotations
 
@@ -12,9 +13,11 @@ from graders.grade import GradeResult, grade
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL_TESTS = ROOT / "solutions" / "test_kv_cache.py"
+IMPLEMENTATIONS = ROOT / "tests" / "implementations"
 CORRECT = [ROOT / "solutions" / "kv_cache.py",
-           *sorted((ROOT / "tests" / "implementations").glob("*.py"))]
+           *sorted(p for p in IMPLEMENTATIONS.glob("*.py") if not p.name.startswith("paged_"))]
 BASELINE = ROOT / "solutions" / "concat_kv_cache.py"
+CORRECT_PAGED = [ROOT / "solutions" / "paged_kv_cache.py", *sorted(IMPLEMENTATIONS.glob("paged_*.py"))]
 
 
 @pytest.fixture(scope="module")
@@ -42,3 +45,17 @@ def test_the_concat_baseline_fails_only_prealloc_and_shows_concat_every_step(gra
     assert {i.id for i in result.items if i.status != "pass"} == {"prealloc"}, _not_passed(result)
     assert [t.id for t in result.tells if t.detected] == ["concat-every-step"]
     assert result.level == "L5"
+
+
+@pytest.mark.parametrize("path", CORRECT_PAGED, ids=[p.stem for p in CORRECT_PAGED])
+def test_correct_paged_caches_pass_the_serving_track(path):
+    result = grade(path, track="serving", hidden=True)
+    assert result.passed, f"{path.name} was failed:\n{_not_passed(result)}"
+    assert result.level == "serving" and result.score == result.max_score == 100
+    assert result.exit_code() == 0
+
+
+def test_the_serving_starter_is_not_attempted():
+    result = grade(ROOT / "starter" / "paged_kv_cache.py", track="serving")
+    assert {i.status for i in result.items} == {"not_attempted"}, result.items
+    assert result.level == "none"
