@@ -14,7 +14,9 @@ from contextlib import contextmanager
 import torch
 
 from graders import reference
-from graders.candidate import Candidate, CandidateError, CandidateTimeout, Fail, Plan, Results
+from graders.candidate import (Candidate, CandidateError, CandidateTimeout, Fail, Plan, Results,
+                               tensor)
+from graders.compare import require_shape
 
 BASE_SEED = 7000
 
@@ -60,6 +62,33 @@ def newest(seq: dict[str, torch.Tensor], n: int) -> torch.Tensor:
     return reference.causal_attention(q, k, v)
 
 
+def attend_after_each_chunk(plan: Plan, seq: dict[str, torch.Tensor], appends,
+                            noncontiguous: bool = False) -> list[tuple[int, int]]:
+    """Append `seq`'s keys and values to cache "c" in chunks of `appends` positions (every other
+    chunk sent non-contiguous when `noncontiguous`), attending with the newest query after each.
+    Returns (attend's operation index, prefix length) per chunk."""
+    steps, total = [], 0
+    for i, t in enumerate(appends):
+        k, v = seq["k"][:, :, total : total + t], seq["v"][:, :, total : total + t]
+        if noncontiguous and i % 2:
+            k, v = {"noncontiguous": k}, {"noncontiguous": v}
+        plan.append("c", k, v)
+        total += t
+        steps.append((plan.attend("c", seq["q"][:, :, total - 1 : total]), total))
+    return steps
+
+
+def outputs(results: Results, steps: list[tuple[int, int]], shape: tuple[int, ...],
+            case: str) -> list[torch.Tensor]:
+    """attend's output after each chunk, each a plain tensor of `shape` (else Fail)."""
+    got = []
+    for index, end in steps:
+        what = f"{case}: attend's output at prefix length {end}"
+        got.append(tensor(results[index], what))
+        require_shape(got[-1], shape, what)
+    return got
+
+
 def run(candidate: Candidate, plan: Plan, case: str) -> Results:
     """`candidate.run(plan)`, with `case` in front of what a crash, hang or unexpected exception
     says."""
@@ -82,11 +111,11 @@ def labelled(case: str):
 def require_unchanged(sent: dict[str, torch.Tensor], after: dict, call: str, case: str) -> None:
     """Fail unless every input in `sent` came back from `call` (`Results.inputs_after`) with the
     same shape, dtype and values (NaN where NaN was sent)."""
-    for arg, tensor in sent.items():
+    for arg, original in sent.items():
         back = after.get(arg)
-        same = (isinstance(back, torch.Tensor) and back.shape == tensor.shape
-                and back.dtype == tensor.dtype
-                and bool(((back == tensor) | (back.isnan() & tensor.isnan())).all()))
+        same = (isinstance(back, torch.Tensor) and back.shape == original.shape
+                and back.dtype == original.dtype
+                and bool(((back == original) | (back.isnan() & original.isnan())).all()))
         if not same:
             raise Fail(f"{case}: {call} modified its `{arg}` argument in place; the caller still "
                        "owns it (an in-place op on the argument, or on a view of it?)")

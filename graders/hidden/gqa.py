@@ -18,7 +18,7 @@ import torch
 
 from graders import cases
 from graders.candidate import Candidate, Fail, Plan, tensor
-from graders.compare import TOLERANCE, require_close, require_shape
+from graders.compare import TOLERANCE, require_close
 from graders.hidden import _cases
 
 ITEM = "gqa"
@@ -48,21 +48,13 @@ def _check(candidate: Candidate, g, seed: int, B: int, Hq: int, Hkv: int, D: int
     seq = cases.sequence(g, B, Hq, Hkv, sum(appends), D)
     plan = Plan()
     plan.new("c")
-    outputs, ends, total = [], [], 0
-    for t in appends:
-        plan.append("c", seq["k"][:, :, total : total + t], seq["v"][:, :, total : total + t])
-        total += t
-        ends.append(total)
-        outputs.append(plan.attend("c", seq["q"][:, :, total - 1 : total]))
+    steps = _cases.attend_after_each_chunk(plan, seq, appends)
+    total = steps[-1][1]
     state = plan.state("c")
     results = _cases.run(candidate, plan, case)
 
-    got = []
-    for index, end in zip(outputs, ends):
-        what = f"{case}: attend's output at prefix length {end}"
-        got.append(tensor(results[index], what))
-        require_shape(got[-1], (B, Hq, 1, D), what)
-    require_close(got, [_cases.newest(seq, end) for end in ends], TOL, case=case,
+    got = _cases.outputs(results, steps, (B, Hq, 1, D), case)
+    require_close(got, [_cases.newest(seq, end) for _, end in steps], TOL, case=case,
                   step_name="append", first_step=1)
     _require_kv_heads(results[state], (B, Hkv, total, D), f"{case}: at the end")
 

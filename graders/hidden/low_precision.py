@@ -27,7 +27,7 @@ import torch
 
 from graders import cases
 from graders.candidate import Candidate, Fail, Plan, tensor
-from graders.compare import LARGE_LOGITS_LOW_PRECISION, TOLERANCE, require_close, require_shape
+from graders.compare import LARGE_LOGITS_LOW_PRECISION, TOLERANCE, require_close
 from graders.hidden import _cases
 
 ITEM = "low-precision"
@@ -60,12 +60,7 @@ def _check(candidate: Candidate, seed: int, dtype: torch.dtype, kind: str, B: in
     seq = {part: x.to(dtype) for part, x in seq.items()}
     plan = Plan()
     plan.new("c")
-    outputs, ends, total = [], [], 0
-    for t in appends:
-        plan.append("c", seq["k"][:, :, total : total + t], seq["v"][:, :, total : total + t])
-        total += t
-        ends.append(total)
-        outputs.append(plan.attend("c", seq["q"][:, :, total - 1 : total]))
+    steps = _cases.attend_after_each_chunk(plan, seq, appends)
     state = plan.state("c")
     results = _cases.run(candidate, plan, case)
 
@@ -74,17 +69,14 @@ def _check(candidate: Candidate, seed: int, dtype: torch.dtype, kind: str, B: in
         if stored.dtype != dtype:
             raise Fail(f"{case}: cache.{attr} is {str(stored.dtype).removeprefix('torch.')}: store "
                        "the dtype appended; upcast only inside attend")
-    got = []
-    for index, end in zip(outputs, ends):
-        what = f"{case}: attend's output at prefix length {end}"
-        got.append(tensor(results[index], what))
-        require_shape(got[-1], (B, H, 1, D), what)
-        if got[-1].dtype != dtype:
-            raise Fail(f"{what} is {str(got[-1].dtype).removeprefix('torch.')}: return the "
-                       f"query's dtype ({dname})")
+    got = _cases.outputs(results, steps, (B, H, 1, D), case)
+    for out, (_, end) in zip(got, steps):
+        if out.dtype != dtype:
+            raise Fail(f"{case}: attend's output at prefix length {end} is "
+                       f"{str(out.dtype).removeprefix('torch.')}: return the query's dtype ({dname})")
     tol = LARGE_LOGITS_LOW_PRECISION if kind == "large logits" else TOLERANCE[dtype]
     try:
-        require_close(got, [_cases.newest(seq, end) for end in ends], tol, case=case,
+        require_close(got, [_cases.newest(seq, end) for _, end in steps], tol, case=case,
                       step_name="append", first_step=1)
     except Fail as exc:
         hint = (f". Only large logits go wrong: is anything (the scores, the scaled query) rounded "

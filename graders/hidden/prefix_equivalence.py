@@ -17,8 +17,8 @@ from __future__ import annotations
 import torch
 
 from graders import cases
-from graders.candidate import Candidate, Plan, tensor
-from graders.compare import TOLERANCE, require_close, require_shape
+from graders.candidate import Candidate, Plan
+from graders.compare import TOLERANCE, require_close
 from graders.hidden import _cases
 
 ITEM = "prefix-equivalence"
@@ -57,21 +57,9 @@ def _check(candidate: Candidate, g, seed: int, B: int, H: int, D: int, capacity:
     seq = cases.sequence(g, B, H, H, sum(appends), D)
     plan = Plan()
     plan.new("c", capacity=capacity)
-    outputs, ends, total = [], [], 0
-    for i, t in enumerate(appends):
-        k, v = seq["k"][:, :, total : total + t], seq["v"][:, :, total : total + t]
-        if i % 2:
-            k, v = {"noncontiguous": k}, {"noncontiguous": v}
-        plan.append("c", k, v)
-        total += t
-        ends.append(total)
-        outputs.append(plan.attend("c", seq["q"][:, :, total - 1 : total]))
+    steps = _cases.attend_after_each_chunk(plan, seq, appends, noncontiguous=True)
     results = _cases.run(candidate, plan, case)
 
-    got = []
-    for index, end in zip(outputs, ends):
-        what = f"{case}: attend's output at prefix length {end}"
-        got.append(tensor(results[index], what))
-        require_shape(got[-1], (B, H, 1, D), what)
-    require_close(got, [_cases.newest(seq, end) for end in ends], TOL, case=case,
+    got = _cases.outputs(results, steps, (B, H, 1, D), case)
+    require_close(got, [_cases.newest(seq, end) for _, end in steps], TOL, case=case,
                   step_name="append", first_step=1)

@@ -20,8 +20,8 @@ from __future__ import annotations
 import torch
 
 from graders import cases
-from graders.candidate import Candidate, Fail, Plan, tensor
-from graders.compare import LARGE_LOGITS_FLOAT32, require_close, require_shape
+from graders.candidate import Candidate, Fail, Plan
+from graders.compare import LARGE_LOGITS_FLOAT32, require_close
 from graders.hidden import _cases
 
 ITEM = "stable-softmax"
@@ -48,26 +48,18 @@ def _check(candidate: Candidate, seed: int) -> None:
     seq = _sequence(g, B, H, sum(appends))
     plan = Plan()
     plan.new("c")
-    outputs, ends, total = [], [], 0
-    for t in appends:
-        plan.append("c", seq["k"][:, :, total : total + t], seq["v"][:, :, total : total + t])
-        total += t
-        ends.append(total)
-        outputs.append(plan.attend("c", seq["q"][:, :, total - 1 : total]))
+    steps = _cases.attend_after_each_chunk(plan, seq, appends)
     results = _cases.run(candidate, plan, case)
 
-    got = []
-    for index, end in zip(outputs, ends):
-        what = f"{case}: attend's output at prefix length {end}"
-        got.append(tensor(results[index], what))
-        require_shape(got[-1], (B, H, 1, D), what)
-        bad = (~torch.isfinite(got[-1])).nonzero()
+    got = _cases.outputs(results, steps, (B, H, 1, D), case)
+    for out, (_, end) in zip(got, steps):
+        bad = (~torch.isfinite(out)).nonzero()
         if len(bad):
             row, head = int(bad[0][0]), int(bad[0][1])
-            raise Fail(f"{what}: not finite at row {row}, head {head}. Every exp underflowed or "
-                       "overflowed there: is the maximum subtracted per row AND head, over that "
-                       "row's positions only?")
-    require_close(got, [_cases.newest(seq, end) for end in ends], LARGE_LOGITS_FLOAT32,
+            raise Fail(f"{case}: attend's output at prefix length {end}: not finite at row {row}, "
+                       f"head {head}. Every exp underflowed or overflowed there: is the maximum "
+                       "subtracted per row AND head, over that row's positions only?")
+    require_close(got, [_cases.newest(seq, end) for _, end in steps], LARGE_LOGITS_FLOAT32,
                   case=case, step_name="append", first_step=1)
 
 
