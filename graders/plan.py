@@ -287,17 +287,24 @@ def _get(state: _State, op: dict):
 
 
 def _inventory(state: _State, op: dict):
-    """The tensors reachable from the cache object, and which probe vectors any of them holds.
+    """The tensors reachable from the cache object, and which of them hold probe vectors.
 
-    A probe set (say the newest queries, `[N, D]`) counts as held when most of its vectors appear,
-    within a relative 1e-3, as rows along the last dimension of some tensor in the cache.
+    A probe set (say every step's queries, `[N, D]`) counts as held when most of its vectors
+    appear, within a relative 1e-3, as rows along the last dimension of the cache's tensors taken
+    together (a list with one tensor per step holds them as much as one big tensor does); the
+    answer names the tensors that hold any.
     """
     found = _reachable_tensors(state.caches[op["cache"]])
     listing = [{"path": path, "shape": list(t.shape), "dtype": str(t.dtype).removeprefix("torch.")}
                for path, t in found]
     held = {}
     for name, probes in op.get("probes", {}).items():
-        held[name] = [path for path, t in found if _holds(t, probes)]
+        hits = {path: _found(t, probes) for path, t in found}
+        anywhere = torch.zeros(len(probes), dtype=torch.bool)
+        for hit in hits.values():
+            anywhere |= hit
+        most = anywhere.float().mean() > 0.5
+        held[name] = [path for path, hit in hits.items() if hit.any()] if most else []
     return {"tensors": listing, "held": held}
 
 
@@ -327,18 +334,19 @@ def _reachable_tensors(obj, max_depth: int = 3) -> list[tuple[str, torch.Tensor]
     return found
 
 
-def _holds(t: torch.Tensor, probes: torch.Tensor) -> bool:
+def _found(t: torch.Tensor, probes: torch.Tensor) -> torch.Tensor:
+    """[N] bool: which probe vectors appear as rows along the last dimension of `t`."""
     width = probes.shape[-1]
+    none = torch.zeros(len(probes), dtype=torch.bool)
     if not t.is_floating_point() or t.device.type != "cpu" or t.numel() == 0 or t.shape[-1] != width:
-        return False
+        return none
     rows = t.detach().reshape(-1, width).double()
     rows = rows[torch.isfinite(rows).all(dim=-1)]
     if rows.numel() == 0:
-        return False
+        return none
     probes = probes.double()
     distance = torch.cdist(probes, rows).min(dim=-1).values  # [N]
-    scale = probes.norm(dim=-1).clamp_min(1e-12)
-    return bool(((distance / scale) < 1e-3).float().mean() > 0.5)
+    return distance / probes.norm(dim=-1).clamp_min(1e-12) < 1e-3
 
 
 class _MissingType:

@@ -3,14 +3,14 @@
 The candidate's test file runs in the tests worker (pytest, in a forked child per run) with
 `kv_cache` bound first to the reference solution, then to each bundled mistake
 (`graders.mistakes`). A test suite that passes on the reference and fails on every mistake
-compares outputs, prefix by prefix; one that catches none checks shapes only (the
-`shape-only-tests` tell).
+compares outputs, prefix by prefix; one that catches none of the mistakes whose outputs have
+the right shape checks shapes only (the `shape-only-tests` tell).
 """
 
 from __future__ import annotations
 
 from graders.candidate import Candidate, CandidateError, Fail, NotAttempted
-from graders.mistakes import MISTAKES
+from graders.mistakes import MISTAKES, SHAPE_MISTAKES
 from graders.mutation import REFERENCE
 from graders.sandbox import PROJECT_ROOT, Reply, WorkerUnavailable
 
@@ -46,8 +46,10 @@ def grade(candidate: Candidate) -> str:
 
     caught = [m.name for m, r in zip(MISTAKES, replies[1:]) if not _passed(r)]
     missed = [m for m in MISTAKES if m.name not in caught]
-    candidate.tell("shape-only-tests", not caught,
-                   f"the tests caught {len(caught)} of {len(MISTAKES)} bundled mistakes")
+    by_value = [name for name in caught if name not in SHAPE_MISTAKES]
+    candidate.tell("shape-only-tests", not by_value,
+                   f"the tests caught {len(caught)} of {len(MISTAKES)} bundled mistakes, "
+                   f"{len(by_value)} of them with the right output shape")
     if missed:
         raise Fail(f"your tests pass on {len(missed)} of {len(MISTAKES)} bundled wrong "
                    f"implementations: missed {', '.join(m.description for m in missed)}; "

@@ -1,0 +1,59 @@
+"""`own-tests` judges the candidate's tests by what they catch, and `shape-only-tests` shows
+when they catch nothing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from graders.grade import grade
+from graders.mistakes import MISTAKES
+
+ROOT = Path(__file__).resolve().parent.parent
+REFERENCE = ROOT / "solutions" / "kv_cache.py"
+OWN = Path(__file__).parent / "own_tests"
+
+
+def own_tests(tests: Path | None):
+    result = grade(REFERENCE, tests, only={"own-tests"})
+    (item,) = result.items
+    return item, {t.id: t for t in result.tells}
+
+
+def test_the_model_tests_catch_every_bundled_mistake():
+    item, tells = own_tests(ROOT / "solutions" / "test_kv_cache.py")
+    assert item.status == "pass", item.message
+    assert f"catch all {len(MISTAKES)} bundled mistakes" in item.message
+    assert not tells["shape-only-tests"].detected
+
+
+def test_shape_only_tests_fail_and_show_the_tell():
+    item, tells = own_tests(OWN / "shape_only.py")
+    assert item.status == "fail"
+    assert tells["shape-only-tests"].detected
+    result = grade(REFERENCE, OWN / "shape_only.py", up_to="L5")
+    assert result.level == "L4", "the tell caps the level at L4"
+
+
+def test_tests_that_miss_some_mistakes_name_what_they_missed():
+    item, tells = own_tests(OWN / "last_step_only.py")
+    assert item.status == "fail" and "missed" in item.message
+    assert "attention runs over every allocated slot" in item.message, item.message
+    assert not tells["shape-only-tests"].detected, "they catch some, so they are not shape-only"
+
+
+def test_tests_that_fail_on_the_reference_cannot_judge_anything():
+    item, _ = own_tests(OWN / "wrong_reference.py")
+    assert item.status == "fail" and "fail on the reference solution" in item.message
+
+
+def test_a_test_file_that_exits_is_a_failure_with_a_reason():
+    item, _ = own_tests(OWN / "exits.py")
+    assert item.status == "fail" and "crashed" in item.message and "exited with code 3" in item.message
+
+
+@pytest.mark.parametrize("tests", [None, ROOT / "starter" / "test_kv_cache.py"], ids=["none", "starter"])
+def test_no_tests_or_the_untouched_starter_tests_are_not_attempted(tests):
+    item, _ = own_tests(tests)
+    assert item.status == "not_attempted"
