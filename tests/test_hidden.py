@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from graders.grade import HIDDEN, PUBLIC, GradeResult, grade, load_graders
-from graders.mutation import REFERENCE, Mutant
+from graders.mutation import PAGED_REFERENCE, REFERENCE, Mutant
 
 PARALLEL = 3
 HIDDEN_ITEMS = {g.item for g in load_graders(HIDDEN, hidden=True)}
@@ -236,22 +236,79 @@ MUTANTS = [
         "grows-by-64-slots", "storage grows to the next multiple of 64 slots",
         replace=((GROWTH, "        capacity = 64 * -(-needed // 64)\n"),),
     ), "prealloc"),
+    # The serving track (solutions/paged_kv_cache.py).
+    hidden_only(Mutant(
+        "paged-power-of-two-block-math", "positions split into block and slot with shifts and "
+        "masks, right only when block_size is a power of two",
+        replace=(("        blocks = torch.tensor(table, device=self.device)[pos // bs]  # [t]\n"
+                  "        slots = pos % bs  # [t]\n",
+                  "        blocks = torch.tensor(table, device=self.device)[pos >> (bs.bit_length() - 1)]\n"
+                  "        slots = pos & (bs - 1)\n"),),
+        base=PAGED_REFERENCE,
+    ), "paged-equivalence", "paged-block-table", "quantized-kv"),
+    hidden_only(Mutant(
+        "paged-block-index-of-32", "attend gathers at most 32 blocks a sequence (a fixed-width "
+        "block index, like a kernel's)",
+        replace=(("        padded = [t + [0] * (width - len(t)) for t in tables]\n",
+                  "        width = min(width, 32)\n"
+                  "        padded = [t[:width] + [0] * (width - len(t[:width])) for t in tables]\n"),),
+        base=PAGED_REFERENCE,
+    ), "paged-equivalence", "quantized-kv"),
+    hidden_only(Mutant(
+        "cow-only-when-it-fits", "copy-on-write only when the append stays inside the shared "
+        "partial block; one that fills it and spills into new blocks writes into it in place",
+        replace=(("cow = length % bs != 0 and self._refs[table[-1]] > 1",
+                  "cow = length % bs != 0 and self._refs[table[-1]] > 1 and new_blocks == 0"),),
+        base=PAGED_REFERENCE,
+    ), "paged-cow"),
+    hidden_only(Mutant(
+        "copy-before-growth-check", "the copy-on-write copy is made first, then the room for new "
+        "blocks is checked: a CacheFull there leaves the copy taken",
+        replace=(("        needed = new_blocks + int(cow)\n",
+                  "        needed = new_blocks\n"
+                  "        if cow:  # the copy first: it is needed whatever the growth\n"
+                  "            if self._reserved.get(seq_id, 0) + self._unreserved() < 1:\n"
+                  "                raise CacheFull(f'no free block to copy for {seq_id!r}')\n"
+                  "            shared, table[-1] = table[-1], self._take()\n"
+                  "            self._refs[shared] -= 1\n"
+                  "            for pool in (self.k_pool, self.v_pool, self.k_scale, self.v_scale):\n"
+                  "                if pool is not None:\n"
+                  "                    pool[table[-1]] = pool[shared]\n"
+                  "            cow = False\n"),),
+        base=PAGED_REFERENCE,
+    ), "paged-free"),
+    hidden_only(Mutant(
+        "reservation-shrinks-by-tokens", "an admitted sequence's reservation shrinks by the tokens "
+        "it appends, not the blocks it takes",
+        replace=(("self._reserved[seq_id] = own - min(own, needed)",
+                  "self._reserved[seq_id] = max(0, own - t)"),),
+        base=PAGED_REFERENCE,
+    ), "admission"),
+    hidden_only(Mutant(
+        "evict-most-recently-used", "evict takes the most recently used sequence: an append moves "
+        "a sequence to the end of the order, as an LRU list would",
+        replace=(("        self._lengths[seq_id] = length + t\n",
+                  "        self._lengths[seq_id] = length + t\n"
+                  "        self._tables[seq_id] = self._tables.pop(seq_id)  # recently used: to the end\n"),),
+        base=PAGED_REFERENCE,
+    ), "eviction"),
 ]
 
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory) -> dict[str, GradeResult]:
     folder = tmp_path_factory.mktemp("hidden")
-    jobs = [("reference", REFERENCE, HIDDEN_ITEMS)]
+    jobs = [("reference", REFERENCE, HIDDEN_ITEMS), ("paged reference", PAGED_REFERENCE, HIDDEN_ITEMS)]
     for case in MUTANTS:
-        path = folder / case.mutant.name / "kv_cache.py"
+        path = folder / case.mutant.name / case.mutant.base.name
         path.parent.mkdir()
         path.write_text(case.mutant.source())
         jobs.append((case.mutant.name, path, case.items))
 
     def run(job: tuple[str, Path, set[str]]) -> tuple[str, GradeResult]:
         name, path, items = job
-        return name, grade(path, hidden=True, only=set(items))
+        track = "serving" if path.name == PAGED_REFERENCE.name else "dense"
+        return name, grade(path, track=track, hidden=True, only=set(items))
 
     with ThreadPoolExecutor(PARALLEL) as pool:
         return dict(pool.map(run, jobs))
@@ -265,8 +322,9 @@ def test_every_hidden_grader_catches_a_mutant():
     assert HIDDEN_ITEMS <= set().union(*(case.items for case in MUTANTS))
 
 
-def test_the_reference_passes_every_hidden_case(graded):
-    result = graded["reference"]
+@pytest.mark.parametrize("reference", ["reference", "paged reference"])
+def test_the_reference_passes_every_hidden_case(graded, reference):
+    result = graded[reference]
     assert not result.grader_broke
     failed = [f"{i.id}: {i.status}: {i.message}" for i in result.items if i.status != "pass"]
     assert not failed, "\n".join(failed)

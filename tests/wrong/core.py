@@ -135,4 +135,12 @@ WRONG = [
                  replace=(("self.k_storage[:, :, : int(self.lengths.max())]", "self.k_storage"),
                           ("self.v_storage[:, :, : int(self.lengths.max())]", "self.v_storage"))),
           fails={"append-time-dim", "length-vs-capacity", "kv-only"}),
+    wrong(Mutant("attend-drops-query-axis", "attend returns [B, Hq, D]: the query's time axis is "
+                 "squeezed away",
+                 replace=(("return out.reshape(batch, q_heads, 1, head_dim).to(query.dtype)",
+                           "return out.reshape(batch, q_heads, head_dim).to(query.dtype)"),)),
+          fails={"attend-shape", "prefix-equivalence", "validate-dtype-device",
+                 "stable-softmax", "reset", "release", "length-vs-capacity", "ragged-batch",
+                 "gqa", "rope-absolute", "rope-fork-offset", "beam-reorder", "finished-beams",
+                 "low-precision"}),
 ]

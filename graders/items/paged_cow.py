@@ -1,0 +1,69 @@
+"""paged-cow: fork shares blocks; a write copies a shared block first; branches never mix.
+
+The cases (12 blocks of 4 positions; after every step the block tables, lengths, every
+sequence's attention against float64 over its own history, and num_free_blocks):
+- a fork of a sequence of 6 positions: no block taken, the same table. Then each side writes:
+  the first writer into the shared partial block gets a copy in its last entry only (one block
+  from the pool); the other then writes in place (its block is no longer shared). A fork that
+  copies everything, a write into a shared block without a copy (the other branch sees it), or
+  a copy whose old block keeps its count (a leak) each show at their step.
+- a fork at a block boundary (8 positions): the writes take new blocks; full blocks stay shared.
+- forks of forks, every branch writing into partial and full blocks, all compared.
+Tables are judged by their sharing: where the judge's book has one block in two places, the
+candidate's ids must be equal; where it has two blocks, different (any ids will do). The keys
+written are zero, so attention is the mean of exactly the values a branch holds: this item
+judges which data a branch reads, not how attention computes (paged-equivalence's question).
+
+This file also holds `Session`, which runs every script of this item, paged-free, admission and
+eviction (public and hidden): each step goes into one plan for the candidate's PagedKVCache and
+is done to a `Book` (graders/items/paged_free.py), the judge's account of the contract; then
+`check` compares each outcome and reading with the book's.
+"""
+
+from __future__ import annotations
+
+
+from graders.candidate import Candidate
+from graders.paged_session import TOL, Session
+
+ITEM = "paged-cow"
+HINTS = {
+    "num_free_blocks": "a fork takes no block; a write into a shared partial block takes one "
+                       "(its copy) and the old block loses a holder; full blocks are never copied",
+    "tables": "fork gives dst src's own block ids; a write into a shared partial last block "
+              "replaces that one entry with a copy",
+    "attend": "a branch sees only its own writes. The tables were right at this step, so the "
+              "data went into another block than the table's (into the shared block, not its "
+              "copy?), or attend reads other blocks than the table's (see paged-block-table)",
+    "attend:False": "this is before any fork: attention itself is off (see paged-equivalence), "
+                    "and this item's checks rely on it",
+    "length": "a fork starts at src's length; then each branch counts its own appends",
+}
+
+
+def grade(candidate: Candidate) -> str:
+    s = Session("a fork, then writes on both sides", 12, 4, seed=300)
+    s.add("a"), s.append("a", 6)  # one full block, one holding 2 of 4 positions
+    s.fork("a", "b")              # shares both blocks: no block taken
+    s.append("b", 1)              # b copies the partial block: its last entry changes
+    s.append("a", 1)              # a alone holds that block now: written in place
+    s.append("a", 2), s.append("b", 3)
+    s.check(candidate.run(s.plan), HINTS)
+
+    s = Session("a fork at a block boundary", 12, 4, seed=301)
+    s.add("c"), s.append("c", 8)
+    s.fork("c", "d")
+    s.append("d", 3), s.append("c", 5)  # new blocks; both full blocks stay shared
+    s.check(candidate.run(s.plan), HINTS)
+
+    s = Session("forks of forks, every branch writing", 12, 4, seed=302)
+    s.add("r"), s.append("r", 5)
+    s.fork("r", "x"), s.fork("x", "y")  # three holders of r's 2 blocks
+    s.append("y", 2), s.append("x", 3), s.append("r", 4)
+    s.fork("y", "z")
+    s.append("z", 1), s.append("y", 9)
+    s.fork("r", "w")
+    s.append("w", 3), s.append("r", 3), s.append("x", 1)
+    s.check(candidate.run(s.plan), HINTS)
+    return (f"3 fork scripts: no block taken by a fork, one per copy of a shared partial block, "
+            f"full blocks stay shared, every branch within {TOL} of its own history")
