@@ -142,3 +142,15 @@ def test_grade_all_grades_every_submission(tmp_path):
     summary = (tmp_path / "out" / "summary.md").read_text()
     assert "alice" in summary and "bob" in summary
     assert (tmp_path / "out" / "summary.csv").is_file()
+
+
+def test_the_serving_track_is_graded_as_its_own_track(tmp_path):
+    code, data = report(["grade", str(ROOT / "solutions" / "paged_kv_cache.py"), "--track", "serving"],
+                        tmp_path)
+    assert code == 0 and data["level"] == "serving" and data["tells"] == []
+    assert {i["level"] for i in data["items"]} == {"serving"}
+    assert data["score"] == data["max_score"] == 100
+    code, data = report(["grade", "--track", "serving", str(ROOT / "starter" / "paged_kv_cache.py")],
+                        tmp_path)
+    assert code == 1 and data["level"] == "none"
+    assert "serving track" in runner.invoke(app, ["rubric"]).output

@@ -22,7 +22,6 @@ is done to a `Book` (graders/items/paged_free.py), the judge's account of the co
 
 from __future__ import annotations
 
-
 from graders.candidate import Candidate
 from graders.paged_session import TOL, Session
 
