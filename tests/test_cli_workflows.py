@@ -154,3 +154,16 @@ def test_the_serving_track_is_graded_as_its_own_track(tmp_path):
                         tmp_path)
     assert code == 1 and data["level"] == "none"
     assert "serving track" in runner.invoke(app, ["rubric"]).output
+
+
+def test_reports_stay_readable_in_an_ascii_terminal_without_colour():
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, PYTHONIOENCODING="ascii", NO_COLOR="1")
+    done = subprocess.run([sys.executable, str(ROOT / "cli.py"), "grade", str(REFERENCE),
+                           "--level", "L4"], capture_output=True, env=env, cwd=ROOT)
+    assert done.returncode == 0, done.stderr.decode()
+    text = done.stdout.decode("ascii")  # raises if anything is not ASCII
+    assert "Level: L4" in text and "\x1b[" not in text
