@@ -124,7 +124,6 @@ class Plan:
 class Results:
     """The results of a plan, by operation index: the value returned, or `Raised`."""
 
-    ops: list[dict]
     values: list = field(default_factory=list)
     inputs: list = field(default_factory=list)
 
@@ -167,7 +166,7 @@ class Candidate:
         if "error" in reply.body:
             raise CandidateError(f"the implementation returned something that cannot be sent back: "
                                  f"{reply.body['error'].strip()}")
-        results = Results(plan.ops)
+        results = Results()
         for op, result in zip(plan.ops, reply.body["results"]):
             if "raised" in result:
                 results.values.append(self._raised(op, result["raised"]))

@@ -18,7 +18,7 @@ import torch
 from graders import cases
 from graders.candidate import Candidate, Fail, Plan, tensor
 from graders.compare import require_shape
-from graders.items.validate_shapes import bad_call, require_rejected
+from graders.items.validate_shapes import bad_calls, require_rejected
 
 ITEM = "validate-dtype-device"
 
@@ -42,11 +42,7 @@ def grade(candidate: Candidate) -> str:
          {"query": {"meta": q}}),
     ]
     plan = Plan()
-    checks = []
-    for i, (tag, what, op, inputs) in enumerate(bad):
-        plan.new(f"c{i}")
-        plan.append(f"c{i}", k, v)
-        checks.append((tag, what, *bad_call(plan, f"c{i}", op, inputs)))
+    checks = bad_calls(plan, k, v, bad)
     outputs = {}
     for dtype in (torch.float32, torch.float64):
         plan.new(str(dtype))

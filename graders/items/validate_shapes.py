@@ -54,11 +54,7 @@ def grade(candidate: Candidate) -> str:
          {"query": cases.randn(g, B, H + 1, 1, D)}),
     ]
     plan = Plan()
-    checks = []
-    for i, (tag, what, op, inputs) in enumerate(bad):
-        plan.new(f"c{i}")
-        plan.append(f"c{i}", k, v)
-        checks.append((tag, what, *bad_call(plan, f"c{i}", op, inputs)))
+    checks = bad_calls(plan, k, v, bad)
     plan.new("empty")
     checks.append(("empty attend", "attend on an empty cache",
                    *bad_call(plan, "empty", "attend", {"query": cases.randn(g, B, H, 1, D)})))
@@ -81,6 +77,17 @@ def grade(candidate: Candidate) -> str:
                    "behind")
     return (f"{len(checks)} incompatible calls raised ValueError and left the cache unchanged; "
             f"messages: {'; '.join(messages)}")
+
+
+def bad_calls(plan: Plan, k, v, bad: list) -> list[tuple]:
+    """Each (tag, what, op, inputs) of `bad` on a cache of its own holding one good append of
+    k and v: (tag, what, state before, the call, state after), as `bad_call` gives them."""
+    checks = []
+    for i, (tag, what, op, inputs) in enumerate(bad):
+        plan.new(f"c{i}")
+        plan.append(f"c{i}", k, v)
+        checks.append((tag, what, *bad_call(plan, f"c{i}", op, inputs)))
+    return checks
 
 
 def bad_call(plan: Plan, cache: str, op: str, inputs: dict) -> tuple[int, int, int]:
