@@ -90,6 +90,7 @@ class PagedKVCache:
         self._tables: dict = {}
         self._lengths: dict = {}  # seq_id -> number of positions written
         self._reserved: dict = {}  # seq_id -> blocks still promised to an admitted sequence
+        self._buffers: dict = {}  # attend's scratch for gathered blocks, see _gather
 
     @property
     def num_free_blocks(self) -> int:
@@ -242,33 +243,58 @@ class PagedKVCache:
         padded = [t + [0] * (width - len(t)) for t in tables]
         index = torch.tensor(padded, device=self.device)  # [N, W] block ids
         lengths = torch.tensor([self._lengths[s] for s in seq_ids], device=self.device)  # [N]
-        keys = self._gather(self.k_pool, self.k_scale, index)  # [N, Hkv, T, D], T = W * bs
-        values = self._gather(self.v_pool, self.v_scale, index)
-        past_end = torch.arange(keys.shape[2], device=self.device) >= lengths[:, None]  # [N, T]
+        bs = self.block_size
+        # Position p of a sequence is slot p % bs of its block number p // bs (W * bs positions).
+        past_end = torch.arange(width * bs, device=self.device) >= lengths[:, None]  # [N, T]
+        keys = self._gather("k", index)  # [N, W, Hkv, bs, D], float32
+        values = self._gather("v", index)
         # Stale slots may hold anything a freed sequence wrote, even inf or NaN, and 0 * NaN is
-        # NaN: zero them in V (masked_fill on the scores already replaces them in K).
-        values = values.masked_fill(past_end[:, None, :, None], 0.0)
+        # NaN: zero them in V (masked_fill on the scores already replaces them in K). Only the
+        # slots past each length are written, not the whole tensor.
+        stale_row, stale_pos = past_end.nonzero(as_tuple=True)
+        values[stale_row, stale_pos // bs, :, stale_pos % bs] = 0.0
 
         groups = q_heads // self.kv_heads
         # Heads h = kv * groups + g: this reshape puts query head h beside KV head h // groups,
         # and K, V broadcast over the group dimension without being copied per query head.
-        q = query.reshape(n, self.kv_heads, groups, head_dim).float()  # [N, Hkv, G, D]
-        scores = q @ keys.transpose(-1, -2) / math.sqrt(head_dim)  # [N, Hkv, G, T], float32
-        scores = scores.masked_fill(past_end[:, None, None, :], float("-inf"))
+        q = query.reshape(n, 1, self.kv_heads, groups, head_dim).float()  # [N, 1, Hkv, G, D]
+        # Attention block by block, in the pool's layout: turning K and V into [N, Hkv, T, D]
+        # would copy them once more. Scores of each block, then one softmax over all positions.
+        scores = q @ keys.transpose(-1, -2) / math.sqrt(head_dim)  # [N, W, Hkv, G, bs], float32
+        scores = scores.permute(0, 2, 3, 1, 4).reshape(n, self.kv_heads, groups, width * bs)
+        scores = scores.masked_fill(past_end[:, None, None, :], float("-inf"))  # [N, Hkv, G, T]
         weights = torch.softmax(scores, dim=-1)  # max-subtracted inside: stable for large logits
         # A sequence of length 0 has every score -inf, and softmax gives NaN: zeros instead.
         weights = weights.masked_fill((lengths == 0)[:, None, None, None], 0.0)
-        out = weights @ values  # [N, Hkv, G, D]
+        weights = weights.reshape(n, self.kv_heads, groups, width, bs).permute(0, 3, 1, 2, 4)
+        out = (weights @ values).sum(dim=1)  # each block's share [N, W, Hkv, G, D], summed
         return out.reshape(n, q_heads, 1, head_dim).to(query.dtype)
 
-    def _gather(self, pool: Tensor, scale: Tensor | None, index: Tensor) -> Tensor:
-        """The blocks of index ([N, W]) in table order as [N, Hkv, W * bs, D], float32."""
-        n, width = index.shape
-        x = pool[index].float()  # [N, W, Hkv, bs, D]: one gather for the whole batch
+    def _gather(self, which: str, index: Tensor) -> Tensor:
+        """The K or V blocks of index ([N, W]) in table order as [N, W, Hkv, bs, D], float32.
+
+        The result lives in scratch buffers kept from call to call, regrown only when a batch
+        needs more blocks: a fresh tensor the size of the cache at every step costs more than
+        the attention itself (the OS hands a large allocation its memory a page at a time).
+        """
+        pool, scale = (self.k_pool, self.k_scale) if which == "k" else (self.v_pool, self.v_scale)
+        rows = index.flatten()  # [N * W]: one gather for the whole batch
+        x = torch.index_select(pool, 0, rows, out=self._scratch(which, pool.dtype, len(rows)))
+        if pool.dtype != torch.float32:  # bf16, fp16, int8: upcast into a float32 scratch
+            x = self._scratch(which + "32", torch.float32, len(rows)).copy_(x)
         if scale is not None:
-            x = x * scale[index][..., None]  # dequantize: [N, W, Hkv, bs, 1] scales
-        # Time index w * bs + slot: put W next to bs, then merge them.
-        return x.transpose(1, 2).reshape(n, self.kv_heads, width * self.block_size, self.head_dim)
+            x.mul_(scale.index_select(0, rows)[..., None])  # dequantize: [N * W, Hkv, bs, 1]
+        return x.view(*index.shape, *pool.shape[1:])
+
+    def _scratch(self, name: str, dtype: torch.dtype, blocks: int) -> Tensor:
+        """A reusable [blocks, Hkv, bs, D] buffer (what is in it is garbage until written). It
+        grows with 25% to spare, so a growing sequence regrows it only now and then."""
+        buffer = self._buffers.get(name)
+        if buffer is None or buffer.shape[0] < blocks:
+            size = (blocks + blocks // 4, *self.k_pool.shape[1:])
+            buffer = torch.empty(size, dtype=dtype, device=self.device)
+            self._buffers[name] = buffer
+        return buffer[:blocks]
 
     # -- helpers ---------------------------------------------------------------------------------
 

@@ -11,11 +11,11 @@ from tests.wrong import wrong_serving
 
 # Lines of solutions/paged_kv_cache.py that the mutants change.
 PADDED = "padded = [t + [0] * (width - len(t)) for t in tables]"
-PAST_END = ("past_end = torch.arange(keys.shape[2], device=self.device) >= lengths[:, None]"
+PAST_END = ("past_end = torch.arange(width * bs, device=self.device) >= lengths[:, None]"
             "  # [N, T]")
-GROUPED = "q = query.reshape(n, self.kv_heads, groups, head_dim).float()  # [N, Hkv, G, D]"
+GROUPED = "q = query.reshape(n, 1, self.kv_heads, groups, head_dim).float()  # [N, 1, Hkv, G, D]"
 OUT = "return out.reshape(n, q_heads, 1, head_dim).to(query.dtype)"
-SCALED = "scores = q @ keys.transpose(-1, -2) / math.sqrt(head_dim)  # [N, Hkv, G, T], float32"
+SCALED = "scores = q @ keys.transpose(-1, -2) / math.sqrt(head_dim)  # [N, W, Hkv, G, bs], float32"
 EMPTY = "weights = weights.masked_fill((lengths == 0)[:, None, None, None], 0.0)"
 SLOTS = "slots = pos % bs  # [t]"
 ZERO_GUARD = ("        s = torch.where(s > 0, s, torch.ones_like(s))  # an all-zero token: any "
@@ -23,12 +23,12 @@ ZERO_GUARD = ("        s = torch.where(s > 0, s, torch.ones_like(s))  # an all-z
 NO_SCALES = "self.k_scale = self.v_scale = None"
 STORED = "stored = torch.int8 if quantize else dtype"
 TO_INT8 = ".round().clamp(-127, 127).to(torch.int8)"
-DEQUANT = "            x = x * scale[index][..., None]  # dequantize: [N, W, Hkv, bs, 1] scales"
+DEQUANT = "            x.mul_(scale.index_select(0, rows)[..., None])  # dequantize: [N * W, Hkv, bs, 1]"
 
 CONTIGUOUS = ("padded = [[t[0] + i for i in range(len(t))] + [0] * (width - len(t)) "
               "for t in tables]")
 WHOLE_BLOCKS = """held = torch.tensor([len(t) * self.block_size for t in tables], device=self.device)
-        past_end = torch.arange(keys.shape[2], device=self.device) >= held[:, None]  # [N, T]"""
+        past_end = torch.arange(width * bs, device=self.device) >= held[:, None]  # [N, T]"""
 FLAT_ROW = "blocks, slots = blocks + pos // bs, pos % bs  # flat row table[p // bs] * bs + p"
 BLOCK_SCALE = ZERO_GUARD + """\
         first = slots == 0  # a block's first write sets the scale of all its slots
@@ -63,12 +63,12 @@ WRONG = [
     wrong_serving(_mutant(
         "paged-gqa-modulo", "query head h reads KV head h % Hkv (heads interleaved), not "
         "h // (Hq // Hkv)",
-        (GROUPED, "q = query.reshape(n, groups, self.kv_heads, head_dim).transpose(1, 2).float()"),
+        (GROUPED, "q = query.reshape(n, 1, groups, self.kv_heads, head_dim).transpose(2, 3).float()"),
         (OUT, "return out.transpose(1, 2).reshape(n, q_heads, 1, head_dim).to(query.dtype)")),
         fails={"paged-equivalence"}),
     wrong_serving(_mutant(
         "paged-no-scale", "scores are not scaled by 1/sqrt(head_dim)",
-        (SCALED, "scores = q @ keys.transpose(-1, -2)  # [N, Hkv, G, T], float32")),
+        (SCALED, "scores = q @ keys.transpose(-1, -2)  # [N, W, Hkv, G, bs], float32")),
         fails={"paged-equivalence", "paged-block-table", "quantized-kv"}),
     wrong_serving(_mutant(
         "paged-empty-nan", "a sequence of length 0 gets a softmax over nothing: NaN, not zeros",
