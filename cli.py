@@ -7,6 +7,7 @@
     kata rubric                   the items, their levels and points
     kata solution [NAME]          read a reference solution
     kata grade-all DIR            grade every submission under DIR (interviewers)
+    kata bench [PATH ...]         decode-step speed and memory: the solutions, your files, peers
 
 Exit codes of `grade` (the kata contract, section 3): 0 every item passes, 1 some item does not,
 2 usage error, 4 the grader itself broke.
@@ -14,6 +15,7 @@ Exit codes of `grade` (the kata contract, section 3): 0 every item passes, 1 som
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -32,6 +34,7 @@ SOLUTIONS = {  # in the order a learner reads them
     "preallocated": ROOT / "solutions" / "kv_cache.py",
     "paged": ROOT / "solutions" / "paged_kv_cache.py",
     "tests": ROOT / "solutions" / "test_kv_cache.py",
+    "fused": ROOT / "benchmarks" / "fused_attention.py",
 }
 USAGE_ERROR = 2
 
@@ -253,6 +256,100 @@ def grade_all(
     batch.write_summary(outcomes, out / "summary.csv", out / "summary.md")
     console.print(Text((out / "summary.md").read_text()))
     console.print(Text(f"wrote {out / 'summary.csv'} and {out / 'summary.md'}"))
+
+
+@app.command()
+def bench(
+    paths: Annotated[Optional[list[Path]], typer.Argument(
+        help="Candidate files to measure beside the bundled subjects (dense or paged) "
+        "[default: ./kv_cache.py in a workspace].", show_default=False)] = None,
+    lengths: Annotated[str, typer.Option(help="Cache lengths T, comma-separated.")]
+        = "256,1024,4096,16384",
+    dtypes: Annotated[str, typer.Option(help="Cache dtypes: float32, bfloat16, float16.")]
+        = "float32,bfloat16",
+    shapes: Annotated[str, typer.Option(
+        help="mha (B=1, 8 query and 8 KV heads, D=128) and/or gqa (32 query heads, 8 KV).")]
+        = "mha,gqa",
+    subjects: Annotated[Optional[str], typer.Option(
+        help="Bundled subjects, comma-separated [default: all; a wrong name lists them].",
+        show_default=False)] = None,
+    warmup: Annotated[int, typer.Option(help="Untimed steps per subject and cell.", min=1)] = 3,
+    reps: Annotated[int, typer.Option(help="Timed steps per subject and cell.", min=1)] = 15,
+    json_path: Annotated[Optional[Path], typer.Option(
+        "--json", help="Also write every figure, the ratios and the machine's facts as JSON.")] = None,
+    plot: Annotated[Optional[Path], typer.Option(
+        help="Write a PNG plot (needs matplotlib: pip install -e '.[bench]').")] = None,
+    timeout: Annotated[float, typer.Option(
+        help="Seconds one call into a subject may take.", min=0.1)] = 120.0,
+) -> None:
+    """Measure ms per decode step (append one token, then attend) and memory held, against bare
+    attention, the pure read of K and V, and Hugging Face's caches."""
+    from benchmarks import bench as benchmark
+    from benchmarks import plot as plotting
+    from benchmarks import report
+    from benchmarks.subjects import SHAPES
+
+    def listed(text: str, known, what: str) -> list[str]:
+        names = [name.strip() for name in text.split(",") if name.strip()]
+        for name in names:
+            if name not in known:
+                _usage_error(f"no {what} {name!r}: choose from {', '.join(known)}")
+        return names or _usage_error(f"no {what} given")
+
+    try:
+        sizes = [int(n) for n in lengths.split(",")]
+    except ValueError:
+        sizes = []
+    if not sizes or min(sizes) < 1:
+        _usage_error(f"--lengths {lengths!r}: give positive integers, comma-separated")
+    chosen = set(listed(subjects, benchmark.BUNDLED_IDS, "subject") if subjects
+                 else benchmark.BUNDLED_IDS)
+    if not paths and Path("kv_cache.py").is_file():
+        paths = [Path("kv_cache.py")]  # a workspace: the candidate's own file
+    candidates = [_python_file(path, "candidate file") for path in paths or []]
+    settings = benchmark.Settings(
+        lengths=sizes, dtypes=listed(dtypes, ("float32", "bfloat16", "float16"), "dtype"),
+        shapes=listed(shapes, list(SHAPES), "shape"),
+        subjects=[s for s in benchmark.BUNDLED if s.id in chosen]
+        + benchmark.candidate_specs(candidates),
+        warmup=warmup, reps=reps, timeout=timeout)
+
+    console = _console()
+    progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
+                        MofNCompleteColumn(), console=console, transient=True,
+                        disable=not console.is_terminal)
+    with progress:
+        task = progress.add_task("starting", total=len(settings.cells) * len(settings.subjects))
+
+        def on_event(event: dict) -> None:
+            if event["event"] == "call":
+                progress.update(task, description=f"{settings.cells[event['cell']]}: {event['subject']}")
+            elif event["event"] == "result":
+                progress.advance(task)
+
+        try:
+            result = benchmark.run(settings, on_event)
+        except RuntimeError as exc:
+            console.print(Text(f"kata bench: {exc}", style="red"))
+            raise typer.Exit(4) from None
+    report.render(result, console)
+    if json_path:
+        json_path.write_text(json.dumps(report.to_json(result), indent=2) + "\n")
+        console.print(Text(f"wrote {json_path}"))
+    if plot is not None:
+        try:
+            plotting.save_png(result, plot)
+            console.print(Text(f"wrote {plot}"))
+        except ImportError:
+            console.print(Text("matplotlib is not installed (pip install -e '.[bench]'): "
+                               "a text plot instead", style="yellow"))
+            plot = None
+    if plot is None:
+        for (shape, dtype), group in plotting.series(result).items():
+            console.print(Text(f"\n{shape}, {dtype}: ms per step against T", style="bold"))
+            for line in plotting.terminal(group):
+                console.print(Text(line))
+    raise typer.Exit(1 if result.failed_candidates() else 0)
 
 
 def _python_file(path: Path, what: str) -> Path:

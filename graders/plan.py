@@ -294,7 +294,7 @@ def _inventory(state: _State, op: dict):
     together (a list with one tensor per step holds them as much as one big tensor does); the
     answer names the tensors that hold any.
     """
-    found = _reachable_tensors(state.caches[op["cache"]])
+    found = reachable_tensors(state.caches[op["cache"]])
     listing = [{"path": path, "shape": list(t.shape), "dtype": str(t.dtype).removeprefix("torch.")}
                for path, t in found]
     held = {}
@@ -308,7 +308,9 @@ def _inventory(state: _State, op: dict):
     return {"tensors": listing, "held": held}
 
 
-def _reachable_tensors(obj, max_depth: int = 3) -> list[tuple[str, torch.Tensor]]:
+def reachable_tensors(obj, max_depth: int = 3) -> list[tuple[str, torch.Tensor]]:
+    """(path, tensor) for each tensor reachable from `obj` through attributes, lists, tuples and
+    dicts, at most `max_depth` levels down; each tensor once."""
     found, seen = [], set()
 
     def visit(value, path, depth):

@@ -1,0 +1,72 @@
+"""Beyond the framework: the newest token's attention compiled into fused loops (torch.compile).
+
+Eager `attend` launches one kernel per operation: q·Kᵀ writes the scores, then the mask, the
+softmax and weights·V each make a pass of their own. On a bf16 or fp16 cache it is worse: the
+float32 scores the contract asks for need `keys.float()` first, a float32 copy of the whole cache
+written and read again at every step, which costs more than the attention itself.
+
+Written as elementwise products and sums, the same math lets Inductor (torch.compile's CPU code
+generator) emit loops that read each row of K and V once, upcast it in registers and accumulate
+in float32: no cache-sized temporary, whatever the storage dtype. The query heads of a group get
+one reduction each over the same K and V rows (G is known when compiling), so GQA keeps sharing.
+This is what fused attention kernels do (FlashAttention's decode kernels, vLLM's paged
+attention), generated here instead of written by hand.
+
+The compiled function is used only where torch.compile works (it needs a C++ compiler) and
+agrees with eager PyTorch on a small case; `kata bench` shows it as the subject "fused".
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from benchmarks.subjects import Unavailable
+
+
+def fused_attention(query: Tensor, keys: Tensor, values: Tensor, lengths: Tensor) -> Tensor:
+    """The contract's attend, as math only: [B, Hq, 1, D] over [B, Hkv, T, D] -> [B, Hq, 1, D].
+
+    Row b attends over positions 0 .. lengths[b] - 1 (int64 [B]); float32 scores and softmax; a
+    row of length 0 gives zeros; the output has the query's dtype.
+    """
+    batch, q_heads, _, head_dim = query.shape
+    kv_heads, length = keys.shape[1], keys.shape[2]
+    groups = q_heads // kv_heads
+    q = query.reshape(batch, kv_heads, groups, 1, head_dim).float()  # [B, Hkv, G, 1, D]
+    past_end = torch.arange(length, device=keys.device) >= lengths[:, None]  # [B, T]
+    outs = []
+    for g in range(groups):  # unrolled when compiled: G reductions over the same rows of K, V
+        scores = (keys.float() * q[:, :, g]).sum(-1) / math.sqrt(head_dim)  # [B, Hkv, T]
+        scores = scores.masked_fill(past_end[:, None, :], float("-inf"))
+        weights = torch.softmax(scores, dim=-1)
+        weights = weights.masked_fill((lengths == 0)[:, None, None], 0.0)  # no NaN for length 0
+        outs.append((weights[..., None] * values.float()).sum(-2))  # [B, Hkv, D]
+    out = torch.stack(outs, dim=2)  # [B, Hkv, G, D]: head h = kv * G + g
+    return out.reshape(batch, q_heads, 1, head_dim).to(query.dtype)
+
+
+def compiled_attention():
+    """`fused_attention` compiled for any cache length (dynamic shapes); Unavailable when
+    torch.compile fails here or its result differs from eager PyTorch on a small case."""
+    # A bench compiles once per dtype and head grouping, and again for a few ranges of lengths:
+    # more than torch's default limit of 8 compilations of one function. Past the limit it
+    # would run the products above eagerly, a cache-sized temporary each, and report that as
+    # "fused"; with the limit raised, and failing when hit, a figure is always compiled code.
+    torch._dynamo.config.recompile_limit = 64
+    torch._dynamo.config.fail_on_recompile_limit_hit = True
+    compiled = torch.compile(fused_attention, dynamic=True)
+    gen = torch.Generator().manual_seed(0)
+    query = torch.randn(2, 4, 1, 8, generator=gen)
+    keys, values = torch.randn(2, 2, 5, 8, generator=gen), torch.randn(2, 2, 5, 8, generator=gen)
+    lengths = torch.tensor([5, 3])
+    try:
+        got = compiled(query, keys, values, lengths)
+    except Exception as exc:  # noqa: BLE001 - a missing compiler surfaces as many exception types
+        raise Unavailable(f"torch.compile does not work here: {type(exc).__name__}: "
+                          f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''}") from None
+    if not torch.allclose(got, fused_attention(query, keys, values, lengths), atol=1e-5):
+        raise Unavailable("torch.compile gives a different result from eager PyTorch here")
+    return compiled

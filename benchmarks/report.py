@@ -1,0 +1,119 @@
+"""What `kata bench` shows: ms per step with ratios to the floors and peers, as tables and JSON.
+
+A ratio is the subject's median time per step divided by the reference's in the same cell:
+"× bare" 1.1 means 10% slower than bare attention on contiguous K and V, "× HF static" 0.5
+means twice as fast as transformers' StaticCache.
+"""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from benchmarks.bench import BenchResult
+from benchmarks.subjects import BLOCK_SIZE, SHAPES, capacity_for
+
+RATIOS = {"bare": "bare", "read": "read", "hf_static": "hf-static", "hf_dynamic": "hf-dynamic"}
+MIB = 1 << 20
+
+
+def ratios(result: BenchResult, cell_index: int, subject: str) -> dict[str, float | None]:
+    """{"bare": x, "read": x, "hf_static": x, "hf_dynamic": x}: None where either time is missing."""
+    own = result.at(cell_index, subject)
+    out = {}
+    for key, reference in RATIOS.items():
+        theirs = result.at(cell_index, reference)
+        out[key] = own.median / theirs.median if own and theirs else None
+    return out
+
+
+def to_json(result: BenchResult) -> dict:
+    settings = result.settings
+    steps = settings.warmup + settings.reps
+    cells = []
+    for index, cell in enumerate(settings.cells):
+        results = {}
+        for subject in settings.subjects:
+            found = result.measurements.get((index, subject.id))
+            if found is None:
+                continue
+            if found.error:
+                results[subject.id] = {"error": found.error}
+                continue
+            summary = found.summary
+            results[subject.id] = {
+                "ms": {"median": summary.median * 1e3, "q1": summary.q1 * 1e3,
+                       "q3": summary.q3 * 1e3, "min": summary.min * 1e3},
+                "held_bytes": found.held_bytes,
+                "ratios": ratios(result, index, subject.id),
+            }
+        cells.append({"shape": cell.shape, "dtype": cell.dtype, "length": cell.length,
+                      "capacity": capacity_for(cell.length, steps), "results": results})
+    return {
+        "kata_bench": 1,
+        "machine": result.machine,
+        "settings": {
+            "lengths": settings.lengths, "dtypes": settings.dtypes,
+            "shapes": {name: vars(SHAPES[name]) for name in settings.shapes},
+            "warmup": settings.warmup, "reps": settings.reps, "timeout_seconds": settings.timeout,
+            "paged_block_size": BLOCK_SIZE,
+            "capacity": "the next power of two above length + warmup + reps",
+        },
+        "subjects": [{**vars(status.spec), "status": status.status, "message": status.message}
+                     for status in result.subjects.values()],
+        "cells": cells,
+    }
+
+
+def render(result: BenchResult, console: Console) -> None:
+    """A table per shape and dtype: ms/step at each length, then ratios and memory at the longest."""
+    machine = result.machine
+    console.print(Text(f"{machine.get('cpu', '?')}, {machine.get('logical_cpus', '?')} logical CPUs, "
+                       f"{machine.get('torch_threads', '?')} torch threads, torch "
+                       f"{machine.get('torch', '?')}; caches "
+                       + (", ".join(f"{k} {v}" for k, v in machine.get("caches", {}).items()) or "?"),
+                       style="dim"))
+    settings = result.settings
+    for shape in settings.shapes:
+        for dtype in settings.dtypes:
+            console.print(_table(result, shape, dtype))
+    problems = [(s.spec.id, s.message) for s in result.subjects.values() if s.status != "ok"]
+    problems += sorted({(subject, f"{m.error} ({settings.cells[i]})")
+                        for (i, subject), m in result.measurements.items() if m.error})
+    for subject, message in problems:
+        console.print(Text(f"{subject}: {message}", style="yellow"))
+
+
+def _table(result: BenchResult, shape: str, dtype: str) -> Table:
+    settings = result.settings
+    indices = {cell.length: i for i, cell in enumerate(settings.cells)
+               if (cell.shape, cell.dtype) == (shape, dtype)}
+    longest = max(indices)
+    s = SHAPES[shape]
+    table = Table(title=f"{shape}, {dtype}: B={s.batch}, Hq={s.q_heads}, Hkv={s.kv_heads}, "
+                        f"D={s.head_dim}; ms per decode step (median ±half IQR)",
+                  title_justify="left")
+    table.add_column("subject")
+    for length in indices:
+        table.add_column(f"T={length}", justify="right")
+    for header in ("× bare", "× read", "× HF static", "MiB held"):
+        table.add_column(f"{header}\nT={longest}", justify="right")
+    for status in result.subjects.values():
+        subject = status.spec.id
+        row = [Text(subject, style="dim" if status.spec.kind in ("floor", "peer") else "")]
+        for index in indices.values():
+            found = result.measurements.get((index, subject))
+            if found is None or found.error:
+                row.append(Text("—" if found is None else "error", style="yellow"))
+            else:
+                summary = found.summary
+                row.append(Text(f"{summary.median * 1e3:.3f} ±{summary.spread:.0%}"))
+        at_longest = ratios(result, indices[longest], subject)
+        row += [Text("—" if at_longest[key] is None else f"{at_longest[key]:.2f}")
+                for key in ("bare", "read", "hf_static")]
+        found = result.measurements.get((indices[longest], subject))
+        held = found.held_bytes if found and not found.error else None
+        row.append(Text("—" if held is None else f"{held / MIB:.1f}"))
+        table.add_row(*row)
+    return table

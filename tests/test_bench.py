@@ -1,0 +1,193 @@
+"""`kata bench` in a tiny configuration: every figure is there and positive, the JSON holds them
+with the machine and the ratios, and a candidate file that fails in any way costs only its own
+row. No timing is asserted: speed goals are the bench's to show, not the tests'."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from benchmarks import plot
+from benchmarks.bench import BUNDLED_IDS
+from cli import app
+from graders.mistakes import MISTAKES
+from graders.mutation import REFERENCE
+
+ROOT = Path(__file__).resolve().parent.parent
+runner = CliRunner()
+TINY = ["--lengths", "16,40", "--dtypes", "float32,bfloat16", "--shapes", "mha,gqa",
+        "--warmup", "1", "--reps", "3"]
+WITHOUT_FUSED = ",".join(i for i in BUNDLED_IDS if i != "fused")  # compiling has a test of its own
+
+
+def transformers_installed() -> bool:
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench")
+    result = runner.invoke(app, ["bench", *TINY, "--subjects", WITHOUT_FUSED,
+                                 "--json", str(out / "bench.json"), "--plot", str(out / "bench.png")])
+    return result, json.loads((out / "bench.json").read_text()), out
+
+
+def test_the_tiny_bench_exits_0_and_prints_a_table_per_shape_and_dtype(tiny_run):
+    result, _, _ = tiny_run
+    assert result.exit_code == 0, result.output
+    for title in ("mha, float32", "mha, bfloat16", "gqa, float32", "gqa, bfloat16"):
+        assert title in result.output
+    assert "ms per decode step" in result.output
+
+
+def test_every_subject_has_positive_figures_in_every_cell(tiny_run):
+    _, report, _ = tiny_run
+    statuses = {s["id"]: s["status"] for s in report["subjects"]}
+    expected_ok = {i for i in BUNDLED_IDS if i != "fused"}
+    if not transformers_installed():
+        expected_ok -= {"hf-dynamic", "hf-static"}
+    assert {i for i, status in statuses.items() if status == "ok"} == expected_ok
+    assert len(report["cells"]) == 2 * 2 * 2
+    for cell in report["cells"]:
+        assert set(cell["results"]) == expected_ok, cell
+        assert cell["capacity"] >= cell["length"] + 1 + 3
+        for subject, figures in cell["results"].items():
+            ms = figures["ms"]
+            assert 0 < ms["min"] <= ms["median"] and ms["q1"] <= ms["median"] <= ms["q3"], subject
+            assert figures["held_bytes"] > 0, subject
+
+
+def test_ratios_are_each_median_over_the_reference_median(tiny_run):
+    _, report, _ = tiny_run
+    for cell in report["cells"]:
+        results = cell["results"]
+        for subject, figures in results.items():
+            for key, reference in (("bare", "bare"), ("read", "read"), ("hf_static", "hf-static")):
+                ratio = figures["ratios"][key]
+                if reference not in results:
+                    assert ratio is None
+                    continue
+                want = figures["ms"]["median"] / results[reference]["ms"]["median"]
+                assert ratio == pytest.approx(want), (subject, key)
+
+
+def test_memory_held_follows_the_storage_each_design_keeps(tiny_run):
+    _, report, _ = tiny_run
+    cell = next(c for c in report["cells"] if (c["shape"], c["dtype"], c["length"]) == ("mha", "float32", 40))
+    held = {subject: figures["held_bytes"] for subject, figures in cell["results"].items()}
+    slot = 8 * 128 * 4 * 2  # one position of K and V: 8 heads x 128 dims x 4 bytes, twice
+    assert held["bare"] == held["read"] == 40 * slot
+    assert held["preallocated"] >= cell["capacity"] * slot  # its doubled storage
+    assert held["concat"] < cell["capacity"] * slot  # exactly what it has appended, and lengths
+    assert held["paged"] >= cell["capacity"] * slot  # its pool, and attend's gather scratch
+    assert held["paged-int8"] < held["paged"]  # int8 values and a float32 scale per token
+
+
+def test_the_json_says_what_machine_and_settings_made_the_figures(tiny_run):
+    _, report, _ = tiny_run
+    assert report["kata_bench"] == 1
+    machine = report["machine"]
+    assert {"cpu", "logical_cpus", "torch_threads", "torch", "python", "caches"} <= set(machine)
+    assert machine["torch_threads"] >= 1 and machine["torch"]
+    assert report["settings"]["lengths"] == [16, 40]
+    assert report["settings"]["shapes"]["gqa"] == {"name": "gqa", "batch": 1, "q_heads": 32,
+                                                  "kv_heads": 8, "head_dim": 128}
+
+
+def test_a_png_is_written_when_matplotlib_is_installed(tiny_run):
+    pytest.importorskip("matplotlib")
+    _, _, out = tiny_run
+    assert (out / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_without_a_png_the_plot_is_drawn_in_text():
+    lines = plot.terminal({"concat": [(256, 1.0), (1024, 4.0)], "bare": [(256, 0.1), (1024, 0.4)]})
+    axis = next(i for i, line in enumerate(lines) if "+---" in line)
+    grid, labels, legend = lines[:axis], lines[axis + 1], "\n".join(lines[axis + 2:])
+    assert grid[0].lstrip().startswith("4 ms |") and grid[-1].startswith("0.1 ms |")
+    assert [row.count("a") for row in grid].count(1) == 2, "one marker per measured point"
+    assert [row.count("b") for row in grid].count(1) == 2
+    assert grid[0].endswith("a") and grid[-1].split("|")[1].startswith("b")
+    assert "256" in labels and "1024" in labels
+    assert "a concat" in legend and "b bare" in legend
+
+
+def test_the_fused_path_is_measured_where_torch_compile_works_and_said_unavailable_elsewhere(tmp_path):
+    out = tmp_path / "bench.json"
+    result = runner.invoke(app, ["bench", "--lengths", "16", "--dtypes", "float32", "--shapes", "gqa",
+                                 "--warmup", "1", "--reps", "2", "--subjects", "fused,read",
+                                 "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "gqa, float32: ms per step against T" in result.output  # no --plot: the text plot
+    report = json.loads(out.read_text())
+    fused = next(s for s in report["subjects"] if s["id"] == "fused")
+    if fused["status"] == "ok":  # its first output was checked against float64 attention
+        assert report["cells"][0]["results"]["fused"]["ms"]["median"] > 0
+    else:
+        assert fused["status"] == "unavailable" and "torch.compile" in fused["message"]
+
+
+def test_a_failing_candidate_costs_only_its_own_row(tmp_path):
+    shutil.copy(REFERENCE, tmp_path / "kv_cache_base.py")
+    for name in ("hangs_in_attend", "segfaults", "exits_the_process", "import_error"):
+        shutil.copy(ROOT / "tests" / "hostile" / f"{name}.py", tmp_path / f"{name}.py")
+    no_scale = next(m for m in MISTAKES if m.name == "no-scale")
+    (tmp_path / "no_scale.py").write_text(no_scale.source())
+    candidates = [tmp_path / f"{name}.py" for name in
+                  ("hangs_in_attend", "segfaults", "exits_the_process", "import_error", "no_scale")]
+    candidates += [ROOT / "tests/implementations/sdpa.py", ROOT / "tests/implementations/paged_heap.py"]
+    out = tmp_path / "bench.json"
+    result = runner.invoke(app, ["bench", *map(str, candidates), "--lengths", "16,24",
+                                 "--dtypes", "float32", "--shapes", "mha", "--warmup", "1",
+                                 "--reps", "2", "--subjects", "bare", "--timeout", "3",
+                                 "--json", str(out)])
+    assert result.exit_code == 1, result.output
+    report = json.loads(out.read_text())
+    subjects = {s["id"]: s for s in report["subjects"]}
+    assert "no answer within 3 s at mha float32 T=16" in subjects["hangs_in_attend"]["message"]
+    assert "killed the bench process (SIGSEGV)" in subjects["segfaults"]["message"]
+    assert subjects["import_error"]["status"] == "failed"
+    assert "does not load" in subjects["import_error"]["message"]
+    for cell in report["cells"]:
+        results = cell["results"]
+        assert {"bare", "sdpa", "paged_heap"} <= set(results)  # nothing of theirs was lost
+        assert all(results[s]["ms"]["median"] > 0 for s in ("bare", "sdpa", "paged_heap"))
+        assert results["exits_the_process"] == {"error": "SystemExit: bye"}
+        assert results["no_scale"]["error"].startswith("wrong output")
+        assert "hangs_in_attend" not in results and "segfaults" not in results
+    assert "hangs_in_attend: no answer" in result.output
+
+
+def test_in_a_workspace_the_candidates_own_file_is_measured(tmp_path, monkeypatch):
+    shutil.copy(REFERENCE, tmp_path / "kv_cache.py")
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, ["bench", "--lengths", "16", "--dtypes", "float32", "--shapes", "mha",
+                                 "--warmup", "1", "--reps", "2", "--subjects", "bare",
+                                 "--json", "bench.json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads((tmp_path / "bench.json").read_text())
+    assert [s["id"] for s in report["subjects"]] == ["bare", "kv_cache"]
+    assert report["cells"][0]["results"]["kv_cache"]["ms"]["median"] > 0
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--lengths", "abc"], "--lengths"),
+    (["--lengths", "0"], "--lengths"),
+    (["--subjects", "nope"], "no subject 'nope'"),
+    (["--dtypes", "int8"], "no dtype 'int8'"),
+    (["--shapes", "mqa"], "no shape 'mqa'"),
+    (["missing.py"], "does not exist"),
+], ids=["lengths-not-numbers", "length-zero", "unknown-subject", "unknown-dtype",
+        "unknown-shape", "missing-file"])
+def test_usage_errors_exit_2_with_one_line(args, message):
+    result = runner.invoke(app, ["bench", *args])
+    assert result.exit_code == 2
+    assert message in result.output
