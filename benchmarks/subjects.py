@@ -24,11 +24,8 @@ same slots.
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable
 
 import torch
@@ -81,11 +78,15 @@ class History:
         return cls(normal(b, hkv, length, d), normal(b, hkv, length, d), normal(b, hkv, 1, d),
                    normal(b, hkv, 1, d), normal(b, shape.q_heads, 1, d), capacity)
 
-    def expected(self, steps: int) -> Tensor:
-        """float64 attention output of step number `steps` (1 = the first), [B, Hq, 1, D]."""
-        keys = torch.cat([self.keys] + [self.new_key] * steps, dim=2).double()  # [B, Hkv, T+s, D]
-        values = torch.cat([self.values] + [self.new_value] * steps, dim=2).double()
-        return bare_attention(self.query.double(), keys, values)
+    def expected(self, appended: int) -> Tensor:
+        """The query's attention over the history and `appended` copies of the new token, computed
+        apart from every subject, in float64: [B, Hq, 1, D]."""
+        keys = torch.cat([self.keys] + [self.new_key] * appended, dim=2).double()  # [B, Hkv, T', D]
+        values = torch.cat([self.values] + [self.new_value] * appended, dim=2).double()
+        b, q_heads, _, d = self.query.shape
+        q = self.query.double().reshape(b, keys.shape[1], -1, d)  # [B, Hkv, G, D]: h -> h // G
+        weights = torch.softmax(q @ keys.transpose(-1, -2) / math.sqrt(d), dim=-1)  # [B, Hkv, G, T']
+        return (weights @ values).reshape(b, q_heads, 1, d)
 
 
 @dataclass
@@ -145,20 +146,6 @@ def read_bound(history: History) -> Stepper:
 
 
 # -- contract caches -----------------------------------------------------------------------------
-
-
-def load_module(path: Path, name: str):
-    """Import the file at `path` as module `name`; its folder is importable while it loads."""
-    folder = str(path.resolve().parent)
-    sys.path.insert(0, folder)
-    try:
-        spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(folder)
-    return module
 
 
 def contract_cache(module, quantize: str | None = None) -> Callable[[History], Stepper]:

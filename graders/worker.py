@@ -82,16 +82,22 @@ def main() -> None:
                 wire.write_all(proto_out, frame)
 
 
+def import_file(path: str | Path, module_name: str):
+    """Import the file at `path` as module `module_name`, its folder first on sys.path (a
+    candidate's file may import files beside it, then or later)."""
+    sys.path.insert(0, str(Path(path).resolve().parent))
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
 def _load_implementation(path: str, module_name: str, names: list[str]):
     """Import the candidate's file as `module_name` (the contract's: kv_cache, paged_kv_cache);
     (module or None, reply for the judge, saying which of `names` the module lacks)."""
-    directory = str(Path(path).resolve().parent)
-    sys.path.insert(0, directory)
     try:
-        spec = importlib.util.spec_from_file_location(module_name, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[module_name] = module
-        spec.loader.exec_module(module)
+        module = import_file(path, module_name)
     except BaseException as exc:  # noqa: BLE001 - SyntaxError, ImportError, SystemExit, anything
         lines = traceback.format_exception_only(type(exc), exc)
         where = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == str(Path(path))]

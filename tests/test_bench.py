@@ -137,12 +137,12 @@ def test_the_fused_path_is_measured_where_torch_compile_works_and_said_unavailab
 
 def test_a_failing_candidate_costs_only_its_own_row(tmp_path):
     shutil.copy(REFERENCE, tmp_path / "kv_cache_base.py")
-    for name in ("hangs_in_attend", "segfaults", "exits_the_process", "import_error"):
+    hostile = ("hangs_in_attend", "hangs_at_import", "segfaults", "exits_the_process", "import_error")
+    for name in hostile:
         shutil.copy(ROOT / "tests" / "hostile" / f"{name}.py", tmp_path / f"{name}.py")
     no_scale = next(m for m in MISTAKES if m.name == "no-scale")
     (tmp_path / "no_scale.py").write_text(no_scale.source())
-    candidates = [tmp_path / f"{name}.py" for name in
-                  ("hangs_in_attend", "segfaults", "exits_the_process", "import_error", "no_scale")]
+    candidates = [tmp_path / f"{name}.py" for name in (*hostile, "no_scale")]
     candidates += [ROOT / "tests/implementations/sdpa.py", ROOT / "tests/implementations/paged_heap.py"]
     out = tmp_path / "bench.json"
     result = runner.invoke(app, ["bench", *map(str, candidates), "--lengths", "16,24",
@@ -153,6 +153,7 @@ def test_a_failing_candidate_costs_only_its_own_row(tmp_path):
     report = json.loads(out.read_text())
     subjects = {s["id"]: s for s in report["subjects"]}
     assert "no answer within 3 s at mha float32 T=16" in subjects["hangs_in_attend"]["message"]
+    assert "no answer within 3 s while loading" in subjects["hangs_at_import"]["message"]
     assert "killed the bench process (SIGSEGV)" in subjects["segfaults"]["message"]
     assert subjects["import_error"]["status"] == "failed"
     assert "does not load" in subjects["import_error"]["message"]
@@ -162,7 +163,7 @@ def test_a_failing_candidate_costs_only_its_own_row(tmp_path):
         assert all(results[s]["ms"]["median"] > 0 for s in ("bare", "sdpa", "paged_heap"))
         assert results["exits_the_process"] == {"error": "SystemExit: bye"}
         assert results["no_scale"]["error"].startswith("wrong output")
-        assert "hangs_in_attend" not in results and "segfaults" not in results
+        assert not {"hangs_in_attend", "hangs_at_import", "segfaults"} & set(results)
     assert "hangs_in_attend: no answer" in result.output
 
 
