@@ -16,6 +16,8 @@ from benchmarks.subjects import BLOCK_SIZE, SHAPES, capacity_for
 
 RATIOS = {"bare": "bare", "read": "read", "hf_static": "hf-static", "hf_dynamic": "hf-dynamic"}
 MIB = 1 << 20
+UNICODE = {"times": "×", "plus_minus": "±", "none": "—"}
+ASCII = {"times": "x", "plus_minus": "+-", "none": "-"}  # for terminals that cannot show the above
 
 
 def ratios(result: BenchResult, cell_index: int, subject: str) -> dict[str, float | None]:
@@ -75,9 +77,10 @@ def render(result: BenchResult, console: Console) -> None:
                        + (", ".join(f"{k} {v}" for k, v in machine.get("caches", {}).items()) or "?"),
                        style="dim"))
     settings = result.settings
+    symbols = UNICODE if console.encoding.lower().startswith("utf") else ASCII
     for shape in settings.shapes:
         for dtype in settings.dtypes:
-            console.print(_table(result, shape, dtype))
+            console.print(_table(result, shape, dtype, symbols))
     problems = [(s.spec.id, s.message) for s in result.subjects.values() if s.status != "ok"]
     problems += sorted({(subject, f"{m.error} ({settings.cells[i]})")
                         for (i, subject), m in result.measurements.items() if m.error})
@@ -85,19 +88,20 @@ def render(result: BenchResult, console: Console) -> None:
         console.print(Text(f"{subject}: {message}", style="yellow"))
 
 
-def _table(result: BenchResult, shape: str, dtype: str) -> Table:
+def _table(result: BenchResult, shape: str, dtype: str, symbols: dict) -> Table:
     settings = result.settings
     indices = {cell.length: i for i, cell in enumerate(settings.cells)
                if (cell.shape, cell.dtype) == (shape, dtype)}
     longest = max(indices)
     s = SHAPES[shape]
     table = Table(title=f"{shape}, {dtype}: B={s.batch}, Hq={s.q_heads}, Hkv={s.kv_heads}, "
-                        f"D={s.head_dim}; ms per decode step (median ±half IQR)",
+                        f"D={s.head_dim}; ms per decode step (median {symbols['plus_minus']}half IQR)",
                   title_justify="left")
     table.add_column("subject")
     for length in indices:
         table.add_column(f"T={length}", justify="right")
-    for header in ("× bare", "× read", "× HF static", "MiB held"):
+    times, none = symbols["times"], symbols["none"]
+    for header in (f"{times} bare", f"{times} read", f"{times} HF static", "MiB held"):
         table.add_column(f"{header}\nT={longest}", justify="right")
     for status in result.subjects.values():
         subject = status.spec.id
@@ -105,15 +109,16 @@ def _table(result: BenchResult, shape: str, dtype: str) -> Table:
         for index in indices.values():
             found = result.measurements.get((index, subject))
             if found is None or found.error:
-                row.append(Text("—" if found is None else "error", style="yellow"))
+                row.append(Text(none if found is None else "error", style="yellow"))
             else:
                 summary = found.summary
-                row.append(Text(f"{summary.median * 1e3:.3f} ±{summary.spread:.0%}"))
+                row.append(Text(f"{summary.median * 1e3:.3f} {symbols['plus_minus']}"
+                                f"{summary.spread:.0%}"))
         at_longest = ratios(result, indices[longest], subject)
-        row += [Text("—" if at_longest[key] is None else f"{at_longest[key]:.2f}")
+        row += [Text(none if at_longest[key] is None else f"{at_longest[key]:.2f}")
                 for key in ("bare", "read", "hf_static")]
         found = result.measurements.get((indices[longest], subject))
         held = found.held_bytes if found and not found.error else None
-        row.append(Text("—" if held is None else f"{held / MIB:.1f}"))
+        row.append(Text(none if held is None else f"{held / MIB:.1f}"))
         table.add_row(*row)
     return table

@@ -2,9 +2,10 @@
 
 Run one subject's repetitions, then the next one's, and whatever drifts during the run (another
 process on the machine, clock speed, the page cache) lands on one subject more than on another.
-Interleaving makes repetition r call every subject once, each repetition in a rotated order so no
-subject always runs right after the same neighbour; drift then hits all alike. The median
-ignores the odd repetition a neighbour's burst spoiled; the quartiles say how much it scattered.
+Interleaving makes repetition r call every subject once, so drift hits all alike; each repetition
+starts one subject further along, so each subject is first (right after the previous repetition's
+last, with caches as that one left them) as often as any other. The median ignores the odd
+repetition a neighbour's burst spoiled; the quartiles say how much the repetitions scattered.
 """
 
 from __future__ import annotations

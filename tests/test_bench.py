@@ -5,7 +5,10 @@ row. No timing is asserted: speed goals are the bench's to show, not the tests'.
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -177,6 +180,16 @@ def test_in_a_workspace_the_candidates_own_file_is_measured(tmp_path, monkeypatc
     report = json.loads((tmp_path / "bench.json").read_text())
     assert [s["id"] for s in report["subjects"]] == ["bare", "kv_cache"]
     assert report["cells"][0]["results"]["kv_cache"]["ms"]["median"] > 0
+
+
+def test_the_output_stays_readable_in_an_ascii_terminal_without_colour():
+    env = dict(os.environ, PYTHONIOENCODING="ascii", NO_COLOR="1")
+    done = subprocess.run([sys.executable, str(ROOT / "cli.py"), "bench", "--lengths", "16",
+                           "--dtypes", "float32", "--shapes", "mha", "--subjects", "preallocated,bare",
+                           "--warmup", "1", "--reps", "2"], capture_output=True, env=env, cwd=ROOT)
+    assert done.returncode == 0, done.stderr.decode()
+    text = done.stdout.decode("ascii")  # raises if anything is not ASCII
+    assert "x bare" in text and "+-" in text and "\x1b[" not in text
 
 
 @pytest.mark.parametrize("args, message", [
