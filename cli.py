@@ -55,10 +55,10 @@ def _usage_error(message: str) -> None:
 @app.command()
 def grade(
     path: Annotated[Optional[Path], typer.Argument(
-        help="The implementation [default: ./kv_cache.py in a workspace, else starter/kv_cache.py].",
+        help="The implementation \\[default: ./kv_cache.py in a workspace, else starter/kv_cache.py].",
         show_default=False)] = None,
     tests: Annotated[Optional[Path], typer.Option(
-        "--tests", help="The candidate's own test file [default: test_<name>.py beside PATH].")] = None,
+        "--tests", help="The candidate's own test file \\[default: test_<name>.py beside PATH].")] = None,
     track: Annotated[str, typer.Option(
         "--track", help="'dense' (the levels L4-L6, kv_cache.py) or 'serving' (the paged cache, "
         "paged_kv_cache.py).")] = "dense",
@@ -262,7 +262,7 @@ def grade_all(
 def bench(
     paths: Annotated[Optional[list[Path]], typer.Argument(
         help="Candidate files to measure beside the bundled subjects (dense or paged) "
-        "[default: ./kv_cache.py in a workspace].", show_default=False)] = None,
+        "\\[default: ./kv_cache.py in a workspace].", show_default=False)] = None,
     lengths: Annotated[str, typer.Option(help="Cache lengths T, comma-separated.")]
         = "256,1024,4096,16384",
     dtypes: Annotated[str, typer.Option(help="Cache dtypes: float32, bfloat16, float16.")]
@@ -271,14 +271,14 @@ def bench(
         help="mha (B=1, 8 query and 8 KV heads, D=128) and/or gqa (32 query heads, 8 KV).")]
         = "mha,gqa",
     subjects: Annotated[Optional[str], typer.Option(
-        help="Bundled subjects, comma-separated [default: all; a wrong name lists them].",
+        help="Bundled subjects, comma-separated \\[default: all; a wrong name lists them].",
         show_default=False)] = None,
     warmup: Annotated[int, typer.Option(help="Untimed steps per subject and cell.", min=1)] = 3,
     reps: Annotated[int, typer.Option(help="Timed steps per subject and cell.", min=1)] = 15,
     json_path: Annotated[Optional[Path], typer.Option(
         "--json", help="Also write every figure, the ratios and the machine's facts as JSON.")] = None,
     plot: Annotated[Optional[Path], typer.Option(
-        help="Write a PNG plot (needs matplotlib: pip install -e '.[bench]').")] = None,
+        help="Write a PNG plot (needs matplotlib: pip install -e '.\\[bench]').")] = None,
     timeout: Annotated[float, typer.Option(
         help="Seconds one call into a subject may take.", min=0.1)] = 120.0,
 ) -> None:

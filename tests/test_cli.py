@@ -66,3 +66,13 @@ def test_usage_errors_exit_2_with_one_line(args, says, monkeypatch):
     result = runner.invoke(app, args)
     assert result.exit_code == 2
     assert says in result.output
+
+
+@pytest.mark.parametrize("command, shown", [
+    ("grade", "[default: ./kv_cache.py"),
+    ("bench", "[default: all;"),
+], ids=["grade", "bench"])
+def test_help_shows_bracketed_text_rather_than_eating_it_as_markup(command, shown):
+    result = runner.invoke(app, [command, "--help"])
+    assert result.exit_code == 0
+    assert shown in result.output
