@@ -33,8 +33,8 @@ SOLUTIONS = {  # in the order a learner reads them
     "concat": ROOT / "solutions" / "concat_kv_cache.py",
     "preallocated": ROOT / "solutions" / "kv_cache.py",
     "paged": ROOT / "solutions" / "paged_kv_cache.py",
-    "tests": ROOT / "solutions" / "test_kv_cache.py",
     "fused": ROOT / "benchmarks" / "fused_attention.py",
+    "tests": ROOT / "solutions" / "test_kv_cache.py",
 }
 USAGE_ERROR = 2
 
