@@ -237,7 +237,7 @@ def grade_all(
 ) -> None:
     """Grade every submission folder (one holding kv_cache.py) under DIRECTORY."""
     from graders import batch
-    from graders.sandbox import warm_workers
+    from graders.workers import warm_workers
 
     if not directory.is_dir():
         _usage_error(f"{directory} is not a folder")

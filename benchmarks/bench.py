@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Callable
 
 from benchmarks.timing import Summary
-from graders import wire
+from graders.worker import wire
 
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTIONS = ROOT / "solutions"

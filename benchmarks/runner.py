@@ -26,7 +26,7 @@ import os
 import re
 import traceback
 
-from graders import wire
+from graders.worker import wire
 
 
 def main() -> None:
@@ -72,7 +72,7 @@ def _load_subjects(specs: list[dict], send) -> dict:
 
 def _builder(spec: dict):
     from benchmarks import subjects
-    from graders.worker import import_file
+    from graders.worker.serve import import_file
 
     kind = spec["builder"]
     if kind == "bare":

@@ -31,7 +31,7 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-from graders.plan import reachable_tensors
+from graders.worker.ops import reachable_tensors
 
 BLOCK_SIZE = 16  # tokens per block of the paged caches (vLLM's default)
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import torch
 
-from graders import wire
-from graders.sandbox import Worker
+from graders.worker import wire
+from graders.workers import Worker
 
 
 class Fail(Exception):
@@ -51,7 +51,7 @@ class Raised:
 
 
 class Plan:
-    """Operations for the worker to run in order (see `graders.plan`); each method returns the
+    """Operations for the worker to run in order (run by `graders.worker.ops`); each method returns the
     index of its operation, to look its result up in the `Results`."""
 
     def __init__(self):

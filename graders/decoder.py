@@ -4,7 +4,7 @@ Nothing here knows about caches or solutions. The model: a token embedding, then
 ``h = h + attention(h)`` (graders.reference.attention_layer: RoPE, causal, float64) and
 ``h = h + mlp(h)``, then a head tied to the embedding. The worker runs the same model in float32,
 with the candidate's decode_step as the attention and its reorder between steps
-(graders/beam_worker.py, which shares `mlp`); the judge recomputes every step from the whole
+(graders/worker/beam_search.py, where `mlp` lives); the judge recomputes every step from the whole
 sequence, so nothing the candidate cached can reach its numbers.
 """
 
@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 
 from graders import cases, reference
+from graders.worker.beam_search import mlp
 
 
 def weights(g: torch.Generator, vocab: int, d_model: int, n_heads: int, n_kv_heads: int,
@@ -25,11 +26,6 @@ def weights(g: torch.Generator, vocab: int, d_model: int, n_heads: int, n_kv_hea
                     "w2": cases.randn(g, d_model, d_ff, scale=d_ff ** -0.5)}
                    for _ in range(layers)],
     }
-
-
-def mlp(h: torch.Tensor, layer: dict) -> torch.Tensor:
-    """The feed-forward block, in h's dtype: w2 tanh(w1 h). h [..., d_model]."""
-    return torch.tanh(h @ layer["w1"].to(h.dtype).T) @ layer["w2"].to(h.dtype).T
 
 
 def log_probs(w: dict, tokens: torch.Tensor, n_heads: int, n_kv_heads: int,

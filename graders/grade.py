@@ -19,7 +19,7 @@ import torch
 from graders import rubric as rubric_data
 from graders.rubric import SERVING
 from graders.candidate import (Candidate, CandidateError, CandidateTimeout, Fail, NotAttempted, Tell)
-from graders.sandbox import Worker, WorkerUnavailable
+from graders.workers import Worker, WorkerUnavailable
 
 GRADERS_DIR = Path(__file__).resolve().parent
 PUBLIC = GRADERS_DIR / "items"

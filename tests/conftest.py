@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from graders.sandbox import warm_workers
+from graders.workers import warm_workers
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -11,7 +11,7 @@ Two parts, both against the judge's float64 answers over whole sequences:
   equal length hide that), a scatter (old row j to row beam_idx[j]) where a gather is meant, a
   copy in place that overwrites a row still to be read, and one that assumes B' == B.
 - A beam search (3 beams, 6 steps) through a 2-layer decoder, run in the worker by trusted code
-  (graders/beam_worker.py) with the candidate's decode_step and reorder on every layer. The
+  (graders/worker/beam_search.py) with the candidate's decode_step and reorder on every layer. The
   judge follows the search's choices with its own uncached forwards (graders/decoder.py): at
   each step every chosen continuation's score must match, and the chosen ones must be a top 3
   of the judge's scores up to the tolerance (a near-tie may break either way in float32;

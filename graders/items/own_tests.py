@@ -12,7 +12,7 @@ from __future__ import annotations
 from graders.candidate import Candidate, CandidateError, Fail, NotAttempted
 from graders.mistakes import MISTAKES, SHAPE_MISTAKES
 from graders.mutation import REFERENCE
-from graders.sandbox import PROJECT_ROOT, Reply, WorkerUnavailable
+from graders.workers import PROJECT_ROOT, Reply, WorkerUnavailable
 
 ITEM = "own-tests"
 

@@ -18,7 +18,7 @@ import torch
 from graders import cases, reference
 from graders.candidate import Candidate, Fail, Plan, Raised, tensor
 from graders.compare import TOLERANCE, require_close, require_shape
-from graders.plan import Missing
+from graders.worker.ops import Missing
 
 ITEM = "reset"
 

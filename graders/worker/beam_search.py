@@ -17,12 +17,15 @@ from __future__ import annotations
 
 import torch
 
-from graders.decoder import mlp
+
+def mlp(h: torch.Tensor, layer: dict) -> torch.Tensor:
+    """The feed-forward block, in h's dtype: w2 tanh(w1 h). h [..., d_model]."""
+    return torch.tanh(h @ layer["w1"].to(h.dtype).T) @ layer["w2"].to(h.dtype).T
 
 
 @torch.no_grad()
 def beam_search(state, op: dict) -> dict:
-    from graders.plan import _Layer  # here, not at import: graders.plan imports this module
+    from graders.worker.ops import _Layer  # here, not at import: ops imports this module
 
     w, beams = op["weights"], op["beams"]
     layers = [_Layer({k: layer[k] for k in ("wq", "wk", "wv", "wo")}, op["n_heads"],

@@ -24,7 +24,7 @@ The serving track's PagedKVCache (contract section 4) is reached with three gene
     paged_new    obj, args, kwargs           PagedKVCache(*args, **kwargs); kwargs["dtype"] by name
     call         obj, method, args           obj.method(*args) for the contract's methods
     get          obj, attr                   num_free_blocks or pool_bytes
-    beam_search  weights, prompt, beams, steps, ...  -> tokens, beam_idx, scores (beam_worker.py)
+    beam_search  weights, prompt, beams, steps, ...  -> tokens, beam_idx, scores (beam_search.py)
 
 ``"measure": true`` on an append wraps it in `Allocations` and returns what it allocated
 (``{"allocations": n, "bytes": n}``) instead of None.
@@ -43,7 +43,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from graders.beam_worker import beam_search as _beam_search
+from graders.worker.beam_search import beam_search as _beam_search
 
 PROJECTIONS = ("wq", "wk", "wv")
 

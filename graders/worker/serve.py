@@ -1,9 +1,9 @@
 """The worker process: the only place a candidate's code runs.
 
-    python -m graders.worker            (started by graders.sandbox, never by hand)
+    python -m graders.worker            (started by graders.workers, never by hand)
     python -m graders.worker --spawner FD   (forks workers on request, see `spawner`)
 
-It speaks `graders.wire` frames on the stdin/stdout it was started with, moved to private file
+It speaks `graders.worker.wire` frames on the stdin/stdout it was started with, moved to private file
 descriptors at start-up; the candidate's own prints land in stderr. It imports torch once, then
 the candidate's file (mode "implementation") or pytest (mode "tests"), and from then on acts as a
 zygote: every request runs in a forked child, so a request that hangs, crashes, exits or wrecks
@@ -28,7 +28,7 @@ import time
 import traceback
 from pathlib import Path
 
-from graders import wire
+from graders.worker import wire
 
 STDERR_TAIL = 1500
 
@@ -51,20 +51,20 @@ def main() -> None:
         wire.write_frame(proto_out, reply)
         if module is None:
             return
-        from graders import plan
+        from graders.worker import ops
 
-        with plan.Allocations():  # the first dispatch mode imports torch._dynamo: once, here
+        with ops.Allocations():  # the first dispatch mode imports torch._dynamo: once, here
             torch.zeros(1)
 
         def job(request):
-            return lambda: {"results": plan.execute(module, request["plan"])}
+            return lambda: {"results": ops.execute(module, request["plan"])}
     else:
         import pytest  # noqa: F401 - imported once here, so forked children start with it loaded
 
-        from graders import test_runner
+        from graders.worker import pytest_runner
 
         def job(request):
-            return lambda: test_runner.run(request["test_path"], request["implementation"],
+            return lambda: pytest_runner.run(request["test_path"], request["implementation"],
                                            request.get("exitfirst", False))
 
     # Everything imported so far is shared by every forked child: move it out of the collector's
@@ -233,10 +233,10 @@ def spawner(sock_fd: int) -> None:
     import pytest  # noqa: F401 - loaded here, shared by every worker forked below
     import torch
 
-    from graders import plan, test_runner  # noqa: F401
+    from graders.worker import ops, pytest_runner  # noqa: F401
 
     torch.set_num_threads(1)
-    with plan.Allocations():
+    with ops.Allocations():
         torch.zeros(1)
     gc.freeze()
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # workers are reaped as they end
@@ -264,9 +264,3 @@ def spawner(sock_fd: int) -> None:
             os.close(fd)
         sock.sendall(f"{pid}\n".encode())
 
-
-if __name__ == "__main__":
-    if sys.argv[1:2] == ["--spawner"]:
-        spawner(int(sys.argv[2]))
-    else:
-        main()

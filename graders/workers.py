@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from graders import wire
+from graders.worker import wire
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 TORCH_IMPORT_SECONDS = 120.0
