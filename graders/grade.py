@@ -19,12 +19,14 @@ import torch
 from graders import rubric as rubric_data
 from graders.rubric import SERVING
 from graders.candidate import (Candidate, CandidateError, CandidateTimeout, Fail, NotAttempted, Tell)
+from graders.isolation import Sandbox
 from graders.workers import Worker, WorkerUnavailable
 
 GRADERS_DIR = Path(__file__).resolve().parent
 PUBLIC = GRADERS_DIR / "items"
 HIDDEN = GRADERS_DIR / "hidden"
 DEFAULT_TIMEOUT = 10.0
+DEFAULT_IMPORT_TIMEOUT = 60.0  # a correct file may import a large library: transformers takes 8-27 s cold
 MAX_TIMEOUTS = 3
 
 
@@ -71,6 +73,7 @@ class GradeResult:
     grader_broke: bool = False
     caps: list[str] = field(default_factory=list)
     track: str = "dense"
+    isolation: str = "process"  # how the candidate's code was isolated: "bwrap" or "process"
 
     @property
     def score(self) -> float:
@@ -115,6 +118,7 @@ def load_graders(folder: Path, hidden: bool) -> tuple[Grader, ...]:
 def grade(implementation: Path, tests: Path | None = None, *, track: str = "dense",
           hidden: bool = False, extra_graders: Path | None = None, only: set[str] | None = None,
           up_to: str | None = None, exitfirst: bool = False, timeout: float = DEFAULT_TIMEOUT,
+          import_timeout: float = DEFAULT_IMPORT_TIMEOUT, sandbox: Sandbox = Sandbox(),
           on_item: Callable[[ItemResult], None] | None = None) -> GradeResult:
     """Grade `implementation` (and the candidate's `tests`, when given) against the rubric.
 
