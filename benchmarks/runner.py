@@ -26,7 +26,7 @@ import os
 import re
 import traceback
 
-from graders.worker import wire
+from graders.worker import limits, wire
 
 
 def main() -> None:
@@ -34,6 +34,7 @@ def main() -> None:
     os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
     os.dup2(2, 1)
     plan = wire.decode(wire.read_frame(proto_in))
+    limits.apply(limits.Limits(**plan["limits"]))
 
     def send(body: dict) -> None:
         wire.write_frame(proto_out, body)

@@ -15,6 +15,8 @@ from pathlib import Path
 import torch
 
 from graders.worker import wire
+from graders.isolation import limit_reached
+from graders.worker.limits import Limits
 from graders.workers import Worker
 
 
@@ -162,14 +164,16 @@ class Candidate:
             raise CandidateTimeout(f"the implementation did not answer within {self.timeout:g} s "
                                    "(a loop that never ends?)")
         if reply.status == "crashed":
-            raise CandidateError(f"the process running the implementation {reply.detail}")
+            raise CandidateError(self._limit_first(
+                f"the process running the implementation {reply.detail}"))
         if "error" in reply.body:
-            raise CandidateError(f"the implementation returned something that cannot be sent back: "
-                                 f"{reply.body['error'].strip()}")
+            raise CandidateError(self._limit_first(
+                f"the implementation returned something that cannot be sent back: "
+                f"{reply.body['error'].strip()}"))
         results = Results()
         for op, result in zip(plan.ops, reply.body["results"]):
             if "raised" in result:
-                results.values.append(self._raised(op, result["raised"]))
+                results.values.append(self._raised(op, result["raised"], self.worker.limits))
             else:
                 results.values.append(result["ok"])
             results.inputs.append(result.get("inputs_after"))
@@ -180,13 +184,21 @@ class Candidate:
     def tell(self, tell_id: str, detected: bool, message: str) -> None:
         self.tells.append(Tell(tell_id, detected, message))
 
+    def _limit_first(self, message: str) -> str:
+        """`message`, led by the name of the resource limit it shows was reached, if any."""
+        limit = limit_reached(message, self.worker.limits)
+        return f"{limit}: {message}" if limit else message
+
     @staticmethod
-    def _raised(op: dict, raised: dict) -> Raised:
+    def _raised(op: dict, raised: dict, limits: Limits) -> Raised:
         name = op.get("method", op["op"])
         if raised["type"] == "NotImplementedError":
             raise NotAttempted(f"`{name}` still raises NotImplementedError")
         if raised["type"] == "MissingName":
             raise CandidateError(raised["message"])
+        limit = limit_reached(f"{raised['type']}: {raised['message']}", limits)
+        if limit:  # not the candidate's answer to a bad call: the sandbox stopped it
+            raise CandidateError(f"{limit}: `{name}` raised {raised['type']}: {raised['message']}")
         if not op.get("may_raise"):
             where = _last_candidate_line(raised["traceback"])
             raise CandidateError(f"`{name}` raised {raised['type']}: {raised['message']}{where}")
@@ -198,8 +210,17 @@ def tensor(value, what: str) -> torch.Tensor:
     if isinstance(value, torch.Tensor):
         return value
     if isinstance(value, wire.Opaque):
-        raise Fail(f"{what} is a {value.describe()}, expected a plain torch.Tensor on the CPU")
+        raise Fail(f"{what} is {_without_data(value)}, expected a plain torch.Tensor on the CPU")
     raise Fail(f"{what} is {value!r}, expected a torch.Tensor")
+
+
+def _without_data(value: wire.Opaque) -> str:
+    """A tensor that arrived without data, its type named once: "a float32 tensor [2, 3] of type
+    m.Sub (a torch.Tensor subclass)", "a float32 tensor [2, 3] on meta"."""
+    text = f"a {value.dtype} tensor {list(value.shape)}"
+    if value.type_name != "torch.Tensor":
+        text += f" of type {value.type_name} (a torch.Tensor subclass)"
+    return text + (f" on {value.device}" if value.device != "cpu" else "")
 
 
 def _last_candidate_line(traceback_text: str) -> str:

@@ -3,11 +3,13 @@
 The judge's side of a grade. It starts the workers first (their torch import overlaps the judge's),
 runs each rubric item's graders in rubric order, turns what happened into a status, and works out
 the level: the highest level whose items, and every lower level's, all pass, capped by the tells.
+A run that leaves items out is partial and has no level.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import re
 import traceback
 from dataclasses import dataclass, field
 from functools import cache
@@ -19,8 +21,8 @@ import torch
 from graders import rubric as rubric_data
 from graders.rubric import SERVING
 from graders.candidate import (Candidate, CandidateError, CandidateTimeout, Fail, NotAttempted, Tell)
-from graders.isolation import Sandbox
-from graders.workers import Worker, WorkerUnavailable
+from graders.isolation import Sandbox, reap_strays
+from graders.workers import Worker, WorkerUnavailable, warm
 
 GRADERS_DIR = Path(__file__).resolve().parent
 PUBLIC = GRADERS_DIR / "items"
@@ -48,32 +50,60 @@ TRACKS = {
 
 @dataclass
 class ItemResult:
+    """One rubric item's outcome.
+
+    `unavailable` is set when the worker could not run the item (the file does not import, say):
+    the worker's reason in one line, while `message` says only "not run: <its headline>", so a
+    report can give the reason once rather than once an item.
+    """
+
     id: str
     level: str
     status: str  # pass | fail | error | timeout | not_attempted
     points: float
     max_points: float
     message: str
+    unavailable: str | None = None
+
+    @property
+    def full_message(self) -> str:
+        """The message with the worker's reason when there is one: for outputs that show each
+        item on its own (JSON, JUnit, Gradescope)."""
+        return f"not run: {self.unavailable}" if self.unavailable else self.message
 
 
 @dataclass
 class TellResult:
+    """A down-level tell: `checked` is false when no item that looks for it ran (then `detected`
+    is false too, and `message` says it was not checked)."""
+
     id: str
     detected: bool
     message: str
+    checked: bool = True
 
 
 @dataclass
 class GradeResult:
+    """A grade. `level` is None for a `partial` run (items left out by only, up_to or exitfirst):
+    a level needs every item. `capped_by` names the detected tells that lowered the level below
+    the one its items reach, and is empty when no cap lowered it."""
+
     implementation: str
-    level: str
+    level: str | None
     items: list[ItemResult]
     tells: list[TellResult]
     hidden: bool
     grader_broke: bool = False
-    caps: list[str] = field(default_factory=list)
+    capped_by: list[str] = field(default_factory=list)
     track: str = "dense"
     isolation: str = "process"  # how the candidate's code was isolated: "bwrap" or "process"
+    partial: bool = False
+
+    @property
+    def unavailable(self) -> str | None:
+        """Why the worker could not run items, in one line (see ItemResult), or None."""
+        return next((i.unavailable for i in self.items if i.unavailable), None)
 
     @property
     def score(self) -> float:
@@ -126,13 +156,24 @@ def grade(implementation: Path, tests: Path | None = None, *, track: str = "dens
     it has no own-tests item, so `tests` are not run). `hidden` adds graders/hidden/ and `extra_graders` (an interviewer's own folder of graders,
     judged as hidden). `only` selects item ids, `up_to` the items up to a level; `exitfirst`
     stops after the first item that does not pass (the rest are left out of the result).
+    `import_timeout` limits the import of the file, `timeout` each batch of calls. `sandbox`
+    chooses the isolation (SandboxUnavailable when it cannot be had) and the memory limit.
+    Returns only once every process the candidate's code started is gone.
     Sets this process's torch to one thread: the judge's tensors are tiny, and a thread pool
     only adds overhead (and spin-waits on a busy machine).
     """
     contract = TRACKS[track]
-    worker = Worker("implementation", str(implementation), import_timeout=timeout,
-                    module=contract.module, names=contract.names).start()
-    test_worker = Worker("tests").start() if tests and track == "dense" else None
+    # Inside warm_workers() (the test suite, trusted batches) "auto" takes the process
+    # fallback, whose workers fork from a warm process; "require" still means bubblewrap.
+    mode = "process" if sandbox.mode == "auto" and warm() else sandbox.resolve()
+    limits = sandbox.limits()
+    path = Path(implementation).absolute()
+    tests = Path(tests).absolute() if tests else None
+    worker = Worker("implementation", str(path), import_timeout=import_timeout,
+                    module=contract.module, names=contract.names, isolation=mode, limits=limits,
+                    files=[path]).start()
+    test_worker = (Worker("tests", isolation=mode, limits=limits, files=[tests]).start()
+                   if tests and track == "dense" else None)
     torch.set_num_threads(1)
     rubric = rubric_data.load()
     items = [i for i in rubric.track(track) if (only is None or i.id in only) and (
@@ -144,13 +185,16 @@ def grade(implementation: Path, tests: Path | None = None, *, track: str = "dens
     if extra_graders is not None:
         graders += load_graders(extra_graders, hidden=True)
     try:
-        return _grade(Candidate(worker, timeout, tests, test_worker), str(implementation),
-                      items, graders, hidden or extra_graders is not None, exitfirst, on_item,
-                      track)
+        result = _grade(Candidate(worker, timeout, tests, test_worker), str(implementation),
+                        items, graders, hidden or extra_graders is not None, exitfirst, on_item,
+                        track)
     finally:
         worker.close()
         if test_worker:
             test_worker.close()
+        reap_strays()  # nothing the candidate started outlives the grade
+    result.isolation = mode
+    return result
 
 
 def _grade(candidate: Candidate, name: str, items: list[rubric_data.Item], graders: list[Grader],
@@ -161,33 +205,58 @@ def _grade(candidate: Candidate, name: str, items: list[rubric_data.Item], grade
     for item in items:
         item_graders = [g for g in graders if g.item == item.id]
         if unavailable is not None:
-            status, message = unavailable.status, unavailable.reason
+            result = _not_run(item, unavailable)
         elif timeouts >= MAX_TIMEOUTS:
-            status, message = "timeout", f"not run: the implementation already hung in {timeouts} items"
+            result = _result(item, "timeout",
+                             f"not run: the implementation already hung in {timeouts} items")
         else:
             try:
-                status, message = _run_item(item_graders, candidate)
+                result = _result(item, *_run_item(item_graders, candidate))
             except WorkerUnavailable as exc:
                 unavailable = exc
-                status, message = exc.status, exc.reason
+                result = _not_run(item, exc)
             except Exception:  # a bug in a grader, never the candidate's fault
                 broke = True
-                status, message = "error", "internal grader error: " + traceback.format_exc(limit=-3)
-        timeouts += status == "timeout"
-        result = ItemResult(item.id, item.level, status, item.points if status == "pass" else 0.0,
-                            item.points, message)
+                result = _result(item, "error",
+                                 "internal grader error: " + traceback.format_exc(limit=-3))
+        timeouts += result.status == "timeout"
         results.append(result)
         if on_item:
             on_item(result)
-        if exitfirst and status != "pass":
+        if exitfirst and result.status != "pass":
             break
+    partial = len(results) < len(rubric.track(track))
     if track == SERVING:  # a track beside the levels: all or nothing, and no tells
         level = SERVING if results and all(r.status == "pass" for r in results) else "none"
-        return GradeResult(name, level, results, [], hidden, broke, [], track)
+        return GradeResult(name, None if partial else level, results, [], hidden, broke,
+                           track=track, partial=partial)
     tells = _tells(rubric, candidate.tells)
-    caps = [rubric.tell(t.id).caps for t in tells if t.detected]
-    return GradeResult(name, _level(rubric, results, caps), results, tells, hidden, broke, caps,
-                       track)
+    level, capped_by = (None, []) if partial else _level(rubric, results, tells)
+    return GradeResult(name, level, results, tells, hidden, broke, capped_by, track,
+                       partial=partial)
+
+
+def _result(item: rubric_data.Item, status: str, message: str,
+            unavailable: str | None = None) -> ItemResult:
+    return ItemResult(item.id, item.level, status, item.points if status == "pass" else 0.0,
+                      item.points, message, unavailable)
+
+
+def _not_run(item: rubric_data.Item, exc: WorkerUnavailable) -> ItemResult:
+    """An item the worker could not run. The worker's reasons read "<what happened>: <detail>";
+    the message keeps what happened, `unavailable` the whole reason in one line."""
+    reason = _one_line(exc.reason)
+    return _result(item, exc.status, "not run: " + reason.split(":", 1)[0], reason)
+
+
+def _one_line(reason: str) -> str:
+    """`reason` in one line. A SyntaxError arrives as Python prints it (`File "...", line N`, the
+    source line, a caret, the error); its one line is what happened, the error, file and line."""
+    lines = [line.strip() for line in reason.strip().splitlines() if line.strip()]
+    where = re.search(r'File "(?:.*/)?(.*)", line (\d+)', lines[0]) if lines else None
+    if where is None:
+        return " ".join(lines)
+    return f"{lines[0].split(':', 1)[0]}: {lines[-1]} ({where[1]}, line {where[2]})"
 
 
 def _run_item(graders: list[Grader], candidate: Candidate) -> tuple[str, str]:
@@ -219,11 +288,16 @@ def _tells(rubric: rubric_data.Rubric, seen: list[Tell]) -> list[TellResult]:
         elif observations:
             results.append(TellResult(info.id, False, observations[0].message))
         else:
-            results.append(TellResult(info.id, False, "not checked: the item that looks for it did not run"))
+            results.append(TellResult(info.id, False, "not checked: the item that looks for it "
+                                      "did not run", checked=False))
     return results
 
 
-def _level(rubric: rubric_data.Rubric, results: list[ItemResult], caps: list[str]) -> str:
+def _level(rubric: rubric_data.Rubric, results: list[ItemResult],
+           tells: list[TellResult]) -> tuple[str, list[str]]:
+    """The level and the tells that capped it. The items reach the highest level whose items, and
+    every lower level's, all pass; a detected tell caps that at its level. The tells returned are
+    those whose cap is the level given, below the one reached (none when no cap lowered it)."""
     reached = None
     for level in rubric.levels:
         upto = [r for r in results if rubric.levels.index(r.level) <= rubric.levels.index(level)]
@@ -231,7 +305,8 @@ def _level(rubric: rubric_data.Rubric, results: list[ItemResult], caps: list[str
         if not graded_here or not all(r.status == "pass" for r in upto):
             break
         reached = level
-    if reached is not None and caps:
-        cap = min(caps, key=rubric.levels.index)
-        reached = min(reached, cap, key=rubric.levels.index)
-    return reached or "below L4"
+    if reached is None:
+        return "below L4", []
+    caps = {t.id: rubric.tell(t.id).caps for t in tells if t.detected}
+    level = min([reached, *caps.values()], key=rubric.levels.index)
+    return level, [tell for tell, cap in caps.items() if cap == level != reached]

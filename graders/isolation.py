@@ -3,22 +3,47 @@
 Chosen once per grade (`Sandbox.resolve`):
 
     bwrap    the worker runs in a bubblewrap sandbox: new PID, mount, network, IPC and UTS
-             namespaces; a read-only view of the Python environment and of the worker side of
-             the kata (graders/worker) only; the candidate's files read-only; a private /tmp.
+             namespaces; a read-only view of the Python environment with the kata's own files
+             masked; the worker side of the kata (graders/worker) alone at /kata; the
+             candidate's files read-only; a private /tmp; no network; run as a user id of its
+             own (when the judge is root) so that its process limit counts only its processes.
     process  where bubblewrap is missing or cannot make namespaces: the worker in its own
-             session, a working directory of its own, the kata's modules blocked from import.
+             session, a working directory of its own, the kata's modules refused at import.
 
-Both add the resource limits (`graders.worker.limits`) and the judge's guard: it is not
+Both add the resource limits (`graders.worker.limits`) and guard the judge: it is not
 dumpable and is the child subreaper of everything a worker starts, so that `reap_strays` can
 kill every process a candidate left before any report is written.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import ctypes
+import itertools
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import threading
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+
+import graders
+import graders.worker
+from graders.worker.limits import Limits
 
 GIB = 1 << 30
 MODES = ("auto", "require", "process")
+KATA = Path(graders.__file__).resolve().parent.parent  # the folder holding the graders package
+WORKER_SIDE = Path(graders.worker.__file__).resolve().parent
+SANDBOX_CODE = "/kata"  # where the sandbox sees the worker side (and the bench's code)
+TMP_BYTES = 256 << 20  # the sandbox's private /tmp lives in memory: this is its size
+# What of the judge's environment a process-isolated worker keeps: what Python and torch need.
+PASSED_ON = {"PATH", "LANG", "LD_LIBRARY_PATH", "VIRTUAL_ENV", "CONDA_PREFIX", "OMP_NUM_THREADS"}
+SANDBOX_UID = 1_000_000  # a root judge runs each sandbox as SANDBOX_UID + n: ids no account uses
 
 
 class SandboxUnavailable(Exception):
@@ -28,8 +53,333 @@ class SandboxUnavailable(Exception):
 @dataclass(frozen=True)
 class Sandbox:
     """What the user asked for: `mode` is "auto" (bubblewrap where it works, else the process
-    fallback), "require" (bubblewrap or nothing) or "process"; `memory` is the address-space
-    limit in bytes of every process the candidate's code runs in."""
+    fallback), "require" (bubblewrap or nothing) or "process"; `memory` is the data limit in
+    bytes of every process the candidate's code runs in."""
 
     mode: str = "auto"
     memory: int = 4 * GIB
+
+    def resolve(self) -> str:
+        """"bwrap" or "process"; SandboxUnavailable when "require" cannot be met."""
+        if self.mode == "process":
+            return "process"
+        problem = bwrap_problem()
+        if problem is None:
+            return "bwrap"
+        if self.mode == "require":
+            raise SandboxUnavailable(f"--sandbox require: bubblewrap cannot run here ({problem}); "
+                                     "install the 'bubblewrap' package (apt-get install bubblewrap)")
+        return "process"
+
+    def limits(self, **others) -> Limits:
+        """The worker's Limits: this memory limit, the defaults or `others` for the rest."""
+        return Limits(memory=self.memory, **others)
+
+
+@dataclass
+class Launch:
+    """How to start one sandboxed process: Popen's arguments, and what to clean up after it."""
+
+    argv: list[str]
+    env: dict
+    cwd: str
+    pass_fds: tuple[int, ...] = ()
+    scratch: str | None = None  # the process fallback's working directory, removed at the end
+    kata_roots: list[str] = field(default_factory=list)  # for the import guard in the worker
+
+    def close_fds(self) -> None:
+        """Close the descriptors handed to bubblewrap (it has read them once started)."""
+        for fd in self.pass_fds:
+            os.close(fd)
+
+    def cleanup(self) -> None:
+        if self.scratch:
+            shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+def launch(isolation: str, module: str, files: list[Path],
+           code: tuple[str, ...] = ("graders.worker",), tmp_bytes: int = TMP_BYTES) -> Launch:
+    """How to run `python -m module` under `isolation`, seeing `files` (read-only, at their own
+    paths) and the kata's packages named in `code` ("graders.worker": the worker side alone),
+    with a private /tmp of `tmp_bytes`."""
+    if isolation == "bwrap":
+        return _bwrap_launch(module, files, code, tmp_bytes)
+    scratch = tempfile.mkdtemp(prefix="kata-worker-")
+    env = {key: value for key, value in os.environ.items()
+           if key in PASSED_ON or key.startswith(("LC_", "PYTHON"))}
+    env.update(HOME=scratch, TMPDIR=scratch, PYTHONPATH=os.pathsep.join(
+        p for p in (str(KATA), os.environ.get("PYTHONPATH")) if p))
+    return Launch([sys.executable, "-P", "-m", module], env, scratch, scratch=scratch,
+                  kata_roots=kata_roots())
+
+
+def kata_roots() -> list[str]:
+    """The folders a process-isolated worker must take off sys.path: the kata's checkout, when
+    it runs from one (an installed kata lies in site-packages, which stays)."""
+    return [str(KATA)] if (KATA / "pyproject.toml").is_file() else []
+
+
+@cache
+def bwrap_problem() -> str | None:
+    """Why bubblewrap cannot run a worker here, or None when it can (tried once a process)."""
+    if shutil.which("bwrap") is None:
+        return "bwrap is not installed"
+    trial = _bwrap_launch(None, [], ("graders.worker",), TMP_BYTES)
+    try:
+        done = subprocess.run(trial.argv, env=trial.env, cwd=trial.cwd, pass_fds=trial.pass_fds,
+                              capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"bwrap did not start: {exc}"
+    finally:
+        trial.close_fds()
+    if done.returncode != 0:
+        return (done.stderr.strip().splitlines() or [f"exit code {done.returncode}"])[-1]
+    return None
+
+
+_uids = itertools.count()
+
+
+def _bwrap_launch(module: str | None, files: list[Path], code, tmp_bytes: int) -> Launch:
+    args = ["bwrap", "--die-with-parent", "--new-session"]
+    as_root = os.getuid() == 0 and shutil.which("setpriv") is not None
+    if as_root:  # no user namespace: the worker drops to a user id of its own below
+        args += ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
+                 "--unshare-cgroup-try"]
+    else:
+        args += ["--unshare-all"]
+    args += ["--perms", "1777", "--size", str(tmp_bytes), "--tmpfs", "/tmp",
+             "--proc", "/proc", "--dev", "/dev"]
+    tree = _Tree()
+    for top in ("/usr", "/bin", "/lib", "/lib32", "/lib64", "/sbin"):
+        if os.path.islink(top):
+            args += ["--symlink", os.readlink(top), top]
+        elif os.path.isdir(top):
+            args += tree.bind(top, top)
+    for path in (*(f"/etc/{name}" for name in ("ld.so.cache", "ld.so.conf", "localtime",
+                                                "passwd", "group", "nsswitch.conf")),
+                 "/sys/devices/system/cpu"):  # what the C library, torch and the bench read
+        if os.path.exists(path):
+            args += tree.bind(path, path)
+    python_dirs = _python_dirs()
+    for folder in python_dirs:
+        args += tree.bind(folder, folder)
+    for hidden in _kata_paths():  # the kata, where it lies inside the Python environment
+        if any(_inside(hidden, folder) for folder in python_dirs):
+            args += ["--tmpfs", hidden] if os.path.isdir(hidden) else ["--ro-bind", "/dev/null", hidden]
+    fds = []
+    for package in code:
+        if package == "graders.worker":  # the worker side alone, in an empty graders package
+            fds.append(_empty_file())
+            args += tree.bind(str(WORKER_SIDE), f"{SANDBOX_CODE}/graders/worker")
+            args += ["--perms", "0444", "--ro-bind-data", str(fds[-1]),
+                     f"{SANDBOX_CODE}/graders/__init__.py"]
+        else:
+            args += tree.bind(str(KATA / package), f"{SANDBOX_CODE}/{package}")
+    for path in files:
+        fd = os.open(path, os.O_RDONLY)
+        fds.append(fd)
+        args += tree.parents(str(path)) + ["--perms", "0444", "--ro-bind-data", str(fd), str(path)]
+    args += ["--remount-ro", "/", "--chdir", "/tmp", "--clearenv"]
+    extra_path = [p for p in sys.path if p and os.path.isdir(p)
+                  and not any(_inside(p, folder) for folder in _prefixes())
+                  and os.path.realpath(p) != str(KATA)]
+    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "TMPDIR": "/tmp",
+           "LANG": "C.UTF-8", "USER": "kata", "LOGNAME": "kata", "PYTHONDONTWRITEBYTECODE": "1",
+           "PYTHONPATH": os.pathsep.join([SANDBOX_CODE, *extra_path]), "OMP_NUM_THREADS": "1"}
+    for key, value in env.items():
+        args += ["--setenv", key, value]
+    if as_root:
+        uid = str(SANDBOX_UID + next(_uids) % 100_000)
+        args += ["/usr/bin/setpriv", "--reuid", uid, "--regid", uid, "--clear-groups",
+                 "--inh-caps=-all", "--bounding-set=-all"]
+    inner = ["-c", ""] if module is None else ["-P", "-m", module]
+    return Launch(args + [sys.executable, *inner], {"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+                  "/", tuple(fds))
+
+
+class _Tree:
+    """The sandbox's folders as the bwrap arguments build them: binds of host folders (whose
+    insides exist) and folders made on the sandbox's root or /tmp (searchable by its user)."""
+
+    def __init__(self):
+        self.binds: list[str] = ["/proc", "/dev"]
+        self.made: set[str] = {"/tmp"}
+
+    def bind(self, source: str, dest: str) -> list[str]:
+        args = self.parents(dest) + ["--ro-bind", source, dest]
+        self.binds.append(dest)
+        return args
+
+    def parents(self, dest: str) -> list[str]:
+        args = []
+        parts = Path(dest).parts
+        for depth in range(2, len(parts)):
+            folder = str(Path(*parts[:depth]))
+            if folder in self.made or any(_inside(folder, b) for b in self.binds):
+                continue
+            args += ["--perms", "0755", "--dir", folder]
+            self.made.add(folder)
+        return args
+
+
+def _inside(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
+def _prefixes() -> list[str]:
+    return sorted({os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix,
+                                                 sys.base_exec_prefix)})
+
+
+def _python_dirs() -> list[str]:
+    """The Python environment: its prefixes, and every folder on sys.path outside them that is
+    not the kata's own checkout (site-packages elsewhere, PYTHONPATH entries)."""
+    folders = set(_prefixes())
+    for name in ("stdlib", "platstdlib", "purelib", "platlib"):
+        folders.add(os.path.realpath(sysconfig.get_paths()[name]))
+    for entry in sys.path:
+        real = os.path.realpath(entry) if entry else ""
+        if real and os.path.isdir(real) and real != str(KATA) and real != "/":
+            folders.add(real)
+    # Bind the outermost folders only: an inner one is already in view.
+    return [f for f in sorted(folders) if not any(f != g and _inside(f, g) for g in folders)]
+
+
+def _kata_paths() -> list[str]:
+    """What of the kata a candidate may not see when it lies inside the Python environment
+    (an installed wheel): its packages, the CLI, and the bundled files."""
+    paths = [KATA / "graders", KATA / "benchmarks", KATA / "cli.py"]
+    paths += [KATA / name for name in ("solutions", "starter", "rubric", "docs")]
+    return [str(p) for p in paths if p.exists()]
+
+
+def _empty_file() -> int:
+    """A descriptor that reads as an empty file (for the sandbox's graders/__init__.py)."""
+    read_end, write_end = os.pipe()
+    os.close(write_end)
+    return read_end
+
+
+# --- the judge's guard -----------------------------------------------------------------------
+
+_PR_SET_DUMPABLE, _PR_SET_CHILD_SUBREAPER = 4, 36
+_guarded = False
+_live: set[int] = set()  # pids of the judge's own children that must outlive a reap
+_lock = threading.RLock()
+
+
+def guard_judge() -> None:
+    """Make this process not dumpable (no /proc/<judge>/mem, environ, ptrace for its user) and
+    the subreaper of its descendants (a double fork lands here, not with init). Idempotent."""
+    global _guarded
+    if _guarded or not sys.platform.startswith("linux"):
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
+    libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    _guarded = True
+
+
+def start(argv: list[str], **popen) -> subprocess.Popen:
+    """Popen, with the child counted as one of the judge's own until `forget` is called."""
+    with _lock:
+        process = subprocess.Popen(argv, **popen)
+        _live.add(process.pid)
+    return process
+
+
+def forget(pid: int) -> None:
+    with _lock:
+        _live.discard(pid)
+
+
+def reap_strays() -> None:
+    """Kill and reap every process that descends from the judge and is not one of its own live
+    workers: what a candidate's code left behind (double forks, processes in a new session,
+    a sandbox's init whose bwrap was killed). Returns when there are none left."""
+    if not sys.platform.startswith("linux"):
+        return
+    with _lock:
+        while True:
+            strays = [pid for pid in _children(os.getpid()) if pid not in _live]
+            if not strays:
+                return
+            _kill_trees(strays)
+            for pid in strays:
+                try:
+                    os.waitpid(pid, 0)
+                except ChildProcessError:
+                    pass
+
+
+def _kill_trees(roots: list[int]) -> None:
+    """Stop every process under `roots` (so none can fork again), then kill them all."""
+    stopped: set[int] = set()
+    while True:
+        tree = _descendants(roots) - stopped
+        if not tree:
+            break
+        for pid in tree:
+            _signal(pid, signal.SIGSTOP)
+        stopped |= tree
+    for pid in stopped:
+        _signal(pid, signal.SIGKILL)
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except OSError:
+        pass
+
+
+def _parents_by_pid() -> dict[int, int]:
+    parents = {}
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                with open(f"/proc/{entry.name}/stat", "rb") as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            parents[int(entry.name)] = int(stat[stat.rindex(b")") + 2:].split()[1])
+    return parents
+
+
+def _children(pid: int) -> list[int]:
+    return [child for child, parent in _parents_by_pid().items() if parent == pid]
+
+
+def _descendants(roots: list[int]) -> set[int]:
+    parents = _parents_by_pid()
+    found, frontier = set(), [r for r in roots if r in parents]
+    while frontier:
+        pid = frontier.pop()
+        found.add(pid)
+        frontier += [c for c, p in parents.items() if p == pid and c not in found]
+    return found
+
+
+# --- what a limit looks like when it is reached ------------------------------------------------
+
+def limit_reached(text: str, limits: Limits) -> str | None:
+    """Which limit `text` (an exception or how a process ended) shows was reached, as a phrase
+    naming it ("memory limit of 4 GiB reached"); None when it shows none."""
+    signs = (
+        (("MemoryError", "can't allocate memory", "Cannot allocate memory"),
+         f"memory limit of {_size(limits.memory)} reached"),
+        (("SIGXCPU",), f"CPU time limit of {limits.cpu_seconds} s reached"),
+        (("SIGXFSZ", "File too large"), f"file size limit of {_size(limits.file_size)} reached"),
+        (("Resource temporarily unavailable",),
+         f"process limit reached ({limits.processes} processes)"),
+        (("No space left on device",), f"the private /tmp is full ({_size(TMP_BYTES)})"),
+    )
+    for needles, phrase in signs:
+        if any(needle in text for needle in needles):
+            return phrase
+    return None
+
+
+def _size(n: int) -> str:
+    return f"{n / GIB:g} GiB" if n >= GIB else f"{n >> 20} MiB"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 from rich.console import Console, Group
@@ -11,10 +12,8 @@ from rich.table import Table
 from rich.text import Text
 
 from graders import rubric as rubric_data
-from graders.grade import GradeResult
+from graders.grade import GradeResult, ItemResult
 from graders.rubric import SERVING
-
-PASS_MESSAGE_CHARS = 160  # a pass needs no essay in the table; --json keeps every word
 
 STATUS_STYLE = {
     "pass": ("PASS", "green"),
@@ -26,7 +25,8 @@ STATUS_STYLE = {
 
 
 def to_json(result: GradeResult) -> dict:
-    """The report as the contract's JSON (section 3)."""
+    """The report as the contract's JSON (section 3, v1.1): `level` is null for a partial run;
+    an item the worker could not run gives the worker's reason in its message, in one line."""
     return {
         "implementation": result.implementation,
         "level": result.level,
@@ -34,21 +34,30 @@ def to_json(result: GradeResult) -> dict:
         "max_score": result.max_score,
         "items": [
             {"id": i.id, "level": i.level, "status": i.status, "points": i.points,
-             "max_points": i.max_points, "message": i.message}
+             "max_points": i.max_points, "message": i.full_message}
             for i in result.items
         ],
         "tells": [{"id": t.id, "detected": t.detected, "message": t.message} for t in result.tells],
         "hidden": result.hidden,
+        "isolation": result.isolation,
+        "partial": result.partial,
     }
 
 
 def write_json(result: GradeResult, path: Path) -> None:
-    path.write_text(json.dumps(to_json(result), indent=2) + "\n")
+    from graders.output_files import write_atomically
+
+    write_atomically(path, json.dumps(to_json(result), indent=2) + "\n")
 
 
 def render(result: GradeResult, console: Console) -> None:
-    """Items grouped by level, the tells, the interviewer-only items, the level and the score."""
+    """Why items were not run, when the worker could not run them (once, at the top); the items
+    grouped by level; the tells; the interviewer-only items; the level (or, for a partial run,
+    which items pass) and the score. Messages wrap, never cut."""
     rubric = rubric_data.load()
+    if result.unavailable:
+        console.print(Panel(Text(result.unavailable, overflow="fold"), title="Items not run",
+                            title_align="left", border_style="red"))
     for level in (*rubric.levels, SERVING):
         items = [i for i in result.items if i.level == level]
         if items:
@@ -71,11 +80,8 @@ def _level_table(level: str, items, rubric: rubric_data.Rubric) -> Table:
     table.add_column("why", ratio=1)
     for item in items:
         label, style = STATUS_STYLE[item.status]
-        message = item.message
-        if item.status == "pass" and len(message) > PASS_MESSAGE_CHARS:
-            message = message[: PASS_MESSAGE_CHARS - 1] + "…"
-        why = Text(message)
-        if item.status != "pass":
+        why = Text(item.message, overflow="fold")
+        if item.status != "pass" and not item.unavailable:
             hint = rubric.item(item.id).hints[0]
             why.append(f"\nhint: {hint} (more: kata hint {item.id})", style="cyan")
         table.add_row(Text(label, style=style), item.id,
@@ -84,15 +90,18 @@ def _level_table(level: str, items, rubric: rubric_data.Rubric) -> Table:
 
 
 def _tells(result: GradeResult, rubric: rubric_data.Rubric) -> Panel:
+    """One line a tell: DETECTED with the level it caps, clear, or not checked (no item that
+    looks for it ran)."""
     lines = []
     for tell in result.tells:
-        info = rubric.tell(tell.id)
         if tell.detected:
-            lines.append(Text.assemble(("DETECTED ", "bold red"), (tell.id, "bold"),
-                                       f" (caps the level at {info.caps}): {tell.message}"))
+            caps = rubric.tell(tell.id).caps
+            lines.append(Text.assemble(("DETECTED    ", "bold red"), (tell.id, "bold"),
+                                       f" (caps the level at {caps}): {tell.message}"))
+        elif tell.checked:
+            lines.append(Text.assemble(("clear       ", "green"), tell.id, f": {tell.message}"))
         else:
-            lines.append(Text.assemble(("clear    ", "green"), tell.id, f": {tell.message}",
-                                       style="dim" if tell.message.startswith("not checked") else ""))
+            lines.append(Text(f"not checked {tell.id}", style="dim"))
     return Panel(Group(*lines), title="Down-level tells", title_align="left")
 
 
@@ -103,12 +112,19 @@ def _interviewer(rubric: rubric_data.Rubric) -> Panel:
 
 
 def _summary(result: GradeResult) -> Text:
+    """The closing line: the level and score, and the cap when a tell lowered the level; for a
+    partial run, which items pass and the points, with no level."""
     style = "bold green" if result.passed else "bold"
-    label = "Track: " if result.track == SERVING else "Level: "
-    text = Text.assemble((label, "bold"), (result.level, style),
-                         f"    Score: {result.score:g}/{result.max_score:g}")
-    if result.caps:
-        text.append(f"    (capped by tells at {min(result.caps)})", style="red")
+    if result.partial:
+        text = Text.assemble(("Partial run: ", "bold"), (partial_verdict(result.items), style),
+                             f"    ({result.score:g}/{result.max_score:g} points)")
+    else:
+        label = "Track: " if result.track == SERVING else "Level: "
+        text = Text.assemble((label, "bold"), (result.level, style),
+                             f"    Score: {result.score:g}/{result.max_score:g}")
+    if result.capped_by:
+        text.append(f"    (capped at {result.level} by {', '.join(result.capped_by)})",
+                    style="red")
     if result.hidden:
         text.append("    hidden graders included", style="dim")
     if result.grader_broke:
@@ -117,13 +133,39 @@ def _summary(result: GradeResult) -> Text:
     return text
 
 
+def partial_verdict(items: list[ItemResult]) -> str:
+    """Which items of a partial run pass and which do not: "items a, b pass; item c does not
+    pass" (a count instead of the ids past four)."""
+    passed = [i.id for i in items if i.status == "pass"]
+    others = [i.id for i in items if i.status != "pass"]
+    parts = [_named(passed, "passes", "pass")] if passed else []
+    if others:
+        parts.append(_named(others, "does not pass", "do not pass"))
+    return "; ".join(parts) or "no items"
+
+
+def _named(ids: list[str], one: str, many: str) -> str:
+    if len(ids) == 1:
+        return f"item {ids[0]} {one}"
+    return f"items {', '.join(ids)} {many}" if len(ids) <= 4 else f"{len(ids)} items {many}"
+
+
 def render_summary(result: GradeResult, console: Console) -> None:
-    """A few lines for --watch: the level, the score, and each item that does not pass."""
-    for item in result.items:
-        if item.status != "pass":
-            label, style = STATUS_STYLE[item.status]
-            first_line = item.message.splitlines()[0] if item.message else ""
-            console.print(Text.assemble((f"{label:8}", style), f"{item.id}: ", first_line[:150]))
+    """A few lines for --watch: a rule with the time (HH:MM:SS), then why items were not run
+    (once) or each item that does not pass with the first line of its message, wrapped, never
+    cut; then the closing line of the report."""
+    console.rule(time.strftime("%H:%M:%S"), align="left", style="dim")
+    lines = Table.grid(padding=(0, 1))
+    lines.add_column(width=8, no_wrap=True)
+    lines.add_column()
+    if result.unavailable:
+        lines.add_row(Text("NOT RUN", style="red"), Text(result.unavailable, overflow="fold"))
+    for item in (i for i in result.items if i.status != "pass" and not i.unavailable):
+        label, style = STATUS_STYLE[item.status]
+        first_line = (item.message.splitlines() or [""])[0]
+        lines.add_row(Text(label, style=style), Text(f"{item.id}: {first_line}", overflow="fold"))
+    if lines.row_count:
+        console.print(lines)
     console.print(_summary(result))
 
 

@@ -1,8 +1,10 @@
 """The interviewer's scorecard: one page of Markdown for a hiring committee.
 
 `write_markdown` writes, in order: a title naming the implementation and the date; the level
-reached, the score and the caps the tells applied; one table per level (id, title, status,
-points, reason); the down-level tells, detected ones first with the level each caps; the
+reached and the score, with the tells that capped the level when one lowered it (a partial run
+has no level: it says which items pass); why items were not run, once, when the worker could not
+run them; one table per level (id, title, status, points, reason); the down-level tells, detected
+ones first with the level each caps, then clear ones, then those not checked; the
 interviewer-only items as a checklist with blanks; and a Decision line with blanks.
 
 Reasons are the graders' messages, which can quote the candidate's own output: every one is
@@ -18,6 +20,8 @@ from pathlib import Path
 from graders import rubric as rubric_data
 from graders.rubric import SERVING
 from graders.grade import GradeResult, ItemResult
+from graders.output_files import write_atomically
+from graders.report import partial_verdict
 
 PASS_REASON_CHARS = 100  # a pass needs a phrase on a one-page card; --json keeps every word
 OTHER_REASON_CHARS = 300
@@ -37,7 +41,7 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 def write_markdown(result: GradeResult, path: Path) -> None:
     """Write the scorecard of `result` to `path`."""
     rubric = rubric_data.load()
-    lines = [f"# kvkata scorecard: `{result.implementation}`", "", _summary(result, rubric), ""]
+    lines = [f"# kvkata scorecard: `{result.implementation}`", "", _summary(result), ""]
     for level in (*rubric.levels, SERVING):
         items = [i for i in result.items if i.level == level]
         if items:
@@ -48,18 +52,20 @@ def write_markdown(result: GradeResult, path: Path) -> None:
     lines += [f"- [ ] {_inline(i.prompt)} — notes: ________" for i in rubric.interviewer]
     lines += ["", "**Decision:** hire / no hire: ________ · level: ______ · "
                   "interviewer: ________________ · date: __________", ""]
-    path.write_text("\n".join(lines))
+    write_atomically(path, "\n".join(lines))
 
 
-def _summary(result: GradeResult, rubric: rubric_data.Rubric) -> str:
-    parts = [date.today().isoformat(), f"**Level reached: {result.level}**",
-             f"score {result.score:g}/{result.max_score:g}"]
-    if result.caps:
-        lowest = min(result.caps, key=rubric.levels.index)
-        parts.append(f"capped at {lowest} by down-level tells ({', '.join(result.caps)})")
+def _summary(result: GradeResult) -> str:
+    verdict = (f"**Partial run: {partial_verdict(result.items)}**" if result.partial
+               else f"**Level reached: {result.level}**")
+    parts = [date.today().isoformat(), verdict, f"score {result.score:g}/{result.max_score:g}"]
+    if result.capped_by:
+        parts.append(f"capped at {result.level} by {', '.join(result.capped_by)}")
     if result.hidden:
         parts.append("hidden graders included")
     text = " · ".join(parts)
+    if result.unavailable:
+        text += f"\n\n> **Items not run:** {_inline(result.unavailable)}"
     if result.grader_broke:
         text += "\n\n> **The grader itself broke on some item: not the candidate's fault.**"
     return text
@@ -81,13 +87,15 @@ def _level_table(level: str, items: list[ItemResult], rubric: rubric_data.Rubric
 
 def _tells(result: GradeResult, rubric: rubric_data.Rubric) -> list[str]:
     lines = []
-    for tell in sorted(result.tells, key=lambda t: not t.detected):
+    for tell in sorted(result.tells, key=lambda t: (not t.detected, not t.checked)):
         info = rubric.tell(tell.id)
         if tell.detected:
             lines.append(f"- **DETECTED** `{tell.id}` ({_inline(info.title)}; caps the level at "
                          f"{info.caps}): {_inline(tell.message)}")
-        else:
+        elif tell.checked:
             lines.append(f"- clear `{tell.id}`: {_inline(tell.message)}")
+        else:
+            lines.append(f"- not checked `{tell.id}` (no item that looks for it ran)")
     return lines
 
 

@@ -1,9 +1,11 @@
-"""The judge's handle on a worker process (see `graders.worker`).
+"""The judge's handle on a worker process (see `graders.worker`), started under the chosen
+isolation (`graders.isolation`).
 
 `Worker.start` launches the process at once, so that its torch import overlaps the judge's own;
-the first request waits for it. Inside `warm_workers()`, workers are forked from a process that
-has imported torch already instead. A worker that dies, or stops answering, is replaced by a fresh
-one before the next request: a candidate can lose an item this way, never the whole grade.
+the first request waits for it. Inside `warm_workers()`, process-isolated workers are forked from
+a process that has imported torch already instead. A worker that dies, or stops answering, is
+replaced by a fresh one before the next request: a candidate can lose an item this way, never
+the whole grade. What a worker prints is kept in memory, its last `OUTPUT_TAIL` bytes only.
 """
 
 from __future__ import annotations
@@ -13,18 +15,18 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 
+from graders import isolation
 from graders.worker import wire
+from graders.worker.limits import Limits
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
 TORCH_IMPORT_SECONDS = 120.0
 SLACK_SECONDS = 5.0
+OUTPUT_TAIL = 1 << 20
 
 
 @dataclass
@@ -45,38 +47,53 @@ class WorkerUnavailable(Exception):
 
 
 class Worker:
-    """A worker in mode "implementation" (serves plans) or "tests" (runs pytest files)."""
+    """A worker in mode "implementation" (serves plans) or "tests" (runs pytest files).
 
-    def __init__(self, mode: str, path: str | None = None, import_timeout: float = 10.0,
-                 module: str = "kv_cache", names: tuple[str, ...] = ()):
+    `isolation` is "bwrap" or "process" (`graders.isolation`); `files` are what it may read
+    besides the Python environment (the implementation, the candidate's test file); `limits`
+    are its rlimits.
+    """
+
+    def __init__(self, mode: str, path: str | None = None, *, import_timeout: float = 60.0,
+                 module: str = "kv_cache", names: tuple[str, ...] = (),
+                 isolation: str = "process", limits: Limits = Limits(), files=()):
         """`path` is imported as `module`; `names` are the contract's, reported when missing."""
         self.mode, self.path, self.import_timeout = mode, path, import_timeout
         self.module, self.names = module, names
+        self.isolation, self.limits, self.files = isolation, limits, list(files)
         self.missing: list[str] = []
         self._pid: int | None = None
         self._proc: subprocess.Popen | None = None  # None when forked by the spawner
+        self._launch: isolation.Launch | None = None
         self._in = self._out = -1  # our ends of its stdin and stdout
         self._ready = False
-        self._stderr_path: str | None = None
+        self._output = OutputTail()
 
     def start(self) -> "Worker":
-        self._remove_stderr_file()
-        stderr, self._stderr_path = tempfile.mkstemp(prefix="kata-worker-", suffix=".log")
+        isolation.guard_judge()
+        self._output = OutputTail()
         stdin_r, self._in = os.pipe()
         self._out, stdout_w = os.pipe()
-        ends = [stdin_r, stdout_w, stderr]
-        if _SPAWNER is not None:
+        stderr_r, stderr_w = os.pipe()
+        ends = [stdin_r, stdout_w, stderr_w]
+        kata_roots: list[str] = []
+        if _SPAWNER is not None and self.isolation == "process":
             self._pid, self._proc = _SPAWNER.spawn(ends), None
+            kata_roots = isolation.kata_roots()
         else:
-            self._proc = subprocess.Popen([sys.executable, "-m", "graders.worker"],
-                                          stdin=stdin_r, stdout=stdout_w, stderr=stderr,
-                                          env=_environment(), start_new_session=True,
-                                          cwd=PROJECT_ROOT)
-            self._pid = self._proc.pid
+            self._launch = isolation.launch(self.isolation, "graders.worker", self.files)
+            self._proc = isolation.start(
+                self._launch.argv, stdin=stdin_r, stdout=stdout_w, stderr=stderr_w,
+                env=self._launch.env, cwd=self._launch.cwd, pass_fds=self._launch.pass_fds,
+                start_new_session=True)
+            self._launch.close_fds()
+            self._pid, kata_roots = self._proc.pid, self._launch.kata_roots
         for fd in ends:
             os.close(fd)
+        self._output.drain(stderr_r)
         wire.write_frame(self._in, {"mode": self.mode, "path": self.path, "module": self.module,
-                                    "names": list(self.names)})
+                                    "names": list(self.names), "limits": self.limits.to_dict(),
+                                    "kata_roots": kata_roots})
         self._ready = False
         return self
 
@@ -96,7 +113,8 @@ class Worker:
         return replies
 
     def close(self) -> None:
-        """End the worker: nothing in it needs a clean exit, so it is killed outright."""
+        """End the worker: nothing in it needs a clean exit, so it is killed outright, with
+        every process it started."""
         self._discard()
 
     def _read_reply(self, deadline: float) -> Reply:
@@ -120,12 +138,15 @@ class Worker:
                 loaded = wire.decode(wire.read_frame(fd, time.monotonic() + self.import_timeout))
                 if loaded["status"] == "import-error":
                     self._discard()
-                    raise WorkerUnavailable(f"the file does not import: {loaded['error']}")
+                    limit = isolation.limit_reached(loaded["error"], self.limits)
+                    raise WorkerUnavailable(f"{limit + ': ' if limit else ''}"
+                                            f"the file does not import: {loaded['error']}")
                 self.missing = list(loaded["missing"])
         except TimeoutError:
             self._discard()
             raise WorkerUnavailable(
-                f"importing the file did not finish within {self.import_timeout:g} s", "timeout") from None
+                f"importing the file did not finish within {self.import_timeout:g} s "
+                "(the import limit; raise it with --import-timeout)", "timeout") from None
         except (wire.WireError, OSError):
             tail = self._stderr_tail()
             self._discard()
@@ -142,28 +163,39 @@ class Worker:
             pass
         if self._proc is not None:
             self._proc.wait()  # a spawner's worker is reaped by the spawner
+            isolation.forget(self._pid)
+        isolation.reap_strays()
+        if self._launch is not None:
+            self._launch.cleanup()
+            self._launch = None
         for fd in (self._in, self._out):
             os.close(fd)
         self._pid, self._proc, self._ready = None, None, False
 
     def _stderr_tail(self) -> str:
-        if not self._stderr_path:
-            return ""
-        try:
-            return _last_lines(Path(self._stderr_path).read_text(errors="replace"))
-        except OSError:
-            return ""
+        return _last_lines(self._output.text())
 
-    def _remove_stderr_file(self) -> None:
-        if self._stderr_path:
-            try:
-                os.unlink(self._stderr_path)
-            except OSError:
-                pass
-            self._stderr_path = None
 
-    def __del__(self):
-        self._remove_stderr_file()
+class OutputTail:
+    """The last OUTPUT_TAIL bytes of a pipe, read by a thread until the pipe closes."""
+
+    def __init__(self):
+        self._data = bytearray()
+        self._lock = threading.Lock()
+
+    def drain(self, fd: int) -> None:
+        threading.Thread(target=self._read, args=(fd,), daemon=True).start()
+
+    def _read(self, fd: int) -> None:
+        with os.fdopen(fd, "rb", buffering=0) as pipe:
+            while chunk := pipe.read(1 << 16):
+                with self._lock:
+                    self._data += chunk
+                    del self._data[:-OUTPUT_TAIL]
+
+    def text(self) -> str:
+        with self._lock:
+            return self._data.decode(errors="replace")
 
 
 def _last_lines(text: str, n: int = 3) -> str:
@@ -171,21 +203,17 @@ def _last_lines(text: str, n: int = 3) -> str:
     return (": " + " | ".join(lines[-n:])) if lines else ""
 
 
-def _environment() -> dict:
-    """The judge's environment, with the project importable (`python -m graders.worker`)."""
-    return dict(os.environ, PYTHONPATH=os.pathsep.join(
-        p for p in (str(PROJECT_ROOT), os.environ.get("PYTHONPATH")) if p))
-
-
 class _Spawner:
     """A process that has imported torch and forks workers on request (`worker.spawner`)."""
 
     def __init__(self):
+        isolation.guard_judge()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._proc = subprocess.Popen(
-            [sys.executable, "-m", "graders.worker", "--spawner", str(theirs.fileno())],
+        self._launch = isolation.launch("process", "graders.worker", [])
+        self._proc = isolation.start(
+            [*self._launch.argv, "--spawner", str(theirs.fileno())],
             pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-            env=_environment(), start_new_session=True, cwd=PROJECT_ROOT)
+            env=self._launch.env, start_new_session=True, cwd=self._launch.cwd)
         theirs.close()
         self._sock, self._replies = ours, ours.makefile("rb")
         self._lock = threading.Lock()
@@ -204,15 +232,25 @@ class _Spawner:
         self._sock.close()
         self._proc.kill()
         self._proc.wait()
+        isolation.forget(self._proc.pid)
+        isolation.reap_strays()
+        self._launch.cleanup()
 
 
 _SPAWNER: _Spawner | None = None
 
 
+def warm() -> bool:
+    """Whether this is inside `warm_workers()`."""
+    return _SPAWNER is not None
+
+
 @contextmanager
 def warm_workers():
-    """Within this block, workers are forked from one process that has already imported torch
-    (and pytest): grading many implementations pays for one import, not one per worker."""
+    """Within this block, process-isolated workers are forked from one process that has
+    already imported torch (and pytest): grading many implementations pays for one import, not
+    one per worker. Sandboxed workers cannot be forked from it (each sandbox is a bubblewrap of
+    its own) and start as usual."""
     global _SPAWNER
     previous, _SPAWNER = _SPAWNER, _Spawner()
     try:

@@ -13,7 +13,8 @@ from cli import app
 ROOT = Path(__file__).resolve().parent.parent
 runner = CliRunner()
 
-JSON_KEYS = {"implementation", "level", "score", "max_score", "items", "tells", "hidden"}
+JSON_KEYS = {"implementation", "level", "score", "max_score", "items", "tells", "hidden",
+             "isolation", "partial"}
 ITEM_KEYS = {"id", "level", "status", "points", "max_points", "message"}
 STATUSES = {"pass", "fail", "error", "timeout", "not_attempted"}
 
@@ -36,7 +37,8 @@ def test_the_reference_grades_clean_with_exit_code_0(reference_run):
 def test_json_follows_the_contract(reference_run):
     _, report = reference_run
     assert set(report) == JSON_KEYS
-    assert report["level"] == "L6" and report["hidden"] is False
+    assert report["level"] == "L6" and report["hidden"] is False and report["partial"] is False
+    assert report["isolation"] in {"bwrap", "process"}
     assert report["score"] == report["max_score"] == 100.0
     for item in report["items"]:
         assert set(item) == ITEM_KEYS and item["status"] in STATUSES
@@ -44,6 +46,17 @@ def test_json_follows_the_contract(reference_run):
     assert {t["id"] for t in report["tells"]} == {"caches-q", "recomputes-projections",
                                                   "shape-only-tests", "concat-every-step"}
     assert all(set(t) == {"id", "detected", "message"} for t in report["tells"])
+
+
+def test_a_partial_run_says_what_passed_and_reports_no_level(tmp_path):
+    out = tmp_path / "report.json"
+    result = runner.invoke(app, ["grade", str(ROOT / "solutions/kv_cache.py"),
+                                 "--item", "attend-shape", "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "Partial run: item attend-shape passes" in result.output
+    assert "Level:" not in result.output, "a partial run has no level"
+    report = json.loads(out.read_text())
+    assert report["partial"] is True and report["level"] is None
 
 
 def test_a_failing_implementation_exits_1(tmp_path):
@@ -76,3 +89,102 @@ def test_help_shows_bracketed_text_rather_than_eating_it_as_markup(command, show
     result = runner.invoke(app, [command, "--help"])
     assert result.exit_code == 0
     assert shown in result.output
+
+
+# --- options passed through to the judge and the bench -----------------------------------------
+
+class Stop(Exception):
+    """Raised by a stand-in for the judge once it has seen its arguments."""
+
+
+@pytest.fixture
+def seen(monkeypatch) -> dict:
+    """Stand-ins for graders.grade.grade (as `kata grade` and batch.grade_all call it) and for
+    benchmarks.bench.run: each records its keyword arguments, then stops the command."""
+    from graders.isolation import SandboxUnavailable
+
+    recorded = {}
+
+    def grade(implementation, tests, **kwargs):
+        recorded.update(kwargs)
+        raise SandboxUnavailable("--sandbox require: bubblewrap cannot run here")
+
+    def run(settings, on_event):
+        recorded.update(sandbox=settings.sandbox)
+        raise SandboxUnavailable("--sandbox require: bubblewrap cannot run here")
+
+    monkeypatch.setattr("graders.grade.grade", grade)
+    monkeypatch.setattr("graders.batch.grade", grade)
+    monkeypatch.setattr("benchmarks.bench.run", run)
+    return recorded
+
+
+COMMANDS = {
+    "grade": ["grade", "solutions/kv_cache.py"],
+    "grade-all": ["grade-all", "solutions", "--out", "{tmp}"],
+    "bench": ["bench", "--lengths", "16", "--dtypes", "float32", "--shapes", "mha",
+              "--subjects", "bare"],
+}
+
+
+@pytest.mark.parametrize("command", list(COMMANDS), ids=list(COMMANDS))
+def test_sandbox_and_memory_reach_the_judge_and_an_unmet_sandbox_exits_2(
+        command, seen, monkeypatch, tmp_path):
+    from graders.isolation import GIB, Sandbox
+
+    monkeypatch.chdir(ROOT)
+    args = [arg.format(tmp=tmp_path) for arg in COMMANDS[command]]
+    result = runner.invoke(app, [*args, "--sandbox", "require", "--memory", "2.5"])
+    assert result.exit_code == 2, result.output
+    assert result.output.strip() == "kata: error: --sandbox require: bubblewrap cannot run here"
+    assert seen["sandbox"] == Sandbox(mode="require", memory=int(2.5 * GIB))
+
+
+@pytest.mark.parametrize("command", ["grade", "grade-all"])
+def test_import_timeout_reaches_the_judge(command, seen, monkeypatch, tmp_path):
+    monkeypatch.chdir(ROOT)
+    args = [arg.format(tmp=tmp_path) for arg in COMMANDS[command]]
+    runner.invoke(app, [*args, "--import-timeout", "7.5"])
+    assert seen["import_timeout"] == 7.5
+
+
+@pytest.mark.parametrize("command", list(COMMANDS), ids=list(COMMANDS))
+def test_the_defaults_are_the_judges(command, seen, monkeypatch, tmp_path):
+    from graders.grade import DEFAULT_IMPORT_TIMEOUT
+    from graders.isolation import Sandbox
+
+    monkeypatch.chdir(ROOT)
+    runner.invoke(app, [arg.format(tmp=tmp_path) for arg in COMMANDS[command]])
+    assert seen["sandbox"] == Sandbox()
+    if command != "bench":
+        assert seen["import_timeout"] == DEFAULT_IMPORT_TIMEOUT
+
+
+def test_an_unknown_sandbox_mode_is_a_usage_error():
+    result = runner.invoke(app, ["grade", "solutions/kv_cache.py", "--sandbox", "docker"])
+    assert result.exit_code == 2 and "docker" in result.output
+
+
+# --- the kata's own files ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("command", [["rubric"], ["init", "ws"], ["solution", "concat"]],
+                         ids=["rubric", "init", "solution"])
+def test_a_missing_kata_file_exits_4_with_one_line(command, monkeypatch, tmp_path):
+    from graders import bundled
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(bundled, "RUBRIC", tmp_path / "gone" / "rubric.toml")
+    result = runner.invoke(app, command)
+    assert result.exit_code == 4
+    assert result.output.splitlines() == [
+        f"kata: the kata's file {tmp_path / 'gone' / 'rubric.toml'} is missing from this "
+        "installation (reinstall kvkata)"]
+    assert list(tmp_path.iterdir()) == [], "nothing was made"
+
+
+@pytest.mark.parametrize("name, path", [("concat", "solutions/concat_kv_cache.py"),
+                                        ("fused", "benchmarks/fused_attention.py")])
+def test_solution_prints_the_exact_source_when_not_a_terminal(name, path):
+    result = runner.invoke(app, ["solution", name])
+    assert result.exit_code == 0
+    assert result.stdout_bytes == (ROOT / path).read_bytes()

@@ -1,25 +1,34 @@
-"""The scorecard, Gradescope and JUnit outputs of a grade follow their formats.
+"""What a grade shows: the terminal report, the scorecard, Gradescope and JUnit outputs.
 
-The allowed keys and elements below are written down from the formats' own specifications:
-Gradescope's "Autograder Specifications" (results.json) and the Jenkins xunit plugin's JUnit
-schema (junit-10.xsd), the one the common CI reporters read.
+The scorecard, Gradescope and JUnit outputs follow their formats: the allowed keys and elements
+below are written down from the formats' own specifications: Gradescope's "Autograder
+Specifications" (results.json) and the Jenkins xunit plugin's JUnit schema (junit-10.xsd), the
+one the common CI reporters read. Every output says what happened: a partial run shows no level,
+a cap shows only when it lowered the level, a tell no item looked for is "not checked", and a
+file that does not import is reported once.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import html
+import io
 import json
 import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
-from graders.grade import GradeResult, ItemResult, TellResult, grade
+from graders.candidate import Fail, tensor
+from graders.grade import GradeResult, ItemResult, TellResult, _level, grade
 from graders.gradescope import to_gradescope, write_gradescope
 from graders.junit import write_junit
+from graders.report import partial_verdict, render, to_json
 from graders.rubric import load
 from graders.scorecard import PASS_REASON_CHARS, write_markdown
+from graders.worker import wire
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -37,11 +46,40 @@ ITEMS = [
 TELLS = [
     TellResult("caches-q", False, "no queries found in the cache"),
     TellResult("concat-every-step", True, "append allocated <all> storage | every step"),
+    TellResult("shape-only-tests", False, "not checked: the item that looks for it did not run",
+               checked=False),
 ]
+NOT_IMPORTING = "the file does not import: SyntaxError: expected ':' (kv_cache.py, line 3)"
 
 
-def made(hidden: bool) -> GradeResult:
-    return GradeResult("candidates/kv_cache.py", "below L4", ITEMS, TELLS, hidden, caps=["L5"])
+def made(hidden: bool = False, **changes) -> GradeResult:
+    """A full run that reaches no level (its concat-every-step cap lowers nothing), or that
+    run with `changes`."""
+    result = GradeResult("candidates/kv_cache.py", "below L4", ITEMS, TELLS, hidden)
+    return dataclasses.replace(result, **changes)
+
+
+def not_importing() -> GradeResult:
+    """A grade whose worker could not import the file: every item not run, no tell checked."""
+    items = [dataclasses.replace(i, status="error", points=0.0, message="not run: the file does "
+                                 "not import", unavailable=NOT_IMPORTING) for i in ITEMS]
+    tells = [TellResult(t.id, False, "not checked: the item that looks for it did not run",
+                        checked=False) for t in TELLS]
+    return made(items=items, tells=tells)
+
+
+def terminal(result: GradeResult) -> str:
+    console = Console(width=80, file=io.StringIO(), record=True)
+    render(result, console)
+    return console.export_text()
+
+
+def shown(result: GradeResult, tmp_path: Path) -> dict[str, str]:
+    """The text of each output people read: the terminal report, the scorecard, and the top of
+    Gradescope's results."""
+    write_markdown(result, tmp_path / "scorecard.md")
+    return {"report": terminal(result), "scorecard": (tmp_path / "scorecard.md").read_text(),
+            "gradescope": to_gradescope(result)["output"]}
 
 
 # --- Markdown scorecard -------------------------------------------------------------------------
@@ -66,6 +104,11 @@ def rendered(cell: str) -> str:
     return html.unescape(re.sub(r"\\(.)", r"\1", cell).replace("<br>", "\n"))
 
 
+def reasons(scorecard: str) -> list[str]:
+    """The reason column of every item row, as Markdown shows it."""
+    return [rendered(cells(line)[4]) for line in scorecard.splitlines() if line.startswith("| `")]
+
+
 @pytest.fixture
 def scorecard(tmp_path) -> str:
     path = tmp_path / "scorecard.md"
@@ -73,12 +116,11 @@ def scorecard(tmp_path) -> str:
     return path.read_text()
 
 
-def test_scorecard_names_the_implementation_level_score_and_caps(scorecard):
+def test_scorecard_names_the_implementation_level_and_score(scorecard):
     title = scorecard.splitlines()[0]
     assert title.startswith("# ") and "candidates/kv_cache.py" in title
     assert re.search(r"\d{4}-\d{2}-\d{2}", scorecard)
     assert "**Level reached: below L4**" in scorecard and "score 15/37" in scorecard
-    assert "capped at L5" in scorecard
 
 
 def test_scorecard_tables_keep_one_row_per_item_whatever_the_message(scorecard):
@@ -106,7 +148,7 @@ def test_scorecard_holds_no_control_characters(scorecard):
 
 def test_scorecard_lists_detected_tells_first_with_their_cap(scorecard):
     detected, clear = scorecard.index("`concat-every-step`"), scorecard.index("`caches-q`")
-    assert detected < clear
+    assert detected < clear < scorecard.index("not checked `shape-only-tests`")
     assert "DETECTED** `concat-every-step`" in scorecard and "caps the level at L5" in scorecard
     assert "append allocated &lt;all> storage \\| every step" in scorecard
 
@@ -268,17 +310,137 @@ def test_junit_testcases_map_each_status(tmp_path):
     assert error.text == "raised RuntimeError: boom\nstderr: \ufffd\ufffd[31mred\ufffd[0m"
 
 
-# --- a real grade -------------------------------------------------------------------------------
+# --- what happened: partial runs, caps, tells not checked, a file that does not import ----------
+
+PARTIAL = {"level": None, "partial": True, "items": ITEMS[:2]}
+
+
+def test_a_partial_run_says_which_items_pass_and_shows_no_level(tmp_path):
+    for output, text in shown(made(**PARTIAL), tmp_path).items():
+        assert ("Partial run: item append-time-dim passes; item attend-shape does not pass"
+                in text), f"{output}:\n{text}"
+        assert not re.search(r"Level( reached)?:", text), f"{output} shows a level:\n{text}"
+
+
+def test_the_json_of_a_partial_run_has_a_null_level_and_says_how_it_was_isolated():
+    report = to_json(made(isolation="bwrap", **PARTIAL))
+    assert (report["level"], report["partial"], report["isolation"]) == (None, True, "bwrap")
+    assert to_json(made())["partial"] is False
+
+
+def test_junit_and_gradescope_of_a_partial_run_carry_no_level(tmp_path):
+    result = made(**PARTIAL)
+    write_junit(result, tmp_path / "junit.xml")
+    root = ET.parse(tmp_path / "junit.xml").getroot()
+    props = {p.get("name"): p.get("value") for p in root.iter("property")}
+    assert junit_errors(root) == [] and "level" not in props and props["partial"] == "true"
+    results = json.loads(json.dumps(to_gradescope(result)))
+    assert gradescope_errors(results) == []
+    assert results["extra_data"]["level"] is None and results["extra_data"]["partial"] is True
+
+
+@pytest.mark.parametrize("statuses, says", [
+    (["pass"], "item a passes"),
+    (["pass", "pass"], "items a, b pass"),
+    (["pass", "fail", "timeout"], "item a passes; items b, c do not pass"),
+    (["fail"] * 5, "5 items do not pass"),
+], ids=["one", "two", "mixed", "a-count-past-four"])
+def test_partial_verdict_names_what_passes_and_what_does_not(statuses, says):
+    items = [ItemResult(chr(ord("a") + n), "L4", s, 0.0, 1.0, "") for n, s in enumerate(statuses)]
+    assert partial_verdict(items) == says
+
+
+@pytest.mark.parametrize("reached, detected, level, capped_by", [
+    ("L6", ["concat-every-step"], "L5", ["concat-every-step"]),
+    ("L6", ["caches-q", "concat-every-step"], "L4", ["caches-q"]),
+    ("L4", ["concat-every-step"], "L4", []),
+    (None, ["caches-q"], "below L4", []),
+], ids=["lowered", "the-lowest-cap-wins", "cap-above-the-level", "no-level-reached"])
+def test_the_level_names_only_the_tells_that_lowered_it(reached, detected, level, capped_by):
+    rubric = load()
+    top = rubric.levels.index(reached) if reached else -1
+    items = [ItemResult(i.id, i.level, "pass" if rubric.levels.index(i.level) <= top else "fail",
+                        0.0, i.points, "") for i in rubric.track("dense")]
+    tells = [TellResult(t.id, t.id in detected, "") for t in rubric.tells]
+    assert _level(rubric, items, tells) == (level, capped_by)
+
+
+@pytest.mark.parametrize("level, capped_by, says", [
+    ("L5", ["concat-every-step"], "capped at L5 by concat-every-step"),
+    ("L4", [], None),
+], ids=["lowered", "not-lowered"])
+def test_a_cap_shows_only_when_it_lowered_the_level(tmp_path, level, capped_by, says):
+    for output, text in shown(made(level=level, capped_by=capped_by), tmp_path).items():
+        if says:
+            assert says in text, f"{output}:\n{text}"
+        else:
+            assert "capped" not in text, f"{output} names a cap that lowered nothing:\n{text}"
+
+
+def test_a_tell_no_item_looked_for_is_not_checked_rather_than_clear(tmp_path):
+    texts = shown(made(), tmp_path)
+    for output in ("report", "scorecard"):
+        lines = [line for line in texts[output].splitlines() if "shape-only-tests" in line]
+        assert lines and all("not checked" in line and "clear" not in line for line in lines), lines
+    tell = to_json(made())["tells"][2]
+    assert tell["detected"] is False and tell["message"].startswith("not checked")
+
+
+def test_a_file_that_does_not_import_is_reported_once_and_its_items_say_not_run(tmp_path):
+    result = not_importing()
+    for output, text in shown(result, tmp_path).items():
+        assert text.count("SyntaxError") == 1, f"{output} does not give the error once:\n{text}"
+    report = terminal(result)
+    assert report.count("not run:") == len(ITEMS) and "hint:" not in report, report
+    assert set(reasons(shown(result, tmp_path)["scorecard"])) == {"not run: the file does not import"}
+    assert {i["message"] for i in to_json(result)["items"]} == {f"not run: {NOT_IMPORTING}"}
+
+
+def test_long_messages_wrap_in_the_report_rather_than_being_cut():
+    words = " ".join(f"w{n}" for n in range(120))
+    token = "x" * 100 + "END"
+    text = terminal(made(items=[ItemResult("gqa", "L6", "pass", 6.0, 6.0, f"{words} {token}")]))
+    assert "…" not in text
+    assert set(re.findall(r"\bw\d+\b", text)) == {f"w{n}" for n in range(120)}
+    assert token in re.sub(r"[\s│]", "", text), "a word longer than the column folds, whole"
+
+
+@pytest.mark.parametrize("opaque, says", [
+    (wire.Opaque("float32", (2, 3), "cpu", "kv_cache.Agreeable"),
+     "a float32 tensor [2, 3] of type kv_cache.Agreeable (a torch.Tensor subclass)"),
+    (wire.Opaque("float32", (2, 3), "meta", "torch.Tensor"), "a float32 tensor [2, 3] on meta"),
+], ids=["subclass", "other-device"])
+def test_a_tensor_that_arrived_without_data_is_named_once(opaque, says):
+    with pytest.raises(Fail) as caught:
+        tensor(opaque, "attend's output")
+    assert str(caught.value) == f"attend's output is {says}, expected a plain torch.Tensor on the CPU"
+
+
+# --- real grades --------------------------------------------------------------------------------
 
 def test_a_real_grade_writes_all_three_formats(tmp_path):
     result = grade(ROOT / "solutions/kv_cache.py", only={"append-time-dim", "attend-shape"})
     assert [i.status for i in result.items] == ["pass", "pass"]
+    assert result.partial and result.level is None
     write_markdown(result, tmp_path / "scorecard.md")
     write_gradescope(result, tmp_path / "results.json")
     write_junit(result, tmp_path / "junit.xml")
     scorecard = (tmp_path / "scorecard.md").read_text()
     assert "`append-time-dim`" in scorecard and "`attend-shape`" in scorecard
+    assert "**Partial run: items append-time-dim, attend-shape pass**" in scorecard
     results = json.loads((tmp_path / "results.json").read_text())
     assert gradescope_errors(results) == [] and results["score"] == results["extra_data"]["max_score"] == 10.0
     root = ET.parse(tmp_path / "junit.xml").getroot()
     assert junit_errors(root) == [] and root.find("testsuite").get("tests") == "2"
+
+
+def test_a_real_file_that_does_not_import_gives_its_error_once_in_a_short_report():
+    result = grade(ROOT / "tests/hostile/syntax_error.py")
+    assert not result.partial and {i.status for i in result.items} == {"error"}
+    assert {i.message for i in result.items} == {"not run: the file does not import"}
+    assert "SyntaxError: expected ':' (syntax_error.py, line 3)" in result.unavailable
+    assert not any(t.checked for t in result.tells)
+    text = terminal(result)
+    assert text.count("SyntaxError") == 1, text
+    assert len(text) < 8_000, f"{len(text)} characters: the error once, not once an item"
+    assert all("\n" not in i["message"] for i in to_json(result)["items"])

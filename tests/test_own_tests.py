@@ -32,7 +32,7 @@ def test_shape_only_tests_fail_and_show_the_tell():
     item, tells = own_tests(OWN / "shape_only.py")
     assert item.status == "fail"
     assert tells["shape-only-tests"].detected
-    result = grade(REFERENCE, OWN / "shape_only.py", up_to="L5")
+    result = grade(REFERENCE, OWN / "shape_only.py")
     assert result.level == "L4", "the tell caps the level at L4"
 
 

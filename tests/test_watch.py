@@ -1,11 +1,19 @@
-"""`kata grade --watch`: one run at start, one more per settled change, none without a change."""
+"""`kata grade --watch`: one run at start, one more per settled change, none without a change;
+each run's summary opens with a rule and the time, and wraps its messages rather than cut them."""
 
+import io
+import re
 import threading
 import time
 
+from rich.console import Console
+
+from graders.grade import GradeResult, ItemResult
+from graders.report import render_summary
 from graders.watch import watch
 
 POLL = 0.05
+WORDS = " ".join(f"w{n}" for n in range(80))
 
 
 def wait_for(condition, timeout=1.0):
@@ -50,3 +58,29 @@ def test_a_save_still_being_written_is_run_once_it_settles(tmp_path):
 
     assert watch([path], lambda: runs.append(1), poll=0.01, stop=tick) == 2
     assert polls == [1, 1, 1, 2, 2]  # no run while the file was changing, one after it settled
+
+
+def summary(*items: ItemResult) -> str:
+    console = Console(width=60, file=io.StringIO(), record=True)
+    render_summary(GradeResult("kv_cache.py", "below L4", list(items), [], False), console)
+    return console.export_text()
+
+
+def test_each_summary_opens_with_a_rule_and_the_time():
+    first = summary(ItemResult("gqa", "L6", "pass", 6.0, 6.0, "ok")).splitlines()[0]
+    assert re.fullmatch(r"\d\d:\d\d:\d\d ─+", first.rstrip()), first
+
+
+def test_the_summary_wraps_messages_and_never_cuts_them():
+    text = summary(ItemResult("gqa", "L6", "fail", 0.0, 6.0, f"{WORDS}\nsecond line"))
+    assert "…" not in text
+    assert set(re.findall(r"\bw\d+\b", text)) == {f"w{n}" for n in range(80)}, text
+    assert "second line" not in text, "the summary gives each message's first line"
+
+
+def test_the_summary_says_once_why_items_were_not_run():
+    reason = "the file does not import: SyntaxError: expected ':' (kv_cache.py, line 3)"
+    items = [ItemResult(name, "L4", "error", 0.0, 5.0, "not run: the file does not import", reason)
+             for name in ("append-time-dim", "attend-shape")]
+    text = summary(*items)
+    assert text.count("SyntaxError") == 1 and "append-time-dim" not in text, text

@@ -2,8 +2,8 @@
 
 The implementation is installed as module `kv_cache` before pytest starts, so the candidate's
 `from kv_cache import ...` gets it whatever else lies beside the test file. The implementation is
-either a file (``{"path": ...}``, the reference) or source text (``{"source": ..., "name": ...}``,
-a bundled mistake built from the reference).
+source text (``{"source": ..., "name": ...}``: the reference, or a bundled mistake built from
+it), so the worker needs no file of the kata's solutions.
 """
 
 from __future__ import annotations
@@ -56,11 +56,14 @@ def run(test_path: str, implementation: dict, exitfirst: bool = False) -> dict:
     # a candidate's tests get plain pytest (hypothesis still works as a library).
     os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     _install(implementation)
-    sys.path.insert(0, str(Path(test_path).resolve().parent))
+    sys.path.insert(0, str(Path(test_path).resolve().parent))  # helpers beside the tests
     outcomes = _Outcomes()
+    folder = str(Path(test_path).resolve().parent)
+    # No ini file and no conftest.py from the folders above: the tests run as the candidate
+    # wrote them, whatever project they happen to lie in.
     exit_code = pytest.main(
-        [test_path, "-q", "-p", "no:cacheprovider", "-o", "addopts=", "--no-header",
-         "--rootdir", str(Path(test_path).resolve().parent), *(["-x"] if exitfirst else [])],
+        [test_path, "-q", "-p", "no:cacheprovider", "-c", os.devnull, "--confcutdir", folder,
+         "--no-header", "--rootdir", folder, *(["-x"] if exitfirst else [])],
         plugins=[outcomes],
     )
     return {
@@ -73,12 +76,6 @@ def run(test_path: str, implementation: dict, exitfirst: bool = False) -> dict:
 
 
 def _install(implementation: dict) -> None:
-    if "path" in implementation:
-        spec = importlib.util.spec_from_file_location("kv_cache", implementation["path"])
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["kv_cache"] = module
-        spec.loader.exec_module(module)
-        return
     spec = importlib.util.spec_from_loader("kv_cache", loader=None)
     module = importlib.util.module_from_spec(spec)
     module.__file__ = f"<{implementation['name']}>"

@@ -23,12 +23,11 @@ import selectors
 import signal
 import socket
 import sys
-import tempfile
 import time
 import traceback
 from pathlib import Path
 
-from graders.worker import wire
+from graders.worker import limits, wire
 
 STDERR_TAIL = 1500
 
@@ -40,6 +39,7 @@ def main() -> None:
     os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
     os.dup2(2, 1)
     hello = wire.decode(wire.read_frame(proto_in))
+    limits.apply(limits.Limits(**hello["limits"]))
 
     import torch
 
@@ -47,14 +47,15 @@ def main() -> None:
     wire.write_frame(proto_out, {"status": "torch-ready"})
 
     if hello["mode"] == "implementation":
-        module, reply = _load_implementation(hello["path"], hello["module"], hello["names"])
-        wire.write_frame(proto_out, reply)
-        if module is None:
-            return
         from graders.worker import ops
 
         with ops.Allocations():  # the first dispatch mode imports torch._dynamo: once, here
             torch.zeros(1)
+        limits.guard_imports(hello["kata_roots"])
+        module, reply = _load_implementation(hello["path"], hello["module"], hello["names"])
+        wire.write_frame(proto_out, reply)
+        if module is None:
+            return
 
         def job(request):
             return lambda: {"results": ops.execute(module, request["plan"])}
@@ -63,9 +64,11 @@ def main() -> None:
 
         from graders.worker import pytest_runner
 
+        limits.guard_imports(hello["kata_roots"])
+
         def job(request):
             return lambda: pytest_runner.run(request["test_path"], request["implementation"],
-                                           request.get("exitfirst", False))
+                                             request.get("exitfirst", False))
 
     # Everything imported so far is shared by every forked child: move it out of the collector's
     # sight, so a child's gc.collect() (pytest runs several) does not walk all of torch.
@@ -117,15 +120,24 @@ def supervise(jobs, timeout: float, parallel: int):
     while pending or running:
         while pending and len(running) < parallel:
             index, job = pending.pop(0)
-            child = _Child.start(index, job, timeout)
+            try:
+                child = _Child.start(index, job, timeout)
+            except OSError as exc:  # fork failed: the process limit, most likely
+                done[index] = {"status": "crashed", "stderr": "",
+                               "how": f"could not start a process for the call ({exc.strerror})"}, None
+                continue
             running[child.pid] = child
-            selector.register(child.fd, selectors.EVENT_READ, child)
-        wait = max(0.0, min(c.deadline for c in running.values()) - time.monotonic())
-        for key, _ in selector.select(timeout=wait):
-            key.data.read_some()
+            selector.register(child.fd, selectors.EVENT_READ, child.read_answer)
+            selector.register(child.output_fd, selectors.EVENT_READ, child.read_output)
+        if running:
+            wait = max(0.0, min(c.deadline for c in running.values()) - time.monotonic())
+            for key, _ in selector.select(timeout=wait):
+                key.data()
         for child in list(running.values()):
             if child.answered or child.eof or time.monotonic() >= child.deadline:
-                selector.unregister(child.fd)
+                for fd in (child.fd, child.output_fd):
+                    if fd in selector.get_map():
+                        selector.unregister(fd)
                 del running[child.pid]
                 done[child.index] = child.finish()
         while next_to_yield in done:
@@ -134,35 +146,46 @@ def supervise(jobs, timeout: float, parallel: int):
 
 
 class _Child:
-    """One forked child: its result pipe, its stderr file and its deadline."""
+    """One forked child: its result pipe, the tail of what it printed, and its deadline."""
 
     @classmethod
     def start(cls, index: int, job, timeout: float) -> "_Child":
         read_fd, write_fd = os.pipe()
-        log_fd, log_path = tempfile.mkstemp(prefix="kata-child-", suffix=".log")
-        pid = _fork()
+        output_r, output_w = os.pipe()
+        try:
+            pid = _fork()
+        except OSError:
+            for fd in (read_fd, write_fd, output_r, output_w):
+                os.close(fd)
+            raise
         if pid == 0:
-            _run_child(job, read_fd, write_fd, log_fd)
+            _run_child(job, read_fd, write_fd, output_w)
         os.close(write_fd)
-        os.close(log_fd)
+        os.close(output_w)
         try:
             os.setpgid(pid, pid)
         except OSError:
             pass  # the child already did it, or already exited
-        return cls(index, pid, read_fd, log_path, time.monotonic() + timeout, timeout)
+        return cls(index, pid, read_fd, output_r, time.monotonic() + timeout, timeout)
 
-    def __init__(self, index, pid, fd, log_path, deadline, timeout):
-        self.index, self.pid, self.fd, self.log_path = index, pid, fd, log_path
+    def __init__(self, index, pid, fd, output_fd, deadline, timeout):
+        self.index, self.pid, self.fd, self.output_fd = index, pid, fd, output_fd
         self.deadline, self.timeout = deadline, timeout
         self.buffer = bytearray()
+        self.output = bytearray()
         self.eof = False
 
-    def read_some(self) -> None:
+    def read_answer(self) -> None:
         chunk = os.read(self.fd, 1 << 20)
         if chunk:
             self.buffer += chunk
         else:
             self.eof = True
+
+    def read_output(self) -> None:
+        """Keep only the tail of what the child prints: a flood costs reading, not memory."""
+        chunk = os.read(self.output_fd, 1 << 16)
+        self.output = (self.output + chunk)[-STDERR_TAIL:]
 
     @property
     def answered(self) -> bool:
@@ -178,7 +201,8 @@ class _Child:
             pass
         _, status = _waitpid(self.pid, 0)
         os.close(self.fd)
-        stderr = _tail(self.log_path)
+        os.close(self.output_fd)
+        stderr = self.output.decode(errors="replace")
         if timed_out:
             return {"status": "timeout", "seconds": self.timeout, "stderr": stderr}, None
         if self.answered:
@@ -186,16 +210,19 @@ class _Child:
         return {"status": "crashed", "how": _how_it_ended(status), "stderr": stderr}, None
 
 
-def _run_child(job, read_fd: int, write_fd: int, log_fd: int) -> None:
+def _run_child(job, read_fd: int, write_fd: int, output_fd: int) -> None:
     """In the forked child: run the job, send one frame, leave without cleanup handlers."""
     try:
         os.setpgid(0, 0)
         os.close(read_fd)
-        os.dup2(log_fd, 1)
-        os.dup2(log_fd, 2)
+        os.dup2(output_fd, 1)
+        os.dup2(output_fd, 2)
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         try:
             frame = wire.encode(job())
+            if len(frame) > wire.MAX_FRAME_BYTES:
+                frame = wire.encode({"error": f"the result is {len(frame) >> 20} MiB, more than "
+                                              f"the {wire.MAX_FRAME_BYTES >> 20} MiB a reply may carry"})
         except BaseException as exc:  # noqa: BLE001 - the child must always answer or die
             frame = wire.encode({"error": "".join(traceback.format_exception_only(type(exc), exc))})
         wire.write_all(write_fd, frame)
@@ -211,16 +238,6 @@ def _how_it_ended(status: int) -> str:
         except ValueError:
             return f"killed by signal {number}"
     return f"exited with code {os.WEXITSTATUS(status)} before answering"
-
-
-def _tail(path: str) -> str:
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - STDERR_TAIL))
-            return f.read().decode(errors="replace")
-    finally:
-        os.unlink(path)
 
 
 def spawner(sock_fd: int) -> None:

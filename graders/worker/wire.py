@@ -41,7 +41,7 @@ DTYPES = {
 }
 DTYPE_NAMES = {dtype: name for name, dtype in DTYPES.items()}
 
-MAX_FRAME_BYTES = 1 << 31
+MAX_FRAME_BYTES = 1 << 28  # 256 MiB: more than any case sends, and a cap on what a reply can cost
 _HEADER = struct.Struct(">Q")
 
 

@@ -1,0 +1,88 @@
+"""What a worker may use, applied to itself before any candidate code runs.
+
+`Limits` travels in the worker's hello frame; `apply` turns it into rlimits, which every process
+the candidate starts inherits. `guard_imports` keeps the kata's own modules (the judge, the
+hidden cases, the solutions) out of the candidate's reach, for the process fallback where their
+files are on the disk the worker sees; under bubblewrap they are not there at all.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import sys
+from dataclasses import asdict, dataclass
+
+MIB = 1 << 20
+
+
+@dataclass(frozen=True)
+class Limits:
+    """`memory`: bytes of data (heap, anonymous mappings) each process may hold; `processes`:
+    how many processes the worker may add to those its user already runs; `file_size`: bytes
+    of any file it writes; `cpu_seconds`: CPU time of each process. Core dumps are always off."""
+
+    memory: int = 4 << 30
+    processes: int = 64
+    file_size: int = 64 * MIB
+    cpu_seconds: int = 600
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def apply(limits: Limits) -> None:
+    """Set this process's rlimits from `limits` (inherited by every process it starts)."""
+    _set(resource.RLIMIT_DATA, limits.memory)
+    _set(resource.RLIMIT_FSIZE, limits.file_size)
+    _set(resource.RLIMIT_CPU, limits.cpu_seconds)
+    _set(resource.RLIMIT_CORE, 0)
+    # RLIMIT_NPROC counts every process of this user, so the limit is what runs now plus ours.
+    _set(resource.RLIMIT_NPROC, _processes_of(os.getuid()) + limits.processes)
+
+
+def _set(which: int, value: int) -> None:
+    _, hard = resource.getrlimit(which)
+    if hard != resource.RLIM_INFINITY:
+        value = min(value, hard)
+    resource.setrlimit(which, (value, value))
+
+
+def _processes_of(uid: int) -> int:
+    count = 0
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                count += entry.stat().st_uid == uid
+            except OSError:
+                pass  # it ended while we looked
+    return count
+
+
+class KataImportBlocked(ImportError):
+    """The candidate's code tried to import part of the kata other than its worker side."""
+
+
+class _KataGuard:
+    """A meta-path finder that refuses the kata's judge side, hidden cases and solutions."""
+
+    ALLOWED = ("graders.worker",)
+    BLOCKED = ("graders", "solutions", "benchmarks", "cli", "starter", "rubric")
+
+    @classmethod
+    def find_spec(cls, name, path=None, target=None):
+        top = name.split(".")[0]
+        if top not in cls.BLOCKED or name == "graders" or name.startswith(cls.ALLOWED):
+            return None
+        raise KataImportBlocked(f"import of {name!r} refused: a candidate's file may not use "
+                                "the kata's graders, hidden cases or solutions")
+
+
+def guard_imports(kata_roots: list[str]) -> None:
+    """Take `kata_roots` (the folders holding the kata's packages) off sys.path and refuse
+    imports of the kata's modules from here on; what is already imported stays usable."""
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") not in kata_roots]
+    for name in [n for n in sys.modules if n.split(".")[0] in _KataGuard.BLOCKED
+                 and n != "graders" and not n.startswith(_KataGuard.ALLOWED)]:
+        del sys.modules[name]
+    sys.meta_path.insert(0, _KataGuard)
