@@ -10,13 +10,20 @@
     kata bench [PATH ...]         decode-step speed and memory: the solutions, your files, peers
 
 Exit codes of `grade` (the kata contract, section 3): 0 every item passes, 1 some item does not,
-2 usage error, 4 the grader itself broke.
+2 usage error, 4 the grader itself broke (or the installation lacks one of the kata's files).
+
+Every path on the command line is the user's: each command resolves its path arguments and
+options against the folder it runs in (`_here`) before anything else, and passes on only
+absolute paths. Every output file is checked for writability before any grading or benching.
 """
 
 from __future__ import annotations
 
 import json
+import shlex
 import sys
+from contextlib import nullcontext
+from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -25,18 +32,35 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn
 from rich.text import Text
 
+from graders import bundled
+
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Practice kata: incremental decoding with a KV cache.")
 
-ROOT = Path(__file__).resolve().parent
 SOLUTIONS = {  # in the order a learner reads them
-    "concat": ROOT / "solutions" / "concat_kv_cache.py",
-    "preallocated": ROOT / "solutions" / "kv_cache.py",
-    "paged": ROOT / "solutions" / "paged_kv_cache.py",
-    "fused": ROOT / "benchmarks" / "fused_attention.py",
-    "tests": ROOT / "solutions" / "test_kv_cache.py",
+    "concat": bundled.SOLUTIONS / "concat_kv_cache.py",
+    "preallocated": bundled.SOLUTIONS / "kv_cache.py",
+    "paged": bundled.SOLUTIONS / "paged_kv_cache.py",
+    "fused": bundled.FUSED_ATTENTION,
+    "tests": bundled.SOLUTIONS / "test_kv_cache.py",
 }
 USAGE_ERROR = 2
+BROKEN = 4  # the kata itself, never the user or the candidate
+DEFAULT_IMPORT_TIMEOUT = 60.0  # graders.grade.DEFAULT_IMPORT_TIMEOUT (not imported: it loads torch)
+
+
+class SandboxMode(str, Enum):
+    """--sandbox: see graders.isolation.Sandbox."""
+
+    auto = "auto"
+    require = "require"
+    process = "process"
+
+
+SANDBOX_HELP = ("How the candidate's code is walled off: 'auto' (bubblewrap where it works, else "
+                "the process fallback), 'require' (refuse to run without bubblewrap) or "
+                "'process' (the fallback).")
+MEMORY_HELP = "GiB of memory each process the candidate's code runs in may use."
 
 
 def _console(stderr: bool = False) -> Console:
@@ -48,8 +72,42 @@ def _console(stderr: bool = False) -> Console:
 
 
 def _usage_error(message: str) -> None:
-    _console(stderr=True).print(Text(f"kata: error: {message}"))
+    _console(stderr=True).print(Text(f"kata: error: {message}"), soft_wrap=True)
     raise typer.Exit(USAGE_ERROR)
+
+
+@app.callback()
+def _installation() -> None:
+    """Refuse, with exit code 4 and one line, to run on an installation missing the kata's files."""
+    try:
+        bundled.check()
+    except bundled.KataFileMissing as exc:
+        _console(stderr=True).print(Text(f"kata: {exc}"), soft_wrap=True)
+        raise typer.Exit(BROKEN) from None
+
+
+def _here(path: Path | None) -> Path | None:
+    """`path` as the user meant it: relative to the folder the command runs in (the kata
+    contract, section 3), made absolute; None stays None."""
+    return None if path is None else Path.cwd() / path
+
+
+def _check_writable(option: str, path: Path | None) -> None:
+    """Nothing when `path` is None or can be written as a file; else a one-line error, exit 2."""
+    from graders.output_files import OutputError, check_writable
+
+    try:
+        if path is not None:
+            check_writable(path)
+    except OutputError as exc:
+        _usage_error(f"{option}: {exc}")
+
+
+def _sandbox(mode: SandboxMode, memory_gib: float):
+    """The graders.isolation.Sandbox of the --sandbox and --memory options."""
+    from graders.isolation import GIB, Sandbox
+
+    return Sandbox(mode=mode.value, memory=int(memory_gib * GIB))
 
 
 @app.command()
@@ -84,16 +142,24 @@ def grade(
         "--junit", help="Also write JUnit XML, for CI systems.")] = None,
     timeout: Annotated[float, typer.Option(
         help="Seconds one batch of the candidate's calls may take.", min=0.1)] = 10.0,
+    import_timeout: Annotated[float, typer.Option(
+        help="Seconds the candidate's file may take to import (apart from --timeout, which "
+        "limits each batch of calls).", min=0.1)] = DEFAULT_IMPORT_TIMEOUT,
+    sandbox: Annotated[SandboxMode, typer.Option(help=SANDBOX_HELP)] = SandboxMode.auto,
+    memory: Annotated[float, typer.Option(help=MEMORY_HELP, min=0.1)] = 4.0,
 ) -> None:
     """Grade an implementation and print a rubric-scored report."""
+    from graders.isolation import SandboxUnavailable
     from graders.rubric import load
-    from graders.workspace import default_target
 
+    shown = path  # the report names the file as the user typed it
+    path, tests, graders = _here(path), _here(tests), _here(graders)
+    json_path, markdown, junit = _here(json_path), _here(markdown), _here(junit)
     rubric = load()
     if track not in ("dense", "serving"):
         _usage_error(f"--track {track!r}: choose 'dense' or 'serving'")
     if path is None:
-        path, default_tests = default_target(Path.cwd(), track)
+        path, default_tests = _default_target(track)
         tests = tests or default_tests
     implementation = _python_file(path, "implementation")
     tests = _python_file(tests, "test file") if tests else _beside(implementation)
@@ -110,27 +176,52 @@ def grade(
         _usage_error(f"--graders {graders} is not a folder")
     if output_format not in ("kata", "gradescope"):
         _usage_error(f"--format {output_format!r}: choose 'kata' or 'gradescope'")
+    if output_format == "gradescope" and json_path is None:
+        json_path = Path.cwd() / "results.json"
+    for option, output in (("--json", json_path), ("--markdown", markdown), ("--junit", junit)):
+        _check_writable(option, output)
 
     def run_once() -> int:
-        return _grade_and_report(implementation, tests, track=track, hidden=hidden,
-                                 extra_graders=graders,
+        return _grade_and_report(implementation, tests, shown=str(shown or implementation),
+                                 track=track, hidden=hidden, extra_graders=graders,
                                  only=set(item) if item else None, up_to=level,
-                                 exitfirst=exitfirst, timeout=timeout, json_path=json_path,
-                                 output_format=output_format, markdown=markdown, junit=junit,
-                                 brief=watch)
+                                 exitfirst=exitfirst, timeout=timeout,
+                                 import_timeout=import_timeout, sandbox=_sandbox(sandbox, memory),
+                                 json_path=json_path, output_format=output_format,
+                                 markdown=markdown, junit=junit, brief=watch)
 
-    if not watch:
-        raise typer.Exit(run_once())
-    from graders.watch import watch as watch_files
+    try:
+        if not watch:
+            raise typer.Exit(run_once())
+        from graders.watch import watch as watch_files
 
-    _console().print(Text(f"watching {implementation}" + (f" and {tests}" if tests else "")
-                          + " (Ctrl-C to stop)"))
-    watch_files([p for p in (implementation, tests) if p], run_once)
+        _console().print(Text(f"watching {implementation}" + (f" and {tests}" if tests else "")
+                              + " (Ctrl-C to stop)"))
+        watch_files([p for p in (implementation, tests) if p], run_once)
+    except SandboxUnavailable as exc:
+        _usage_error(str(exc))
 
 
-def _grade_and_report(implementation: Path, tests: Path | None, *, json_path: Path | None,
-                      output_format: str, markdown: Path | None, junit: Path | None,
-                      brief: bool, **options) -> int:
+def _default_target(track: str) -> tuple[Path, Path | None]:
+    """What `kata grade` without PATH grades here; a one-line error, exit 2, when nothing."""
+    from graders.workspace import default_target
+
+    found = default_target(Path.cwd(), track)
+    if found is None:
+        name = "paged_kv_cache.py" if track == "serving" else "kv_cache.py"
+        _usage_error(f"no {name} here ({Path.cwd()}): make a workspace with `kata init DIR` "
+                     "and grade inside it, or name the file: `kata grade PATH`")
+    return found
+
+
+def _grade_and_report(implementation: Path, tests: Path | None, *, shown: str,
+                      json_path: Path | None, output_format: str, markdown: Path | None,
+                      junit: Path | None, brief: bool, **options) -> int:
+    """Grade, print the report (or, when `brief`, its summary) and write the files asked for.
+
+    Every path is absolute; `shown` is how the report names the implementation."""
+    from dataclasses import replace
+
     from graders import report
     from graders.grade import grade as run_grade
 
@@ -139,23 +230,24 @@ def _grade_and_report(implementation: Path, tests: Path | None, *, json_path: Pa
                         MofNCompleteColumn(), console=console, transient=True,
                         disable=not console.is_terminal)
     with progress:
-        task = progress.add_task(f"grading {implementation}", total=None)
+        task = progress.add_task(f"grading {shown}", total=None)
 
         def advance(result) -> None:
             progress.update(task, advance=1, description=f"graded {result.id}")
 
-        result = run_grade(implementation, tests, on_item=advance, **options)
+        result = replace(run_grade(implementation, tests, on_item=advance, **options),
+                         implementation=shown)
 
     if brief:
         report.render_summary(result, console)
     else:
-        console.print(Text.assemble(("kata grade ", "bold"), str(implementation),
+        console.print(Text.assemble(("kata grade ", "bold"), shown,
                                     f"  (tests: {tests})" if tests else "  (no test file)"))
         report.render(result, console)
     if output_format == "gradescope":
         from graders.gradescope import write_gradescope
 
-        write_gradescope(result, json_path or Path("results.json"))
+        write_gradescope(result, json_path)
     elif json_path:
         report.write_json(result, json_path)
     if markdown:
@@ -175,13 +267,14 @@ def init(directory: Annotated[Path, typer.Argument(help="Where to create the wor
     from graders.workspace import init_workspace
 
     try:
-        written = init_workspace(directory)
-    except FileExistsError as exc:
-        _usage_error(str(exc))
+        written = init_workspace(_here(directory))
+    except OSError as exc:  # ours carry a sentence; the operating system's, an errno
+        reason = exc.strerror and f"{exc.strerror} ({exc.filename})"
+        _usage_error(f"cannot make a workspace in {directory}: {reason}" if reason else str(exc))
     console = _console()
     for path in written:
-        console.print(Text(f"created {path}"))
-    console.print(Text(f"\nNext: cd {directory} && kata grade"))
+        console.print(Text(f"created {directory / path.name}"))
+    console.print(Text(f"\nNext: cd {shlex.quote(str(directory))} && kata grade"))
 
 
 @app.command()
@@ -217,12 +310,20 @@ def solution(
     name: Annotated[str, typer.Argument(
         help=f"One of: {', '.join(SOLUTIONS)}.")] = "preallocated",
 ) -> None:
-    """Print a reference solution with syntax highlighting (learners: see solutions/README.md)."""
+    """Print a reference solution (learners: see solutions/README.md).
+
+    In a terminal, highlighted; otherwise the file's exact source, so that
+    `kata solution concat > f.py` makes a file to grade."""
     from rich.syntax import Syntax
 
     if name not in SOLUTIONS:
         _usage_error(f"no solution {name!r}: choose one of {', '.join(SOLUTIONS)}")
     path = SOLUTIONS[name]
+    if not sys.stdout.isatty():
+        sys.stdout.flush()
+        sys.stdout.buffer.write(path.read_bytes())
+        sys.stdout.flush()
+        return
     _console().print(Syntax(path.read_text(), "python", line_numbers=True, word_wrap=True))
 
 
@@ -234,24 +335,38 @@ def grade_all(
     out: Annotated[Path, typer.Option(help="Where summary.csv and summary.md go.")] = Path("."),
     timeout: Annotated[float, typer.Option(
         help="Seconds one batch of a candidate's calls may take.", min=0.1)] = 10.0,
+    import_timeout: Annotated[float, typer.Option(
+        help="Seconds a candidate's file may take to import (apart from --timeout, which "
+        "limits each batch of calls).", min=0.1)] = DEFAULT_IMPORT_TIMEOUT,
+    sandbox: Annotated[SandboxMode, typer.Option(help=SANDBOX_HELP)] = SandboxMode.auto,
+    memory: Annotated[float, typer.Option(help=MEMORY_HELP, min=0.1)] = 4.0,
 ) -> None:
     """Grade every submission folder (one holding kv_cache.py) under DIRECTORY."""
     from graders import batch
+    from graders.isolation import SandboxUnavailable
     from graders.workers import warm_workers
 
+    directory, out = _here(directory), _here(out)
     if not directory.is_dir():
         _usage_error(f"{directory} is not a folder")
     submissions = batch.find_submissions(directory)
     if not submissions:
         _usage_error(f"no folder under {directory} holds a kv_cache.py")
+    _check_output_folder("--out", out, ["summary.csv", "summary.md"])
     console = _console()
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
                   MofNCompleteColumn(), console=console,
                   disable=not console.is_terminal) as progress:
         task = progress.add_task("grading submissions", total=len(submissions))
-        with warm_workers():
-            outcomes = batch.grade_all(submissions, jobs, hidden=hidden, timeout=timeout,
-                                       on_done=lambda outcome: progress.advance(task))
+        try:
+            isolation = _sandbox(sandbox, memory)
+            # Process-isolated workers fork from one warm process; each sandbox starts its own.
+            with warm_workers() if isolation.resolve() == "process" else nullcontext():
+                outcomes = batch.grade_all(submissions, jobs, hidden=hidden, timeout=timeout,
+                                           import_timeout=import_timeout, sandbox=isolation,
+                                           on_done=lambda outcome: progress.advance(task))
+        except SandboxUnavailable as exc:
+            _usage_error(str(exc))
     out.mkdir(parents=True, exist_ok=True)
     batch.write_summary(outcomes, out / "summary.csv", out / "summary.md")
     console.print(Text((out / "summary.md").read_text()))
@@ -281,6 +396,8 @@ def bench(
         help="Write a PNG plot (needs matplotlib: pip install -e '.\\[bench]').")] = None,
     timeout: Annotated[float, typer.Option(
         help="Seconds one call into a subject may take.", min=0.1)] = 120.0,
+    sandbox: Annotated[SandboxMode, typer.Option(help=SANDBOX_HELP)] = SandboxMode.auto,
+    memory: Annotated[float, typer.Option(help=MEMORY_HELP, min=0.1)] = 4.0,
 ) -> None:
     """Measure ms per decode step (append one token, then attend) and memory held, against bare
     attention, the pure read of K and V, and Hugging Face's caches."""
@@ -288,6 +405,10 @@ def bench(
     from benchmarks import plot as plotting
     from benchmarks import report
     from benchmarks.subjects import SHAPES
+    from graders.isolation import SandboxUnavailable
+    from graders.output_files import write_atomically
+
+    paths, json_path, plot = [_here(path) for path in paths or []], _here(json_path), _here(plot)
 
     def listed(text: str, known, what: str) -> list[str]:
         names = [name.strip() for name in text.split(",") if name.strip()]
@@ -304,15 +425,17 @@ def bench(
         _usage_error(f"--lengths {lengths!r}: give positive integers, comma-separated")
     chosen = set(listed(subjects, benchmark.BUNDLED_IDS, "subject") if subjects
                  else benchmark.BUNDLED_IDS)
-    if not paths and Path("kv_cache.py").is_file():
-        paths = [Path("kv_cache.py")]  # a workspace: the candidate's own file
-    candidates = [_python_file(path, "candidate file") for path in paths or []]
+    if not paths and (Path.cwd() / "kv_cache.py").is_file():
+        paths = [Path.cwd() / "kv_cache.py"]  # a workspace: the candidate's own file
+    candidates = [_python_file(path, "candidate file") for path in paths]
+    _check_writable("--json", json_path)
+    _check_writable("--plot", plot)
     settings = benchmark.Settings(
         lengths=sizes, dtypes=listed(dtypes, ("float32", "bfloat16", "float16"), "dtype"),
         shapes=listed(shapes, list(SHAPES), "shape"),
         subjects=[s for s in benchmark.BUNDLED if s.id in chosen]
         + benchmark.candidate_specs(candidates),
-        warmup=warmup, reps=reps, timeout=timeout)
+        warmup=warmup, reps=reps, timeout=timeout, sandbox=_sandbox(sandbox, memory))
 
     console = _console()
     progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
@@ -329,12 +452,14 @@ def bench(
 
         try:
             result = benchmark.run(settings, on_event)
+        except SandboxUnavailable as exc:
+            _usage_error(str(exc))
         except RuntimeError as exc:
             console.print(Text(f"kata bench: {exc}", style="red"))
-            raise typer.Exit(4) from None
+            raise typer.Exit(BROKEN) from None
     report.render(result, console)
     if json_path:
-        json_path.write_text(json.dumps(report.to_json(result), indent=2) + "\n")
+        write_atomically(json_path, json.dumps(report.to_json(result), indent=2) + "\n")
         console.print(Text(f"wrote {json_path}"))
     if plot is not None:
         try:
@@ -361,6 +486,19 @@ def _python_file(path: Path, what: str) -> Path:
     if path.suffix != ".py":
         _usage_error(f"{what} {path} is not a Python file (.py)")
     return path
+
+
+def _check_output_folder(option: str, folder: Path, names: list[str]) -> None:
+    """Nothing when `folder` is, or can be made, a folder where `names` can be written; else a
+    one-line error, exit 2. Nothing is created."""
+    from graders.output_files import OutputError, check_writable, check_writable_folder
+
+    try:
+        check_writable_folder(folder)
+        for name in names if folder.is_dir() else ():
+            check_writable(folder / name)
+    except OutputError as exc:
+        _usage_error(f"{option}: {exc}")
 
 
 def _beside(implementation: Path) -> Path | None:

@@ -12,20 +12,24 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 from benchmarks.timing import Summary
+from graders import bundled, isolation
+from graders.isolation import Sandbox
+from graders.workers import OutputTail
 from graders.worker import wire
 
-ROOT = Path(__file__).resolve().parent.parent
-SOLUTIONS = ROOT / "solutions"
+SOLUTIONS = bundled.SOLUTIONS
 START_SECONDS = 60.0  # the bench process imports torch (and transformers) before its first event
+# The bench process checks first outputs with the judge's tolerances: it sees the graders whole
+# (read-only). It measures, it does not grade: nothing it computes reaches a verdict.
+BENCH_CODE = ("graders", "benchmarks")
+BENCH_CPU_SECONDS = 3600  # one bench process measures every cell: far more than a grade's call
+BENCH_TMP_BYTES = 1 << 30  # torch.compile writes a precompiled header of over 64 MiB to /tmp
 
 
 @dataclass(frozen=True)
@@ -76,6 +80,7 @@ class Settings:
     warmup: int = 3
     reps: int = 15
     timeout: float = 120.0  # seconds one call into a subject may take
+    sandbox: Sandbox = Sandbox()  # how candidate files are walled off, and their memory limit
 
     @property
     def cells(self) -> list[Cell]:
@@ -150,20 +155,29 @@ def run(settings: Settings, on_event: Callable[[dict], None] = lambda event: Non
 class _BenchProcess:
     def __init__(self, settings: Settings, subjects: list[SubjectSpec], first_cell: int):
         self.timeout, self.first_cell = settings.timeout, first_cell
-        self.stderr = tempfile.TemporaryFile()
+        self.stderr = OutputTail()
         stdin_r, self.to_runner = os.pipe()
         self.from_runner, stdout_w = os.pipe()
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "benchmarks.runner"], stdin=stdin_r, stdout=stdout_w,
-            stderr=self.stderr, cwd=ROOT, start_new_session=True,
-            env=dict(os.environ, PYTHONPATH=os.pathsep.join(
-                p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)))
+        stderr_r, stderr_w = os.pipe()
+        sandbox = settings.sandbox
+        self.launch = isolation.launch(
+            sandbox.resolve(), "benchmarks.runner", code=BENCH_CODE, tmp_bytes=BENCH_TMP_BYTES,
+            files=sorted({Path(spec.path) for spec in subjects if spec.path}))
+        self.process = isolation.start(
+            self.launch.argv, stdin=stdin_r, stdout=stdout_w, stderr=stderr_w,
+            env=self.launch.env, cwd=self.launch.cwd, pass_fds=self.launch.pass_fds,
+            start_new_session=True)
+        self.launch.close_fds()
+        os.close(stderr_w)
+        self.stderr.drain(stderr_r)
         os.close(stdin_r)
         os.close(stdout_w)
         wire.write_frame(self.to_runner, {
             "cells": [vars(cell) for cell in settings.cells], "first_cell": first_cell,
             "subjects": [vars(spec) for spec in subjects],
-            "warmup": settings.warmup, "reps": settings.reps})
+            "warmup": settings.warmup, "reps": settings.reps,
+            "limits": settings.sandbox.limits(cpu_seconds=BENCH_CPU_SECONDS,
+                                              file_size=BENCH_TMP_BYTES).to_dict()})
 
     def follow(self, result: BenchResult, on_event) -> int | None:
         """Record events until "done" (None), or until the process hangs or dies: then mark the
@@ -203,6 +217,8 @@ class _BenchProcess:
         else:
             self.process.wait()
             code = self.process.returncode
+            if code > 128 and self.launch.argv[0] == "bwrap":  # bwrap exits 128 + the signal
+                code = 128 - code
             what = (f"killed the bench process ({signal.Signals(-code).name})" if code < 0
                     else f"ended the bench process (exit code {code})")
         when = "while loading" if cell is None else f"at {result.settings.cells[cell]}"
@@ -211,17 +227,18 @@ class _BenchProcess:
         return self.first_cell if cell is None else cell
 
     def _stderr_tail(self) -> str:
-        self.stderr.seek(0)
-        lines = [line for line in self.stderr.read().decode(errors="replace").splitlines()
-                 if line.strip()]
+        lines = [line for line in self.stderr.text().splitlines() if line.strip()]
         return (": " + " | ".join(lines[-2:])[-300:]) if lines else ""
 
     def kill(self) -> None:
+        """Kill the bench process and everything its subjects started."""
         try:
             os.killpg(self.process.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
         self.process.wait()
+        isolation.forget(self.process.pid)
+        isolation.reap_strays()
+        self.launch.cleanup()
         for fd in (self.to_runner, self.from_runner):
             os.close(fd)
-        self.stderr.close()

@@ -7,6 +7,7 @@ different threads are independent; a thread pool is all the parallelism needed.
 from __future__ import annotations
 
 import csv
+import io
 import traceback
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
@@ -14,7 +15,9 @@ from pathlib import Path, PurePosixPath
 from typing import Callable
 
 from graders import rubric as rubric_data
-from graders.grade import DEFAULT_TIMEOUT, GradeResult, grade
+from graders.grade import DEFAULT_IMPORT_TIMEOUT, DEFAULT_TIMEOUT, GradeResult, grade
+from graders.isolation import Sandbox, SandboxUnavailable
+from graders.output_files import write_atomically
 from graders.report import STATUS_STYLE
 
 IMPLEMENTATION = "kv_cache.py"
@@ -55,18 +58,24 @@ def find_submissions(root: Path) -> list[Submission]:
 
 
 def grade_all(submissions: list[Submission], jobs: int, *, hidden: bool = False,
-              timeout: float = DEFAULT_TIMEOUT,
+              timeout: float = DEFAULT_TIMEOUT, import_timeout: float = DEFAULT_IMPORT_TIMEOUT,
+              sandbox: Sandbox = Sandbox(),
               on_done: Callable[[Outcome], None] | None = None) -> list[Outcome]:
     """Grade `submissions` with `jobs` threads; one Outcome each, in the submissions' order.
 
+    `hidden`, `timeout`, `import_timeout` and `sandbox` are passed to every `grade`.
     `on_done(outcome)` is called in the calling thread as each grade finishes. A grade that
-    raises becomes an Outcome with `error` and the others go on. If the caller is interrupted
-    (or `on_done` raises), grades not yet started are cancelled and running ones are waited for.
+    raises becomes an Outcome with `error` and the others go on, except SandboxUnavailable
+    (the sandbox asked for cannot run here, for any submission), which is raised. If the caller
+    is interrupted (or `on_done` or a grade raises), grades not yet started are cancelled and
+    running ones are waited for.
     """
+    options = {"hidden": hidden, "timeout": timeout, "import_timeout": import_timeout,
+               "sandbox": sandbox}
     outcomes: list[Outcome | None] = [None] * len(submissions)
     pool = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="kata-grade")
     try:
-        futures = {pool.submit(_grade_one, s, hidden, timeout): n for n, s in enumerate(submissions)}
+        futures = {pool.submit(_grade_one, s, options): n for n, s in enumerate(submissions)}
         for future in as_completed(futures):
             outcome = outcomes[futures[future]] = future.result()
             if on_done:
@@ -76,10 +85,11 @@ def grade_all(submissions: list[Submission], jobs: int, *, hidden: bool = False,
     return outcomes
 
 
-def _grade_one(submission: Submission, hidden: bool, timeout: float) -> Outcome:
+def _grade_one(submission: Submission, options: dict) -> Outcome:
     try:
-        return Outcome(submission, grade(submission.implementation, submission.tests,
-                                         hidden=hidden, timeout=timeout))
+        return Outcome(submission, grade(submission.implementation, submission.tests, **options))
+    except SandboxUnavailable:
+        raise
     except Exception:
         return Outcome(submission, error="grading raised: " + traceback.format_exc(limit=-3))
 
@@ -95,10 +105,11 @@ def write_summary(outcomes: list[Outcome], csv_path: Path, markdown_path: Path) 
     item_ids = [item.id for item in rubric_data.load().items]
     rows = [_row(o, item_ids) for o in sorted(outcomes, key=lambda o: _sort_key(o.submission.name))]
     header = ["submission", "level", "score", "max_score", *item_ids, "tells", "error"]
-    with csv_path.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=header)
-        writer.writeheader()
-        writer.writerows(rows)
+    table = io.StringIO(newline="")
+    writer = csv.DictWriter(table, fieldnames=header)
+    writer.writeheader()
+    writer.writerows(rows)
+    write_atomically(csv_path, table.getvalue())
 
     lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
     for row in rows:
@@ -106,7 +117,7 @@ def write_summary(outcomes: list[Outcome], csv_path: Path, markdown_path: Path) 
                  "tells": row["tells"].replace(";", ", "),
                  "error": row["error"].strip().splitlines()[-1] if row["error"] else ""}
         lines.append("| " + " | ".join(_md_cell(cells[h]) for h in header) + " |")
-    markdown_path.write_text("\n".join(lines) + "\n")
+    write_atomically(markdown_path, "\n".join(lines) + "\n")
 
 
 def _sort_key(name: str) -> tuple[str, ...]:

@@ -31,13 +31,13 @@ from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
-import graders
 import graders.worker
+from graders import bundled
 from graders.worker.limits import Limits
 
 GIB = 1 << 30
 MODES = ("auto", "require", "process")
-KATA = Path(graders.__file__).resolve().parent.parent  # the folder holding the graders package
+KATA = bundled.PACKAGES  # the folder holding the graders and benchmarks packages
 WORKER_SIDE = Path(graders.worker.__file__).resolve().parent
 SANDBOX_CODE = "/kata"  # where the sandbox sees the worker side (and the bench's code)
 TMP_BYTES = 256 << 20  # the sandbox's private /tmp lives in memory: this is its size
@@ -166,7 +166,7 @@ def _bwrap_launch(module: str | None, files: list[Path], code, tmp_bytes: int) -
         args += tree.bind(folder, folder)
     for hidden in _kata_paths():  # the kata, where it lies inside the Python environment
         if any(_inside(hidden, folder) for folder in python_dirs):
-            args += ["--tmpfs", hidden] if os.path.isdir(hidden) else ["--ro-bind", "/dev/null", hidden]
+            args += tree.mask(hidden)
     fds = []
     for package in code:
         if package == "graders.worker":  # the worker side alone, in an empty graders package
@@ -204,6 +204,7 @@ class _Tree:
 
     def __init__(self):
         self.binds: list[str] = ["/proc", "/dev"]
+        self.masks: list[str] = []
         self.made: set[str] = {"/tmp"}
 
     def bind(self, source: str, dest: str) -> list[str]:
@@ -211,12 +212,21 @@ class _Tree:
         self.binds.append(dest)
         return args
 
+    def mask(self, path: str) -> list[str]:
+        """Hide what lies at `path` inside a bind: an empty folder, or an empty file."""
+        if not os.path.isdir(path):
+            return ["--ro-bind", "/dev/null", path]
+        self.masks.append(path)
+        return ["--tmpfs", path]
+
     def parents(self, dest: str) -> list[str]:
         args = []
         parts = Path(dest).parts
         for depth in range(2, len(parts)):
             folder = str(Path(*parts[:depth]))
-            if folder in self.made or any(_inside(folder, b) for b in self.binds):
+            shown = (any(_inside(folder, b) for b in self.binds)
+                     and not any(_inside(folder, m) for m in self.masks))
+            if folder in self.made or shown:
                 continue
             args += ["--perms", "0755", "--dir", folder]
             self.made.add(folder)
@@ -249,9 +259,9 @@ def _python_dirs() -> list[str]:
 def _kata_paths() -> list[str]:
     """What of the kata a candidate may not see when it lies inside the Python environment
     (an installed wheel): its packages, the CLI, and the bundled files."""
-    paths = [KATA / "graders", KATA / "benchmarks", KATA / "cli.py"]
-    paths += [KATA / name for name in ("solutions", "starter", "rubric", "docs")]
-    return [str(p) for p in paths if p.exists()]
+    paths = [KATA / "graders", KATA / "benchmarks", KATA / "cli.py",
+             bundled.STARTER, bundled.SOLUTIONS, bundled.RUBRIC.parent]
+    return sorted({str(p) for p in paths if p.exists()})
 
 
 def _empty_file() -> int:

@@ -15,7 +15,9 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-SOLUTIONS = Path(__file__).resolve().parent.parent / "solutions"
+from graders import bundled
+
+SOLUTIONS = bundled.SOLUTIONS
 REFERENCE = SOLUTIONS / "kv_cache.py"
 PAGED_REFERENCE = SOLUTIONS / "paged_kv_cache.py"
 

@@ -127,6 +127,7 @@ def _summary(result: GradeResult) -> Text:
                     style="red")
     if result.hidden:
         text.append("    hidden graders included", style="dim")
+    text.append(f"    isolation: {result.isolation}", style="dim")
     if result.grader_broke:
         text.append("\nThe grader itself broke on some item (exit code 4): not the candidate's fault.",
                     style="bold red")

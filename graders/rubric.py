@@ -7,7 +7,9 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-RUBRIC_FILE = Path(__file__).resolve().parent.parent / "rubric" / "rubric.toml"
+from graders import bundled
+
+RUBRIC_FILE = bundled.RUBRIC
 
 
 @dataclass(frozen=True)

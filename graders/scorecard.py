@@ -34,6 +34,8 @@ STATUS_LABEL = {
     "not_attempted": "not attempted",
 }
 
+ISOLATION = {"bwrap": "bubblewrap sandbox", "process": "process fallback (no sandbox)"}
+
 _MARKDOWN_ACTIVE = re.compile(r"([\\|*`])")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
@@ -63,6 +65,7 @@ def _summary(result: GradeResult) -> str:
         parts.append(f"capped at {result.level} by {', '.join(result.capped_by)}")
     if result.hidden:
         parts.append("hidden graders included")
+    parts.append(f"isolation: {ISOLATION[result.isolation]}")
     text = " · ".join(parts)
     if result.unavailable:
         text += f"\n\n> **Items not run:** {_inline(result.unavailable)}"

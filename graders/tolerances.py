@@ -42,16 +42,14 @@ from __future__ import annotations
 
 import importlib.util
 import math
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-from graders import cases, reference
+from graders import bundled, cases, reference
 from graders.compare import LARGE_LOGITS_LOW_PRECISION, TOLERANCE
 from graders.items import low_precision
 
-ROOT = Path(__file__).resolve().parent.parent
 EXTRA_SEEDS = 50
 DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
 LOW_PRECISION = (torch.bfloat16, torch.float16)
@@ -64,7 +62,7 @@ SHAPES = [  # case, B, Hq, Hkv, T, D, public seed: prefix-equivalence's and gqa'
 
 
 def _load(name: str):
-    path = ROOT / "solutions" / f"{name}.py"
+    path = bundled.SOLUTIONS / f"{name}.py"
     spec = importlib.util.spec_from_file_location(f"tolerances_{name}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -1,7 +1,8 @@
 """A candidate's workspace: a folder holding their kv_cache.py, their tests and a README.
 
 `init_workspace` makes one from the starter files, never the solutions or the graders; `kata grade`
-run inside one grades it (`default_target`).
+run inside one grades it (`default_target`). Paths given here are absolute: the CLI resolves what
+the user typed against the folder the command runs in.
 """
 
 from __future__ import annotations
@@ -9,7 +10,9 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-STARTER = Path(__file__).resolve().parent.parent / "starter"
+from graders import bundled
+
+STARTER = bundled.STARTER
 IMPLEMENTATION = "kv_cache.py"
 TESTS = "test_kv_cache.py"
 SERVING = "paged_kv_cache.py"  # the serving track's file (contract section 4)
@@ -38,7 +41,7 @@ Run these inside this folder: `kata grade` grades `./kv_cache.py` with `./test_k
 kata grade                            # the full report, items grouped by level
 kata grade --watch                    # grade again every time you save
 kata grade --item prefix-equivalence  # one item (ids are in the report)
-kata grade --level L5                 # the items of one level
+kata grade --level L5                 # the items up to a level: L4's and L5's
 kata grade -x                         # stop at the first item that does not pass
 python -m pytest -q test_kv_cache.py  # only your own tests
 ```
@@ -64,29 +67,54 @@ def init_workspace(target: Path) -> list[Path]:
     """Make `target` (and its parents, if missing) a fresh workspace; return the paths written.
 
     Writes the starter's kv_cache.py, test_kv_cache.py and paged_kv_cache.py and a README.md
-    for the candidate. Raises FileExistsError, writing nothing, if any of them is already there:
-    a candidate's work is never overwritten.
+    for the candidate. Raises FileExistsError, writing nothing, if any of them is already there
+    (a candidate's work is never overwritten) or if `target` or one of its parents is a file.
+    When writing fails (or is interrupted), what this call wrote and the folders it made are
+    removed before the error propagates: a failed init leaves nothing behind.
     """
     files = [target / IMPLEMENTATION, target / TESTS, target / SERVING, target / "README.md"]
+    blocking = next((p for p in (target, *target.parents) if p.exists() and not p.is_dir()), None)
+    if blocking is not None:
+        raise FileExistsError(f"{blocking} is a file, not a folder: choose another place "
+                              "for the workspace")
     existing = [path.name for path in files if path.exists()]
     if existing:
         raise FileExistsError(f"{target} already holds {', '.join(existing)}; not overwriting "
                               "a workspace: choose another folder or remove them")
-    target.mkdir(parents=True, exist_ok=True)
-    for path in files[:3]:
-        shutil.copyfile(STARTER / path.name, path)
-    files[3].write_text(README)
+    made = [folder for folder in (target, *target.parents) if not folder.exists()]
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+        for path in files[:3]:
+            shutil.copyfile(STARTER / path.name, path)
+        files[3].write_text(README)
+    except BaseException:
+        _remove(files, made)
+        raise
     return files
 
 
-def default_target(cwd: Path, track: str = "dense") -> tuple[Path, Path | None]:
+def _remove(files: list[Path], folders: list[Path]) -> None:
+    """Remove `files` (those there) and then `folders`, innermost first, those left empty."""
+    for path in files:
+        path.unlink(missing_ok=True)
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except OSError:
+            pass
+
+
+def default_target(cwd: Path, track: str = "dense") -> tuple[Path, Path | None] | None:
     """What `kata grade` with no PATH grades from `cwd`: (implementation, tests or None).
 
     In a workspace (cwd holds the track's file: kv_cache.py, or paged_kv_cache.py for the
-    serving track), that file; otherwise the one in starter/ under cwd. The tests are the
-    test_kv_cache.py beside it, None if there is none (the serving track has none).
+    serving track), that file; else, in a checkout of the kata, the one in cwd/starter/; else
+    None. The tests are the test_kv_cache.py beside it, None if there is none (the serving
+    track has none).
     """
     name = SERVING if track == "serving" else IMPLEMENTATION
-    folder = cwd if (cwd / name).is_file() else cwd / "starter"
+    folder = next((f for f in (cwd, cwd / "starter") if (f / name).is_file()), None)
+    if folder is None:
+        return None
     tests = folder / TESTS
     return folder / name, tests if tests.is_file() and track != "serving" else None

@@ -1,8 +1,9 @@
-"""Your own tests for kv_cache.py (run: cd starter && python -m pytest -q test_kv_cache.py).
+"""Your own tests for kv_cache.py. Run them in the folder that holds both files (the workspace
+`kata init` made): `python -m pytest -q test_kv_cache.py`.
 
-`kata grade` runs them against its reference solution, where they must pass, and against its
-bundled wrong implementations, which they should catch. They fail with NotImplementedError until
-you implement kv_cache.py; that is expected.
+`kata grade`, run in the same folder, runs them against its reference solution, where they must
+pass, and against its bundled wrong implementations, which they should catch. They fail with
+NotImplementedError until you implement kv_cache.py; that is expected.
 """
 
 import torch

@@ -2,9 +2,20 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from graders.mutation import REFERENCE
 from graders.workers import warm_workers
+
+HOSTILE = Path(__file__).parent / "hostile"
+# A hostile file builds on the reference as `kv_cache_base`; the base travels inside the file,
+# because a sandboxed worker is shown the candidate's one file and nothing beside it.
+BOOTSTRAP = """import sys as _sys, types as _types
+_sys.modules["kv_cache_base"] = _base_module = _types.ModuleType("kv_cache_base")
+exec(compile({source!r}, "kv_cache_base.py", "exec"), _base_module.__dict__)
+"""
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -12,3 +23,21 @@ def _warm_workers():
     """Every grade in the suite forks its workers from one process that imported torch once."""
     with warm_workers():
         yield
+
+
+@pytest.fixture
+def hostile_file(tmp_path):
+    """write(name, filename="kv_cache.py", **fill): tests/hostile/NAME.py as one candidate file
+    in tmp_path, its @KEY@ placeholders filled in; returns its path."""
+
+    def write(name: str, filename: str = "kv_cache.py", **fill) -> Path:
+        source = (HOSTILE / f"{name}.py").read_text()
+        for key, value in fill.items():
+            source = source.replace(f"@{key}@", str(value))
+        if "kv_cache_base" in source:
+            source = BOOTSTRAP.format(source=REFERENCE.read_text()) + source
+        path = tmp_path / filename
+        path.write_text(source)
+        return path
+
+    return write

@@ -138,11 +138,10 @@ def test_the_fused_path_is_measured_where_torch_compile_works_and_said_unavailab
         assert fused["status"] == "unavailable" and "torch.compile" in fused["message"]
 
 
-def test_a_failing_candidate_costs_only_its_own_row(tmp_path):
-    shutil.copy(REFERENCE, tmp_path / "kv_cache_base.py")
+def test_a_failing_candidate_costs_only_its_own_row(tmp_path, hostile_file):
     hostile = ("hangs_in_attend", "hangs_at_import", "segfaults", "exits_the_process", "import_error")
     for name in hostile:
-        shutil.copy(ROOT / "tests" / "hostile" / f"{name}.py", tmp_path / f"{name}.py")
+        hostile_file(name, filename=f"{name}.py")
     no_scale = next(m for m in MISTAKES if m.name == "no-scale")
     (tmp_path / "no_scale.py").write_text(no_scale.source())
     candidates = [tmp_path / f"{name}.py" for name in (*hostile, "no_scale")]

@@ -8,7 +8,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+import graders.grade as judge
+from benchmarks import bench
 from cli import app
+from graders import batch, bundled
+from graders.isolation import GIB, Sandbox, SandboxUnavailable
 
 ROOT = Path(__file__).resolve().parent.parent
 runner = CliRunner()
@@ -93,16 +97,10 @@ def test_help_shows_bracketed_text_rather_than_eating_it_as_markup(command, show
 
 # --- options passed through to the judge and the bench -----------------------------------------
 
-class Stop(Exception):
-    """Raised by a stand-in for the judge once it has seen its arguments."""
-
-
 @pytest.fixture
 def seen(monkeypatch) -> dict:
     """Stand-ins for graders.grade.grade (as `kata grade` and batch.grade_all call it) and for
     benchmarks.bench.run: each records its keyword arguments, then stops the command."""
-    from graders.isolation import SandboxUnavailable
-
     recorded = {}
 
     def grade(implementation, tests, **kwargs):
@@ -113,9 +111,9 @@ def seen(monkeypatch) -> dict:
         recorded.update(sandbox=settings.sandbox)
         raise SandboxUnavailable("--sandbox require: bubblewrap cannot run here")
 
-    monkeypatch.setattr("graders.grade.grade", grade)
-    monkeypatch.setattr("graders.batch.grade", grade)
-    monkeypatch.setattr("benchmarks.bench.run", run)
+    monkeypatch.setattr(judge, "grade", grade)
+    monkeypatch.setattr(batch, "grade", grade)
+    monkeypatch.setattr(bench, "run", run)
     return recorded
 
 
@@ -130,8 +128,6 @@ COMMANDS = {
 @pytest.mark.parametrize("command", list(COMMANDS), ids=list(COMMANDS))
 def test_sandbox_and_memory_reach_the_judge_and_an_unmet_sandbox_exits_2(
         command, seen, monkeypatch, tmp_path):
-    from graders.isolation import GIB, Sandbox
-
     monkeypatch.chdir(ROOT)
     args = [arg.format(tmp=tmp_path) for arg in COMMANDS[command]]
     result = runner.invoke(app, [*args, "--sandbox", "require", "--memory", "2.5"])
@@ -150,14 +146,11 @@ def test_import_timeout_reaches_the_judge(command, seen, monkeypatch, tmp_path):
 
 @pytest.mark.parametrize("command", list(COMMANDS), ids=list(COMMANDS))
 def test_the_defaults_are_the_judges(command, seen, monkeypatch, tmp_path):
-    from graders.grade import DEFAULT_IMPORT_TIMEOUT
-    from graders.isolation import Sandbox
-
     monkeypatch.chdir(ROOT)
     runner.invoke(app, [arg.format(tmp=tmp_path) for arg in COMMANDS[command]])
     assert seen["sandbox"] == Sandbox()
     if command != "bench":
-        assert seen["import_timeout"] == DEFAULT_IMPORT_TIMEOUT
+        assert seen["import_timeout"] == judge.DEFAULT_IMPORT_TIMEOUT
 
 
 def test_an_unknown_sandbox_mode_is_a_usage_error():
@@ -170,8 +163,6 @@ def test_an_unknown_sandbox_mode_is_a_usage_error():
 @pytest.mark.parametrize("command", [["rubric"], ["init", "ws"], ["solution", "concat"]],
                          ids=["rubric", "init", "solution"])
 def test_a_missing_kata_file_exits_4_with_one_line(command, monkeypatch, tmp_path):
-    from graders import bundled
-
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(bundled, "RUBRIC", tmp_path / "gone" / "rubric.toml")
     result = runner.invoke(app, command)

@@ -46,7 +46,8 @@ def run(tmp_path_factory):
     submissions = find_submissions(root)
     done = []
     start = time.monotonic()
-    outcomes = grade_all(submissions, jobs=2, timeout=FAST, on_done=done.append)
+    outcomes = grade_all(submissions, jobs=2, timeout=FAST, import_timeout=FAST,
+                         on_done=done.append)
     elapsed = time.monotonic() - start
     write_summary(outcomes, root / "summary.csv", root / "summary.md")
     return {"submissions": submissions, "outcomes": outcomes, "done": done, "elapsed": elapsed,
@@ -118,3 +119,27 @@ def test_a_grade_that_raises_is_an_error_outcome_and_the_others_go_on(monkeypatc
         (row,) = csv.DictReader(f)
     assert row["level"] == "" and "the machine is on fire" in row["error"]
     assert "RuntimeError: the machine is on fire |" in (tmp_path / "s.md").read_text()
+
+
+def test_every_grade_gets_the_batchs_options(monkeypatch, tmp_path):
+    from graders.isolation import Sandbox
+
+    seen = []
+    monkeypatch.setattr(batch, "grade", lambda implementation, tests, **kwargs: seen.append(kwargs))
+    subs = [Submission(n, tmp_path / n / "kv_cache.py", None) for n in ("a", "b")]
+    sandbox = Sandbox(mode="process", memory=1 << 30)
+    grade_all(subs, jobs=2, hidden=True, timeout=3.0, import_timeout=9.0, sandbox=sandbox)
+    assert seen == [{"hidden": True, "timeout": 3.0, "import_timeout": 9.0, "sandbox": sandbox}] * 2
+
+
+def test_an_unavailable_sandbox_stops_the_batch_instead_of_failing_each_submission(
+        monkeypatch, tmp_path):
+    from graders.isolation import SandboxUnavailable
+
+    def no_sandbox(implementation, tests, **kwargs):
+        raise SandboxUnavailable("bubblewrap cannot run here")
+
+    monkeypatch.setattr(batch, "grade", no_sandbox)
+    subs = [Submission(n, tmp_path / n / "kv_cache.py", None) for n in ("a", "b", "c")]
+    with pytest.raises(SandboxUnavailable, match="bubblewrap"):
+        grade_all(subs, jobs=1)

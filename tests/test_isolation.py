@@ -18,35 +18,15 @@ import pytest
 
 from graders import report
 from graders.grade import grade
-from graders.isolation import KATA, Sandbox, bwrap_problem
+from graders.isolation import KATA, Sandbox, SandboxUnavailable, bwrap_problem
 from graders.mutation import REFERENCE
 
-HOSTILE = Path(__file__).parent / "hostile"
 FAST = 3.0  # seconds a batch of calls may take
 GIB = 1 << 30
 
 BWRAP = pytest.param("require", id="bwrap", marks=pytest.mark.skipif(
     bwrap_problem() is not None, reason=f"bubblewrap cannot run here: {bwrap_problem()}"))
 PROCESS = pytest.param("process", id="process")
-# The base solution travels inside the candidate's file: a sandbox shows the worker that file alone.
-BOOTSTRAP = """import sys as _sys, types as _types
-_sys.modules["kv_cache_base"] = _base_module = _types.ModuleType("kv_cache_base")
-exec(compile({source!r}, "kv_cache_base.py", "exec"), _base_module.__dict__)
-"""
-
-
-def hostile_file(name: str, folder: Path, **fill) -> Path:
-    """tests/hostile/NAME.py as one candidate file, with @KEY@ placeholders filled in."""
-    source = (HOSTILE / f"{name}.py").read_text()
-    for key, value in fill.items():
-        source = source.replace(f"@{key}@", str(value))
-    if "kv_cache_base" in source:
-        source = BOOTSTRAP.format(source=REFERENCE.read_text()) + source
-    path = folder / "kv_cache.py"
-    path.write_text(source)
-    return path
-
-
 def grade_file(path: Path, mode: str, **kwargs):
     return grade(path, timeout=FAST, sandbox=Sandbox(mode, kwargs.pop("memory", 4 * GIB)),
                  **kwargs)
@@ -89,31 +69,33 @@ def token() -> str:
 
 
 @pytest.mark.parametrize("mode", [BWRAP, PROCESS])
-def test_a_double_forked_forger_is_gone_before_the_report_is_written(mode, tmp_path, token):
+def test_a_double_forked_forger_is_gone_before_the_report_is_written(mode, tmp_path, token,
+                                                                    hostile_file):
     target = tmp_path / "out.json"
-    path = hostile_file("forges_the_report", tmp_path, TARGET=target, TOKEN=token)
+    path = hostile_file("forges_the_report", TARGET=target, TOKEN=token)
     result = grade_file(path, mode, only={"append-time-dim", "attend-shape"})
     assert processes_with(token) == [], "the forger outlived the grade"
     report.write_json(result, target)
     time.sleep(5)  # the forger would have written by now
     written = json.loads(target.read_text())
     assert written["level"] is None and written["partial"] is True, written
+    assert written["isolation"] == {"require": "bwrap", "process": "process"}[mode]
     assert [i["status"] for i in written["items"]] == ["pass", "pass"]
 
 
 @pytest.mark.parametrize("mode", [BWRAP])
-def test_a_file_that_rewrites_the_grader_changes_nothing(mode, tmp_path):
+def test_a_file_that_rewrites_the_grader_changes_nothing(mode, hostile_file):
     # kata_unchanged checks every file of the kata after the grade
-    result = grade_file(hostile_file("rewrites_the_grader", tmp_path, KATA=KATA), mode,
+    result = grade_file(hostile_file("rewrites_the_grader", KATA=KATA), mode,
                         only={"prefix-equivalence"})
     assert result.items[0].status == "pass"
     assert not (KATA / "graders" / "planted.py").exists()
 
 
 @pytest.mark.parametrize("mode", [BWRAP, PROCESS])
-def test_the_judge_is_out_of_sight(mode, tmp_path, monkeypatch, token):
+def test_the_judge_is_out_of_sight(mode, monkeypatch, token, hostile_file):
     monkeypatch.setenv("SECRET", token)
-    result = grade_file(hostile_file("reads_the_judge", tmp_path), mode, only={"attend-shape"})
+    result = grade_file(hostile_file("reads_the_judge"), mode, only={"attend-shape"})
     message = why(result.items[0])
     assert "found:" in message, message
     assert token not in message, "the judge's environment reached the candidate"
@@ -124,16 +106,16 @@ def test_the_judge_is_out_of_sight(mode, tmp_path, monkeypatch, token):
 
 @pytest.mark.parametrize("mode", [BWRAP, PROCESS])
 @pytest.mark.parametrize("name", ["borrows_the_solution", "imports_hidden_graders"])
-def test_the_kata_s_solutions_and_hidden_graders_do_not_import(mode, name, tmp_path):
-    result = grade_file(hostile_file(name, tmp_path), mode, hidden=True)
+def test_the_kata_s_solutions_and_hidden_graders_do_not_import(mode, name, hostile_file):
+    result = grade_file(hostile_file(name), mode, hidden=True)
     assert result.level == "below L4" and result.score == 0
     assert all(i.status == "error" for i in result.items)
     assert "refused" in why(result.items[0]), why(result.items[0])
 
 
 @pytest.mark.parametrize("mode", [BWRAP])
-def test_the_bundled_solution_cannot_be_read_by_path(mode, tmp_path):
-    path = hostile_file("reads_the_solution_file", tmp_path, SOLUTION=REFERENCE)
+def test_the_bundled_solution_cannot_be_read_by_path(mode, hostile_file):
+    path = hostile_file("reads_the_solution_file", SOLUTION=REFERENCE)
     result = grade_file(path, mode, only={"prefix-equivalence"})
     assert result.items[0].status == "error"
     assert "FileNotFoundError" in why(result.items[0]), why(result.items[0])
@@ -145,8 +127,8 @@ def test_the_bundled_solution_cannot_be_read_by_path(mode, tmp_path):
     ("tensor", GIB, "memory limit of 1 GiB reached"),
     ("reply", 4 * GIB, "more than the 256 MiB a reply may carry"),
 ])
-def test_a_memory_bomb_fails_its_item_and_names_the_limit(mode, bomb, memory, says, tmp_path):
-    path = hostile_file("memory_bombs", tmp_path, MODE=bomb)
+def test_a_memory_bomb_fails_its_item_and_names_the_limit(mode, bomb, memory, says, hostile_file):
+    path = hostile_file("memory_bombs", MODE=bomb)
     result = grade(path, timeout=10.0, sandbox=Sandbox(mode, memory),
                    only={"append-time-dim", "attend-shape"})
     items = {i.id: i for i in result.items}
@@ -155,10 +137,34 @@ def test_a_memory_bomb_fails_its_item_and_names_the_limit(mode, bomb, memory, sa
     assert says in why(items["attend-shape"]), why(items["attend-shape"])
 
 
+@pytest.mark.parametrize("limit, says", [
+    ("processes", "process limit reached (64 processes)"),
+    ("file", "file size limit of 64 MiB reached"),
+], ids=["processes", "file"])
 @pytest.mark.parametrize("mode", [BWRAP, PROCESS])
-def test_an_output_flood_costs_nothing(mode, tmp_path):
+def test_a_process_or_file_size_limit_fails_its_item_and_names_the_limit(mode, limit, says,
+                                                                        hostile_file):
+    if limit == "processes" and mode == "process" and os.getuid() == 0:
+        pytest.skip("the process limit does not bind root outside bubblewrap")
+    result = grade_file(hostile_file("exhausts_limits", MODE=limit), mode,
+                        only={"append-time-dim", "attend-shape"})
+    items = {i.id: i for i in result.items}
+    assert items["append-time-dim"].status == "pass", "grading goes on past the limit"
+    assert items["attend-shape"].status == "error"
+    assert says in why(items["attend-shape"]), why(items["attend-shape"])
+
+
+@pytest.mark.parametrize("mode", [BWRAP])
+def test_the_private_tmp_is_bounded(mode, hostile_file):
+    result = grade_file(hostile_file("exhausts_limits", MODE="disk"), mode,
+                        only={"attend-shape"})
+    assert "the private /tmp is full (256 MiB)" in why(result.items[0]), why(result.items[0])
+
+
+@pytest.mark.parametrize("mode", [BWRAP, PROCESS])
+def test_an_output_flood_costs_nothing(mode, hostile_file):
     before = set(Path("/tmp").iterdir())
-    result = grade_file(hostile_file("floods_output", tmp_path), mode,
+    result = grade_file(hostile_file("floods_output"), mode,
                         only={"attend-shape", "prefix-equivalence"})
     assert [i.status for i in result.items] == ["pass", "pass"]
     left = [p for p in set(Path("/tmp").iterdir()) - before if p.name.startswith("kata-")]
@@ -168,22 +174,22 @@ def test_an_output_flood_costs_nothing(mode, tmp_path):
 @pytest.mark.parametrize("mode", [BWRAP, pytest.param("process", id="process", marks=pytest.mark.skipif(
     os.getuid() == 0, reason="the process limit does not bind root: only bubblewrap stops a fork "
                              "bomb run as root"))])
-def test_a_fork_bomb_is_contained_and_leaves_nothing(mode, tmp_path, token):
-    result = grade_file(hostile_file("fork_bomb", tmp_path, TOKEN=token), mode,
+def test_a_fork_bomb_is_contained_and_leaves_nothing(mode, token, hostile_file):
+    result = grade_file(hostile_file("fork_bomb", TOKEN=token), mode,
                         only={"attend-shape"})
     assert result.items[0].status in ("timeout", "error")
     assert processes_with(token) == [], "fork bomb processes outlived the grade"
 
 
 @pytest.mark.parametrize("mode", [BWRAP, PROCESS])
-def test_network_and_home_are_out_of_reach(mode, tmp_path, token):
+def test_network_and_home_are_out_of_reach(mode, tmp_path, token, hostile_file):
     home = tmp_path / "home"
     home.mkdir()
     with socket.socket() as server:
         server.bind(("127.0.0.1", 0))
         server.listen()
         server.setblocking(False)
-        path = hostile_file("escapes_outward", tmp_path, PORT=server.getsockname()[1],
+        path = hostile_file("escapes_outward", PORT=server.getsockname()[1],
                             HOME=home, TOKEN=token)
         result = grade_file(path, mode, only={"attend-shape"})
         message = why(result.items[0])
@@ -196,3 +202,11 @@ def test_network_and_home_are_out_of_reach(mode, tmp_path, token):
     if mode == "require":
         assert written == [], "the sandbox wrote outside its private /tmp"
     assert not (Path.home() / f"kata-hostile-{token}").exists()
+
+
+def test_require_refuses_to_grade_without_bubblewrap_and_auto_falls_back(monkeypatch):
+    monkeypatch.setattr("graders.isolation.bwrap_problem", lambda: "bwrap is not installed")
+    with pytest.raises(SandboxUnavailable, match="apt-get install bubblewrap"):
+        Sandbox("require").resolve()
+    assert Sandbox("auto").resolve() == "process"
+    assert Sandbox("process").resolve() == "process"

@@ -1,12 +1,23 @@
-"""A candidate's workspace: the starter files and a README, never solutions or graders."""
+"""A candidate's workspace: the starter files and a README, never solutions or graders; and
+the instructions in it, run as written."""
 
 import ast
+import json
+import re
+import shlex
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from cli import app
+from graders import bundled
 from graders.grade import grade
-from graders.workspace import default_target, init_workspace
+from graders.rubric import load
+from graders.workspace import README, default_target, init_workspace
 
 ROOT = Path(__file__).resolve().parent.parent
 FILES = {"kv_cache.py", "test_kv_cache.py", "paged_kv_cache.py", "README.md"}
@@ -81,4 +92,77 @@ def test_default_target_inside_and_outside_a_workspace(workspace, tmp_path):
     (target / "test_kv_cache.py").unlink()
     assert default_target(target) == (target / "kv_cache.py", None)
     assert default_target(ROOT) == (ROOT / "starter/kv_cache.py", ROOT / "starter/test_kv_cache.py")
-    assert default_target(tmp_path)[0] == tmp_path / "starter/kv_cache.py"
+    assert default_target(tmp_path) is None, "outside a workspace and a checkout: nothing"
+
+
+def test_init_on_a_file_or_under_one_raises_and_writes_nothing(tmp_path):
+    (tmp_path / "afile").write_text("mine\n")
+    for target in (tmp_path / "afile", tmp_path / "afile" / "ws"):
+        with pytest.raises(FileExistsError, match="afile is a file, not a folder"):
+            init_workspace(target)
+    assert [p.name for p in tmp_path.iterdir()] == ["afile"]
+    assert (tmp_path / "afile").read_text() == "mine\n"
+
+
+def test_a_failed_init_removes_what_it_made_and_keeps_what_was_there(tmp_path, monkeypatch):
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("keep\n")
+
+    def disk_full(source, target):
+        Path(target).write_text("half")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(shutil, "copyfile", disk_full)
+    with pytest.raises(OSError, match="No space left"):
+        init_workspace(tmp_path / "mine" / "new" / "ws")
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) == [
+        "mine", "mine/notes.txt"]
+
+
+# --- the instructions a candidate reads, run as written -----------------------------------------
+
+def readme_commands() -> list[str]:
+    """The commands of the workspace README's bash block, comments left out."""
+    (block,) = re.findall(r"```bash\n(.*?)```", README, re.S)
+    return [line.split("#")[0].strip() for line in block.splitlines() if line.strip()]
+
+
+def starter_test_command() -> str:
+    """The command the starter test file's docstring gives to run it."""
+    docstring = ast.get_docstring(ast.parse((bundled.STARTER / "test_kv_cache.py").read_text()))
+    (command,) = re.findall(r"`(python -m pytest[^`]*)`", docstring)
+    return command
+
+
+DENSE = {item.id: item.level for item in load().track("dense")}
+WHAT_EACH_GRADES = {  # the README's comment on each command, as the items the report holds
+    "kata grade": set(DENSE),
+    "kata grade --watch": set(DENSE),
+    "kata grade --item prefix-equivalence": {"prefix-equivalence"},
+    "kata grade --level L5": {i for i, level in DENSE.items() if level in ("L4", "L5")},
+    "kata grade -x": {"append-time-dim"},
+}
+
+
+@pytest.mark.parametrize("command", [c for c in readme_commands() if c.startswith("kata ")])
+def test_each_kata_command_of_the_workspace_readme_grades_what_it_says(command, workspace,
+                                                                       monkeypatch):
+    assert command in WHAT_EACH_GRADES, f"the README has a new command: say what {command!r} grades"
+    target, _ = workspace
+    monkeypatch.chdir(target)
+    monkeypatch.setattr("graders.watch.watch", lambda paths, run, **kwargs: run())
+    result = CliRunner().invoke(app, [*shlex.split(command)[1:], "--json", "report.json"])
+    assert result.exit_code in (0, 1), result.output
+    report = json.loads((target / "report.json").read_text())
+    assert {i["id"] for i in report["items"]} == WHAT_EACH_GRADES[command]
+    assert {i["status"] for i in report["items"]} == {"not_attempted"}, "the stubs, not errors"
+
+
+@pytest.mark.parametrize("command", sorted({starter_test_command()} | {
+    c for c in readme_commands() if c.startswith("python ")}))
+def test_the_documented_pytest_command_runs_the_starter_tests_in_a_workspace(command, workspace):
+    target, _ = workspace
+    argv = [sys.executable, *shlex.split(command)[1:], "-p", "no:cacheprovider"]
+    done = subprocess.run(argv, cwd=target, capture_output=True, text=True)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "1 failed" in done.stdout and "NotImplementedError" in done.stdout, done.stdout

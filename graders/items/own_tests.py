@@ -9,14 +9,15 @@ the right shape checks shapes only (the `shape-only-tests` tell).
 
 from __future__ import annotations
 
+from graders import bundled
 from graders.candidate import Candidate, CandidateError, Fail, NotAttempted
 from graders.mistakes import MISTAKES, SHAPE_MISTAKES
 from graders.mutation import REFERENCE
-from graders.workers import PROJECT_ROOT, Reply, WorkerUnavailable
+from graders.workers import Reply, WorkerUnavailable
 
 ITEM = "own-tests"
 
-STARTER_TESTS = PROJECT_ROOT / "starter" / "test_kv_cache.py"
+STARTER_TESTS = bundled.STARTER / "test_kv_cache.py"
 
 TEST_TIMEOUT = 60.0
 PARALLEL = 2
@@ -28,7 +29,7 @@ def grade(candidate: Candidate) -> str:
                            "(or pass --tests FILE)")
     if candidate.tests.read_bytes() == STARTER_TESTS.read_bytes():
         raise NotAttempted("the test file is still the starter's example: write your own tests")
-    implementations = [{"path": str(REFERENCE)}] + [
+    implementations = [{"source": REFERENCE.read_text(), "name": "reference"}] + [
         {"source": m.source(), "name": m.name} for m in MISTAKES]
     requests = [{"test_path": str(candidate.tests), "implementation": impl, "exitfirst": i > 0}
                 for i, impl in enumerate(implementations)]

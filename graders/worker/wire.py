@@ -62,10 +62,6 @@ class Opaque:
     device: str
     type_name: str
 
-    def describe(self) -> str:
-        where = f"on {self.device}" if self.device != "cpu" else self.type_name
-        return f"{self.type_name} {self.dtype} {list(self.shape)} {where}"
-
 
 def encode(body) -> bytes:
     """One frame holding `body` (JSON-able values, tensors anywhere inside lists and dicts)."""

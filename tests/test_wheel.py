@@ -1,0 +1,184 @@
+"""The kata as an installed package: build the wheel, install it in a fresh virtual environment,
+and run every command from an empty folder, far from the checkout.
+
+The venv sees the running environment's site-packages (for torch), where the checkout is also
+installed in editable mode; the tests check that the venv imports the wheel's code, not the
+checkout's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from graders.rubric import load
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parent.parent
+SOURCES = ["pyproject.toml", "README.md", "cli.py", "graders", "benchmarks", "starter",
+           "solutions", "rubric"]  # what the build reads
+DATA = {"starter": "graders/_data/starter", "solutions": "graders/_data/solutions",
+        "rubric": "graders/_data/rubric"}  # where pyproject.toml maps the data folders
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    """The wheel, built from a copy of the checkout's sources (the checkout stays clean)."""
+    root = tmp_path_factory.mktemp("build")
+    for name in SOURCES:
+        source, target = ROOT / name, root / "src" / name
+        if source.is_dir():
+            shutil.copytree(source, target, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source, target)
+    # No build isolation: the running environment's setuptools builds it, with no download.
+    run([sys.executable, "-m", "pip", "wheel", str(root / "src"), "--no-deps",
+         "--no-build-isolation", "-q", "-w", str(root / "dist")])
+    (built,) = (root / "dist").glob("kvkata-*.whl")
+    return built
+
+
+@pytest.fixture(scope="module")
+def venv(wheel, tmp_path_factory) -> Path:
+    """A fresh venv holding the wheel; torch and the rest come from the running environment."""
+    folder = tmp_path_factory.mktemp("venv") / "env"  # made by venv, as a user's is: mode 755
+    run([sys.executable, "-m", "venv", "--system-site-packages", str(folder)])
+    run([folder / "bin" / "python", "-m", "pip", "install", "-q", "--no-deps",
+         "--force-reinstall", "--no-index", str(wheel)])
+    return folder
+
+
+@pytest.fixture
+def empty(tmp_path) -> Path:
+    """The folder every command runs in: empty, and nowhere near the checkout."""
+    folder = tmp_path / "empty"
+    folder.mkdir()
+    return folder
+
+
+def run(argv, cwd: Path | None = None, check: bool = True) -> subprocess.CompletedProcess:
+    """Run `argv` with no PYTHONPATH (nothing may lead back to the checkout)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    done = subprocess.run([str(a) for a in argv], cwd=cwd, env=env, capture_output=True)
+    if check:
+        assert done.returncode == 0, (done.stdout + done.stderr).decode(errors="replace")
+    return done
+
+
+def kata(venv: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    return run([venv / "bin" / "kata", *args], cwd=cwd, check=False)
+
+
+def text(done: subprocess.CompletedProcess) -> str:
+    return (done.stdout + done.stderr).decode(errors="replace")
+
+
+def report(path: Path) -> dict:
+    return json.loads(path.read_text())
+
+
+def test_the_wheel_carries_every_module_and_every_data_file(wheel):
+    names = set(zipfile.ZipFile(wheel).namelist())
+    expected = {"cli.py"}
+    for package in ("graders", "benchmarks"):
+        expected |= {p.relative_to(ROOT).as_posix() for p in (ROOT / package).rglob("*.py")
+                     if "__pycache__" not in p.parts}
+    for folder, packaged in DATA.items():
+        expected |= {f"{packaged}/{p.name}" for p in (ROOT / folder).iterdir() if p.is_file()}
+    assert expected - names == set(), "missing from the wheel"
+
+
+def test_the_venv_runs_the_wheels_code_not_the_checkouts(venv, empty):
+    probe = ("import json, cli, benchmarks, graders, graders.worker, graders.bundled as b; "
+             "print(json.dumps([cli.__file__, benchmarks.__file__, graders.__file__, "
+             "graders.worker.__file__, str(b.DATA), str(b.STARTER), str(b.RUBRIC)]))")
+    paths = json.loads(run([venv / "bin" / "python", "-c", probe], cwd=empty).stdout)
+    site = next(venv.glob("lib/python*/site-packages")).resolve()
+    assert all(Path(p).is_relative_to(site) for p in paths), paths
+    assert Path(paths[4]) == site / "graders" / "_data"
+
+
+def test_init_then_grade_by_relative_and_absolute_path(venv, empty):
+    made = kata(venv, empty, "init", "ws")
+    assert made.returncode == 0, text(made)
+    assert sorted(p.name for p in (empty / "ws").iterdir()) == [
+        "README.md", "kv_cache.py", "paged_kv_cache.py", "test_kv_cache.py"]
+    assert (empty / "ws/kv_cache.py").read_bytes() == (ROOT / "starter/kv_cache.py").read_bytes()
+
+    relative = kata(venv, empty, "grade", "ws/kv_cache.py", "--json", "relative.json")
+    assert relative.returncode == 1, text(relative)
+    graded = report(empty / "relative.json")
+    assert graded["implementation"] == "ws/kv_cache.py"
+    assert {i["id"] for i in graded["items"]} == {i.id for i in load().track("dense")}
+    assert {i["status"] for i in graded["items"]} == {"not_attempted"}, graded["items"]
+
+    absolute = kata(venv, empty, "grade", str(empty / "ws" / "kv_cache.py"),
+                    "--item", "append-time-dim", "--json", "absolute.json")
+    assert absolute.returncode == 1, text(absolute)
+    assert [i["status"] for i in report(empty / "absolute.json")["items"]] == ["not_attempted"]
+
+
+def test_a_printed_solution_passes_every_item_with_the_hidden_graders(venv, empty):
+    for name, file, source in [("preallocated", "ref.py", "kv_cache.py"),
+                               ("tests", "test_ref.py", "test_kv_cache.py")]:
+        printed = kata(venv, empty, "solution", name)
+        assert printed.returncode == 0, text(printed)
+        assert printed.stdout == (ROOT / "solutions" / source).read_bytes()
+        (empty / file).write_bytes(printed.stdout)
+    done = kata(venv, empty, "grade", "ref.py", "--hidden", "--json", "ref.json")
+    assert done.returncode == 0, text(done)
+    graded = report(empty / "ref.json")
+    assert graded["level"] == "L6" and graded["hidden"] is True
+    assert graded["score"] == graded["max_score"] == 100
+
+
+def test_the_serving_track_grades_the_workspaces_paged_cache(venv, empty):
+    assert kata(venv, empty, "init", "ws").returncode == 0
+    done = kata(venv, empty, "grade", "--track", "serving", "ws/paged_kv_cache.py",
+                "--json", "serving.json")
+    assert done.returncode == 1, text(done)
+    graded = report(empty / "serving.json")
+    assert graded["level"] == "none"
+    assert {(i["level"], i["status"]) for i in graded["items"]} == {("serving", "not_attempted")}
+
+
+def test_hint_rubric_and_solution_read_the_installed_files(venv, empty):
+    hint = kata(venv, empty, "hint", "prefix-equivalence")
+    assert hint.returncode == 0 and b"prefix-equivalence, hint 1 of" in hint.stdout, text(hint)
+    rubric = kata(venv, empty, "rubric")
+    assert rubric.returncode == 0 and all(i.id.encode() in rubric.stdout for i in load().items)
+    concat = kata(venv, empty, "solution", "concat")
+    assert concat.stdout == (ROOT / "solutions" / "concat_kv_cache.py").read_bytes(), text(concat)
+
+
+def test_bench_measures_the_installed_solutions(venv, empty):
+    done = kata(venv, empty, "bench", "--lengths", "16", "--dtypes", "float32", "--shapes", "mha",
+                "--subjects", "preallocated,bare", "--warmup", "1", "--reps", "1",
+                "--json", "bench.json")
+    assert done.returncode == 0, text(done)
+    (cell,) = report(empty / "bench.json")["cells"]
+    assert set(cell["results"]) == {"preallocated", "bare"}, text(done)
+    assert all("error" not in found for found in cell["results"].values()), cell["results"]
+
+
+def test_a_file_missing_from_the_installation_is_one_line_and_exit_4(venv, empty):
+    rubric = next(venv.glob("lib/python*/site-packages/graders/_data/rubric/rubric.toml"))
+    aside = rubric.with_name("aside.toml")
+    rubric.rename(aside)
+    try:
+        done = kata(venv, empty, "rubric")
+    finally:
+        aside.rename(rubric)
+    assert done.returncode == 4
+    assert text(done).splitlines() == [
+        f"kata: the kata's file {rubric.resolve()} is missing from this installation "
+        "(reinstall kvkata)"]

@@ -1,0 +1,49 @@
+"""The worker side is one folder that stands alone, and the judge never runs candidate code.
+
+graders/worker/ is all a sandboxed worker sees of the kata (`graders.isolation` binds it in
+alone), so nothing in it may import the judge's modules; and the judge's modules may load a
+candidate's file only by handing its path to a worker.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+GRADERS = Path(__file__).resolve().parent.parent / "graders"
+WORKER_SIDE = sorted((GRADERS / "worker").glob("*.py"))
+JUDGE_SIDE = sorted(p for p in GRADERS.rglob("*.py") if "worker" not in p.relative_to(GRADERS).parts)
+# Ways to run a file's code in this process: a worker-side module is the only place for them.
+LOADERS = {"exec_module", "spec_from_file_location", "run_path", "import_module", "__import__"}
+
+
+def imported_modules(path: Path) -> set[str]:
+    modules = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            modules |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0:
+            modules |= {node.module} | {f"{node.module}.{alias.name}" for alias in node.names}
+    return modules
+
+
+@pytest.mark.parametrize("path", WORKER_SIDE, ids=[p.name for p in WORKER_SIDE])
+def test_the_worker_side_imports_nothing_of_the_judge(path):
+    judge = sorted(m for m in imported_modules(path)
+                   if m.split(".")[0] == "graders" and not m.startswith("graders.worker")
+                   and m != "graders")
+    assert judge == [], f"{path.name} imports the judge's {judge}: the sandbox does not hold them"
+
+
+@pytest.mark.parametrize("path", JUDGE_SIDE, ids=[str(p.relative_to(GRADERS)) for p in JUDGE_SIDE])
+def test_the_judge_never_loads_a_file_in_its_own_process(path):
+    calls = {node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+             for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.Call)}
+    # grade.py loads grader files; tolerances.py measures the bundled solutions (a developer's
+    # tool): the kata's own code, never a candidate's.
+    allowed = {name: {"spec_from_file_location", "exec_module"} for name in ("grade.py", "tolerances.py")}
+    found = (calls & LOADERS) - allowed.get(path.name, set())
+    assert not found, f"{path.relative_to(GRADERS)} loads code with {sorted(found)}"
+
