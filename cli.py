@@ -33,6 +33,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 from rich.text import Text
 
 from graders import bundled
+from graders.tracks import DENSE, TRACKS
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Practice kata: incremental decoding with a KV cache.")
@@ -44,6 +45,7 @@ SOLUTIONS = {  # in the order a learner reads them
     "fused": bundled.FUSED_ATTENTION,
     "tests": bundled.SOLUTIONS / "test_kv_cache.py",
 }
+TRACK_HELP = " or ".join(f"'{t.id}' ({t.title}, {t.implementation})" for t in TRACKS.values()) + "."
 USAGE_ERROR = 2
 BROKEN = 4  # the kata itself, never the user or the candidate
 DEFAULT_IMPORT_TIMEOUT = 60.0  # graders.grade.DEFAULT_IMPORT_TIMEOUT (not imported: it loads torch)
@@ -117,9 +119,7 @@ def grade(
         show_default=False)] = None,
     tests: Annotated[Optional[Path], typer.Option(
         "--tests", help="The candidate's own test file \\[default: test_<name>.py beside PATH].")] = None,
-    track: Annotated[str, typer.Option(
-        "--track", help="'dense' (the levels L4-L6, kv_cache.py) or 'serving' (the paged cache, "
-        "paged_kv_cache.py).")] = "dense",
+    track: Annotated[str, typer.Option("--track", help=TRACK_HELP)] = DENSE.id,
     hidden: Annotated[bool, typer.Option("--hidden", help="Add the interviewers' hidden graders.")] = False,
     graders: Annotated[Optional[Path], typer.Option(
         "--graders", help="A folder of your own hidden graders (with --hidden).")] = None,
@@ -150,36 +150,16 @@ def grade(
 ) -> None:
     """Grade an implementation and print a rubric-scored report."""
     from graders.isolation import SandboxUnavailable
-    from graders.rubric import load
 
     shown = path  # the report names the file as the user typed it
     path, tests, graders = _here(path), _here(tests), _here(graders)
     json_path, markdown, junit = _here(json_path), _here(markdown), _here(junit)
-    rubric = load()
-    if track not in ("dense", "serving"):
-        _usage_error(f"--track {track!r}: choose 'dense' or 'serving'")
-    if path is None:
-        path, default_tests = _default_target(track)
-        tests = tests or default_tests
-    implementation = _python_file(path, "implementation")
-    tests = _python_file(tests, "test file") if tests else _beside(implementation)
-    if track == "serving":
-        tests = None  # the serving track has no own-tests item
-    known = {i.id for i in rubric.track(track)}
-    for unknown in set(item or ()) - known:
-        _usage_error(f"no rubric item {unknown!r} in the {track} track (kata rubric lists them)")
-    if level is not None and level not in rubric.levels:
-        _usage_error(f"no level {level!r}: choose one of {', '.join(rubric.levels)}")
-    if graders is not None and not hidden:
-        _usage_error("--graders adds hidden graders: use it with --hidden")
-    if graders is not None and not graders.is_dir():
-        _usage_error(f"--graders {graders} is not a folder")
-    if output_format not in ("kata", "gradescope"):
-        _usage_error(f"--format {output_format!r}: choose 'kata' or 'gradescope'")
-    if output_format == "gradescope" and json_path is None:
-        json_path = Path.cwd() / "results.json"
-    for option, output in (("--json", json_path), ("--markdown", markdown), ("--junit", junit)):
-        _check_writable(option, output)
+    chosen = _track(track)
+    implementation, tests = _grade_target(path, tests, chosen)
+    _check_selection(chosen, item or [], level)
+    if graders is not None:
+        _check_private_graders(graders, hidden, chosen)
+    json_path = _check_outputs(output_format, json_path, markdown, junit)
 
     def run_once() -> int:
         return _grade_and_report(implementation, tests, shown=str(shown or implementation),
@@ -202,15 +182,75 @@ def grade(
         _usage_error(str(exc))
 
 
-def _default_target(track: str) -> tuple[Path, Path | None]:
+def _check_outputs(output_format: str, json_path: Path | None, markdown: Path | None,
+                   junit: Path | None) -> Path | None:
+    """The files `grade` writes, checked before it grades (a one-line error, exit 2, for one it
+    could not write); returns the --json path, ./results.json for gradescope by default."""
+    if output_format not in ("kata", "gradescope"):
+        _usage_error(f"--format {output_format!r}: choose 'kata' or 'gradescope'")
+    if output_format == "gradescope" and json_path is None:
+        json_path = Path.cwd() / "results.json"
+    for option, output in (("--json", json_path), ("--markdown", markdown), ("--junit", junit)):
+        _check_writable(option, output)
+    return json_path
+
+
+def _track(track_id: str):
+    """The graders.tracks.Track named by --track; a one-line error, exit 2, when none is."""
+    from graders import tracks
+
+    try:
+        return tracks.get(track_id)
+    except KeyError as exc:
+        _usage_error(f"--track: {exc.args[0]}")
+
+
+def _check_private_graders(folder: Path, hidden: bool, track) -> None:
+    """--graders: with --hidden, a folder whose every grader file can be used on `track`, before
+    anything is graded; a one-line error, exit 2, naming the file and the problem when not."""
+    if not hidden:
+        _usage_error("--graders adds hidden graders: use it with --hidden")
+    if not folder.is_dir():
+        _usage_error(f"--graders {folder} is not a folder")
+    from graders.grade import PrivateGraderError, private_graders
+
+    try:
+        private_graders(folder, track)
+    except PrivateGraderError as exc:
+        _usage_error(f"--graders: {exc}")
+
+
+def _grade_target(path: Path | None, tests: Path | None, track) -> tuple[Path, Path | None]:
+    """What to grade: PATH (or the workspace's file) and --tests (or test_<name>.py beside it;
+    none for a track without own-tests). A one-line error, exit 2, for a file that is not there."""
+    if path is None:
+        path, default_tests = _default_target(track)
+        tests = tests or default_tests
+    implementation = _python_file(path, "implementation")
+    tests = _python_file(tests, "test file") if tests else _beside(implementation)
+    return implementation, tests if track.tests else None
+
+
+def _check_selection(track, items: list[str], level: str | None) -> None:
+    """--item ids of the track's rubric and a --level it has; a one-line error, exit 2, if not."""
+    from graders.rubric import load
+
+    rubric = load()
+    known = {i.id for i in rubric.track(track)}
+    for unknown in set(items) - known:
+        _usage_error(f"no rubric item {unknown!r} in the {track.id} track (kata rubric lists them)")
+    if level is not None and level not in rubric.levels:
+        _usage_error(f"no level {level!r}: choose one of {', '.join(rubric.levels)}")
+
+
+def _default_target(track) -> tuple[Path, Path | None]:
     """What `kata grade` without PATH grades here; a one-line error, exit 2, when nothing."""
     from graders.workspace import default_target
 
     found = default_target(Path.cwd(), track)
     if found is None:
-        name = "paged_kv_cache.py" if track == "serving" else "kv_cache.py"
-        _usage_error(f"no {name} here ({Path.cwd()}): make a workspace with `kata init DIR` "
-                     "and grade inside it, or name the file: `kata grade PATH`")
+        _usage_error(f"no {track.implementation} here ({Path.cwd()}): make a workspace with "
+                     "`kata init DIR` and grade inside it, or name the file: `kata grade PATH`")
     return found
 
 
@@ -402,42 +442,54 @@ def bench(
     """Measure ms per decode step (append one token, then attend) and memory held, against bare
     attention, the pure read of K and V, and Hugging Face's caches."""
     from benchmarks import bench as benchmark
-    from benchmarks import plot as plotting
-    from benchmarks import report
     from benchmarks.subjects import SHAPES
-    from graders.isolation import SandboxUnavailable
-    from graders.output_files import write_atomically
 
     paths, json_path, plot = [_here(path) for path in paths or []], _here(json_path), _here(plot)
-
-    def listed(text: str, known, what: str) -> list[str]:
-        names = [name.strip() for name in text.split(",") if name.strip()]
-        for name in names:
-            if name not in known:
-                _usage_error(f"no {what} {name!r}: choose from {', '.join(known)}")
-        return names or _usage_error(f"no {what} given")
-
-    try:
-        sizes = [int(n) for n in lengths.split(",")]
-    except ValueError:
-        sizes = []
-    if not sizes or min(sizes) < 1:
-        _usage_error(f"--lengths {lengths!r}: give positive integers, comma-separated")
-    chosen = set(listed(subjects, benchmark.BUNDLED_IDS, "subject") if subjects
+    chosen = set(_listed(subjects, benchmark.BUNDLED_IDS, "subject") if subjects
                  else benchmark.BUNDLED_IDS)
-    if not paths and (Path.cwd() / "kv_cache.py").is_file():
-        paths = [Path.cwd() / "kv_cache.py"]  # a workspace: the candidate's own file
+    if not paths and (Path.cwd() / DENSE.implementation).is_file():
+        paths = [Path.cwd() / DENSE.implementation]  # a workspace: the candidate's own file
     candidates = [_python_file(path, "candidate file") for path in paths]
     _check_writable("--json", json_path)
     _check_writable("--plot", plot)
     settings = benchmark.Settings(
-        lengths=sizes, dtypes=listed(dtypes, ("float32", "bfloat16", "float16"), "dtype"),
-        shapes=listed(shapes, list(SHAPES), "shape"),
+        lengths=_lengths(lengths), dtypes=_listed(dtypes, ("float32", "bfloat16", "float16"), "dtype"),
+        shapes=_listed(shapes, list(SHAPES), "shape"),
         subjects=[s for s in benchmark.BUNDLED if s.id in chosen]
         + benchmark.candidate_specs(candidates),
         warmup=warmup, reps=reps, timeout=timeout, sandbox=_sandbox(sandbox, memory))
-
     console = _console()
+    result = _run_bench(settings, console)
+    _show_bench(result, console, json_path, plot)
+    raise typer.Exit(1 if result.failed_candidates() else 0)
+
+
+def _listed(text: str, known, what: str) -> list[str]:
+    """The comma-separated names in `text`, each one of `known`; a one-line error, exit 2, if not."""
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    for name in names:
+        if name not in known:
+            _usage_error(f"no {what} {name!r}: choose from {', '.join(known)}")
+    return names or _usage_error(f"no {what} given")
+
+
+def _lengths(text: str) -> list[int]:
+    """--lengths as positive integers; a one-line error, exit 2, otherwise."""
+    try:
+        sizes = [int(n) for n in text.split(",")]
+    except ValueError:
+        sizes = []
+    if not sizes or min(sizes) < 1:
+        _usage_error(f"--lengths {text!r}: give positive integers, comma-separated")
+    return sizes
+
+
+def _run_bench(settings, console: Console):
+    """Run the bench with a progress bar; exit 2 when the sandbox cannot be had, 4 when the
+    bench itself broke."""
+    from benchmarks import bench as benchmark
+    from graders.isolation import SandboxUnavailable
+
     progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
                         MofNCompleteColumn(), console=console, transient=True,
                         disable=not console.is_terminal)
@@ -451,12 +503,20 @@ def bench(
                 progress.advance(task)
 
         try:
-            result = benchmark.run(settings, on_event)
+            return benchmark.run(settings, on_event)
         except SandboxUnavailable as exc:
             _usage_error(str(exc))
         except RuntimeError as exc:
             console.print(Text(f"kata bench: {exc}", style="red"))
             raise typer.Exit(BROKEN) from None
+
+
+def _show_bench(result, console: Console, json_path: Path | None, plot: Path | None) -> None:
+    """The tables; the JSON and the PNG plot when asked for; a text plot without the PNG."""
+    from benchmarks import plot as plotting
+    from benchmarks import report
+    from graders.output_files import write_atomically
+
     report.render(result, console)
     if json_path:
         write_atomically(json_path, json.dumps(report.to_json(result), indent=2) + "\n")
@@ -474,7 +534,6 @@ def bench(
             console.print(Text(f"\n{shape}, {dtype}: ms per step against T", style="bold"))
             for line in plotting.terminal(group):
                 console.print(Text(line))
-    raise typer.Exit(1 if result.failed_candidates() else 0)
 
 
 def _python_file(path: Path, what: str) -> Path:

@@ -19,9 +19,8 @@ from graders.grade import DEFAULT_IMPORT_TIMEOUT, DEFAULT_TIMEOUT, GradeResult, 
 from graders.isolation import Sandbox, SandboxUnavailable
 from graders.output_files import write_atomically
 from graders.report import STATUS_STYLE
+from graders.tracks import DENSE
 
-IMPLEMENTATION = "kv_cache.py"
-TESTS = "test_kv_cache.py"
 
 
 @dataclass(frozen=True)
@@ -47,11 +46,11 @@ def find_submissions(root: Path) -> list[Submission]:
     folders are not followed. Tests are `test_kv_cache.py` beside the implementation, if a file.
     """
     submissions = []
-    for implementation in root.rglob(IMPLEMENTATION):
+    for implementation in root.rglob(DENSE.implementation):
         folder = implementation.parent.relative_to(root)
         if not implementation.is_file() or any(p.startswith(".") for p in folder.parts):
             continue
-        tests = implementation.with_name(TESTS)
+        tests = implementation.with_name(DENSE.tests)
         submissions.append(Submission(folder.as_posix(), implementation,
                                       tests if tests.is_file() else None))
     return sorted(submissions, key=lambda s: _sort_key(s.name))

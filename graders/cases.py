@@ -1,9 +1,12 @@
 """Seeded inputs for the graders: every case is generated in the judge from a fixed seed.
 
-A case never depends on the candidate's outputs, so a failure replays exactly.
+A case never depends on the candidate's outputs, so a failure replays exactly. Besides tensors,
+hidden cases draw their shapes and schedules here (`randint`, `choice`, `chunks`).
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 
@@ -25,6 +28,24 @@ def sequence(g: torch.Generator, B: int, Hq: int, Hkv: int, T: int, D: int,
         "k": randn(g, B, Hkv, T, D, dtype=dtype, scale=scale),
         "v": randn(g, B, Hkv, T, D, dtype=dtype),
     }
+
+
+def randint(g: torch.Generator, low: int, high: int) -> int:
+    """A seeded integer in low..high, both included."""
+    return int(torch.randint(low, high + 1, (), generator=g))
+
+
+def choice(g: torch.Generator, options: tuple):
+    return options[randint(g, 0, len(options) - 1)]
+
+
+def chunks(g: torch.Generator, total: int, most: int) -> list[int]:
+    """Positions per append, each 1..most, adding up to `total`."""
+    sizes = []
+    while total > 0:
+        sizes.append(min(randint(g, 1, most), total))
+        total -= sizes[-1]
+    return sizes
 
 
 def counts(*values: int) -> torch.Tensor:
@@ -53,3 +74,27 @@ def layer_weights(g: torch.Generator, d_model: int, n_heads: int, n_kv_heads: in
         "wv": randn(g, n_kv_heads * head_dim, d_model, scale=scale),
         "wo": randn(g, d_model, n_heads * head_dim, scale=(n_heads * head_dim) ** -0.5),
     }
+
+
+def large_logits(g: torch.Generator, B: int, H: int, T: int, D: int, logit: float, spread: float,
+                 dtype: torch.dtype, sideways: float = 0.0) -> dict[str, torch.Tensor]:
+    """q and k [B, H, T, D] along one direction per (row, head), of norms that put every logit
+    q.k / sqrt(D) near `logit`, give or take a few `spread`s; v ordinary. In `dtype`.
+
+    `sideways` > 0 also moves each key that far out along a direction of its own at right angles
+    to the shared one: the logits stay where they are, but a query rounded after scaling moves
+    each position's logit by a different amount.
+    """
+    direction = randn(g, B, H, 1, D).double()
+    direction = direction / direction.norm(dim=-1, keepdim=True)
+    norm = math.sqrt(logit * math.sqrt(D))
+    jitter = spread * math.sqrt(D) / norm  # moves each logit by about `spread`
+    q = norm * direction + jitter * randn(g, B, H, T, D).double()
+    k = norm * direction
+    if sideways:
+        side = randn(g, B, H, T, D).double()
+        side = side - (side * direction).sum(dim=-1, keepdim=True) * direction  # at right angles
+        k = k + sideways * side / side.norm(dim=-1, keepdim=True)
+    k = k + jitter * randn(g, B, H, T, D).double()
+    v = randn(g, B, H, T, D)
+    return {"q": q.to(dtype), "k": k.to(dtype), "v": v.to(dtype)}

@@ -8,44 +8,30 @@ A run that leaves items out is partial and has no level.
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import re
+import sys
 import traceback
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
+from types import ModuleType
 from typing import Callable
 
 import torch
 
 from graders import rubric as rubric_data
-from graders.rubric import SERVING
+from graders import tracks
 from graders.candidate import (Candidate, CandidateError, CandidateTimeout, Fail, NotAttempted, Tell)
 from graders.isolation import Sandbox, reap_strays
+from graders.tracks import DENSE
 from graders.workers import Worker, WorkerUnavailable, warm
 
-GRADERS_DIR = Path(__file__).resolve().parent
-PUBLIC = GRADERS_DIR / "items"
-HIDDEN = GRADERS_DIR / "hidden"
+ITEMS = Path(__file__).resolve().parent / "items"  # one file an item: grade() and grade_hidden()
 DEFAULT_TIMEOUT = 10.0
 DEFAULT_IMPORT_TIMEOUT = 60.0  # a correct file may import a large library: transformers takes 8-27 s cold
 MAX_TIMEOUTS = 3
-
-
-@dataclass(frozen=True)
-class Track:
-    """What a track grades: the module name the candidate's file is imported as, and the names
-    its contract requires."""
-
-    module: str
-    names: tuple[str, ...]
-
-
-TRACKS = {
-    "dense": Track("kv_cache", ("KVCache", "append", "attend", "reset", "release", "decode_step",
-                                "apply_rope", "reorder", "fork")),
-    SERVING: Track("paged_kv_cache", ("CacheFull", "PagedKVCache")),
-}
 
 
 @dataclass
@@ -96,7 +82,7 @@ class GradeResult:
     hidden: bool
     grader_broke: bool = False
     capped_by: list[str] = field(default_factory=list)
-    track: str = "dense"
+    track: str = DENSE.id
     isolation: str = "process"  # how the candidate's code was isolated: "bwrap" or "process"
     partial: bool = False
 
@@ -130,31 +116,72 @@ class Grader:
     hidden: bool
 
 
+class PrivateGraderError(Exception):
+    """An interviewer's grader file that cannot be used: one line naming the file and the problem."""
+
+
 @cache
-def load_graders(folder: Path, hidden: bool) -> tuple[Grader, ...]:
-    """Every `*.py` in `folder` that defines ITEM and grade(candidate); loaded once a process."""
+def kata_graders(hidden: bool) -> tuple[Grader, ...]:
+    """The kata's own graders, one file an item in graders/items/: each file's `grade`, or with
+    `hidden` its `grade_hidden` (a file without hidden cases has none). Loaded once a process."""
+    modules = [importlib.import_module(f"graders.items.{path.stem}")
+               for path in sorted(ITEMS.glob("*.py")) if not path.name.startswith("_")]
+    if hidden:
+        return tuple(Grader(m.ITEM, m.grade_hidden, True) for m in modules if hasattr(m, "grade_hidden"))
+    return tuple(Grader(m.ITEM, m.grade, False) for m in modules)
+
+
+@cache
+def private_graders(folder: Path, track: tracks.Track) -> tuple[Grader, ...]:
+    """An interviewer's graders (docs/private-graders.md), judged as hidden: the `grade` of every
+    `*.py` in `folder` (names starting with `_` are skipped), in name order. PrivateGraderError
+    for a file that raises on import, lacks ITEM or a callable `grade`, or whose ITEM is not an
+    item of `track`'s rubric: a case that would never run must not show as a pass. Each file
+    runs once a process."""
+    items = {item.id for item in rubric_data.load().track(track)}
     graders = []
-    for path in sorted(folder.glob("*.py")):
+    for path in sorted(Path(folder).glob("*.py")):
         if path.name.startswith("_"):
             continue
-        name = f"kata_graders_{'hidden' if hidden else 'public'}_{path.stem}"
-        spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        graders.append(Grader(module.ITEM, module.grade, hidden))
+        module = _load_private(path)
+        item = getattr(module, "ITEM", None)
+        if not isinstance(item, str):
+            raise PrivateGraderError(f"{path}: defines no ITEM (the rubric id it grades)")
+        if item not in items:
+            raise PrivateGraderError(f"{path}: ITEM {item!r} is not an item of the {track.id} "
+                                     "track (kata rubric lists them)")
+        if not callable(getattr(module, "grade", None)):
+            raise PrivateGraderError(f"{path}: defines no grade(candidate) function")
+        graders.append(Grader(item, module.grade, True))
     return tuple(graders)
 
 
-def grade(implementation: Path, tests: Path | None = None, *, track: str = "dense",
+def _load_private(path: Path) -> ModuleType:
+    """`path` run as a module of its own name; PrivateGraderError when it raises."""
+    name = f"kata_private_graders_{path.stem}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # as an import would: dataclasses in the file look it up
+    try:
+        spec.loader.exec_module(module)
+    except BaseException as exc:  # noqa: BLE001 - SystemExit too: one line, never a traceback
+        del sys.modules[name]
+        problem = traceback.format_exception_only(exc)[-1].strip()
+        raise PrivateGraderError(f"{path}: raises on import: {problem}") from None
+    return module
+
+
+def grade(implementation: Path, tests: Path | None = None, *, track: str = DENSE.id,
           hidden: bool = False, extra_graders: Path | None = None, only: set[str] | None = None,
           up_to: str | None = None, exitfirst: bool = False, timeout: float = DEFAULT_TIMEOUT,
           import_timeout: float = DEFAULT_IMPORT_TIMEOUT, sandbox: Sandbox = Sandbox(),
           on_item: Callable[[ItemResult], None] | None = None) -> GradeResult:
     """Grade `implementation` (and the candidate's `tests`, when given) against the rubric.
 
-    `track` is "dense" (the levels L4-L6) or "serving" (the paged cache of contract section 4;
-    it has no own-tests item, so `tests` are not run). `hidden` adds graders/hidden/ and `extra_graders` (an interviewer's own folder of graders,
-    judged as hidden). `only` selects item ids, `up_to` the items up to a level; `exitfirst`
+    `track` is the id of a graders.tracks.Track (a track without own-tests does not run
+    `tests`). `hidden` adds each item's hidden cases, and `extra_graders` an interviewer's own
+    folder of graders, judged as hidden (PrivateGraderError, before anything runs, for a file
+    that cannot be used). `only` selects item ids, `up_to` the items up to a level; `exitfirst`
     stops after the first item that does not pass (the rest are left out of the result).
     `import_timeout` limits the import of the file, `timeout` each batch of calls. `sandbox`
     chooses the isolation (SandboxUnavailable when it cannot be had) and the memory limit.
@@ -162,32 +189,23 @@ def grade(implementation: Path, tests: Path | None = None, *, track: str = "dens
     Sets this process's torch to one thread: the judge's tensors are tiny, and a thread pool
     only adds overhead (and spin-waits on a busy machine).
     """
-    contract = TRACKS[track]
+    chosen = tracks.get(track)
+    graders = _graders(hidden, extra_graders, chosen)
     # Inside warm_workers() (the test suite, trusted batches) "auto" takes the process
     # fallback, whose workers fork from a warm process; "require" still means bubblewrap.
     mode = "process" if sandbox.mode == "auto" and warm() else sandbox.resolve()
-    limits = sandbox.limits()
     path = Path(implementation).absolute()
-    tests = Path(tests).absolute() if tests else None
+    tests = Path(tests).absolute() if tests and chosen.tests else None
     worker = Worker("implementation", str(path), import_timeout=import_timeout,
-                    module=contract.module, names=contract.names, isolation=mode, limits=limits,
+                    module=chosen.module, isolation=mode, limits=sandbox.limits(),
                     files=[path]).start()
-    test_worker = (Worker("tests", isolation=mode, limits=limits, files=[tests]).start()
-                   if tests and track == "dense" else None)
+    test_worker = (Worker("tests", isolation=mode, limits=sandbox.limits(), files=[tests]).start()
+                   if tests else None)
     torch.set_num_threads(1)
-    rubric = rubric_data.load()
-    items = [i for i in rubric.track(track) if (only is None or i.id in only) and (
-        up_to is None or track == SERVING
-        or rubric.levels.index(i.level) <= rubric.levels.index(up_to))]
-    graders = list(load_graders(PUBLIC, hidden=False))
-    if hidden:
-        graders += load_graders(HIDDEN, hidden=True)
-    if extra_graders is not None:
-        graders += load_graders(extra_graders, hidden=True)
     try:
         result = _grade(Candidate(worker, timeout, tests, test_worker), str(implementation),
-                        items, graders, hidden or extra_graders is not None, exitfirst, on_item,
-                        track)
+                        _selected(chosen, only, up_to), graders,
+                        hidden or extra_graders is not None, exitfirst, on_item, chosen)
     finally:
         worker.close()
         if test_worker:
@@ -197,9 +215,28 @@ def grade(implementation: Path, tests: Path | None = None, *, track: str = "dens
     return result
 
 
+def _selected(track: tracks.Track, only: set[str] | None, up_to: str | None) -> list[rubric_data.Item]:
+    """The track's items, in rubric order, narrowed to the ids in `only` and the levels up to
+    `up_to` (a track without levels ignores `up_to`)."""
+    rubric = rubric_data.load()
+    return [i for i in rubric.track(track) if (only is None or i.id in only) and (
+        up_to is None or not track.levels
+        or rubric.levels.index(i.level) <= rubric.levels.index(up_to))]
+
+
+def _graders(hidden: bool, extra_graders: Path | None, track: tracks.Track) -> list[Grader]:
+    """The public graders, then the hidden ones and an interviewer's own when asked for."""
+    graders = list(kata_graders(hidden=False))
+    if hidden:
+        graders += kata_graders(hidden=True)
+    if extra_graders is not None:
+        graders += private_graders(extra_graders, track)
+    return graders
+
+
 def _grade(candidate: Candidate, name: str, items: list[rubric_data.Item], graders: list[Grader],
            hidden: bool, exitfirst: bool, on_item: Callable[[ItemResult], None] | None,
-           track: str) -> GradeResult:
+           track: tracks.Track) -> GradeResult:
     rubric = rubric_data.load()
     results, broke, unavailable, timeouts = [], False, None, 0
     for item in items:
@@ -226,13 +263,13 @@ def _grade(candidate: Candidate, name: str, items: list[rubric_data.Item], grade
         if exitfirst and result.status != "pass":
             break
     partial = len(results) < len(rubric.track(track))
-    if track == SERVING:  # a track beside the levels: all or nothing, and no tells
-        level = SERVING if results and all(r.status == "pass" for r in results) else "none"
+    if not track.levels:  # a track beside the levels: all or nothing, and no tells
+        level = track.section if results and all(r.status == "pass" for r in results) else "none"
         return GradeResult(name, None if partial else level, results, [], hidden, broke,
-                           track=track, partial=partial)
+                           track=track.id, partial=partial)
     tells = _tells(rubric, candidate.tells)
     level, capped_by = (None, []) if partial else _level(rubric, results, tells)
-    return GradeResult(name, level, results, tells, hidden, broke, capped_by, track,
+    return GradeResult(name, level, results, tells, hidden, broke, capped_by, track.id,
                        partial=partial)
 
 

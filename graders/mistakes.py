@@ -12,6 +12,7 @@ from graders.mutation import Mutant
 
 _SCORES = "scores = (q.float() @ keys.float().transpose(-1, -2)) / math.sqrt(head_dim)"
 _MASK = "scores = scores.masked_fill(past_end[:, None, None, :], float(\"-inf\"))"
+_PAST_END = "past_end = torch.arange(keys.shape[2], device=keys.device) >= cache.lengths[:, None]"
 
 MISTAKES = (
     Mutant(
@@ -39,7 +40,7 @@ MISTAKES = (
     ),
     Mutant(
         "drops-newest", "the newest position is left out of attention",
-        replace=((">= cache.lengths[:, None]  # [B, T]", ">= cache.lengths[:, None] - 1  # [B, T]"),),
+        replace=((_PAST_END, _PAST_END + " - 1"),),
     ),
     Mutant(
         "causal-mask-on-newest", "a causal mask built for a 1-row query hides all but position 0",

@@ -1,118 +1,24 @@
-"""The judge's model of a paged pool, and the session that plays a script on the candidate's.
+"""A script played on the candidate's PagedKVCache and on the judge's model of it, compared.
 
-`Book` is what the contract (section 4) says a PagedKVCache holds after each call, in the
-judge's own terms; `Session` sends each step to the candidate's cache (through a plan) and to
-the book, then compares what comes back. The serving graders of paged-cow, paged-free,
-admission and eviction, public and hidden, are scripts over a Session.
+`Session` sends each step to the candidate's cache (through a plan) and to a
+`graders.paged_model.Book`, and records what to compare once the plan has run: the call's
+outcome and the readings after it, each as a small check that knows its own problem. The
+serving graders of paged-cow, paged-free, admission and eviction, public and hidden, are
+scripts over a Session (the hidden ones drawn by graders.paged_scripts.play).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from graders import cases, reference
-from graders.candidate import Fail, Plan, Raised
+from graders.candidate import Fail, Plan, Raised, Results
 from graders.compare import TOLERANCE, close, first_divergence
+from graders.paged_model import Book, Full
 
 TOL = TOLERANCE[torch.float32]
-
-
-class Full(Exception):
-    """The book's CacheFull."""
-
-
-class Book:
-    """What the contract says a PagedKVCache must hold after each call, in the judge's terms.
-
-    Tables list the judge's own block names (1, 2, 3, ... in the order blocks are taken); a name
-    is held by as many tables as share it, and is free when none does. `reserved` counts the
-    blocks still promised to each admitted sequence: its own new blocks (copy-on-write copies
-    included) are paid from them first, nobody else may take them, and a reserved block no one
-    holds still counts as free (the starter's docstrings say so). Each method does what the
-    candidate's must, or raises what it must raise (`Full` for CacheFull).
-    """
-
-    def __init__(self, num_blocks: int, block_size: int):
-        self.num_blocks, self.block_size = num_blocks, block_size
-        self.tables: dict = {}  # seq -> block names; the dict's order is the order of adding
-        self.lengths: dict = {}
-        self.holders: dict[int, int] = {}  # block name -> how many tables hold it
-        self.reserved: dict = {}  # admitted seq -> blocks still promised to it
-        self.ever_shared: set[int] = set()  # blocks a fork gave a second holder
-        self.taken = 0
-
-    @property
-    def num_free(self) -> int:
-        return self.num_blocks - len(self.holders)
-
-    def blocks(self, tokens: int) -> int:
-        return -(-tokens // self.block_size)
-
-    def unreserved(self) -> int:
-        return self.num_free - sum(self.reserved.values())
-
-    def can_admit(self, tokens: int) -> bool:
-        return self.blocks(tokens) <= self.unreserved()
-
-    def add(self, seq) -> None:
-        if seq in self.tables:
-            raise ValueError(seq)
-        self.tables[seq], self.lengths[seq] = [], 0
-
-    def admit(self, seq, max_tokens: int) -> bool:
-        if not self.can_admit(max_tokens):
-            return False
-        self.add(seq)
-        self.reserved[seq] = self.blocks(max_tokens)
-        return True
-
-    def append(self, seq, t: int) -> None:
-        if seq not in self.tables:
-            raise KeyError(seq)
-        table, length = self.tables[seq], self.lengths[seq]
-        copy = length % self.block_size != 0 and self.holders[table[-1]] > 1  # shared, partial
-        new = self.blocks(length + t) - len(table)
-        own = self.reserved.get(seq, 0)
-        if new + copy > own + self.unreserved():
-            raise Full(seq)
-        if seq in self.reserved:
-            self.reserved[seq] = own - min(own, new + copy)
-        if copy:
-            self.holders[table[-1]] -= 1
-            table[-1] = self._take()
-        table.extend(self._take() for _ in range(new))
-        self.lengths[seq] += t
-
-    def fork(self, src, dst) -> None:
-        if src not in self.tables:
-            raise KeyError(src)
-        self.add(dst)
-        self.tables[dst], self.lengths[dst] = list(self.tables[src]), self.lengths[src]
-        for block in self.tables[dst]:
-            self.holders[block] += 1
-        self.ever_shared.update(self.tables[dst])
-
-    def free(self, seq) -> None:
-        if seq not in self.tables:
-            raise KeyError(seq)
-        for block in self.tables.pop(seq):
-            self.holders[block] -= 1
-            if not self.holders[block]:
-                del self.holders[block]
-        del self.lengths[seq]
-        self.reserved.pop(seq, None)
-
-    def evict(self):
-        if not self.tables:
-            raise ValueError("nothing to evict")
-        seq = next(reversed(self.tables))
-        self.free(seq)
-        return seq
-
-    def _take(self) -> int:
-        self.taken += 1
-        self.holders[self.taken] = 1
-        return self.taken
 
 
 class Session:
@@ -138,7 +44,7 @@ class Session:
         self.plan = Plan()
         self.plan.paged_new("p", num_blocks, block_size, heads, head_dim)
         self.kv: dict = {}  # seq -> (keys, values) [heads, n, head_dim]: what was written to it
-        self.checks: list = []  # (step label, what, op index or indices, expected)
+        self.checks: list[Check] = []
         self.steps, self.forked = 0, False
 
     def add(self, seq): return self.step("add", seq)
@@ -154,36 +60,69 @@ class Session:
         (and returned: ("returns", value) or ("raises", exception name))."""
         self.steps += 1
         label = f"step {self.steps} ({method if self.hidden else _call(method, args)})"
-        book, plan, sent = self.book, self.plan, args
-        if method == "append":
-            values = cases.randn(self.g, self.heads, args[1], self.head_dim)
-            sent = (args[0], torch.zeros_like(values), values)
-        room = f"free blocks before it: {book.num_free}, unreserved: {book.unreserved()}"
-        victim = next(reversed(book.tables), None)
-        alone = victim is not None and not book.ever_shared.intersection(book.tables[victim])
-        freed = len(book.tables[victim]) if alone else 0
-        filled = [s for s in book.tables if book.lengths[s]]
-        try:
-            outcome = ("returns", getattr(book, method)(*args))
-        except (KeyError, ValueError, Full) as exc:
-            outcome = ("raises", "CacheFull" if isinstance(exc, Full) else type(exc).__name__)
-        count = method == "evict" and alone and "freed" in self.watch
-        reads = outcome == ("raises", "CacheFull") and "unchanged" in self.watch and filled
-        before = plan.get("p", "num_free_blocks") if count else None
-        q = cases.randn(self.g, len(filled), self.heads, 1, self.head_dim) if reads else None
-        attended = plan.call("p", "attend", filled, q, may_raise=True) if reads else None
-        self.checks.append((label, method, plan.call("p", method, *sent, may_raise=True),
-                            (*outcome, room)))
-        if count:
-            self.checks.append((label, "freed", (before, plan.get("p", "num_free_blocks")), freed))
-        if reads:
-            after = plan.call("p", "attend", filled, q, may_raise=True)
-            self.checks.append((label, "unchanged", (attended, after), (filled, tuple(q.shape))))
+        sent = self._arguments(method, args)
+        room = f"free blocks before it: {self.book.num_free}, unreserved: {self.book.unreserved()}"
+        freed = self._blocks_an_evict_frees()
+        filled = self._filled()
+        outcome = self._book_outcome(method, args)
+        counted = method == "evict" and freed is not None and "freed" in self.watch
+        unchanged = (outcome == ("raises", "CacheFull") and "unchanged" in self.watch and filled)
+        free_before = self.plan.get("p", "num_free_blocks") if counted else None
+        reads_before = self._read_attention(filled) if unchanged else None
+        call = self.plan.call("p", method, *sent, may_raise=True)
+        self.checks.append(Outcome(label, method, call, outcome, room))
+        if counted:
+            self.checks.append(Freed(label, free_before, self.plan.get("p", "num_free_blocks"),
+                                     freed))
+        if unchanged:
+            query, before = reads_before
+            after = self.plan.call("p", "attend", filled, query, may_raise=True)
+            self.checks.append(Unchanged(label, filled, before, after, tuple(query.shape)))
         if outcome[0] == "returns":
             self._remember(method, args, sent, outcome[1])
         if method != "can_admit":
             self._observe(label)
         return outcome
+
+    def check(self, results: Results, hints: dict[str, str]) -> None:
+        """Fail at the first outcome or reading that is not the book's, with its step's label
+        and the item's hint for it (`hints`, keyed by the check's `hint_keys`, finest first)."""
+        for check in self.checks:
+            problem = check.problem(results)
+            if problem:
+                hint = next((hints[key] for key in check.hint_keys if key in hints), "")
+                raise Fail(f"{self.case}, {check.label}: {problem}" + (f". {hint}" if hint else ""))
+
+    def _arguments(self, method: str, args: tuple) -> tuple:
+        """The call's arguments as sent: an append of t positions sends zero keys and seeded
+        values ([heads, t, head_dim])."""
+        if method != "append":
+            return args
+        values = cases.randn(self.g, self.heads, args[1], self.head_dim)
+        return args[0], torch.zeros_like(values), values
+
+    def _blocks_an_evict_frees(self) -> int | None:
+        """How many blocks an evict would give back now: the newest sequence's, when none of them
+        was ever shared (else None: what a shared block does is another item's question)."""
+        victim = next(reversed(self.book.tables), None)
+        if victim is None or self.book.ever_shared.intersection(self.book.tables[victim]):
+            return None
+        return len(self.book.tables[victim])
+
+    def _filled(self) -> list:
+        return [s for s in self.book.tables if self.book.lengths[s]]
+
+    def _book_outcome(self, method: str, args: tuple) -> tuple:
+        try:
+            return "returns", getattr(self.book, method)(*args)
+        except (KeyError, ValueError, Full) as exc:
+            return "raises", "CacheFull" if isinstance(exc, Full) else type(exc).__name__
+
+    def _read_attention(self, seqs: list) -> tuple[torch.Tensor, int]:
+        """An attend over `seqs` with a seeded query [len(seqs), heads, 1, head_dim]: the query
+        and the attend's index."""
+        query = cases.randn(self.g, len(seqs), self.heads, 1, self.head_dim)
+        return query, self.plan.call("p", "attend", seqs, query, may_raise=True)
 
     def _remember(self, method: str, args: tuple, sent: tuple, value) -> None:
         """What each sequence holds, after a call that succeeded."""
@@ -202,84 +141,182 @@ class Session:
         seqs, plan, book = list(self.book.tables), self.plan, self.book
         if "tables" in self.watch and seqs:
             got = [plan.call("p", "block_table", seq, may_raise=True) for seq in seqs]
-            self.checks.append((label, "tables", got, {s: list(book.tables[s]) for s in seqs}))
+            self.checks.append(Tables(label, got, {s: list(book.tables[s]) for s in seqs}))
         for seq in seqs if "length" in self.watch else ():
-            self.checks.append((label, "length", plan.call("p", "length", seq, may_raise=True),
-                                (seq, book.lengths[seq])))
-        filled = [s for s in seqs if book.lengths[s]]
+            self.checks.append(Length(label, seq, plan.call("p", "length", seq, may_raise=True),
+                                      book.lengths[seq]))
+        filled = self._filled()
         if "attend" in self.watch and filled:
-            q = cases.randn(self.g, len(filled), self.heads, 1, self.head_dim)
-            want = [reference.causal_attention(q[i : i + 1], k[None], v[None])  # float64
+            query, index = self._read_attention(filled)
+            want = [reference.causal_attention(query[i : i + 1], k[None], v[None])  # float64
                     for i, (k, v) in enumerate(self.kv[s] for s in filled)]
-            index = plan.call("p", "attend", filled, q, may_raise=True)
-            self.checks.append((label, "attend", index, (filled, torch.cat(want), self.forked)))
+            self.checks.append(Attention(label, filled, index, torch.cat(want), self.forked))
         if "num_free_blocks" in self.watch:
-            self.checks.append((label, "num_free_blocks", plan.get("p", "num_free_blocks"),
-                                book.num_free))
-
-    def check(self, results, hints: dict[str, str]) -> None:
-        """Fail at the first outcome or reading that is not the book's, with its step's label."""
-        for label, what, index, want in self.checks:
-            got = ([results[i] for i in index] if isinstance(index, (list, tuple))
-                   else results[index])
-            problem = _problem(what, got, want)
-            if problem:
-                detail = {"append": 1, "free": 1, "attend": 2}.get(what)  # a finer hint's key
-                hint = hints.get(what if detail is None else f"{what}:{want[detail]}",
-                                 hints.get(what, ""))
-                raise Fail(f"{self.case}, {label}: {problem}" + (f". {hint}" if hint else ""))
+            self.checks.append(FreeCount(label, plan.get("p", "num_free_blocks"), book.num_free))
 
 
-def _problem(what: str, got, want) -> str | None:
-    """What is wrong with `got`, an outcome or a reading, or None."""
-    if what == "length" and isinstance(got, Raised):
-        return f"length({want[0]!r}) raised {got.type} ({got.message[:120]})"
-    if what in ("num_free_blocks", "length"):
-        expected = want if what == "num_free_blocks" else want[1]
-        name = what if what == "num_free_blocks" else f"length({want[0]!r})"
-        return None if _int(got) == expected else f"{name} is {_shown(got)}, expected {expected}"
-    if what == "freed":
-        if None in map(_int, got) or _int(got[1]) - _int(got[0]) != want:
-            return f"num_free_blocks went from {got[0]!r} to {got[1]!r}, expected {want} more"
+# The checks a Session records. Each knows the operations it reads, what the book expects, and
+# says what is wrong (`problem`, None when nothing is); `hint_keys` name the item's hints for it.
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A call's return value or exception, against the book's ("returns", value) or ("raises",
+    name). `room` (the free and unreserved blocks before the call) explains an append's."""
+
+    label: str
+    method: str
+    index: int
+    expected: tuple
+    room: str
+
+    @property
+    def hint_keys(self) -> tuple[str, ...]:
+        if self.method in ("append", "free"):  # finer hints by outcome: "append:CacheFull"
+            return f"{self.method}:{self.expected[1]}", self.method
+        return (self.method,)
+
+    def problem(self, results: Results) -> str | None:
+        got, (kind, want) = results[self.index], self.expected
+        if isinstance(got, Raised):
+            if kind == "raises" and got.is_a(want):
+                return None
+            room = f" ({self.room})" if self.method == "append" else ""
+            return (f"it raised {got.type} ({got.message[:120]}), expected "
+                    f"{want if kind == 'raises' else 'no exception'}{room}")
+        if kind == "raises":
+            return f"expected {want}, but it returned {_shown(got)}"
+        if want is not None and not (type(got) is type(want) and got == want):
+            return f"it returned {_shown(got)}, expected {want!r}"
         return None
-    if what == "tables":
-        return _sharing(got, want)
-    if what in ("attend", "unchanged"):
-        return _attention_problem(what, got, want)
-    if isinstance(got, Raised):
-        if want[0] == "raises" and got.is_a(want[1]):
+
+
+@dataclass(frozen=True)
+class Length:
+    """length(seq) after a step."""
+
+    label: str
+    seq: object
+    index: int
+    expected: int
+    hint_keys = ("length",)
+
+    def problem(self, results: Results) -> str | None:
+        got = results[self.index]
+        if isinstance(got, Raised):
+            return f"length({self.seq!r}) raised {got.type} ({got.message[:120]})"
+        if _int(got) == self.expected:
             return None
-        room = f" ({want[2]})" if what == "append" else ""
-        return (f"it raised {got.type} ({got.message[:120]}), expected "
-                f"{want[1] if want[0] == 'raises' else 'no exception'}{room}")
-    if want[0] == "raises":
-        return f"expected {want[1]}, but it returned {_shown(got)}"
-    if want[1] is not None and not (type(got) is type(want[1]) and got == want[1]):
-        return f"it returned {_shown(got)}, expected {want[1]!r}"
-    return None
+        return f"length({self.seq!r}) is {_shown(got)}, expected {self.expected}"
 
 
-def _attention_problem(what: str, got, want) -> str | None:
-    """attend's output against float64 ("attend"), or against itself before a failed append."""
-    if what == "unchanged":
-        (expected, got), (seqs, shape) = got, want
-    else:
-        seqs, expected, _ = want
-        shape = tuple(expected.shape)
-    for out in (expected, got):
-        if isinstance(out, Raised):
-            return f"attend raised {out.type} ({out.message[:120]})"
-        if not isinstance(out, torch.Tensor) or tuple(out.shape) != shape:
-            return f"attend returned {_shown(out)}, expected a tensor of shape {list(shape)}"
-    if what == "unchanged":
-        wrong = (~close(got, expected, TOL)).nonzero()
+@dataclass(frozen=True)
+class FreeCount:
+    """num_free_blocks after a step."""
+
+    label: str
+    index: int
+    expected: int
+    hint_keys = ("num_free_blocks",)
+
+    def problem(self, results: Results) -> str | None:
+        got = results[self.index]
+        if _int(got) == self.expected:
+            return None
+        return f"num_free_blocks is {_shown(got)}, expected {self.expected}"
+
+
+@dataclass(frozen=True)
+class Freed:
+    """num_free_blocks before and after an evict: up by the victim's blocks."""
+
+    label: str
+    before: int
+    after: int
+    expected: int
+    hint_keys = ("freed",)
+
+    def problem(self, results: Results) -> str | None:
+        before, after = results[self.before], results[self.after]
+        if None in (_int(before), _int(after)) or _int(after) - _int(before) != self.expected:
+            return (f"num_free_blocks went from {before!r} to {after!r}, expected {self.expected} "
+                    "more")
+        return None
+
+
+@dataclass(frozen=True)
+class Tables:
+    """Every block table after a step, judged by its sharing: the candidate's tables must share
+    blocks exactly where the book's do (any ids will do)."""
+
+    label: str
+    indices: list[int]
+    expected: dict  # seq -> the book's block names
+    hint_keys = ("tables",)
+
+    def problem(self, results: Results) -> str | None:
+        return _sharing([results[i] for i in self.indices], self.expected)
+
+
+@dataclass(frozen=True)
+class Attention:
+    """attend over every non-empty sequence after a step, against float64 attention over what
+    was written to each ([rows, heads, 1, head_dim]). `forked`: a fork happened before."""
+
+    label: str
+    seqs: list
+    index: int
+    expected: torch.Tensor
+    forked: bool
+
+    @property
+    def hint_keys(self) -> tuple[str, ...]:
+        return f"attend:{self.forked}", "attend"
+
+    def problem(self, results: Results) -> str | None:
+        got = results[self.index]
+        problem = _output_problem(got, tuple(self.expected.shape))
+        if problem:
+            return problem
+        d = first_divergence([got], [self.expected], TOL)
+        return None if d is None else (
+            f"attend row {d.row} (sequence {self.seqs[d.row]!r}), head {d.head} is not attention "
+            f"over that sequence's own positions: max abs error {d.max_abs:.2e} (tolerance {TOL})")
+
+
+@dataclass(frozen=True)
+class Unchanged:
+    """attend over every non-empty sequence just before and just after a call that must raise
+    CacheFull: the same."""
+
+    label: str
+    seqs: list
+    before: int
+    after: int
+    shape: tuple[int, ...]
+    hint_keys = ("unchanged",)
+
+    def problem(self, results: Results) -> str | None:
+        before, after = results[self.before], results[self.after]
+        problem = _output_problem(before, self.shape) or _output_problem(after, self.shape)
+        if problem:
+            return problem
+        wrong = (~close(after, before, TOL)).nonzero()
         return None if not len(wrong) else (
-            f"the attention of sequence {seqs[int(wrong[0, 0])]!r} is not what it was before "
+            f"the attention of sequence {self.seqs[int(wrong[0, 0])]!r} is not what it was before "
             "the append that raised CacheFull")
-    d = first_divergence([got], [expected], TOL)
-    return None if d is None else (
-        f"attend row {d.row} (sequence {seqs[d.row]!r}), head {d.head} is not attention over "
-        f"that sequence's own positions: max abs error {d.max_abs:.2e} (tolerance {TOL})")
+
+
+Check = Outcome | Length | FreeCount | Freed | Tables | Attention | Unchanged
+
+
+def _output_problem(out, shape: tuple[int, ...]) -> str | None:
+    """What is wrong with attend's answer as a value (raised, not a tensor of `shape`), or None."""
+    if isinstance(out, Raised):
+        return f"attend raised {out.type} ({out.message[:120]})"
+    if not isinstance(out, torch.Tensor) or tuple(out.shape) != shape:
+        return f"attend returned {_shown(out)}, expected a tensor of shape {list(shape)}"
+    return None
 
 
 def _sharing(got: list, want: dict) -> str | None:

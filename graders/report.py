@@ -12,8 +12,8 @@ from rich.table import Table
 from rich.text import Text
 
 from graders import rubric as rubric_data
+from graders import tracks
 from graders.grade import GradeResult, ItemResult
-from graders.rubric import SERVING
 
 STATUS_STYLE = {
     "pass": ("PASS", "green"),
@@ -58,20 +58,19 @@ def render(result: GradeResult, console: Console) -> None:
     if result.unavailable:
         console.print(Panel(Text(result.unavailable, overflow="fold"), title="Items not run",
                             title_align="left", border_style="red"))
-    for level in (*rubric.levels, SERVING):
+    for level, title, _ in tracks.groups(rubric.levels):
         items = [i for i in result.items if i.level == level]
         if items:
-            console.print(_level_table(level, items, rubric))
-    if result.track != SERVING:
+            console.print(_level_table(title, items, rubric))
+    if tracks.get(result.track).levels:
         console.print(_tells(result, rubric))
     console.print(_interviewer(rubric))
     console.print(_summary(result))
 
 
-def _level_table(level: str, items, rubric: rubric_data.Rubric) -> Table:
+def _level_table(title: str, items, rubric: rubric_data.Rubric) -> Table:
     passed = sum(i.points for i in items)
     total = sum(i.max_points for i in items)
-    title = "serving track" if level == SERVING else level
     table = Table(title=f"{title}  ({passed:g}/{total:g} points)", title_justify="left",
                   show_header=True, header_style="bold", expand=True)
     table.add_column("status", width=8, no_wrap=True)
@@ -119,7 +118,7 @@ def _summary(result: GradeResult) -> Text:
         text = Text.assemble(("Partial run: ", "bold"), (partial_verdict(result.items), style),
                              f"    ({result.score:g}/{result.max_score:g} points)")
     else:
-        label = "Track: " if result.track == SERVING else "Level: "
+        label = "Level: " if tracks.get(result.track).levels else "Track: "
         text = Text.assemble((label, "bold"), (result.level, style),
                              f"    Score: {result.score:g}/{result.max_score:g}")
     if result.capped_by:
@@ -173,9 +172,10 @@ def render_summary(result: GradeResult, console: Console) -> None:
 def render_rubric(console: Console) -> None:
     """The rubric: items by level with points and what each checks, then tells and discussion."""
     rubric = rubric_data.load()
-    for level in (*rubric.levels, SERVING):
+    for level, title, beside in tracks.groups(rubric.levels):
         items = [i for i in rubric.items if i.level == level]
-        title = "serving track (kata grade --track serving)" if level == SERVING else level
+        if beside:
+            title += f" (kata grade --track {beside.id})"
         table = Table(title=f"{title}  ({sum(i.points for i in items):g} points)",
                       title_justify="left", expand=True, header_style="bold")
         table.add_column("item", width=22, no_wrap=True)

@@ -8,6 +8,7 @@ from functools import cache
 from pathlib import Path
 
 from graders import bundled
+from graders.tracks import Track
 
 RUBRIC_FILE = bundled.RUBRIC
 
@@ -36,9 +37,6 @@ class InterviewerItem:
     prompt: str
 
 
-SERVING = "serving"  # the serving track's items carry this in place of a level
-
-
 @dataclass(frozen=True)
 class Rubric:
     levels: tuple[str, ...]
@@ -49,9 +47,9 @@ class Rubric:
     def item(self, item_id: str) -> Item:
         return next(i for i in self.items if i.id == item_id)
 
-    def track(self, track: str) -> tuple[Item, ...]:
-        """The items of a track: "dense" (the levels) or "serving"."""
-        return tuple(i for i in self.items if (i.level == SERVING) == (track == SERVING))
+    def track(self, track: Track) -> tuple[Item, ...]:
+        """The items of `track`, in rubric order."""
+        return tuple(i for i in self.items if track.owns(i.level))
 
     def tell(self, tell_id: str) -> TellInfo:
         return next(t for t in self.tells if t.id == tell_id)

@@ -18,7 +18,7 @@ from datetime import date
 from pathlib import Path
 
 from graders import rubric as rubric_data
-from graders.rubric import SERVING
+from graders import tracks
 from graders.grade import GradeResult, ItemResult
 from graders.output_files import write_atomically
 from graders.report import partial_verdict
@@ -44,11 +44,11 @@ def write_markdown(result: GradeResult, path: Path) -> None:
     """Write the scorecard of `result` to `path`."""
     rubric = rubric_data.load()
     lines = [f"# kvkata scorecard: `{result.implementation}`", "", _summary(result), ""]
-    for level in (*rubric.levels, SERVING):
+    for level, _, _ in tracks.groups(rubric.levels):
         items = [i for i in result.items if i.level == level]
         if items:
             lines += _level_table(level, items, rubric) + [""]
-    if result.track != SERVING:
+    if tracks.get(result.track).levels:
         lines += ["## Down-level tells", ""] + _tells(result, rubric) + [""]
     lines += ["## For the interviewer to mark (no test can judge these)", ""]
     lines += [f"- [ ] {_inline(i.prompt)} — notes: ________" for i in rubric.interviewer]

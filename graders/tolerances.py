@@ -48,7 +48,6 @@ import torch.nn.functional as F
 
 from graders import bundled, cases, reference
 from graders.compare import LARGE_LOGITS_LOW_PRECISION, TOLERANCE
-from graders.items import low_precision
 
 EXTRA_SEEDS = 50
 DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
@@ -59,6 +58,10 @@ SHAPES = [  # case, B, Hq, Hkv, T, D, public seed: prefix-equivalence's and gqa'
     ("gqa 12/4", 2, 12, 4, 7, 8, 701),
     ("mqa 4/1", 2, 4, 1, 7, 8, 702),
 ]
+# low-precision's public cases (graders/items/low_precision.py), per dtype from one seed: an
+# ordinary sequence [B, H, T, D], then q and k of logits near LOGIT, a few SPREADs apart.
+LOW_PRECISION_SEEDS = {torch.bfloat16: 600, torch.float16: 601}
+LP_B, LP_H, LP_T, LP_D, LP_LARGE_H, LP_LARGE_T, LOGIT, SPREAD = 2, 4, 12, 16, 2, 8, 20000.0, 3.0
 
 
 def _load(name: str):
@@ -120,19 +123,22 @@ def _float32_reference(seq: dict) -> torch.Tensor:
 def _cases(dtype: torch.dtype):
     """(case, tolerance, [seq per seed]) for `dtype`: the public seed, then EXTRA_SEEDS more."""
     extra, other = range(10_000, 10_000 + EXTRA_SEEDS), range(20_000, 20_000 + EXTRA_SEEDS)
-    low = dtype in LOW_PRECISION
     tol = TOLERANCE[dtype]
     for name, B, Hq, Hkv, T, D, seed in SHAPES:
         yield name, tol, [cases.sequence(cases.generator(s), B, Hq, Hkv, T, D, dtype=dtype)
                           for s in (seed, *extra)]
-    if low:
-        lp, public = low_precision, low_precision.case_inputs()
-        yield "low-precision ordinary", tol, [public[dtype, "ordinary"]] + [
-            cases.sequence(cases.generator(s), lp.B, lp.H, lp.H, lp.T, lp.D, dtype=dtype)
+    if dtype in LOW_PRECISION:
+        g = cases.generator(LOW_PRECISION_SEEDS[dtype])
+        ordinary = cases.sequence(g, LP_B, LP_H, LP_H, LP_T, LP_D, dtype=dtype)
+        yield "low-precision ordinary", tol, [ordinary] + [
+            cases.sequence(cases.generator(s), LP_B, LP_H, LP_H, LP_T, LP_D, dtype=dtype)
             for s in other]
-        large = [public[dtype, "large logits"]] + [lp.large_logits(cases.generator(s), dtype)
-                                                   for s in extra]
-        yield "low-precision large logits", LARGE_LOGITS_LOW_PRECISION, large
+        yield "low-precision large logits", LARGE_LOGITS_LOW_PRECISION, [
+            _large_logits(g, dtype)] + [_large_logits(cases.generator(s), dtype) for s in extra]
+
+
+def _large_logits(g: torch.Generator, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    return cases.large_logits(g, LP_B, LP_LARGE_H, LP_LARGE_T, LP_D, LOGIT, SPREAD, dtype)
 
 
 def main() -> None:

@@ -55,13 +55,12 @@ class Worker:
     """
 
     def __init__(self, mode: str, path: str | None = None, *, import_timeout: float = 60.0,
-                 module: str = "kv_cache", names: tuple[str, ...] = (),
+                 module: str = "kv_cache",
                  isolation: str = "process", limits: Limits = Limits(), files=()):
-        """`path` is imported as `module`; `names` are the contract's, reported when missing."""
+        """`path` is imported as `module`."""
         self.mode, self.path, self.import_timeout = mode, path, import_timeout
-        self.module, self.names = module, names
+        self.module = module
         self.isolation, self.limits, self.files = isolation, limits, list(files)
-        self.missing: list[str] = []
         self._pid: int | None = None
         self._proc: subprocess.Popen | None = None  # None when forked by the spawner
         self._launch: isolation.Launch | None = None
@@ -92,7 +91,7 @@ class Worker:
             os.close(fd)
         self._output.drain(stderr_r)
         wire.write_frame(self._in, {"mode": self.mode, "path": self.path, "module": self.module,
-                                    "names": list(self.names), "limits": self.limits.to_dict(),
+                                    "limits": self.limits.to_dict(),
                                     "kata_roots": kata_roots})
         self._ready = False
         return self
@@ -141,7 +140,6 @@ class Worker:
                     limit = isolation.limit_reached(loaded["error"], self.limits)
                     raise WorkerUnavailable(f"{limit + ': ' if limit else ''}"
                                             f"the file does not import: {loaded['error']}")
-                self.missing = list(loaded["missing"])
         except TimeoutError:
             self._discard()
             raise WorkerUnavailable(

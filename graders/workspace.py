@@ -11,11 +11,9 @@ import shutil
 from pathlib import Path
 
 from graders import bundled
+from graders.tracks import DENSE, SERVING, Track
 
 STARTER = bundled.STARTER
-IMPLEMENTATION = "kv_cache.py"
-TESTS = "test_kv_cache.py"
-SERVING = "paged_kv_cache.py"  # the serving track's file (contract section 4)
 
 README = """\
 # Your KV cache kata
@@ -72,7 +70,8 @@ def init_workspace(target: Path) -> list[Path]:
     When writing fails (or is interrupted), what this call wrote and the folders it made are
     removed before the error propagates: a failed init leaves nothing behind.
     """
-    files = [target / IMPLEMENTATION, target / TESTS, target / SERVING, target / "README.md"]
+    files = [target / DENSE.implementation, target / DENSE.tests, target / SERVING.implementation,
+             target / "README.md"]
     blocking = next((p for p in (target, *target.parents) if p.exists() and not p.is_dir()), None)
     if blocking is not None:
         raise FileExistsError(f"{blocking} is a file, not a folder: choose another place "
@@ -104,17 +103,16 @@ def _remove(files: list[Path], folders: list[Path]) -> None:
             pass
 
 
-def default_target(cwd: Path, track: str = "dense") -> tuple[Path, Path | None] | None:
+def default_target(cwd: Path, track: Track = DENSE) -> tuple[Path, Path | None] | None:
     """What `kata grade` with no PATH grades from `cwd`: (implementation, tests or None).
 
     In a workspace (cwd holds the track's file: kv_cache.py, or paged_kv_cache.py for the
     serving track), that file; else, in a checkout of the kata, the one in cwd/starter/; else
-    None. The tests are the test_kv_cache.py beside it, None if there is none (the serving
+    None. The tests are the track's test file beside it, None if there is none (the serving
     track has none).
     """
-    name = SERVING if track == "serving" else IMPLEMENTATION
-    folder = next((f for f in (cwd, cwd / "starter") if (f / name).is_file()), None)
+    folder = next((f for f in (cwd, cwd / "starter") if (f / track.implementation).is_file()), None)
     if folder is None:
         return None
-    tests = folder / TESTS
-    return folder / name, tests if tests.is_file() and track != "serving" else None
+    tests = folder / track.tests if track.tests else None
+    return folder / track.implementation, tests if tests and tests.is_file() else None

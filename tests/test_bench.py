@@ -43,6 +43,7 @@ def tiny_run(tmp_path_factory):
     return result, json.loads((out / "bench.json").read_text()), out
 
 
+@pytest.mark.slow
 def test_the_tiny_bench_exits_0_and_prints_a_table_per_shape_and_dtype(tiny_run):
     result, _, _ = tiny_run
     assert result.exit_code == 0, result.output
@@ -51,6 +52,7 @@ def test_the_tiny_bench_exits_0_and_prints_a_table_per_shape_and_dtype(tiny_run)
     assert "ms per decode step" in result.output
 
 
+@pytest.mark.slow
 def test_every_subject_has_positive_figures_in_every_cell(tiny_run):
     _, report, _ = tiny_run
     statuses = {s["id"]: s["status"] for s in report["subjects"]}
@@ -68,6 +70,7 @@ def test_every_subject_has_positive_figures_in_every_cell(tiny_run):
             assert figures["held_bytes"] > 0, subject
 
 
+@pytest.mark.slow
 def test_ratios_are_each_median_over_the_reference_median(tiny_run):
     _, report, _ = tiny_run
     for cell in report["cells"]:
@@ -82,6 +85,7 @@ def test_ratios_are_each_median_over_the_reference_median(tiny_run):
                 assert ratio == pytest.approx(want), (subject, key)
 
 
+@pytest.mark.slow
 def test_memory_held_follows_the_storage_each_design_keeps(tiny_run):
     _, report, _ = tiny_run
     cell = next(c for c in report["cells"] if (c["shape"], c["dtype"], c["length"]) == ("mha", "float32", 40))
@@ -94,6 +98,7 @@ def test_memory_held_follows_the_storage_each_design_keeps(tiny_run):
     assert held["paged-int8"] < held["paged"]  # int8 values and a float32 scale per token
 
 
+@pytest.mark.slow
 def test_the_json_says_what_machine_and_settings_made_the_figures(tiny_run):
     _, report, _ = tiny_run
     assert report["kata_bench"] == 1
@@ -105,6 +110,7 @@ def test_the_json_says_what_machine_and_settings_made_the_figures(tiny_run):
                                                   "kv_heads": 8, "head_dim": 128}
 
 
+@pytest.mark.slow
 def test_a_png_is_written_when_matplotlib_is_installed(tiny_run):
     pytest.importorskip("matplotlib")
     _, _, out = tiny_run
@@ -123,6 +129,7 @@ def test_without_a_png_the_plot_is_drawn_in_text():
     assert "a concat" in legend and "b bare" in legend
 
 
+@pytest.mark.slow
 def test_the_fused_path_is_measured_where_torch_compile_works_and_said_unavailable_elsewhere(tmp_path):
     out = tmp_path / "bench.json"
     result = runner.invoke(app, ["bench", "--lengths", "16", "--dtypes", "float32", "--shapes", "gqa",
@@ -138,6 +145,7 @@ def test_the_fused_path_is_measured_where_torch_compile_works_and_said_unavailab
         assert fused["status"] == "unavailable" and "torch.compile" in fused["message"]
 
 
+@pytest.mark.slow
 def test_a_failing_candidate_costs_only_its_own_row(tmp_path, hostile_file):
     hostile = ("hangs_in_attend", "hangs_at_import", "segfaults", "exits_the_process", "import_error")
     for name in hostile:
@@ -169,6 +177,7 @@ def test_a_failing_candidate_costs_only_its_own_row(tmp_path, hostile_file):
     assert "hangs_in_attend: no answer" in result.output
 
 
+@pytest.mark.slow
 def test_in_a_workspace_the_candidates_own_file_is_measured(tmp_path, monkeypatch):
     shutil.copy(REFERENCE, tmp_path / "kv_cache.py")
     monkeypatch.chdir(tmp_path)
@@ -181,6 +190,7 @@ def test_in_a_workspace_the_candidates_own_file_is_measured(tmp_path, monkeypatc
     assert report["cells"][0]["results"]["kv_cache"]["ms"]["median"] > 0
 
 
+@pytest.mark.slow
 def test_the_output_stays_readable_in_an_ascii_terminal_without_colour():
     env = dict(os.environ, PYTHONIOENCODING="ascii", NO_COLOR="1")
     done = subprocess.run([sys.executable, str(ROOT / "cli.py"), "bench", "--lengths", "16",

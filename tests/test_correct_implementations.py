@@ -11,6 +11,8 @@ import pytest
 
 from graders.grade import GradeResult, grade
 
+pytestmark = pytest.mark.slow  # whole grades: `pytest -m "not slow"` is the quick loop
+
 ROOT = Path(__file__).resolve().parent.parent
 MODEL_TESTS = ROOT / "solutions" / "test_kv_cache.py"
 IMPLEMENTATIONS = ROOT / "tests" / "implementations"

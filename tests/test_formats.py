@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from graders.tracks import DENSE
 from graders.candidate import Fail, tensor
 from graders.grade import GradeResult, ItemResult, TellResult, _level, grade
 from graders.gradescope import to_gradescope, write_gradescope
@@ -360,7 +361,7 @@ def test_the_level_names_only_the_tells_that_lowered_it(reached, detected, level
     rubric = load()
     top = rubric.levels.index(reached) if reached else -1
     items = [ItemResult(i.id, i.level, "pass" if rubric.levels.index(i.level) <= top else "fail",
-                        0.0, i.points, "") for i in rubric.track("dense")]
+                        0.0, i.points, "") for i in rubric.track(DENSE)]
     tells = [TellResult(t.id, t.id in detected, "") for t in rubric.tells]
     assert _level(rubric, items, tells) == (level, capped_by)
 

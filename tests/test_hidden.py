@@ -1,12 +1,12 @@
-"""The hidden graders (graders/hidden/): correct code passes them, and each catches a mistake its
-item's public grader lets through.
+"""The hidden graders (each item's `grade_hidden`, in graders/items/): correct code passes them,
+and each catches a mistake its item's public grader lets through.
 
-Every hidden file has at least one `Mutant` of the reference here: a realistic mistake that the
-public grader of that item passes and the hidden one does not. grade.py runs an item's public
-graders before its hidden ones and puts "hidden case: " in front of a hidden grader's message,
-so a non-pass whose message starts with it says both: the public grader passed, the hidden one
-did not. Each mutant is graded once, with --hidden, on its items only; all grades run up front,
-a few at a time.
+Every item's hidden cases have at least one `Mutant` of the reference here: a realistic mistake
+that the public grader of that item passes and the hidden one does not. grade.py runs an item's
+public grader before its hidden one and puts "hidden case: " in front of a hidden grader's
+message, so a non-pass whose message starts with it says both: the public grader passed, the
+hidden one did not. Each mutant is graded once, with --hidden, on its items only; all grades run
+up front, a few at a time.
 """
 
 from __future__ import annotations
@@ -18,12 +18,13 @@ from pathlib import Path
 
 import pytest
 
-from graders.grade import HIDDEN, PUBLIC, GradeResult, grade, load_graders
+from graders.grade import GradeResult, grade, kata_graders
 from graders.mutation import PAGED_REFERENCE, REFERENCE, Mutant
+from graders.tracks import DENSE, SERVING
 
 PARALLEL = 3
-HIDDEN_ITEMS = {g.item for g in load_graders(HIDDEN, hidden=True)}
-PUBLIC_ITEMS = {g.item for g in load_graders(PUBLIC, hidden=False)}
+HIDDEN_ITEMS = {g.item for g in kata_graders(hidden=True)}
+PUBLIC_ITEMS = {g.item for g in kata_graders(hidden=False)}
 TENSOR_PRINTOUT = re.compile(r"tensor\(|\[\s*-?\d+\.\d{3,}")  # a repr, or a list of floats
 
 
@@ -42,23 +43,23 @@ def hidden_only(mutant: Mutant, *items: str) -> HiddenOnly:
 # Lines of the reference (solutions/kv_cache.py) that the mutants change.
 GROWTH = "        capacity = _next_power_of_two(needed)\n"
 SHAPE = "    batch, _, t, _ = new_key.shape\n"
-WRITES = ("    cache.k_storage[rows, :, dst] = new_key[rows, :, src]  # [N, Hkv, D]\n"
+WRITES = ("    cache.k_storage[rows, :, dst] = new_key[rows, :, src]\n"
           "    cache.v_storage[rows, :, dst] = new_value[rows, :, src]\n")
 RESERVE = "    _reserve(cache, int(new_lengths.max()), new_key)\n"
-DST = "    dst = (lengths[:, None] + offsets)[real]  # [N]: time index in storage\n"
+DST = "    dst = (lengths[:, None] + offsets)[real]\n"
 PAIR = "    if new_key.dtype != new_value.dtype or new_key.device != new_value.device:\n"
 PAST_END = ("    past_end = torch.arange(keys.shape[2], device=keys.device)"
-            " >= cache.lengths[:, None]  # [B, T]\n")
+            " >= cache.lengths[:, None]\n")
 MASK = '    scores = scores.masked_fill(past_end[:, None, None, :], float("-inf"))\n'
 SOFTMAX = "    weights = torch.softmax(scores, dim=-1)"
-KEYS = "    keys, values = cache.keys, cache.values  # [B, Hkv, T, D], T = max(lengths)\n"
-GROUPED_Q = "    q = query.reshape(batch, kv_heads, groups, head_dim)  # [B, Hkv, G, D]\n"
+KEYS = "    keys, values = cache.keys, cache.values\n"
+GROUPED_Q = "    q = query.reshape(batch, kv_heads, groups, head_dim)\n"
 SCORES = "    scores = (q.float() @ keys.float().transpose(-1, -2)) / math.sqrt(head_dim)"
-ATTEND_IN_DECODE = "    out = attend(cache, q)  # [B, Hq, 1, D]\n"
+ATTEND_IN_DECODE = "    out = attend(cache, q)\n"
 ROPE = ("    q = apply_rope(q, positions, layer.rope_base)\n"
         "    k = apply_rope(k, positions, layer.rope_base)\n")
 FIRST_DEF = "def _next_power_of_two"
-LENGTHS_ATTR = "        self.lengths: Tensor | None = None  # int64 [B]\n"
+LENGTHS_ATTR = "        self.lengths: Tensor | None = None\n"
 NEW_LENGTHS = "    cache.lengths = new_lengths\n"
 RESET = "    cache.k_storage = cache.v_storage = cache.lengths = None\n"
 
@@ -240,8 +241,8 @@ MUTANTS = [
     hidden_only(Mutant(
         "paged-power-of-two-block-math", "positions split into block and slot with shifts and "
         "masks, right only when block_size is a power of two",
-        replace=(("        blocks = torch.tensor(table, device=self.device)[pos // bs]  # [t]\n"
-                  "        slots = pos % bs  # [t]\n",
+        replace=(("        blocks = torch.tensor(table, device=self.device)[pos // bs]\n"
+                  "        slots = pos % bs\n",
                   "        blocks = torch.tensor(table, device=self.device)[pos >> (bs.bit_length() - 1)]\n"
                   "        slots = pos & (bs - 1)\n"),),
         base=PAGED_REFERENCE,
@@ -307,8 +308,8 @@ def graded(tmp_path_factory) -> dict[str, GradeResult]:
 
     def run(job: tuple[str, Path, set[str]]) -> tuple[str, GradeResult]:
         name, path, items = job
-        track = "serving" if path.name == PAGED_REFERENCE.name else "dense"
-        return name, grade(path, track=track, hidden=True, only=set(items))
+        track = SERVING if path.name == SERVING.implementation else DENSE
+        return name, grade(path, track=track.id, hidden=True, only=set(items))
 
     with ThreadPoolExecutor(PARALLEL) as pool:
         return dict(pool.map(run, jobs))

@@ -1,9 +1,13 @@
-"""The rubric data matches the contract, and every item has a public grader."""
+"""The rubric data matches the contract; every item is one file of graders/items/ holding its
+public grader and, but for own-tests, its hidden one; items never import each other."""
 
 from __future__ import annotations
 
-from graders.grade import PUBLIC, load_graders
+import ast
+
+from graders.grade import ITEMS, kata_graders
 from graders.rubric import load
+from graders.tracks import TRACKS
 
 CONTRACT_ITEMS = {
     "L4": {"append-time-dim", "attend-shape"},
@@ -30,14 +34,38 @@ def test_tells_and_their_caps_are_the_contracts():
 
 def test_each_track_has_100_points_and_every_item_teaches():
     rubric = load()
-    for track in ("dense", "serving"):
-        assert sum(i.points for i in rubric.track(track)) == 100, track
+    for track in TRACKS.values():
+        assert sum(i.points for i in rubric.track(track)) == 100, track.id
     for item in rubric.items:
         assert item.points > 0 and item.title and item.checks, item.id
         assert len(item.hints) >= 2, f"{item.id} needs hints from a nudge to nearly the answer"
 
 
 def test_every_item_has_exactly_one_public_grader():
-    graders = [g.item for g in load_graders(PUBLIC, hidden=False)]
+    graders = [g.item for g in kata_graders(hidden=False)]
     assert sorted(graders) == sorted(i.id for i in load().items)
 
+
+def test_every_item_but_own_tests_has_exactly_one_hidden_grader_in_its_own_file():
+    hidden = [g.item for g in kata_graders(hidden=True)]
+    assert sorted(hidden) == sorted(i.id for i in load().items if i.id != "own-tests")
+    public = {g.item: g.grade.__module__ for g in kata_graders(hidden=False)}
+    assert all(g.grade.__module__ == public[g.item] for g in kata_graders(hidden=True))
+
+
+def test_items_share_code_through_library_modules_never_through_each_other():
+    for path in sorted(ITEMS.glob("*.py")):
+        items = {name for name in _imports(path) if name.startswith("graders.items")}
+        assert not items, f"{path.name} imports {sorted(items)}"
+
+
+def _imports(path) -> set[str]:
+    """The modules and names a file imports: `from graders import x` gives graders and
+    graders.x."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            found |= {node.module} | {f"{node.module}.{alias.name}" for alias in node.names}
+    return found

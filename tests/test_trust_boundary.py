@@ -15,6 +15,8 @@ import pytest
 from graders.grade import grade
 from graders.mutation import REFERENCE
 
+pytestmark = pytest.mark.slow  # whole grades: `pytest -m "not slow"` is the quick loop
+
 HOSTILE = Path(__file__).parent / "hostile"
 STARTER = Path(__file__).parent.parent / "starter"
 FAST = 2.0  # seconds a batch of calls may take; the hostile files' correct parts need far less

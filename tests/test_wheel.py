@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from graders.rubric import load
+from graders.tracks import DENSE
 
 pytestmark = pytest.mark.slow
 
@@ -118,7 +119,7 @@ def test_init_then_grade_by_relative_and_absolute_path(venv, empty):
     assert relative.returncode == 1, text(relative)
     graded = report(empty / "relative.json")
     assert graded["implementation"] == "ws/kv_cache.py"
-    assert {i["id"] for i in graded["items"]} == {i.id for i in load().track("dense")}
+    assert {i["id"] for i in graded["items"]} == {i.id for i in load().track(DENSE)}
     assert {i["status"] for i in graded["items"]} == {"not_attempted"}, graded["items"]
 
     absolute = kata(venv, empty, "grade", str(empty / "ws" / "kv_cache.py"),

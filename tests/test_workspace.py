@@ -14,6 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cli import app
+from graders.tracks import DENSE
 from graders import bundled
 from graders.grade import grade
 from graders.rubric import load
@@ -134,12 +135,12 @@ def starter_test_command() -> str:
     return command
 
 
-DENSE = {item.id: item.level for item in load().track("dense")}
+LEVEL_OF = {item.id: item.level for item in load().track(DENSE)}
 WHAT_EACH_GRADES = {  # the README's comment on each command, as the items the report holds
-    "kata grade": set(DENSE),
-    "kata grade --watch": set(DENSE),
+    "kata grade": set(LEVEL_OF),
+    "kata grade --watch": set(LEVEL_OF),
     "kata grade --item prefix-equivalence": {"prefix-equivalence"},
-    "kata grade --level L5": {i for i, level in DENSE.items() if level in ("L4", "L5")},
+    "kata grade --level L5": {i for i, level in LEVEL_OF.items() if level in ("L4", "L5")},
     "kata grade -x": {"append-time-dim"},
 }
 

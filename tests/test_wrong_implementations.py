@@ -13,6 +13,8 @@ import pytest
 from graders.grade import GradeResult, grade
 from tests.wrong import Wrong, everything
 
+pytestmark = pytest.mark.slow  # whole grades: `pytest -m "not slow"` is the quick loop
+
 WRONG = everything()
 PARALLEL = 3
 
@@ -25,7 +27,7 @@ def graded(request, tmp_path_factory) -> dict[str, GradeResult]:
 
     def run(wrong: Wrong) -> tuple[str, GradeResult]:
         (folder / wrong.name).mkdir()
-        return wrong.name, grade(wrong.write(folder / wrong.name), track=wrong.track)
+        return wrong.name, grade(wrong.write(folder / wrong.name), track=wrong.track.id)
 
     with ThreadPoolExecutor(PARALLEL) as pool:
         return dict(pool.map(run, selected))

@@ -1,8 +1,8 @@
 """admission: admit reserves a request's future growth, not just its first token.
 
-One pool of 10 blocks of 4 positions, every outcome judged against the book's arithmetic
-(graders/items/paged_free.py): admit(seq, max_tokens) reserves ceil(max_tokens / 4) blocks when
-the free blocks not promised to other admitted sequences cover them.
+Public: one pool of 10 blocks of 4 positions, every outcome judged against the judge's model of
+the pool (graders/paged_model.py): admit(seq, max_tokens) reserves ceil(max_tokens / 4) blocks
+when the free blocks not promised to other admitted sequences cover them.
 - A is admitted for 21 tokens (6 blocks) and has written 1 token: 9 blocks are free, but 5 are
   still promised to A. B asking for 20 tokens (5 blocks) must be refused while the pool is still
   mostly empty, and nothing changes: B is unknown (an append to it raises KeyError) and
@@ -17,12 +17,21 @@ the free blocks not promised to other admitted sequences cover them.
   keeps a freed sequence's reservation refuses E forever.
 Free counts (whether a reserved block counts as free, leaks) are paged-free's to judge; here
 only admit, can_admit and append outcomes are.
+
+Hidden: seeded random scripts of admits, adds, appends, can_admit and frees
+(graders.paged_scripts.play), block sizes 1 and 16, pools small enough that refusals are
+frequent. Admitted sequences grow within their max_tokens and never get CacheFull; sequences
+added without admission get CacheFull rather than take promised blocks (and are then freed, as
+a scheduler drops a request that does not fit: whether CacheFull changed nothing is paged-free's
+question); free gives back what was left of a reservation.
 """
 
 from __future__ import annotations
 
+from graders import cases, hidden_cases
 from graders.candidate import Candidate
-from graders.items.paged_cow import Session
+from graders.paged_scripts import play
+from graders.paged_session import Session
 
 ITEM = "admission"
 
@@ -37,6 +46,11 @@ HINTS = {
     "append": "an admitted sequence's appends are paid from its own reservation, up to "
               "max_tokens; no one else may have taken those blocks",
 }
+
+# seed, block_size, num_blocks, longest append, largest max_tokens
+HIDDEN_CASES = [(hidden_cases.BASE_SEED + 5500 + i, *shape) for i, shape in
+                enumerate(((16, 12, 40, 80), (1, 40, 8, 24), (16, 20, 20, 200), (1, 24, 6, 16)))]
+HIDDEN_WEIGHTS = {"admit": 3, "add": 1, "append": 6, "can_admit": 2, "free": 2}
 
 
 def grade(candidate: Candidate) -> str:
@@ -63,3 +77,14 @@ def grade(candidate: Candidate) -> str:
     s.check(candidate.run(s.plan), HINTS)
     return ("reservations of admitted sequences kept from others (refusals with a mostly empty "
             "pool, CacheFull for unreserved appends), growth to max_tokens, released on free")
+
+
+def grade_hidden(candidate: Candidate) -> str:
+    for seed, block_size, num_blocks, longest, most in HIDDEN_CASES:
+        case = hidden_cases.name(seed, f"random admits, appends and frees, block_size {block_size}")
+        s = Session(case, num_blocks, block_size, seed=seed, hidden=True, watch=())
+        play(s, cases.generator(seed), 50, HIDDEN_WEIGHTS, longest, most_admitted=most,
+             drop_full=True)
+        s.check(hidden_cases.run(candidate, s.plan, case), HINTS)
+    return (f"{len(HIDDEN_CASES)} random scripts: every admit and can_admit answer, and every "
+            "append's CacheFull or not, as outstanding reservations say")

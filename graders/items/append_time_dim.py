@@ -1,19 +1,32 @@
 """append-time-dim: append grows the time dimension; keys, values and lengths have the right shapes.
 
-Appends of 1, 1, 3 and 1 positions to one batch (B=2, Hkv=3, D=8: every dimension a different
+Public: appends of 1, 1, 3 and 1 positions to one batch (B=2, Hkv=3, D=8: every dimension a different
 size, so a wrong shape names the dimension that grew). After each append, `keys` and `values`
 must be [B, Hkv, T, D] with T the positions appended so far, holding exactly the appended keys
 and values in order along time, and `lengths` an int64 [B] tensor equal to T. Appending along
 the heads (`dim=1`) shows from the second append, code that assumes one position per call at
 the 3-position append, a time dimension as long as the allocated storage at any step. Nothing
 else is judged here (L4): no validation, no `counts`, no capacity, no attention.
+
+Hidden, seeded (an append that raises is then the implementation's error, not a judged
+outcome):
+- random batch, kv_heads and head_dim, and runs of random chunk sizes (t up to 9) into a cache
+  that already holds positions: code that handles a multi-position append only as the first one
+  (a prompt), or sizes its storage for one more position per call, shows;
+- every other append sent as a non-contiguous tensor (a transposed view with the same values):
+  code that reshapes its input with `.view`, or copies raw memory, breaks or scrambles it;
+- a long cache, ~2000 positions in a few big appends after small ones: storage that grows by a
+  fixed step or doubles once per call, or is capped at some fixed size, cannot hold a chunk
+  larger than what it holds already.
+After every append, keys and values must be [B, Hkv, T, D] holding what was appended, in order,
+and lengths int64 [B] equal to T.
 """
 
 from __future__ import annotations
 
 import torch
 
-from graders import cases
+from graders import cases, hidden_cases
 from graders.candidate import Candidate, Fail, Plan, Raised, tensor
 from graders.compare import TOLERANCE, first_divergence, require_shape
 
@@ -22,6 +35,11 @@ ITEM = "append-time-dim"
 B, HKV, D = 2, 3, 8
 APPENDS = (1, 1, 3, 1)  # positions per append
 DIMS = ("batch", "kv_heads", "time", "head_dim")
+
+TOL = TOLERANCE[torch.float32]
+HIDDEN_SEEDS = [hidden_cases.BASE_SEED + 100 + i for i in range(3)]
+LONG_SEED = hidden_cases.BASE_SEED + 110
+LONG_APPENDS = (1, 3, 700, 1, 1295)  # 2000 positions; the third append is far larger than the cache
 
 
 def grade(candidate: Candidate) -> str:
@@ -63,6 +81,63 @@ def grade(candidate: Candidate) -> str:
             raise Fail(f"cache.lengths {where} is {lengths.tolist()}, expected {[total] * B}")
     return (f"appends of {', '.join(map(str, APPENDS))} positions: keys and values grew along "
             "time holding what was appended, lengths int64 [B] right after each")
+
+
+def grade_hidden(candidate: Candidate) -> str:
+    for seed in HIDDEN_SEEDS:
+        g = cases.generator(seed)
+        b, h, d = cases.randint(g, 1, 4), cases.randint(g, 1, 4), cases.choice(g, (4, 8, 16))
+        appends = cases.chunks(g, cases.randint(g, 20, 50), 9)
+        _check_chunked(candidate, g, seed, (b, h, d), appends,
+                       f"{hidden_cases.shape(b, h, d, 'kv head')}, {len(appends)} appends of 1 to "
+                       "9 positions, every other one non-contiguous")
+    g = cases.generator(LONG_SEED)
+    _check_chunked(candidate, g, LONG_SEED, (2, 2, 4), LONG_APPENDS,
+                   f"a long cache: {sum(LONG_APPENDS)} positions, appends of up to "
+                   f"{max(LONG_APPENDS)}")
+    return (f"{len(HIDDEN_SEEDS) + 1} seeded cases (random shapes and chunk sizes, non-contiguous "
+            f"inputs, {sum(LONG_APPENDS)} positions): keys, values and lengths right after every "
+            "append")
+
+
+def _check_chunked(candidate: Candidate, g: torch.Generator, seed: int,
+                   shape: tuple[int, int, int], appends, what: str) -> None:
+    """Append a sequence of `shape` (batch, kv_heads, head_dim) in chunks of `appends`
+    positions, every other chunk non-contiguous; Fail unless keys, values and lengths are right
+    after each."""
+    case = hidden_cases.name(seed, what)
+    b, h, d = shape
+    seq = cases.sequence(g, b, h, h, sum(appends), d)
+    plan = Plan()
+    plan.new("c")
+    states, total = [], 0
+    for i, t in enumerate(appends):
+        k, v = seq["k"][:, :, total : total + t], seq["v"][:, :, total : total + t]
+        if i % 2:
+            k, v = {"noncontiguous": k}, {"noncontiguous": v}
+        plan.append("c", k, v)
+        total += t
+        states.append(plan.state("c"))
+    results = hidden_cases.run(candidate, plan, case)
+
+    total = 0
+    for i, (t, index) in enumerate(zip(appends, states), start=1):
+        total += t
+        where = (f"{case}: after append {i} ({t} position{'s' if t > 1 else ''} into a cache "
+                 f"holding {total - t}{', sent non-contiguous' if i % 2 == 0 else ''})")
+        for attr, part in (("keys", "k"), ("values", "v")):
+            got = tensor(results[index][attr], f"{where}, cache.{attr}")
+            require_shape(got, (b, h, total, d), f"{where}, cache.{attr}")
+            divergence = first_divergence([got], [seq[part][:, :, :total]], TOL)
+            if divergence:
+                raise Fail(f"{where}: cache.{attr} at row {divergence.row}, head "
+                           f"{divergence.head}, time {divergence.position} is not what was "
+                           "appended there: keep every appended position, in order, whatever the "
+                           "input's memory layout")
+        lengths = tensor(results[index]["lengths"], f"{where}, cache.lengths")
+        if lengths.dtype != torch.int64 or lengths.tolist() != [total] * b:
+            raise Fail(f"{where}: cache.lengths is not int64 [B] counting the {total} positions "
+                       "appended so far")
 
 
 def _shape_hint(got: torch.Tensor, expected: tuple[int, ...]) -> str:

@@ -1,6 +1,6 @@
 """beam-reorder: cached beam search equals uncached beam search, every layer reordered.
 
-Two parts, both against the judge's float64 answers over whole sequences:
+Public: two parts, both against the judge's float64 answers over whole sequences:
 
 - Fixed beam indices, chosen here, on two caches (one per layer, append and attend with inputs
   of their own), so neither search ties nor RoPE can blur the verdict. Rows of different lengths
@@ -17,13 +17,27 @@ Two parts, both against the judge's float64 answers over whole sequences:
   of the judge's scores up to the tolerance (a near-tie may break either way in float32;
   elsewhere the tokens must be the same). The first choice expands 1 row to 3 with duplicate
   indices; later ones reorder the beams.
+
+Hidden: longer random schedules, with a row expanded to every beam while the storage has room
+to spare. The public schedules expand one row to three right when the next append must grow the
+storage anyway, and so does the beam search (a 4-token prompt fills 4 slots); so a reorder that
+expands a single row as a view (`expand`, no copy: every beam the same memory) passes them: the
+growth copies the rows apart before anything is written. Each seeded schedule, checked as the
+public ones are:
+- three steps first (a doubling cache then has a free slot), then one row expanded to 3 or 4
+  beams and a step that writes into every beam in place;
+- then a dozen random events: steps with random counts 0/1 (never all 0) and reorders with
+  random indices, duplicates and B' from 1 to 4 (one schedule reorders twice in a row, the other
+  collapses to a single beam and expands it again).
 """
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 
-from graders import cases, decoder, reference
+from graders import cases, decoder, hidden_cases, reference
 from graders.candidate import Candidate, Fail, Plan, tensor
 from graders.compare import TOLERANCE, close, require_close, require_shape
 
@@ -33,33 +47,118 @@ VOCAB, D_MODEL, HEADS, HEAD_DIM, LAYERS, D_FF, BASE = 20, 32, 2, 16, 2, 64, 1000
 BEAMS, STEPS, SEARCH_SEED = 3, 6, 10
 TOL = TOLERANCE[torch.float32]
 
-SCHEDULES = [  # name, starting batch, events: ("step", counts) or ("reorder", beam_idx)
-    ("ragged rows reordered with duplicates, then two reorders in a row", 3, [
+
+class Schedule(NamedTuple):
+    """Steps and reorders on two caches, from `batch` rows: events ("step", counts) or
+    ("reorder", beam_idx); every step's inputs drawn from `seed`."""
+
+    seed: int
+    name: str
+    batch: int
+    events: list
+
+
+SCHEDULES = [
+    Schedule(110, "ragged rows reordered with duplicates, then two reorders in a row", 3, [
         ("step", (1, 1, 1)), ("step", (1, 0, 1)), ("step", (1, 1, 0)), ("reorder", [2, 0, 0]),
         ("step", (1, 1, 1)), ("reorder", [1, 2, 0]), ("reorder", [2, 2, 1]), ("step", (1, 1, 1)),
         ("step", (0, 1, 1))]),
-    ("one row expanded to three (B' != B), then shrunk to two", 1, [
+    Schedule(111, "one row expanded to three (B' != B), then shrunk to two", 1, [
         ("step", (1,)), ("step", (1,)), ("reorder", [0, 0, 0]), ("step", (1, 0, 1)),
         ("reorder", [2, 1]), ("step", (1, 1)), ("reorder", [1, 1, 0]), ("step", (1, 1, 1))]),
 ]
+HIDDEN_SEEDS = [hidden_cases.BASE_SEED + 1400 + i for i in range(2)]
 
 
 def grade(candidate: Candidate) -> str:
-    steps = sum(decode_fixed_indices(candidate, seed, *schedule) for seed, schedule in
-                enumerate(SCHEDULES, start=110))
+    steps = sum(_decode_schedule(candidate, schedule) for schedule in SCHEDULES)
     _beam_search(candidate)
     return (f"fixed beam indices: {steps} steps on {LAYERS} caches equal full attention; "
             f"beam search ({BEAMS} beams, {STEPS} steps, {LAYERS} layers) made the uncached "
             f"search's choices, scores within {TOL}")
 
 
-def decode_fixed_indices(candidate: Candidate, seed: int, name: str, batch: int, events: list) -> int:
+def grade_hidden(candidate: Candidate) -> str:
+    steps = 0
+    for seed in HIDDEN_SEEDS:
+        schedule = _hidden_schedule(seed)
+        with hidden_cases.labelled(schedule.name):
+            steps += _decode_schedule(candidate, schedule)
+    return (f"{len(HIDDEN_SEEDS)} seeded schedules, {steps} steps: after expansions of one row, "
+            "collapses and random reorders, every row equals attention over its own history")
+
+
+def _hidden_schedule(seed: int) -> Schedule:
+    """Three steps, one row expanded to 3 or 4 beams and a step, then 12 random steps and
+    reorders, then a step of every row."""
     g = cases.generator(seed)
+    batch = cases.randint(g, 1, 2)
+    events = [("step", (1,) * batch)] * 3
+    beams = cases.randint(g, 3, 4)
+    events += [("reorder", [cases.randint(g, 0, batch - 1)] * beams), ("step", (1,) * beams)]
+    rows = beams
+    for _ in range(12):
+        if cases.randint(g, 0, 2):
+            counts = [cases.randint(g, 0, 1) for _ in range(rows)]
+            counts[cases.randint(g, 0, rows - 1)] = 1
+            events.append(("step", tuple(counts)))
+        else:
+            new_rows = cases.randint(g, 1, 4)
+            events.append(("reorder", [cases.randint(g, 0, rows - 1) for _ in range(new_rows)]))
+            rows = new_rows
+    events.append(("step", (1,) * rows))
+    name = hidden_cases.name(seed, f"{len(events)} events from B={batch}: one row expanded to "
+                                   "every beam, then random steps and reorders")
+    return Schedule(seed, name, batch, events)
+
+
+def _decode_schedule(candidate: Candidate, schedule: Schedule) -> int:
+    """Run `schedule` on LAYERS caches; Fail unless the final lengths are the reordered ones and
+    every active row's output equals attention over its own history after every step. Returns
+    the number of steps."""
+    plan, history, reads = _plan(schedule)
+    states = [plan.state(f"c{n}") for n in range(LAYERS)]
+    results = candidate.run(plan)
+
+    for n, state in enumerate(states):
+        want = [h.shape[2] for h in history[n]]
+        got = tensor(results[state]["lengths"], f"cache.lengths of cache {n}").tolist()
+        if got != want:
+            raise Fail(f"{schedule.name}: at the end, cache {n}'s lengths are {got}, expected "
+                       f"{want}: reorder must move lengths with their rows (row j = old row "
+                       "beam_idx[j])")
+    for read in reads:
+        got = tensor(results[read.index], f"attend's output at step {read.step}")
+        require_shape(got, tuple(read.expected.shape), f"attend's output at step {read.step}")
+        mask = read.active[:, None, None, None]
+        require_close([got.double().where(mask, 0.0)], [read.expected.where(mask, 0.0)], TOL,
+                      case=f"{schedule.name}: cache {read.cache}, {read.after}, against attention "
+                      "over each row's own history (new row j must continue old row beam_idx[j] "
+                      "in keys, values and lengths alike)", first_step=read.step)
+    return len(reads) // LAYERS
+
+
+class Read(NamedTuple):
+    """One attend of a schedule: its index, cache, step, the last reorder before it, the rows
+    that took a token ([B] bool) and the judge's answer [B, H, 1, D]."""
+
+    index: int
+    cache: int
+    step: int
+    after: str
+    active: torch.Tensor
+    expected: torch.Tensor
+
+
+def _plan(schedule: Schedule) -> tuple[Plan, list, list[Read]]:
+    """The schedule as a plan on caches c0, c1, ...; each cache's rows' histories at the end
+    ([2, H, T, D] per row: keys and values) and every attend to check."""
+    g, batch = cases.generator(schedule.seed), schedule.batch
     history = [[torch.zeros(2, HEADS, 0, HEAD_DIM) for _ in range(batch)] for _ in range(LAYERS)]
-    plan, checks, last_reorder = Plan(), [], "before any reorder"
+    plan, reads, last_reorder = Plan(), [], "before any reorder"
     for n in range(LAYERS):
         plan.new(f"c{n}")
-    for kind, arg in events:
+    for kind, arg in schedule.events:
         if kind == "reorder":
             last_reorder = f"after reorder(cache, {arg})"
             for n in range(LAYERS):
@@ -75,25 +174,8 @@ def decode_fixed_indices(candidate: Candidate, seed: int, name: str, batch: int,
             history[n] = [torch.cat((h, kv[b]), dim=2) if arg[b] else h
                           for b, h in enumerate(history[n])]
             want = torch.cat([_newest(new["q"][b : b + 1], h) for b, h in enumerate(history[n])])
-            checks.append((index, n, len(checks) // LAYERS, last_reorder, active, want))
-    states = [plan.state(f"c{n}") for n in range(LAYERS)]
-    results = candidate.run(plan)
-
-    for n, state in enumerate(states):
-        want = [h.shape[2] for h in history[n]]
-        got = tensor(results[state]["lengths"], f"cache.lengths of cache {n}").tolist()
-        if got != want:
-            raise Fail(f"{name}: at the end, cache {n}'s lengths are {got}, expected {want}: "
-                       "reorder must move lengths with their rows (row j = old row beam_idx[j])")
-    for index, n, step, after, active, want in checks:
-        got = tensor(results[index], f"attend's output at step {step}")
-        require_shape(got, tuple(want.shape), f"attend's output at step {step}")
-        mask = active[:, None, None, None]
-        require_close([got.double().where(mask, 0.0)], [want.where(mask, 0.0)], TOL,
-                      case=f"{name}: cache {n}, {after}, against attention over each row's own "
-                      "history (new row j must continue old row beam_idx[j] in keys, values and "
-                      "lengths alike)", first_step=step)
-    return len(checks) // LAYERS
+            reads.append(Read(index, n, len(reads) // LAYERS, last_reorder, active, want))
+    return plan, history, reads
 
 
 def _newest(q: torch.Tensor, kv: torch.Tensor) -> torch.Tensor:

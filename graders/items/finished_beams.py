@@ -3,7 +3,7 @@
 In a batch of beams or requests, a row that has finished (EOS) still sits in every later append,
 with counts[b] == 0 and some padding in its slot of new_key. It must neither grow nor change:
 its length stays, and attention with the same query gives the same answer as when it stopped.
-B=3, MHA; a 3-position prompt, then single-token steps in which row 1 stops after step 0 and
+Public: B=3, MHA; a 3-position prompt, then single-token steps in which row 1 stops after step 0 and
 row 0 after step 2 while row 2 goes on. The padding of count-0 rows is NaN, so a row that stores
 or reads it shows NaN. At every step cache.lengths is compared exactly, and every row's output
 (each row's query is its newest real token's; a finished row keeps asking its last one) with the
@@ -13,13 +13,26 @@ length stays (say at lengths + counts - 1, its last real position).
 The same through decode_step with counts 0/1 (finite padding tokens for finished rows): lengths
 stay, a finished row's cached keys stay exactly as they were when it stopped, and every row's
 cached values are those of its own tokens (values carry no RoPE, so positions are not judged here).
+
+Hidden, seeded (the public cases finish two of three rows, one token per step, and always have a
+row going on):
+- 4 to 6 rows after a prompt; each row finishes at a random step; every step appends t = 1 to 4
+  positions, all of them real for the rows still going, NaN padding for the finished ones;
+- then a last append in which every row has counts 0 (a batch loop that runs one step after its
+  last sequence ended): nothing may grow, and a cache that sizes its storage from the slots it is
+  about to write, or takes the largest of them, has none to look at;
+- the same through decode_step (finite padding tokens), rows finishing at random, ending with a
+  step of counts all 0.
+After every append lengths must be exact and every row's output, for its newest real token's
+query, equal to the float64 reference over its own positions; after every decode_step lengths
+must be exact and a finished row's cached keys exactly what they were when it stopped.
 """
 
 from __future__ import annotations
 
 import torch
 
-from graders import cases, reference
+from graders import cases, decode_loop, hidden_cases, reference
 from graders.candidate import Candidate, Fail, Plan, tensor
 from graders.compare import TOLERANCE, first_divergence, require_shape
 
@@ -31,6 +44,10 @@ DECODE_STEPS = [(1, 1, 1), (1, 1, 1), (1, 0, 1), (0, 0, 1), (0, 0, 1)]
 D_MODEL, BASE = 16, 10000.0
 TOL = TOLERANCE[torch.float32]
 
+APPEND_SEED = hidden_cases.BASE_SEED + 1500
+DECODE_SEED = hidden_cases.BASE_SEED + 1510
+HIDDEN_STEPS = 8  # appends after the prompt, before the one in which every row has finished
+
 
 def grade(candidate: Candidate) -> str:
     _check_append(candidate)
@@ -38,6 +55,13 @@ def grade(candidate: Candidate) -> str:
     return (f"rows with counts 0 kept their lengths and, with the same query, their outputs "
             f"(within {TOL} of the reference) over {len(STEPS)} steps while others went on; "
             "through decode_step too, with their cached keys unchanged")
+
+
+def grade_hidden(candidate: Candidate) -> str:
+    _check_hidden_append(candidate)
+    _check_hidden_decode(candidate)
+    return (f"rows finishing at random over {HIDDEN_STEPS} multi-position appends, then all of "
+            f"them: lengths kept and outputs unchanged (within {TOL}); through decode_step too")
 
 
 def _check_append(candidate: Candidate) -> None:
@@ -137,3 +161,90 @@ def _require_lengths(state: dict, want: torch.Tensor, counts, where: str) -> Non
     raise Fail(f"{where}: cache.lengths is {got!r}, expected {want.tolist()}"
                + (": rows with counts 0 grew; counts[b] == 0 means row b takes no position"
                   if grew and 0 in counts else ""))
+
+
+def _finishing(g: torch.Generator, B: int, steps: int) -> list[list[int]]:
+    """Per step, 1 for the rows still going, 0 for the finished: each row finishes at a random
+    step, the last step has every row finished."""
+    ends = [cases.randint(g, 1, steps - 1) for _ in range(B)]
+    return [[int(s < end) for end in ends] for s in range(steps)] + [[0] * B]
+
+
+def _check_hidden_append(candidate: Candidate) -> None:
+    """4 to 6 rows finishing at random in appends of 1 to 4 positions (NaN padding), then a step
+    with every row finished: lengths and every row's output after each append."""
+    g = cases.generator(APPEND_SEED)
+    B, H, D = cases.randint(g, 4, 6), cases.randint(g, 1, 3), cases.choice(g, (4, 8))
+    prompt = cases.randint(g, 2, 5)
+    going = _finishing(g, B, HIDDEN_STEPS)
+    sizes = [cases.randint(g, 1, 4) for _ in going]
+    case = hidden_cases.name(APPEND_SEED, f"{hidden_cases.shape(B, H)}, rows finishing at random "
+                                          "in appends of 1 to 4 positions, then a step with every "
+                                          "row finished")
+    seq = cases.sequence(g, B, H, H, prompt + sum(sizes), D)
+    plan = Plan()
+    plan.new("c")
+    plan.append("c", seq["k"][:, :, :prompt], seq["v"][:, :, :prompt])
+    lengths, ops = [prompt] * B, []
+    for active, t in zip(going, sizes):
+        counts = [t * a for a in active]
+        new = {p: cases.padded(torch.stack([seq[p][b, :, n : n + t]
+                                            for b, n in enumerate(lengths)]), counts)
+               for p in "kv"}
+        plan.append("c", new["k"], new["v"], cases.counts(*counts))
+        lengths = [n + c for n, c in zip(lengths, counts)]
+        query = torch.stack([seq["q"][b, :, n - 1 : n] for b, n in enumerate(lengths)])
+        ops.append((counts, lengths, plan.state("c"), plan.attend("c", query)))
+    results = hidden_cases.run(candidate, plan, case)
+
+    for step, (counts, lengths, state, attended) in enumerate(ops, start=1):
+        where = f"{case}: append {step}" + (" (every row finished)" if not any(counts) else "")
+        if tensor(results[state]["lengths"], f"{where}, cache.lengths").tolist() != lengths:
+            raise Fail(f"{where}: cache.lengths is not what it should be: a row with counts 0 "
+                       "takes no position, the others take their counts")
+        out = tensor(results[attended], f"{where}, attend's output")
+        require_shape(out, (B, H, 1, D), f"{where}, attend's output")
+        expected = torch.cat([decode_loop.newest({p: x[b : b + 1] for p, x in seq.items()}, n)
+                              for b, n in enumerate(lengths)])
+        divergence = first_divergence([out], [expected], TOL)
+        if divergence is not None:
+            row = divergence.row
+            doing = "has finished" if not counts[row] else "takes positions"
+            raise Fail(f"{where}: row {row}, which {doing}, is not attention over its own "
+                       f"positions (max abs error {divergence.max_abs:.2e}, tolerance {TOL}): a "
+                       "row with counts 0 must write nothing and keep its output")
+
+
+def _check_hidden_decode(candidate: Candidate) -> None:
+    """decode_step with rows finishing at random, then a step with every row finished: lengths,
+    and a finished row's cached keys unchanged."""
+    g = cases.generator(DECODE_SEED)
+    B, H, D, d_model = 4, 2, 8, 16
+    going = _finishing(g, B, 6)
+    case = hidden_cases.name(DECODE_SEED, f"decode_step, B={B}, rows finishing at random, then a "
+                                          "step with every row finished")
+    weights = cases.layer_weights(g, d_model, H, H, D)
+    x = cases.randn(g, B, len(going), d_model)
+    plan = Plan()
+    plan.layer("L", weights, H, H, D, 10000.0)
+    plan.new("c")
+    states, lengths = [], [0] * B
+    for t, counts in enumerate(going):
+        plan.decode_step("L", "c", x[:, t : t + 1], cases.counts(*counts))
+        lengths = [n + c for n, c in zip(lengths, counts)]
+        states.append((counts, lengths, plan.state("c")))
+    results = hidden_cases.run(candidate, plan, case)
+
+    previous = None
+    for t, (counts, lengths, state) in enumerate(states):
+        where = f"{case}: after decode_step {t}"
+        if tensor(results[state]["lengths"], f"{where}, cache.lengths").tolist() != lengths:
+            raise Fail(f"{where}: cache.lengths is not what it should be: a row with counts 0 "
+                       "takes no position")
+        keys = tensor(results[state]["keys"], f"{where}, cache.keys")
+        require_shape(keys, (B, H, max(lengths), D), f"{where}, cache.keys")
+        for b, n in enumerate(lengths):
+            if not counts[b] and not torch.equal(keys[b, :, :n], previous[b, :, :n]):
+                raise Fail(f"{where}: row {b} has finished (counts 0), yet its cached keys "
+                           "changed: a row with counts 0 must write nothing")
+        previous = keys

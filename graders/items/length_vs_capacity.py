@@ -1,23 +1,39 @@
 """length-vs-capacity: lengths and capacity are tracked separately and correctly.
 
 `lengths` counts each row's valid positions, `capacity` the time slots allocated; `keys` and
-`values` are the valid prefix, T = max(lengths), never the whole storage. Three cases:
+`values` are the valid prefix, T = max(lengths), never the whole storage. No growth factor is
+required (that is prealloc's business, L6): growing by exactly what an append needs passes.
+
+Public, three cases:
 - `KVCache()` before any append: keys, values and lengths None, capacity 0;
 - `KVCache(capacity=16)`: 16 slots after a first append of 3 positions (a cache that ignores the
   request allocates what it needs; one that rounds up to its block size may hold more), the
-  same number while appends fit (3, 4, 8, 16 positions), then at least 17; attention after 3 positions must equal the reference (a cache
-  that attends over all 16 slots reads 13 empty ones);
+  same number while appends fit (3, 4, 8, 16 positions), then at least 17; attention after 3
+  positions must equal the reference (a cache that attends over all 16 slots reads 13 empty
+  ones);
 - `KVCache()` with ragged `counts`, so max(lengths) differs from some rows' lengths: capacity an
   int >= max(lengths) and keys' time dimension max(lengths) at every step.
-No growth factor is required (that is prealloc's business, L6): growing by exactly what an
-append needs passes.
+
+Hidden, seeded (the public cases request 16 slots and their lengths only ever grow):
+- `KVCache(capacity=N)` for an N that is no power of two, filled by chunks to exactly N, then
+  past it: from the first append to length N the capacity must be at least N and never change
+  (allocated once, kept while the rows fit), then any int >= max(lengths). At least N, not
+  exactly N: a cache of fixed-size blocks rounds N up to whole blocks, and that is fine;
+- the same at length ~2000: N = 1531, three big appends to N, then 600 more positions (a cache
+  that caps what it preallocates, or grows while the request still suffices, shows);
+- ragged counts on `KVCache()`, then the longest row released: max(lengths) drops, and keys'
+  and values' time dimension must drop with it (a high-water mark kept from the appends does
+  not). The released row then starts again and grows; one row holds a real all-zero key as its
+  last position, so lengths inferred from the data (non-zero slots) come out short.
+After every operation: lengths int64 exact, capacity an int >= max(lengths), keys and values
+[B, Hkv, max(lengths), D].
 """
 
 from __future__ import annotations
 
 import torch
 
-from graders import cases, reference
+from graders import cases, hidden_cases, reference
 from graders.candidate import Candidate, Fail, Plan, tensor
 from graders.compare import TOLERANCE, require_close
 
@@ -32,6 +48,11 @@ RAGGED = [  # (t, counts) per append to KVCache(), B=3
     (3, (3, 0, 3)),
     (1, (0, 1, 1)),
 ]
+HIDDEN_D = 4
+CAPACITY_SEED = hidden_cases.BASE_SEED + 1000
+LONG_SEED = hidden_cases.BASE_SEED + 1010
+LONG_CAPACITY, LONG_APPENDS = 1531, (500, 700, 331, 1, 599)  # 1531 exactly, then 2131
+RAGGED_SEED = hidden_cases.BASE_SEED + 1020
 
 
 def grade(candidate: Candidate) -> str:
@@ -95,6 +116,19 @@ def grade(candidate: Candidate) -> str:
             "sufficed; ragged counts: lengths, capacity and keys' time dimension right every step")
 
 
+def grade_hidden(candidate: Candidate) -> str:
+    g = cases.generator(CAPACITY_SEED)
+    capacity = cases.choice(g, (24, 37, 45, 51))
+    appends = cases.chunks(g, capacity, 9) + cases.chunks(g, capacity // 2, 9)
+    _preallocated(candidate, g, CAPACITY_SEED, capacity, appends)
+    g = cases.generator(LONG_SEED)
+    _preallocated(candidate, g, LONG_SEED, LONG_CAPACITY, LONG_APPENDS)
+    _ragged_then_release(candidate)
+    return (f"KVCache(capacity={capacity}) and KVCache(capacity={LONG_CAPACITY}) kept their "
+            f"slots while they sufficed; lengths, capacity and the keys' time dimension right "
+            "after ragged appends and a release of the longest row")
+
+
 def _check(state: dict, expected: list[int], where: str) -> int:
     """Lengths, capacity >= max(lengths) and keys/values time = max(lengths); returns capacity."""
     lengths = tensor(state["lengths"], f"cache.lengths {where}")
@@ -125,3 +159,95 @@ def _describe(value) -> str:
     if isinstance(value, torch.Tensor):
         return f"a tensor ({str(value.dtype).removeprefix('torch.')}, shape {list(value.shape)})"
     return repr(value)
+
+
+def _preallocated(candidate: Candidate, g, seed: int, capacity: int, appends) -> None:
+    """KVCache(capacity) filled by `appends`: its capacity at least `capacity` and unchanged
+    while the rows fit."""
+    case = hidden_cases.name(seed, f"KVCache(capacity={capacity}), {len(appends)} appends "
+                                   f"reaching {sum(appends)} positions")
+    seq = cases.sequence(g, 2, H, H, sum(appends), HIDDEN_D)
+    plan = Plan()
+    plan.new("c", capacity=capacity)
+    states, total = [], 0
+    for t in appends:
+        plan.append("c", seq["k"][:, :, total : total + t], seq["v"][:, :, total : total + t])
+        total += t
+        states.append((total, plan.state("c")))
+    results = hidden_cases.run(candidate, plan, case)
+    first = None
+    for total, index in states:
+        where = f"{case}: after {total} positions"
+        got = _check_hidden(results[index], [total] * 2, where)
+        first = got if first is None else first
+        if total <= capacity and (got < capacity or got != first):
+            raise Fail(f"{where}: capacity is {got}, expected at least {capacity} and the same as "
+                       f"after the first append ({first}): KVCache(capacity=N) allocates N slots "
+                       "at the first append and keeps them while they suffice")
+
+
+def _ragged_then_release(candidate: Candidate) -> None:
+    """Ragged appends, the longest row released, then grown again: the state after each."""
+    g = cases.generator(RAGGED_SEED)
+    B = cases.randint(g, 3, 4)
+    longest = cases.randint(g, 0, B - 1)  # takes every position offered, so it stays the longest
+    steps = _ragged_steps(g, B, longest)
+    lengths = [sum(c[b] for _, c in steps) for b in range(B)]
+    case = hidden_cases.name(RAGGED_SEED, f"B={B}, ragged counts, then the longest row released "
+                                          "and grown again")
+    seq = cases.sequence(g, B, H, H, sum(t for t, _ in steps) + 3, HIDDEN_D)
+    shortest = min(range(B), key=lengths.__getitem__)
+    seq["k"][shortest, :, lengths[shortest] - 1] = 0.0  # a real position with an all-zero key
+
+    plan = Plan()
+    plan.new("c")
+    checks, done = [], [0] * B
+    for step, (t, counts) in enumerate(steps, start=1):
+        chunk = {p: torch.stack([seq[p][b, :, done[b] : done[b] + t] for b in range(B)])
+                 for p in "kv"}
+        plan.append("c", chunk["k"], chunk["v"], cases.counts(*counts))
+        done = [n + c for n, c in zip(done, counts)]
+        checks.append((f"after ragged append {step}", list(done), plan.state("c")))
+    plan.release("c", longest)
+    done[longest] = 0
+    checks.append(("after releasing the longest row", list(done), plan.state("c")))
+    for step in range(3):
+        counts = [int(b == longest) for b in range(B)]
+        plan.append("c", seq["k"][:, :, step : step + 1], seq["v"][:, :, step : step + 1],
+                    cases.counts(*counts))
+        done[longest] += 1
+        checks.append((f"after {step + 1} positions in the released row", list(done),
+                       plan.state("c")))
+    results = hidden_cases.run(candidate, plan, case)
+    for when, expected, index in checks:
+        _check_hidden(results[index], expected, f"{case}: {when}")
+
+
+def _ragged_steps(g: torch.Generator, B: int, longest: int) -> list[tuple[int, list[int]]]:
+    """Six appends (t, counts): row `longest` takes every position offered, the others fewer
+    (at least one in the first)."""
+    first = cases.randint(g, 2, 5)
+    steps = [(first, [first if b == longest else cases.randint(g, 1, first - 1)
+                      for b in range(B)])]
+    for t in [cases.randint(g, 1, 5) for _ in range(5)]:
+        steps.append((t, [t if b == longest else cases.randint(g, 0, t) for b in range(B)]))
+    return steps
+
+
+def _check_hidden(state: dict, expected: list[int], where: str) -> int:
+    """Lengths exact, capacity an int >= max(lengths), keys/values time = max(lengths); returns
+    the capacity."""
+    lengths = tensor(state["lengths"], f"{where}, cache.lengths")
+    if lengths.dtype != torch.int64 or lengths.tolist() != expected:
+        raise Fail(f"{where}: cache.lengths is not int64 holding each row's count of valid "
+                   "positions (count what was appended, never what the storage holds)")
+    capacity = state["capacity"]
+    if not isinstance(capacity, int) or isinstance(capacity, bool) or capacity < max(expected):
+        raise Fail(f"{where}: capacity is not an int >= max(lengths)")
+    for attr in ("keys", "values"):
+        time = tensor(state[attr], f"{where}, cache.{attr}").shape[2]
+        if time != max(expected):
+            raise Fail(f"{where}: cache.{attr} has time dimension {time}, expected max(lengths) "
+                       f"= {max(expected)}: the valid prefix as it is now, not the largest it has "
+                       "been")
+    return capacity

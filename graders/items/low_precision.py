@@ -1,7 +1,7 @@
 """low-precision: bf16 and fp16 caches keep their dtype, compute the softmax in float32, and return
 outputs close to the reference in the query's dtype.
 
-Per dtype, two caches decoded one token at a time, every prefix compared with graders.reference
+Public: per dtype, two caches decoded one token at a time, every prefix compared with graders.reference
 (float64, from the same low-precision inputs, upcast exactly):
 - ordinary inputs (B=2, H=4, T=12, D=16): outputs must have the query's dtype and the cache's
   keys and values the inputs' dtype (a cache upcast to float32 spends twice the memory the
@@ -25,6 +25,23 @@ the tolerance, i.e. 1 / margin):
     fp16  ordinary 4e-3 + 4e-3*|expected| (4.1 eps): worst 0.79 eps, share 0.19 (5x margin)
     large logits, both 5e-2 + 5e-2*|expected|: worst share 0.095 (bf16), 0.084 (fp16): float32
           scores of ~80000 carry ~1e-2 of rounding before the 1/sqrt(D) scale (fp16: 4.3 eps).
+
+Hidden: the public head_dim is 16: 1/sqrt(16) = 1/4 is exact in any floating dtype, so a
+candidate who scales the query in its own dtype (`query * D ** -0.5` in bf16 or fp16, then
+float32 scores) loses nothing there. At head_dim 32 the scale 0.1767... is inexact, and every
+scaled query element is rounded again, by up to 2^-9 (bf16) or 2^-12 (fp16) of itself. So, per
+dtype, seeded:
+- large logits: q and k along one direction per head, every logit near +20000 and a few apart,
+  as in the public cases, but each key also reaching SIDEWAYS units out of that direction, at
+  right angles to it (the logits stay near 20000): the rounding of a scaled query then moves
+  each position's logit by a different amount, whole units, and the weights come out wrong
+  (measured: 11x the tolerance in fp16, 43x in bf16). head_dim 32, 24 positions in chunks of
+  1 to 4;
+- ordinary inputs, head_dim 128, one row, 300 positions in chunks of up to 16.
+Every append is followed by an attend (graders.decode_loop); outputs must have the query's dtype
+and be within the public tolerances of the float64 reference (from the same low-precision
+inputs), and the cache must keep the dtype it was given. Measured, the correct implementations
+stay within 1/12 of those tolerances here.
 """
 
 from __future__ import annotations
@@ -33,7 +50,7 @@ import math
 
 import torch
 
-from graders import cases, reference
+from graders import cases, decode_loop, hidden_cases, reference
 from graders.candidate import Candidate, Fail, Plan, tensor
 from graders.compare import LARGE_LOGITS_LOW_PRECISION as LARGE_LOGIT_TOLERANCE
 from graders.compare import TOLERANCE, first_divergence, require_close, require_shape
@@ -44,32 +61,17 @@ B, H, T, D = 2, 4, 12, 16  # the ordinary case
 LARGE_H, LARGE_T, LOGIT, SPREAD = 2, 8, 20000.0, 3.0  # the large-logit case
 SEEDS = {torch.bfloat16: 600, torch.float16: 601}
 
-
-def large_logits(g: torch.Generator, dtype: torch.dtype) -> dict[str, torch.Tensor]:
-    """q [B, LARGE_H, LARGE_T, D] and k along one direction per head, of norms that put every
-    logit q.k / sqrt(D) near LOGIT, give or take a few SPREADs; v ordinary. In `dtype`."""
-    direction = cases.randn(g, B, LARGE_H, 1, D).double()
-    direction = direction / direction.norm(dim=-1, keepdim=True)
-    norm = math.sqrt(LOGIT * math.sqrt(D))
-    jitter = SPREAD * math.sqrt(D) / norm  # moves each logit by about SPREAD
-    q = norm * direction + jitter * cases.randn(g, B, LARGE_H, LARGE_T, D).double()
-    k = norm * direction + jitter * cases.randn(g, B, LARGE_H, LARGE_T, D).double()
-    v = cases.randn(g, B, LARGE_H, LARGE_T, D)
-    return {"q": q.to(dtype), "k": k.to(dtype), "v": v.to(dtype)}
-
-
-def case_inputs() -> dict[tuple[torch.dtype, str], dict[str, torch.Tensor]]:
-    """The public cases, by (dtype, kind); graders.tolerances measures on the same."""
-    inputs = {}
-    for dtype, seed in SEEDS.items():
-        g = cases.generator(seed)
-        inputs[dtype, "ordinary"] = cases.sequence(g, B, H, H, T, D, dtype=dtype)
-        inputs[dtype, "large logits"] = large_logits(g, dtype)
-    return inputs
+SIDEWAYS = 200.0  # how far the hidden large-logit keys reach out of their shared direction
+HIDDEN_CASES = [  # kind, B, H, T, D, largest chunk
+    ("large logits", 2, 2, 24, 32, 4),
+    ("ordinary", 1, 2, 300, 128, 16),
+]
+HIDDEN_SEEDS = {torch.bfloat16: hidden_cases.BASE_SEED + 1700,
+                torch.float16: hidden_cases.BASE_SEED + 1710}
 
 
 def grade(candidate: Candidate) -> str:
-    inputs = case_inputs()
+    inputs = _case_inputs()
     plan = Plan()
     outputs, states = {}, {}
     for (dtype, kind), seq in inputs.items():
@@ -121,6 +123,26 @@ def grade(candidate: Candidate) -> str:
             f"reference, and finite within {LARGE_LOGIT_TOLERANCE} with logits near {LOGIT:.0f}")
 
 
+def grade_hidden(candidate: Candidate) -> str:
+    for dtype, seed in HIDDEN_SEEDS.items():
+        for i, case in enumerate(HIDDEN_CASES):
+            _check_hidden(candidate, seed + i, dtype, *case)
+    return (f"bf16 and fp16: logits near {LOGIT:.0f} at head_dim 32, and 300 positions at head_dim "
+            "128, appended in chunks: outputs in the query's dtype within the public tolerances, "
+            "caches in their own dtype")
+
+
+def _case_inputs() -> dict[tuple[torch.dtype, str], dict[str, torch.Tensor]]:
+    """The public cases, by (dtype, kind). graders.tolerances measures on the same inputs."""
+    inputs = {}
+    for dtype, seed in SEEDS.items():
+        g = cases.generator(seed)
+        inputs[dtype, "ordinary"] = cases.sequence(g, B, H, H, T, D, dtype=dtype)
+        inputs[dtype, "large logits"] = cases.large_logits(g, B, LARGE_H, LARGE_T, D, LOGIT,
+                                                           SPREAD, dtype)
+    return inputs
+
+
 def _name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
@@ -133,3 +155,41 @@ def _require_finite(outputs: list[torch.Tensor], dname: str) -> None:
                        "overflows fp16, whose largest value is 65504, and exp overflows unless "
                        "each row's maximum is subtracted first: compute scores and softmax in "
                        "float32, stably")
+
+
+def _check_hidden(candidate: Candidate, seed: int, dtype: torch.dtype, kind: str, B: int, H: int,
+                  T: int, D: int, most: int) -> None:
+    """One hidden case decoded in chunks of up to `most`: the cache's dtype, the outputs' dtype,
+    and every output within the public tolerance of `kind`."""
+    dname = _name(dtype)
+    case = hidden_cases.name(seed, f"{dname} cache, {kind}, head_dim {D}, {T} positions in chunks")
+    g = cases.generator(seed)
+    appends = cases.chunks(g, T, most)
+    seq = (cases.large_logits(g, B, H, T, D, LOGIT, SPREAD, dtype, sideways=SIDEWAYS)
+           if kind == "large logits" else
+           {part: x.to(dtype) for part, x in cases.sequence(g, B, H, H, T, D).items()})
+    plan = Plan()
+    plan.new("c")
+    steps = decode_loop.append_and_attend(plan, seq, appends)
+    state = plan.state("c")
+    results = hidden_cases.run(candidate, plan, case)
+
+    for attr in ("keys", "values"):
+        stored = tensor(results[state][attr], f"{case}: cache.{attr}")
+        if stored.dtype != dtype:
+            raise Fail(f"{case}: cache.{attr} is {_name(stored.dtype)}: store the dtype appended; "
+                       "upcast only inside attend")
+    got = decode_loop.outputs(results, steps, (B, H, 1, D), lambda n, step: (
+        f"{case}: attend's output at prefix length {step.end}"))
+    for out, step in zip(got, steps):
+        if out.dtype != dtype:
+            raise Fail(f"{case}: attend's output at prefix length {step.end} is "
+                       f"{_name(out.dtype)}: return the query's dtype ({dname})")
+    tol = LARGE_LOGIT_TOLERANCE if kind == "large logits" else TOLERANCE[dtype]
+    try:
+        require_close(got, decode_loop.expected(seq, steps), tol, case=case, step_name="append",
+                      first_step=1)
+    except Fail as exc:
+        hint = (f". Only large logits go wrong: is anything (the scores, the scaled query) rounded "
+                f"to {dname} before the float32 softmax?" if kind == "large logits" else "")
+        raise Fail(f"{exc}{hint}") from None

@@ -1,6 +1,6 @@
 """paged-cow: fork shares blocks; a write copies a shared block first; branches never mix.
 
-The cases (12 blocks of 4 positions; after every step the block tables, lengths, every
+Public: three scripts (12 blocks of 4 positions; after every step the block tables, lengths, every
 sequence's attention against float64 over its own history, and num_free_blocks):
 - a fork of a sequence of 6 positions: no block taken, the same table. Then each side writes:
   the first writer into the shared partial block gets a copy in its last entry only (one block
@@ -13,16 +13,21 @@ Tables are judged by their sharing: where the judge's book has one block in two 
 candidate's ids must be equal; where it has two blocks, different (any ids will do). The keys
 written are zero, so attention is the mean of exactly the values a branch holds: this item
 judges which data a branch reads, not how attention computes (paged-equivalence's question).
+Every script is played on a graders.paged_session.Session, against the judge's model of the pool
+(graders/paged_model.py).
 
-This file also holds `Session`, which runs every script of this item, paged-free, admission and
-eviction (public and hidden): each step goes into one plan for the candidate's PagedKVCache and
-is done to a `Book` (graders/items/paged_free.py), the judge's account of the contract; then
-`check` compares each outcome and reading with the book's.
+Hidden: seeded random trees of forks (graders.paged_scripts.play: adds, appends of 1 to 20
+positions, forks of random sequences, forks of forks and of empty sequences, mid-block and at
+block boundaries) on a pool large enough that nothing runs out, checked after every step as the
+public scripts are. Block size 1 (never a partial block: forks only share) and 16 (writes into
+shared partial blocks copy them).
 """
 
 from __future__ import annotations
 
+from graders import cases, hidden_cases
 from graders.candidate import Candidate
+from graders.paged_scripts import play
 from graders.paged_session import TOL, Session
 
 ITEM = "paged-cow"
@@ -38,6 +43,11 @@ HINTS = {
                     "and this item's checks rely on it",
     "length": "a fork starts at src's length; then each branch counts its own appends",
 }
+
+# seed, block_size, num_blocks
+HIDDEN_CASES = [(hidden_cases.BASE_SEED + 5300 + i, bs, n)
+                for i, (bs, n) in enumerate(((16, 96), (1, 600), (16, 96)))]
+HIDDEN_WEIGHTS = {"add": 1, "append": 6, "fork": 3}
 
 
 def grade(candidate: Candidate) -> str:
@@ -66,3 +76,14 @@ def grade(candidate: Candidate) -> str:
     s.check(candidate.run(s.plan), HINTS)
     return (f"3 fork scripts: no block taken by a fork, one per copy of a shared partial block, "
             f"full blocks stay shared, every branch within {TOL} of its own history")
+
+
+def grade_hidden(candidate: Candidate) -> str:
+    for seed, block_size, num_blocks in HIDDEN_CASES:
+        case = hidden_cases.name(seed, f"a random tree of forks, every branch writing, "
+                                       f"block_size {block_size}")
+        s = Session(case, num_blocks, block_size, seed=seed, hidden=True)
+        play(s, cases.generator(seed), 40, HIDDEN_WEIGHTS, 20)
+        s.check(hidden_cases.run(candidate, s.plan, case), HINTS)
+    return (f"{len(HIDDEN_CASES)} random fork trees: blocks shared and copied as the contract "
+            f"says, every branch within {TOL} of its own history")

@@ -1,6 +1,6 @@
 """paged-free: no leaked or double-freed block; CacheFull changes nothing.
 
-The cases (pools of 4-position blocks):
+Public: three scripts (pools of 4-position blocks):
 - add / append / fork / free with num_free_blocks and every length read after every step: a
   fork takes no block, a write into a shared partial block takes one (its copy), a free returns
   only the blocks no one else holds, and freeing everything gives the whole pool back. A leak,
@@ -13,13 +13,21 @@ The cases (pools of 4-position blocks):
 - a forked sequence whose shared partial last block must be copied, with no block free:
   CacheFull, nothing changed; a sequence whose partial block is its own still fits a token.
 
-`Book` (graders/paged_session.py) is the judge's account of a pool that `Session`
-(the same file) runs every bookkeeping script against, public and hidden.
+Every script is played on a graders.paged_session.Session, against the judge's model of the
+pool (graders/paged_model.py).
+
+Hidden: seeded random scripts (graders.paged_scripts.play) of add / append / fork / free steps,
+and frees of ids that are gone or were never added, on pools small enough that many appends do
+not fit (multi-block appends with a few blocks free, copy-on-write copies with none), checked
+after every step as the public scripts are; at the end every sequence is freed and the whole
+pool must be back. Block sizes 1 and 16.
 """
 
 from __future__ import annotations
 
+from graders import cases, hidden_cases
 from graders.candidate import Candidate
+from graders.paged_scripts import play
 from graders.paged_session import Session
 
 ITEM = "paged-free"
@@ -35,6 +43,11 @@ HINTS = {
     "free": "free raises KeyError for an id that is unknown or already freed, changing nothing",
 }
 EVERYTHING = ("tables", "length", "unchanged", "num_free_blocks")
+
+# seed, block_size, num_blocks, longest append
+HIDDEN_CASES = [(hidden_cases.BASE_SEED + 5400 + i, bs, n, t)
+                for i, (bs, n, t) in enumerate(((16, 8, 40), (1, 24, 7), (16, 6, 24), (1, 40, 12)))]
+HIDDEN_WEIGHTS = {"add": 2, "append": 7, "fork": 2, "free": 2, "free gone": 1}
 
 
 def grade(candidate: Candidate) -> str:
@@ -76,3 +89,16 @@ def grade(candidate: Candidate) -> str:
     return ("free counts exact after every add, append, fork and free; the whole pool back; "
             "KeyError on unknown and double frees; CacheFull (multi-block and copy-on-write) "
             "changes no length, table, count or data")
+
+
+def grade_hidden(candidate: Candidate) -> str:
+    for seed, block_size, num_blocks, longest in HIDDEN_CASES:
+        case = hidden_cases.name(seed, f"a small pool: random adds, appends, forks and frees, "
+                                       f"block_size {block_size}")
+        s = Session(case, num_blocks, block_size, seed=seed, hidden=True, watch=EVERYTHING)
+        play(s, cases.generator(seed), 40, HIDDEN_WEIGHTS, longest)
+        for seq in list(s.book.tables):
+            s.free(seq)
+        s.check(hidden_cases.run(candidate, s.plan, case), HINTS)
+    return (f"{len(HIDDEN_CASES)} random scripts on small pools: free counts, tables and lengths "
+            "exact at every step, CacheFull changes nothing, the whole pool back at the end")

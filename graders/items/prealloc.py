@@ -1,7 +1,7 @@
 """prealloc: single-token appends reallocate the storage O(log n) times, not at every step; the
 tell `concat-every-step` when they reallocate it at (nearly) every one.
 
-KVCache() with no capacity takes N=256 single-token appends (B=2, Hkv=2, D=128, float32: 4 KB of
+Public: KVCache() with no capacity takes N=256 single-token appends (B=2, Hkv=2, D=128, float32: 4 KB of
 K+V per position, so a few hundred bytes of per-append bookkeeping weigh little). Trusted code in
 the worker counts the bytes of every storage each append creates (`plan.append(measure=True)`),
 whatever the design. Two criteria, both needed:
@@ -23,58 +23,129 @@ Measured (growth events in the last 128 appends; bytes / final storage): referen
 +8 slots 16, 18x; +32 slots 4, 5.5x.
 Only allocation is judged (correctness belongs to the other items), of a cache that does hold the
 N positions: lengths must reach N. Allocations inside `attend` are not measured.
+
+Hidden: a longer run, in chunks, with the same criteria and measurement: `KVCache()` takes 128
+appends of t = 8 (B=1, Hkv=2, D=16), 1024 positions. At most 3 growth events in the last 64
+appends, where the cache doubles from 512 to 1024 positions: growth by a constant 64 slots
+reallocates 8 times there, and a cache that takes multi-position appends by another path
+(`torch.cat` for a chunk, say, in place only for single tokens) at every one. All appends
+together allocate at most 10x the final K+V storage.
 """
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 
-from graders import cases
-from graders.candidate import Candidate, Fail, Plan
+from graders import cases, hidden_cases
+from graders.candidate import Candidate, Fail, Plan, tensor
 
 ITEM = "prealloc"
 
-N, B, HKV, D = 256, 2, 2, 128
-POSITION_BYTES = 2 * B * HKV * D * 4  # K and V of one position, float32
 SHARE = 4  # an append allocating >= 1/SHARE of the K+V held is a growth event
-MAX_EVENTS = 3  # growth events allowed in the last N/2 appends
-EVERY_STEP = 120  # growth events in the last N/2 appends that show the tell: every step reallocates
+MAX_EVENTS = 3  # growth events allowed in the last half of the appends
+EVERY_STEP = 120  # growth events in the last 128 single-token appends that show the tell
 MAX_RATIO = 10.0  # bytes allocated by all appends / final K+V storage
 
 
-def grade(candidate: Candidate) -> str:
-    g = cases.generator(730)
-    k, v = cases.randn(g, B, HKV, N, D), cases.randn(g, B, HKV, N, D)
-    plan = Plan()
-    plan.new("c")
-    appends = [plan.append("c", k[:, :, t : t + 1], v[:, :, t : t + 1], measure=True)
-               for t in range(N)]
-    state = plan.state("c")
-    results = candidate.run(plan)
+class Run(NamedTuple):
+    """`appends` appends of t positions each to a KVCache() of batch B, Hkv heads, head_dim D,
+    float32."""
 
-    capacity = results[state]["capacity"]
-    slots = max(capacity, N) if isinstance(capacity, int) else N
-    allocated = [results[i]["bytes"] for i in appends]
-    events = [t for t in range(N // 2, N) if allocated[t] * SHARE >= (t + 1) * POSITION_BYTES]
-    ratio = sum(allocated) / (slots * POSITION_BYTES)
-    summary = (f"{len(events)} of the last {N // 2} appends reallocated (allocated >= 1/{SHARE} of "
-               f"the K+V held); all {N} allocated {ratio:.1f}x the final K+V storage")
-    every_step = len(events) >= EVERY_STEP
+    appends: int
+    t: int
+    B: int
+    Hkv: int
+    D: int
+
+    @property
+    def positions(self) -> int:
+        return self.appends * self.t
+
+    @property
+    def position_bytes(self) -> int:
+        return 2 * self.B * self.Hkv * self.D * 4  # K and V of one position, float32
+
+
+class Measured(NamedTuple):
+    """What a run allocated: the growth events among the last half of its appends (indices),
+    all appends' bytes / the final K+V storage, and the cache's state at the end."""
+
+    events: list[int]
+    ratio: float
+    state: dict
+
+
+PUBLIC = Run(appends=256, t=1, B=2, Hkv=2, D=128)
+N = PUBLIC.appends
+HIDDEN = Run(appends=128, t=8, B=1, Hkv=2, D=16)
+HIDDEN_SEED = hidden_cases.BASE_SEED + 1800
+
+
+def grade(candidate: Candidate) -> str:
+    measured = _measure(candidate, PUBLIC, 730)
+    summary = (f"{len(measured.events)} of the last {N // 2} appends reallocated (allocated >= "
+               f"1/{SHARE} of the K+V held); all {N} allocated {measured.ratio:.1f}x the final K+V "
+               "storage")
+    every_step = len(measured.events) >= EVERY_STEP
     candidate.tell("concat-every-step", every_step, summary if every_step else
                    "append does not reallocate the storage at every step")
 
-    lengths = results[state]["lengths"]  # its type is append-time-dim's business
+    lengths = measured.state["lengths"]  # its type is append-time-dim's business
     held = lengths.tolist() if isinstance(lengths, torch.Tensor) else lengths
-    if held not in ([N] * B, N):
+    if held not in ([N] * PUBLIC.B, N):
         raise Fail(f"after {N} single-token appends cache.lengths is {held!r}, expected "
-                   f"{[N] * B}: allocation is judged on a cache that holds every position")
+                   f"{[N] * PUBLIC.B}: allocation is judged on a cache that holds every position")
     if every_step:
         raise Fail(f"{summary}: the storage is copied into a new one at every append, O(n^2) bytes "
                    "for n tokens. Allocate ahead and write in place; when full, grow by a factor")
-    if len(events) > MAX_EVENTS:
+    if len(measured.events) > MAX_EVENTS:
         raise Fail(f"{summary}; at most {MAX_EVENTS} reallocations allowed there: growth by a "
                    f"constant number of slots reallocates O(n) times. Grow by a factor (doubling)")
-    if ratio > MAX_RATIO:
+    if measured.ratio > MAX_RATIO:
         raise Fail(f"{summary}; at most {MAX_RATIO:g}x allowed: appends allocate O(n) bytes each "
                    "instead of O(1) amortised")
     return summary
+
+
+def grade_hidden(candidate: Candidate) -> str:
+    n = HIDDEN.positions
+    case = hidden_cases.name(HIDDEN_SEED, f"{HIDDEN.appends} appends of {HIDDEN.t} positions, "
+                                          f"{n} in all")
+    with hidden_cases.labelled(case):
+        measured = _measure(candidate, HIDDEN, HIDDEN_SEED)
+    lengths = tensor(measured.state["lengths"], f"{case}: cache.lengths at the end")
+    if lengths.tolist() != [n] * HIDDEN.B:
+        raise Fail(f"{case}: cache.lengths at the end is not {n}: allocation is judged on a cache "
+                   "that holds every position")
+    summary = (f"{len(measured.events)} of the last {HIDDEN.appends // 2} appends reallocated, "
+               f"all {HIDDEN.appends} allocated {measured.ratio:.1f}x the final K+V storage")
+    if len(measured.events) > MAX_EVENTS:
+        raise Fail(f"{case}: {summary}; at most {MAX_EVENTS} reallocations allowed there: storage "
+                   "must grow by a factor, whatever the number of positions an append brings")
+    if measured.ratio > MAX_RATIO:
+        raise Fail(f"{case}: {summary}; at most {MAX_RATIO:g}x allowed: appends allocate more "
+                   "than O(1) amortised bytes per position")
+    return f"chunked appends of {HIDDEN.t}, {n} positions: {summary}"
+
+
+def _measure(candidate: Candidate, run: Run, seed: int) -> Measured:
+    """Make `run`'s appends with the bytes of every storage each creates counted in the worker
+    (`plan.append(measure=True)`); its growth events and byte ratio."""
+    g = cases.generator(seed)
+    n, t = run.positions, run.t
+    k, v = cases.randn(g, run.B, run.Hkv, n, run.D), cases.randn(g, run.B, run.Hkv, n, run.D)
+    plan = Plan()
+    plan.new("c")
+    appends = [plan.append("c", k[:, :, i * t : (i + 1) * t], v[:, :, i * t : (i + 1) * t],
+                           measure=True) for i in range(run.appends)]
+    state = plan.state("c")
+    results = candidate.run(plan)
+
+    allocated = [results[i]["bytes"] for i in appends]
+    events = [i for i in range(run.appends // 2, run.appends)
+              if allocated[i] * SHARE >= (i + 1) * t * run.position_bytes]
+    capacity = results[state]["capacity"]
+    slots = max(capacity, n) if isinstance(capacity, int) else n
+    return Measured(events, sum(allocated) / (slots * run.position_bytes), results[state])

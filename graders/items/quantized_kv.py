@@ -1,5 +1,6 @@
 """quantized-kv: an int8 pool is small, close to float attention, and never clips later tokens.
 
+Public:
 - Memory: `pool_bytes` of PagedKVCache(32, 16, 4, 64, quantize="int8") at most 0.3x that of the
   same float32 pool (int8 values and one float32 scale per token and head: 0.27x). Each must count
   at least the storage the contract gives it (4 bytes per K and V element; or 1, plus 4 per
@@ -24,16 +25,28 @@ Rounding by truncation instead of round() (a sloppier but sound quantizer) measu
 passes. The mistakes, over the whole public cases: a scale per block fixed at its first write
 1.9e-1 (steady) and 4.2e-1 (growth); a scale from the first token 1.1e-1 and 3.9e-1; a forgotten
 scale 43 and 22; no 1/sqrt(D) 0.78.
+
+Hidden:
+- Memory: seeded pools of head_dim 64 and 128 with random num_blocks, block_size and kv_heads:
+  the int8 pool at most 0.3x the float32 one each time.
+- Accuracy (the same BOUND): seeded workloads, block sizes 1, 3 and 16, random head layouts,
+  head_dim 16 to 128, sequences interleaved and one freed midway (its blocks reused, with their
+  old scales), every other append non-contiguous, one sequence holding an all-zero token
+  (absmax 0: whatever its scale, it must come back as zeros, never NaN from 0 / 0), and one
+  grown to a few hundred positions.
+- Growth: a ramp from magnitude 1 to 100 over 40 single-token appends into blocks of 16 (every
+  block's later slots are larger than its first), and a jump of 100x in the middle of a block of
+  3 (each block's first token the largest until then), queries scaled down as the keys grow.
 """
 
 from __future__ import annotations
 
 import torch
 
-from graders import cases
+from graders import cases, hidden_cases
 from graders.candidate import Candidate, Fail, Plan, tensor
 from graders.compare import require_shape
-from graders.items.paged_equivalence import Pool
+from graders.paged_pool import Pool
 
 ITEM = "quantized-kv"
 
@@ -44,17 +57,36 @@ STEADY = ((3, 5, 1, 7), (2, 6, 4), (4, 1, 3, 6, 2))  # each sequence's appends
 GROWTH_AT = 5  # mid-block: block 1 is first written with a small token, then large ones
 MAGNITUDE = torch.tensor([2.0] + [1.0] * (GROWTH_AT - 1) + [100.0] * 19)  # token 0 the largest
 
+HIDDEN_LAYOUTS = ((2, 2), (4, 4), (8, 2), (4, 1))
+MEMORY_SEEDS = [hidden_cases.BASE_SEED + 5200 + i for i in range(2)]
+ACCURACY = [(hidden_cases.BASE_SEED + 5210 + i, bs) for i, bs in enumerate((1, 3, 16))]
+GROWTH_SEED = hidden_cases.BASE_SEED + 5220
+
 
 def grade(candidate: Candidate) -> str:
-    ratio = memory(candidate, 32, 16, 4, 64, "PagedKVCache(32, 16, 4, 64)")
+    ratio = _memory(candidate, 32, 16, 4, 64, "PagedKVCache(32, 16, 4, 64)")
     plan = Plan()
-    pools = public_cases(plan, 800)
-    check(candidate.run(plan), pools)
+    pools = _public_cases(plan, 800)
+    _check(candidate.run(plan), pools)
     return (f"pool_bytes {ratio:.2f}x the float32 pool's (at most {MAX_RATIO}); attention within "
             f"{BOUND:.0e} of the values' magnitude, later 100x larger tokens included")
 
 
-def public_cases(plan: Plan, seed: int) -> dict:
+def grade_hidden(candidate: Candidate) -> str:
+    for seed, D in zip(MEMORY_SEEDS, (64, 128)):
+        g = cases.generator(seed)
+        shape = (cases.randint(g, 8, 64), cases.choice(g, (1, 3, 16)), cases.randint(g, 1, 8))
+        case = hidden_cases.name(seed, f"a pool of head_dim {D}")
+        with hidden_cases.labelled(case):
+            _memory(candidate, *shape, D, case)
+    for seed, bs in ACCURACY:
+        _workload(candidate, seed, bs)
+    _growth(candidate)
+    return (f"pools of head_dim 64 and 128 within {MAX_RATIO}x; {len(ACCURACY)} seeded int8 "
+            f"workloads and 2 growth patterns within {BOUND:.0e} of the values' magnitude")
+
+
+def _public_cases(plan: Plan, seed: int) -> dict:
     """The accuracy cases: {name: (Pool, the step from which tokens grow, or None)}."""
     steady = Pool(plan, cases.generator(seed), 24, BLOCK_SIZE, 2, 2, D, obj="steady",
                   quantize="int8")
@@ -73,7 +105,7 @@ def public_cases(plan: Plan, seed: int) -> dict:
             f"tokens 100x larger from position {GROWTH_AT} on": (grow, GROWTH_AT)}
 
 
-def memory(candidate: Candidate, num_blocks, block_size, kv_heads, head_dim, what: str) -> float:
+def _memory(candidate: Candidate, num_blocks, block_size, kv_heads, head_dim, what: str) -> float:
     """pool_bytes int8 / float32 for the same pool; Fail above MAX_RATIO or below the data."""
     plan = Plan()
     plan.paged_new("f", num_blocks, block_size, kv_heads, head_dim, dtype="float32")
@@ -96,7 +128,7 @@ def memory(candidate: Candidate, num_blocks, block_size, kv_heads, head_dim, wha
     return ratio
 
 
-def errors(pool: Pool, results) -> list[tuple[int, int, float, bool]]:
+def _errors(pool: Pool, results) -> list[tuple[int, int, float, bool]]:
     """Each attend's worst row: (step, row, max error / max |values| of the row's sequence,
     whether the output is far larger than the reference, as int8 values without a scale give)."""
     found = []
@@ -113,10 +145,10 @@ def errors(pool: Pool, results) -> list[tuple[int, int, float, bool]]:
     return found
 
 
-def check(results, pools: dict) -> None:
+def _check(results, pools: dict) -> None:
     """Fail on the first case past BOUND. First, a case with a growth point is checked for the
     signature of clipping: within the bound before it, past the bound from it on."""
-    measured = {case: errors(pool, results) for case, (pool, _) in pools.items()}
+    measured = {case: _errors(pool, results) for case, (pool, _) in pools.items()}
     for case, (pool, onset) in pools.items():
         if onset is None:
             continue
@@ -137,3 +169,46 @@ def check(results, pools: dict) -> None:
                 raise Fail(f"{case}, after {read.after}: row {row}'s attention is off by "
                            f"{err:.2e} of its values' magnitude, past the int8 bound {BOUND:.0e}"
                            + label)
+
+
+def _workload(candidate: Candidate, seed: int, bs: int) -> None:
+    """Three sequences interleaved (one growing by 20 to 40 positions a time), one freed midway
+    and replaced, every other append non-contiguous, one all-zero token; attend after each."""
+    g = cases.generator(seed)
+    (Hq, Hkv), D = cases.choice(g, HIDDEN_LAYOUTS), cases.choice(g, (16, 64, 128))
+    case = hidden_cases.name(seed, f"an int8 workload, block_size {bs}, {Hq}/{Hkv} heads, "
+                                   f"head_dim {D}")
+    plan = Plan()
+    pool = Pool(plan, g, 400 // bs + 8, bs, Hq, Hkv, D, quantize="int8")
+    for s in (0, 1, 2):
+        pool.add(s)
+    for n in range(14):
+        if n == 6:  # sequence 1 ends; sequence 3 reuses its blocks
+            pool.free(1)
+            pool.add(3)
+        live = list(pool.seqs)
+        s = live[n % len(live)]
+        t = cases.randint(g, 20, 40) if s == 0 else cases.randint(g, 1, 2 * bs + 2)
+        key, value = pool.kv(t), pool.kv(t)
+        if n == 5:  # sequence 2's second append ends with a token whose K and V are all zeros
+            key[:, -1], value[:, -1] = 0.0, 0.0
+        pool.append(s, key, value, noncontiguous=bool(n % 2))
+        pool.attend([x for x in pool.seqs if pool.seqs[x][0].shape[1]], f"append {n + 1}")
+    _check(hidden_cases.run(candidate, plan, case), {case: (pool, None)})
+
+
+def _growth(candidate: Candidate) -> None:
+    """A ramp of magnitudes into blocks of 16 and a jump mid-block into blocks of 3."""
+    g = cases.generator(GROWTH_SEED)
+    plan, pools = Plan(), {}
+    for obj, bs, magnitude, onset, what in (
+            ("ramp", 16, 100.0 ** (torch.arange(40) / 39), 1, "a ramp from 1 to 100"),
+            ("jump", 3, torch.tensor([2.0, 1, 1] * 2 + [2.0] + [100.0] * 14), 7,
+             "a jump of 100x in the middle of a block")):
+        pool = Pool(plan, g, 64 // bs + 2, bs, 4, 2, 32, obj=obj, quantize="int8")
+        pool.add(0)
+        for p, m in enumerate(magnitude.double()):
+            pool.append(0, pool.kv(1, m[None]), pool.kv(1, m[None]))
+            pool.attend([0], f"token {p}", q_scale=1 / float(magnitude[: p + 1].max()))
+        pools[hidden_cases.name(GROWTH_SEED, what)] = (pool, onset)
+    _check(hidden_cases.run(candidate, plan, hidden_cases.name(GROWTH_SEED, "growth")), pools)

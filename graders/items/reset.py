@@ -1,11 +1,21 @@
 """reset: reset forgets the old batch entirely; a batch of another shape and dtype then works.
 
-A cache is decoded for a few steps (B=2, H=2, D=8, float32), reset, and must then look exactly
+Public: a cache is decoded for a few steps (B=2, H=2, D=8, float32), reset, and must then look exactly
 like a new one: keys, values and lengths None, capacity 0. Then a batch of every other shape and
 dtype (B=3, H=4, D=16, float64) is decoded through the same cache and compared with full causal
 attention at every prefix. The usual mistakes: rewinding lengths but keeping the storage (whose
 shape and dtype then reject the new batch, or whose capacity lingers), clearing the storage but
 not a separately kept capacity or dtype, or clearing lengths only.
+
+Hidden, seeded (the public case resets once, after an append, and decodes one new batch):
+- reset on a new cache and again right after: it must stay empty (keys, values, lengths None,
+  capacity 0). A reset that wipes or rewinds the storage in place before dropping it fails on a
+  cache that has none;
+- then three batches through the same cache, each of another shape, the second float64, each
+  with chunked appends and an attend after each append, and a reset between them: a reset that
+  works once (the second batch fits a leftover of the first) or that keeps anything of the
+  batch before (storage, a position counter, a dtype) shows in the third.
+After every reset the state must be empty; every output is compared with the float64 reference.
 
 Tolerance: compare.TOLERANCE[float64], which is float32's: the contract's softmax runs in float32
 even for a float64 cache.
@@ -15,7 +25,7 @@ from __future__ import annotations
 
 import torch
 
-from graders import cases, reference
+from graders import cases, decode_loop, hidden_cases, reference
 from graders.candidate import Candidate, Fail, Plan, Raised, tensor
 from graders.compare import TOLERANCE, require_close, require_shape
 from graders.worker.ops import Missing
@@ -24,6 +34,9 @@ ITEM = "reset"
 
 OLD = dict(B=2, H=2, D=8, steps=3, dtype=torch.float32)
 NEW = dict(B=3, H=4, D=16, steps=5, dtype=torch.float64)
+HIDDEN_SEED = hidden_cases.BASE_SEED + 700
+HIDDEN_DTYPES = (torch.float32, torch.float64, torch.float32)
+EMPTY = {"keys": None, "values": None, "lengths": None, "capacity": 0}
 
 
 def grade(candidate: Candidate) -> str:
@@ -73,6 +86,53 @@ def grade(candidate: Candidate) -> str:
                   step_name="prefix length")
     return (f"after reset the cache is empty; a new batch {shape} float64 decodes within "
             f"{TOLERANCE[torch.float64]} of full causal attention at every prefix")
+
+
+def grade_hidden(candidate: Candidate) -> str:
+    batches = _hidden_batches()
+    case = hidden_cases.name(HIDDEN_SEED, "reset on a new cache, twice; then three batches of "
+                                          "different shapes and dtypes with a reset between")
+    plan = Plan()
+    plan.new("c")
+    resets = [("reset on a new cache", _reset(plan)), ("a second reset in a row", _reset(plan))]
+    steps = []
+    for i, (_, appends, seq) in enumerate(batches):
+        if i:
+            resets.append((f"reset after batch {i}", _reset(plan)))
+        steps.append(decode_loop.append_and_attend(plan, seq, appends))
+    results = hidden_cases.run(candidate, plan, case)
+
+    for when, index in resets:
+        for attr, empty in EMPTY.items():
+            value = results[index][attr]
+            if not (value is None if empty is None else _is_zero(value)):
+                raise Fail(f"{case}: after {when}, cache.{attr} is not {empty}: reset must leave "
+                           "the cache as if new, whatever it held (or did not hold) before")
+    for i, ((shape, _, seq), batch_steps) in enumerate(zip(batches, steps)):
+        what = f"{case}, batch {i + 1} ({shape})"
+        got = decode_loop.outputs(results, batch_steps, tuple(seq["q"][:, :, :1].shape),
+                                  lambda n, step: f"{what}: attend's output")
+        require_close(got, decode_loop.expected(seq, batch_steps), TOLERANCE[torch.float32],
+                      case=what, step_name="append", first_step=1)
+    return (f"reset on a new cache (twice) leaves it empty; three batches of different shapes "
+            f"and dtypes, reset between, each within {TOLERANCE[torch.float32]} at every append")
+
+
+def _hidden_batches() -> list[tuple[str, list[int], dict[str, torch.Tensor]]]:
+    """Three batches (shape in words, appends, sequence) of random shapes, the second float64."""
+    g = cases.generator(HIDDEN_SEED)
+    batches = []
+    for dtype in HIDDEN_DTYPES:
+        B, H, D = cases.randint(g, 1, 4), cases.randint(g, 1, 4), cases.choice(g, (4, 8, 16))
+        appends = cases.chunks(g, cases.randint(g, 6, 16), 5)
+        batches.append((f"{hidden_cases.shape(B, H, D)}, {str(dtype).removeprefix('torch.')}",
+                        appends, cases.sequence(g, B, H, H, sum(appends), D, dtype)))
+    return batches
+
+
+def _reset(plan: Plan) -> int:
+    plan.reset("c")
+    return plan.state("c")
 
 
 def _is_zero(value) -> bool:

@@ -1,6 +1,6 @@
 """rope-fork-offset: a forked cache continues at its absolute positions, independently.
 
-Two rows decode 5 steps through decode_step, row 1 skipping one (lengths 5 and 4, in a
+Public: two rows decode 5 steps through decode_step, row 1 skipping one (lengths 5 and 4, in a
 KVCache(capacity=16), so later writes land in storage that already exists). Then
 `fork(cache)`, and the original and the fork take turns for 4 steps with different tokens.
 Every step of each branch must equal graders.reference.attention_layer (float64, RoPE) over that
@@ -9,13 +9,25 @@ positions) and values must be its own. Taking turns means every write of one bra
 before a read of the other, so this catches a fork that shares storage (the same tensors or the
 same object), one that forgets lengths or restarts at position 0, and one that shares the
 lengths tensor with an append that grows it in place.
+
+Hidden, seeded (the public case forks once, a cache that holds positions), with every
+decode_step output of every branch compared with a full float64 RoPE forward over that branch's
+own sequence, and each branch's lengths checked at the end:
+- a cache forked before anything was appended, then the two decoding in turns with different
+  tokens: a fork that, with nothing to copy, hands back the same cache (or shares the storage
+  it will allocate) mixes the two sequences;
+- a chain: the original decodes with ragged counts in a `KVCache()` that grows as it goes, is
+  forked, both take turns; the fork is forked in turn, and all three take turns. Each fork must
+  continue at the copied lengths, in storage of its own, however it got them.
 """
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 
-from graders import cases, reference
+from graders import cases, hidden_cases, reference
 from graders.candidate import Candidate, Fail, Plan, tensor
 from graders.compare import TOLERANCE, first_divergence, require_shape
 
@@ -25,6 +37,18 @@ B, D_MODEL, HEADS, HEAD_DIM, BASE, CAPACITY = 2, 32, 2, 16, 10000.0, 16
 PREFIX = [(1, 1), (1, 0), (1, 1), (1, 1), (1, 1)]  # counts before the fork: lengths 5 and 4
 AFTER = 4  # steps of each branch after the fork
 TOL = TOLERANCE[torch.float32]
+
+# The hidden cases: events ("fork", src, dst) or ("step", branch, counts), on a smaller layer.
+HIDDEN_D_MODEL, HIDDEN_HEAD_DIM, HIDDEN_T = 16, 8, 12
+EMPTY_SEED, CHAIN_SEED = hidden_cases.BASE_SEED + 1600, hidden_cases.BASE_SEED + 1610
+EMPTY = [("fork", "original", "fork")] + [("step", branch, (1, 1))
+                                          for _ in range(4) for branch in ("original", "fork")]
+CHAIN = ([("step", "original", counts) for counts in ((1, 1), (0, 1), (1, 1), (1, 0))]
+         + [("fork", "original", "fork")]
+         + [("step", b, (1, 1)) for _ in range(3) for b in ("original", "fork")]
+         + [("fork", "fork", "fork of the fork")]
+         + [("step", b, (1, 1)) for _ in range(3)
+            for b in ("original", "fork", "fork of the fork")])
 
 
 def grade(candidate: Candidate) -> str:
@@ -75,6 +99,15 @@ def grade(candidate: Candidate) -> str:
             f"full RoPE forwards (within {TOL}), and each cache holds only its own tokens")
 
 
+def grade_hidden(candidate: Candidate) -> str:
+    _check_events(candidate, EMPTY_SEED, "a cache forked while empty, then both decoding in turns",
+                  EMPTY)
+    _check_events(candidate, CHAIN_SEED, "ragged steps, a fork, turns, a fork of the fork, turns "
+                                         "of all three", CHAIN)
+    return (f"a fork of an empty cache and a fork of a fork: every branch equals a full RoPE "
+            f"forward over its own sequence (within {TOL}) and keeps its own lengths")
+
+
 _HINT = {
     "before": "decode_step is already off before any fork (ragged rows' positions: see rope-absolute)",
     "original": "The fork's writes must never show in the original (does the fork share storage?)",
@@ -100,3 +133,75 @@ def _check_state(branch: str, state: dict, full: dict, lengths: torch.Tensor) ->
                        f"{'keys rotated at their absolute positions' if name == 'keys' else name} "
                        f"at row {divergence.row}, position {divergence.position}: max abs error "
                        f"{divergence.max_abs:.2e} (tolerance {TOL})")
+
+
+class Step(NamedTuple):
+    """One decode_step of a hidden case: its branch, its number on that branch, its index, each
+    row's position and whether the row took a token ([B] each)."""
+
+    branch: str
+    number: int
+    index: int
+    positions: torch.Tensor
+    active: torch.Tensor
+
+
+def _check_events(candidate: Candidate, seed: int, what: str, events: list) -> None:
+    """Play `events` (forks and steps); Fail unless every branch's outputs equal a full forward
+    over its own sequence and its lengths are its own at the end."""
+    case = hidden_cases.name(seed, what)
+    g = cases.generator(seed)
+    weights = cases.layer_weights(g, HIDDEN_D_MODEL, HEADS, HEADS, HIDDEN_HEAD_DIM)
+    x = {"original": cases.randn(g, B, HIDDEN_T, HIDDEN_D_MODEL)}  # each branch's tokens
+    plan = Plan()
+    plan.layer("L", weights, HEADS, HEADS, HIDDEN_HEAD_DIM, BASE)
+    plan.new("original")
+    steps, lengths = _play(plan, g, events, x)
+    states = {branch: plan.state(branch) for branch in x}
+    results = hidden_cases.run(candidate, plan, case)
+
+    full = {branch: reference.attention_layer(seq, weights, HEADS, HEADS, BASE)["out"]
+            for branch, seq in x.items()}
+    rows = torch.arange(B)
+    for branch, number, index, positions, active in steps:
+        where = f"{case}: the {branch}'s decode step {number}"
+        got = tensor(results[index]["output"], f"{where}, output")
+        require_shape(got, (B, 1, HIDDEN_D_MODEL), f"{where}, output")
+        mask = active.bool()[:, None, None]
+        want = full[branch][rows, positions][:, None]
+        divergence = first_divergence([got.double().where(mask, 0.0)[:, None]],
+                                      [want.where(mask, 0.0)[:, None]], TOL)
+        if divergence:
+            raise Fail(f"{where}: the output at row {divergence.row} differs from a full forward "
+                       f"over the {branch}'s own sequence (max abs error {divergence.max_abs:.2e}, "
+                       f"tolerance {TOL}): each cache continues its rows at their own lengths, in "
+                       "storage no other cache writes")
+    for branch, state in states.items():
+        got = tensor(results[state]["lengths"], f"{case}: the {branch}'s cache.lengths").tolist()
+        if got != lengths[branch].tolist():
+            raise Fail(f"{case}: at the end, the {branch}'s cache.lengths are not its own: a fork "
+                       "copies the lengths, then each cache counts its own appends")
+
+
+def _play(plan: Plan, g: torch.Generator, events: list,
+          x: dict[str, torch.Tensor]) -> tuple[list[Step], dict[str, torch.Tensor]]:
+    """The events into `plan`. A fork shares each row's prefix, then takes tokens of its own
+    (added to `x`, [B, T, d_model] per branch). Returns the steps and each branch's lengths."""
+    lengths = {"original": torch.zeros(B, dtype=torch.int64)}
+    rows, steps = torch.arange(B), []
+    for kind, branch, arg in events:
+        if kind == "fork":
+            plan.fork(branch, arg)
+            lengths[arg] = lengths[branch].clone()
+            x[arg] = x[branch].clone()
+            for b in range(B):
+                n = int(lengths[arg][b])
+                x[arg][b, n:] = cases.randn(g, HIDDEN_T - n, HIDDEN_D_MODEL)
+            continue
+        counts = torch.tensor(arg)
+        index = plan.decode_step("L", branch, x[branch][rows, lengths[branch]][:, None],
+                                 None if all(arg) else counts)
+        number = sum(s.branch == branch for s in steps)
+        steps.append(Step(branch, number, index, lengths[branch], counts))
+        lengths[branch] = lengths[branch] + counts
+    return steps, lengths

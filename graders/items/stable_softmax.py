@@ -2,14 +2,27 @@
 
 float32 exp overflows to inf past 88 and underflows to 0 below about -103, so a softmax computed
 as exp(s) / sum(exp(s)) gives inf/inf or 0/0 = NaN on logits in the thousands; subtracting each
-row's maximum first changes nothing mathematically and keeps every exp in range. Three cases,
-one position appended per step and every prefix compared with the float64 reference:
+row's maximum first changes nothing mathematically and keeps every exp in range.
+
+Public: three cases, one position appended per step and every prefix compared with the float64
+reference:
 - every logit large and positive, near 1000 in row 0 and 3000 in row 1, a few apart so the
   weights mix (exp overflows without the max subtraction);
 - the same, large and negative (every exp underflows to 0, then 0/0);
 - random keys and queries of large norm: logits of both signs in the thousands, nearly one-hot
   weights.
 The rows' different ranges also catch a maximum taken over the whole batch instead of per row.
+
+Hidden, seeded: the public logits stay within a few thousand, and their aligned cases put every
+head of a row near the same logit. Here each head of a row sits at its own offset, thousands
+apart, from about -30000 to +30000 (some rows with both signs): anything but each (row, head)'s
+own maximum subtracted underflows or overflows somewhere, and a guard that clamps the logits to
+some "safe" range (±1e4, say) flattens them into uniform weights. Positions come in chunks of up
+to 40, 150 to 300 in all, compared after every append. The keys and queries are small integers
+but for one large coordinate, and head_dim is 16, so every logit (q . k / 4) is exact in float32
+whatever the order of the sums or the place of the scaling: correct implementations agree with
+the float64 reference within 5e-7 however large the logits, and the public tolerance applies
+with room to spare.
 """
 
 from __future__ import annotations
@@ -18,7 +31,7 @@ import math
 
 import torch
 
-from graders import cases, reference
+from graders import cases, decode_loop, hidden_cases, reference
 from graders.candidate import Candidate, Fail, Plan, tensor
 from graders.compare import LARGE_LOGITS_FLOAT32, require_close, require_shape
 
@@ -35,6 +48,9 @@ SPREAD = 3.0  # their spread around that offset
 # cases, 7.2e-4 the worst over 30 other seeds: compare.LARGE_LOGITS_FLOAT32 keeps a 7x margin.
 STABLE_TOLERANCE = LARGE_LOGITS_FLOAT32
 
+HIDDEN_SEEDS = [hidden_cases.BASE_SEED + 600 + i for i in range(2)]
+LARGE = 128  # the hidden queries' large coordinate; the key's is about offset * 4 / LARGE
+
 
 def grade(candidate: Candidate) -> str:
     g = cases.generator(300)
@@ -44,18 +60,15 @@ def grade(candidate: Candidate) -> str:
         "random keys and queries of large norm": cases.sequence(g, B, H, H, T, D, scale=40.0),
     }
     plan = Plan()
-    outputs = {}
+    steps = {}
     for name, seq in case_inputs.items():
         plan.new(name)
-        outputs[name] = []
-        for t in range(T):
-            plan.append(name, seq["k"][:, :, t : t + 1], seq["v"][:, :, t : t + 1])
-            outputs[name].append(plan.attend(name, seq["q"][:, :, t : t + 1]))
+        steps[name] = decode_loop.append_and_attend(plan, seq, [1] * T, name)
     results = candidate.run(plan)
 
     for name, seq in case_inputs.items():
-        got = [tensor(results[i], f"attend's output ({name}, step {s})")
-               for s, i in enumerate(outputs[name])]
+        got = [tensor(results[step.index], f"attend's output ({name}, step {s})")
+               for s, step in enumerate(steps[name])]
         for step, out in enumerate(got):
             require_shape(out, (B, H, 1, D), f"attend's output ({name}, step {step})")
             _require_finite(out, seq, step, name)
@@ -64,6 +77,14 @@ def grade(candidate: Candidate) -> str:
                       case=name, step_name="step")
     return (f"{len(case_inputs)} cases with logits in the thousands: every prefix finite and "
             f"within {STABLE_TOLERANCE} of the float64 reference")
+
+
+def grade_hidden(candidate: Candidate) -> str:
+    for seed in HIDDEN_SEEDS:
+        _check_hidden(candidate, seed)
+    return (f"{len(HIDDEN_SEEDS)} seeded cases, logits in the tens of thousands, heads thousands "
+            f"apart, chunked: every prefix finite and within {LARGE_LOGITS_FLOAT32} of the "
+            "float64 reference")
 
 
 def _aligned(g: torch.Generator, sign: float) -> dict[str, torch.Tensor]:
@@ -97,3 +118,46 @@ def _require_finite(out: torch.Tensor, seq: dict, step: int, name: str) -> None:
         why = "does every exp stay in float32's range?"
     raise Fail(f"{name}: outputs are not finite for logits around {logit:.0f} (step {step}, "
                f"row {row}, head {head}): {why}")
+
+
+def _check_hidden(candidate: Candidate, seed: int) -> None:
+    """Logits near one offset per (row, head), appended in chunks: every output finite and
+    within the tolerance."""
+    g = cases.generator(seed)
+    B, H = cases.randint(g, 2, 3), cases.randint(g, 2, 4)
+    appends = cases.chunks(g, cases.randint(g, 150, 300), 40)
+    case = hidden_cases.name(seed, f"{hidden_cases.shape(B, H)}, logits in the tens of thousands, "
+                                   "each head of a row thousands apart, chunked appends")
+    seq = _per_head_offsets(g, B, H, sum(appends))
+    plan = Plan()
+    plan.new("c")
+    steps = decode_loop.append_and_attend(plan, seq, appends)
+    results = hidden_cases.run(candidate, plan, case)
+
+    got = decode_loop.outputs(results, steps, (B, H, 1, D), lambda n, step: (
+        f"{case}: attend's output at prefix length {step.end}"))
+    for out, step in zip(got, steps):
+        bad = (~torch.isfinite(out)).nonzero()
+        if len(bad):
+            row, head = int(bad[0][0]), int(bad[0][1])
+            raise Fail(f"{case}: attend's output at prefix length {step.end}: not finite at row "
+                       f"{row}, head {head}. Every exp underflowed or overflowed there: is the "
+                       "maximum subtracted per row AND head, over that row's positions only?")
+    require_close(got, decode_loop.expected(seq, steps), LARGE_LOGITS_FLOAT32, case=case,
+                  step_name="append", first_step=1)
+
+
+def _per_head_offsets(g: torch.Generator, B: int, H: int, T: int) -> dict[str, torch.Tensor]:
+    """Integer-valued q and k ([B, H, T, D]) whose logits sit near one offset per (row, head):
+    consecutive heads of a row 3000 to 10000 apart, from about -30000."""
+    start = torch.randint(-30000, 1, (B, 1), generator=g)
+    gap = torch.randint(3000, 10001, (B, 1), generator=g)
+    offsets = start + gap * torch.arange(H)  # [B, H]
+
+    def small():  # the other D - 1 coordinates, in -2..2
+        return torch.randint(-2, 3, (B, H, T, D - 1), generator=g)
+
+    q = torch.cat((torch.full((B, H, T, 1), LARGE), small()), dim=-1)
+    k_large = (offsets * 4 / LARGE).round().long()[:, :, None, None].expand(B, H, T, 1)
+    k = torch.cat((k_large, small()), dim=-1)
+    return {"q": q.float(), "k": k.float(), "v": cases.randn(g, B, H, T, D)}

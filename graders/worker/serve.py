@@ -52,7 +52,7 @@ def main() -> None:
         with ops.Allocations():  # the first dispatch mode imports torch._dynamo: once, here
             torch.zeros(1)
         limits.guard_imports(hello["kata_roots"])
-        module, reply = _load_implementation(hello["path"], hello["module"], hello["names"])
+        module, reply = _load_implementation(hello["path"], hello["module"])
         wire.write_frame(proto_out, reply)
         if module is None:
             return
@@ -96,9 +96,9 @@ def import_file(path: str | Path, module_name: str):
     return module
 
 
-def _load_implementation(path: str, module_name: str, names: list[str]):
+def _load_implementation(path: str, module_name: str):
     """Import the candidate's file as `module_name` (the contract's: kv_cache, paged_kv_cache);
-    (module or None, reply for the judge, saying which of `names` the module lacks)."""
+    (module or None, the reply for the judge)."""
     try:
         module = import_file(path, module_name)
     except BaseException as exc:  # noqa: BLE001 - SyntaxError, ImportError, SystemExit, anything
@@ -106,8 +106,7 @@ def _load_implementation(path: str, module_name: str, names: list[str]):
         where = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == str(Path(path))]
         location = f" (line {where[-1].lineno})" if where else ""
         return None, {"status": "import-error", "error": "".join(lines).strip() + location}
-    missing = [name for name in names if not hasattr(module, name)]
-    return module, {"status": "loaded", "missing": missing}
+    return module, {"status": "loaded"}
 
 
 def supervise(jobs, timeout: float, parallel: int):

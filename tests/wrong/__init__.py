@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from graders.mutation import Mutant
+from graders.tracks import DENSE, SERVING, Track
 
 
 @dataclass(frozen=True)
@@ -23,7 +24,7 @@ class Wrong:
     implementation: Mutant | Path
     fails: frozenset[str]
     tells: frozenset[str] = field(default_factory=frozenset)
-    track: str = "dense"
+    track: Track = DENSE
 
     @property
     def name(self) -> str:
@@ -34,7 +35,7 @@ class Wrong:
         """The candidate file in `folder`, named as its track's contract says."""
         impl = self.implementation
         source = impl.source() if isinstance(impl, Mutant) else impl.read_text()
-        path = folder / ("paged_kv_cache.py" if self.track == "serving" else "kv_cache.py")
+        path = folder / self.track.implementation
         path.write_text(source)
         return path
 
@@ -45,7 +46,7 @@ def wrong(implementation: Mutant | Path, fails: set[str], tells: set[str] = froz
 
 def wrong_serving(implementation: Mutant | Path, fails: set[str]) -> Wrong:
     """A wrong paged cache (the serving track, which has no tells)."""
-    return Wrong(implementation, frozenset(fails), track="serving")
+    return Wrong(implementation, frozenset(fails), track=SERVING)
 
 
 def everything() -> list[Wrong]:

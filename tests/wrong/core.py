@@ -11,10 +11,10 @@ from __future__ import annotations
 from graders.mutation import Mutant
 from tests.wrong import wrong
 
-SCORES = "scores = (q.float() @ keys.float().transpose(-1, -2)) / math.sqrt(head_dim)  # [B, Hkv, G, T]"
-SOFTMAX = "weights = torch.softmax(scores, dim=-1)  # max-subtracted inside: stable for large logits"
+SCORES = "scores = (q.float() @ keys.float().transpose(-1, -2)) / math.sqrt(head_dim)"
+SOFTMAX = "weights = torch.softmax(scores, dim=-1)"
 ROW_MASK = (
-    "    past_end = torch.arange(keys.shape[2], device=keys.device) >= cache.lengths[:, None]  # [B, T]\n"
+    "    past_end = torch.arange(keys.shape[2], device=keys.device) >= cache.lengths[:, None]\n"
     "    scores = scores.masked_fill(past_end[:, None, None, :], float(\"-inf\"))\n"
 )
 
@@ -52,8 +52,8 @@ WRONG = [
                  "kv-only", "gqa", "rope-absolute", "rope-fork-offset", "beam-reorder",
                  "finished-beams", "low-precision", "prealloc"}, tells={"concat-every-step"}),
     wrong(Mutant("attend-whole-capacity", "attend reads every allocated slot, with no length mask",
-                 replace=(("keys, values = cache.keys, cache.values  # [B, Hkv, T, D], T = max(lengths)",
-                           "keys, values = cache.k_storage, cache.v_storage  # [B, Hkv, capacity, D]"),
+                 replace=(("keys, values = cache.keys, cache.values",
+                           "keys, values = cache.k_storage, cache.v_storage"),
                           (ROW_MASK, ""))),
           fails={"prefix-equivalence", "stable-softmax", "reset", "release",
                  "length-vs-capacity", "ragged-batch", "gqa", "rope-absolute",
@@ -85,7 +85,7 @@ WRONG = [
                                     "    weights = exp / exp.sum(dim=-1, keepdim=True)"),)),
           fails={"stable-softmax"}),
     wrong(Mutant("counts-ignored", "append checks counts, then writes all t positions to every row",
-                 replace=(("counts = _validate_append(cache, new_key, new_value, counts)  # [B]\n"
+                 replace=(("counts = _validate_append(cache, new_key, new_value, counts)\n"
                            "    batch, _, t, _ = new_key.shape\n",
                            "_validate_append(cache, new_key, new_value, counts)\n"
                            "    batch, _, t, _ = new_key.shape\n"
@@ -93,7 +93,7 @@ WRONG = [
           fails={"release", "length-vs-capacity", "ragged-batch", "rope-absolute",
                  "rope-fork-offset", "beam-reorder", "finished-beams"}),
     wrong(Mutant("writes-padding", "append writes all t positions of every row; lengths grow by counts",
-                 replace=(("real = offsets < counts[:, None]  # [B, t]: which new positions row b keeps",
+                 replace=(("real = offsets < counts[:, None]",
                            "real = torch.ones(batch, t, dtype=torch.bool, device=new_key.device)"),
                           ("_reserve(cache, int(new_lengths.max()), new_key)",
                            "_reserve(cache, int(lengths.max()) + t, new_key)"))),

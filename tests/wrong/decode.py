@@ -7,8 +7,8 @@ from __future__ import annotations
 from graders.mutation import Mutant
 from tests.wrong import wrong
 
-PROJECT_K = "    k = layer.wk(x).view(batch, 1, kv_heads, head_dim).transpose(1, 2)  # [B, Hkv, 1, D]\n"
-PROJECT_V = "    v = layer.wv(x).view(batch, 1, kv_heads, head_dim).transpose(1, 2)  # [B, Hkv, 1, D]\n"
+PROJECT_K = "    k = layer.wk(x).view(batch, 1, kv_heads, head_dim).transpose(1, 2)\n"
+PROJECT_V = "    v = layer.wv(x).view(batch, 1, kv_heads, head_dim).transpose(1, 2)\n"
 APPEND = "    append(cache, k, v, counts)\n"
 
 WRONG = [

@@ -15,12 +15,12 @@ from __future__ import annotations
 from graders.mutation import Mutant
 from tests.wrong import wrong
 
-POSITIONS = "    positions = lengths.to(x.device)[:, None]  # [B, 1]\n"
+POSITIONS = "    positions = lengths.to(x.device)[:, None]\n"
 ROTATE_Q = "    q = apply_rope(q, positions, layer.rope_base)\n"
 ROTATE_K = "    k = apply_rope(k, positions, layer.rope_base)\n"
-REORDER_K = "    cache.k_storage = cache.k_storage.index_select(0, beam_idx)  # [B', Hkv, capacity, D]\n"
+REORDER_K = "    cache.k_storage = cache.k_storage.index_select(0, beam_idx)\n"
 REORDER_V = "    cache.v_storage = cache.v_storage.index_select(0, beam_idx)\n"
-REORDER_LENGTHS = "    cache.lengths = cache.lengths.index_select(0, beam_idx)  # [B']\n"
+REORDER_LENGTHS = "    cache.lengths = cache.lengths.index_select(0, beam_idx)\n"
 
 ROPE_PAIRS = '''
 def rope_pairs(x: Tensor, positions: Tensor, base: float) -> Tensor:
@@ -35,7 +35,7 @@ def rope_pairs(x: Tensor, positions: Tensor, base: float) -> Tensor:
 '''
 
 ROTATE_AT_ATTEND = (
-    ROTATE_Q + ROTATE_K + "\n    append(cache, k, v, counts)\n    out = attend(cache, q)  # [B, Hq, 1, D]\n",
+    ROTATE_Q + ROTATE_K + "\n    append(cache, k, v, counts)\n    out = attend(cache, q)\n",
     "    append(cache, k, v, counts)  # keys cached as projected; RoPE is applied when reading\n"
     "    T = cache.keys.shape[2]\n"
     "    q = apply_rope(q, torch.full((batch, 1), T - 1), layer.rope_base)\n"

@@ -12,12 +12,11 @@ from __future__ import annotations
 from graders.mutation import Mutant
 from tests.wrong import wrong
 
-_GROUPS = "q = query.reshape(batch, kv_heads, groups, head_dim)  # [B, Hkv, G, D]"
+_GROUPS = "q = query.reshape(batch, kv_heads, groups, head_dim)"
 _RETURN = "return out.reshape(batch, q_heads, 1, head_dim).to(query.dtype)"
-_SCORES = ("scores = (q.float() @ keys.float().transpose(-1, -2)) / math.sqrt(head_dim)"
-           "  # [B, Hkv, G, T]")
+_SCORES = "scores = (q.float() @ keys.float().transpose(-1, -2)) / math.sqrt(head_dim)"
 _GROWTH = "capacity = _next_power_of_two(needed)"
-_VALIDATE = "counts = _validate_append(cache, new_key, new_value, counts)  # [B]"
+_VALIDATE = "counts = _validate_append(cache, new_key, new_value, counts)"
 _DECODE_ATTENTION = """\
     keys = cache.keys.repeat(1, heads // kv_heads, 1, 1)  # [B, Hq, T, D]
     values = cache.values.repeat(1, heads // kv_heads, 1, 1)
@@ -26,7 +25,7 @@ _DECODE_ATTENTION = """\
     weights = torch.softmax(scores.masked_fill(past_end[:, None, None, :], float("-inf")), dim=-1)
     out = (weights @ values.float()).to(q.dtype)  # [B, Hq, 1, D]
 """
-_SCATTER = "    # Scatter every real new position to its row's own offset in one indexed write.\n"
+_OFFSETS = "    offsets = torch.arange(t, device=new_key.device)\n"
 
 WRONG = [
     wrong(Mutant(
@@ -47,7 +46,7 @@ WRONG = [
     wrong(Mutant(
         "gqa-decode-own-attention-modulo", "decode_step attends by itself instead of calling "
         "attend, expanding the cached heads with `repeat`: query head h reads KV head h % Hkv",
-        replace=(("    out = attend(cache, q)  # [B, Hq, 1, D]\n", _DECODE_ATTENTION),),
+        replace=(("    out = attend(cache, q)\n", _DECODE_ATTENTION),),
     ), fails={"gqa"}),
     wrong(Mutant(
         "gqa-unsupported", "attend handles only as many query heads as KV heads and raises "
@@ -68,15 +67,14 @@ WRONG = [
         replace=(
             ('("dtype", new_key.dtype, stored.dtype)', '("dtype", new_key.dtype, cache.dtype)'),
             ('("dtype", query.dtype, stored.dtype)', '("dtype", query.dtype, cache.dtype)'),
-            ("    k = like.new_zeros(batch, kv_heads, capacity, head_dim)"
-             "  # [B, Hkv, capacity, D]\n"
+            ("    k = like.new_zeros(batch, kv_heads, capacity, head_dim)\n"
              "    v = like.new_zeros(batch, kv_heads, capacity, head_dim)\n",
              "    cache.dtype = like.dtype\n"
              "    low = like.dtype in (torch.bfloat16, torch.float16)\n"
              "    dtype = torch.float32 if low else like.dtype\n"
              "    k = like.new_zeros(batch, kv_heads, capacity, head_dim, dtype=dtype)\n"
              "    v = like.new_zeros(batch, kv_heads, capacity, head_dim, dtype=dtype)\n"),
-            ("cache.k_storage[rows, :, dst] = new_key[rows, :, src]  # [N, Hkv, D]",
+            ("cache.k_storage[rows, :, dst] = new_key[rows, :, src]",
              "cache.k_storage[rows, :, dst] = new_key[rows, :, src].to(cache.k_storage.dtype)"),
             ("cache.v_storage[rows, :, dst] = new_value[rows, :, src]",
              "cache.v_storage[rows, :, dst] = new_value[rows, :, src].to(cache.v_storage.dtype)"),
@@ -112,13 +110,13 @@ WRONG = [
     wrong(Mutant(
         "count-zero-overwrites-last", "a single-token append writes each row's key at "
         "lengths + counts - 1: a row with counts 0 overwrites its last real position",
-        replace=((_SCATTER,
+        replace=((_OFFSETS,
                   "    if t == 1:  # decoding: each row's new key goes to its last position\n"
                   "        last = new_lengths - 1  # [B]\n"
                   "        cache.k_storage[torch.arange(batch), :, last] = new_key[:, :, 0]\n"
                   "        cache.v_storage[torch.arange(batch), :, last] = new_value[:, :, 0]\n"
                   "        cache.lengths = new_lengths\n"
-                  "        return\n" + _SCATTER),),
+                  "        return\n" + _OFFSETS),),
     ), fails={"finished-beams", "ragged-batch", "rope-absolute", "rope-fork-offset",
               "beam-reorder"}),
 ]

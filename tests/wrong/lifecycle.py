@@ -114,11 +114,11 @@ def reset(cache: KVCache) -> None:
     """Forget everything; the next append may start a batch of any shape, dtype or device."""
     cache.k_storage = cache.v_storage = cache.lengths = cache.ends = None
 '''},
-        replace=(("self.lengths: Tensor | None = None  # int64 [B]",
-                  "self.lengths: Tensor | None = None  # int64 [B]\n"
+        replace=(("self.lengths: Tensor | None = None",
+                  "self.lengths: Tensor | None = None\n"
                   "        self.ends: Tensor | None = None  # int64 [B]: where row b writes next"),
-                 ("cache.lengths = cache.lengths.index_select(0, beam_idx)  # [B']",
-                  "cache.lengths = cache.lengths.index_select(0, beam_idx)  # [B']\n"
+                 ("cache.lengths = cache.lengths.index_select(0, beam_idx)",
+                  "cache.lengths = cache.lengths.index_select(0, beam_idx)\n"
                   "    cache.ends = cache.ends.index_select(0, beam_idx)"),
                  ("copy.lengths = cache.lengths.clone()",
                   "copy.lengths, copy.ends = cache.lengths.clone(), cache.ends.clone()")),

@@ -11,19 +11,17 @@ from tests.wrong import wrong_serving
 
 # Lines of solutions/paged_kv_cache.py that the mutants change.
 PADDED = "padded = [t + [0] * (width - len(t)) for t in tables]"
-PAST_END = ("past_end = torch.arange(width * bs, device=self.device) >= lengths[:, None]"
-            "  # [N, T]")
-GROUPED = "q = query.reshape(n, 1, self.kv_heads, groups, head_dim).float()  # [N, 1, Hkv, G, D]"
+PAST_END = "past_end = torch.arange(width * bs, device=self.device) >= lengths[:, None]"
+GROUPED = "q = query.reshape(n, 1, self.kv_heads, groups, head_dim).float()"
 OUT = "return out.reshape(n, q_heads, 1, head_dim).to(query.dtype)"
-SCALED = "scores = q @ keys.transpose(-1, -2) / math.sqrt(head_dim)  # [N, W, Hkv, G, bs], float32"
+SCALED = "scores = q @ keys.transpose(-1, -2) / math.sqrt(head_dim)"
 EMPTY = "weights = weights.masked_fill((lengths == 0)[:, None, None, None], 0.0)"
-SLOTS = "slots = pos % bs  # [t]"
-ZERO_GUARD = ("        s = torch.where(s > 0, s, torch.ones_like(s))  # an all-zero token: any "
-              "scale; avoid 0/0\n")
+SLOTS = "slots = pos % bs"
+ZERO_GUARD = "        s = torch.where(s > 0, s, torch.ones_like(s))\n"
 NO_SCALES = "self.k_scale = self.v_scale = None"
 STORED = "stored = torch.int8 if quantize else dtype"
 TO_INT8 = ".round().clamp(-127, 127).to(torch.int8)"
-DEQUANT = "            x.mul_(scale.index_select(0, rows)[..., None])  # dequantize: [N * W, Hkv, bs, 1]"
+DEQUANT = "            x.mul_(scale.index_select(0, rows)[..., None])"
 
 CONTIGUOUS = ("padded = [[t[0] + i for i in range(len(t))] + [0] * (width - len(t)) "
               "for t in tables]")

@@ -16,7 +16,7 @@ _NEEDED = "needed = new_blocks + int(cow)"
 _COPY = """        if cow:
             shared = table[-1]
             table[-1] = self._take()
-            self._refs[shared] -= 1  # still >= 1: the other holders keep it
+            self._refs[shared] -= 1
             for pool in (self.k_pool, self.v_pool, self.k_scale, self.v_scale):
                 if pool is not None:
                     pool[table[-1]] = pool[shared]"""
@@ -30,8 +30,7 @@ _TAKE = """    def _take(self) -> int:
         block = self._free.pop()"""
 _CAN_ADMIT = "return self._blocks_for(num_tokens) <= self._unreserved()"
 _RESERVE = "self._reserved[seq_id] = self._blocks_for(max_tokens)"
-_RELEASE = ("        self._reserved.pop(seq_id, None)  # its unused reservation goes back to "
-            "everyone\n")
+_RELEASE = "        self._reserved.pop(seq_id, None)\n"
 _VICTIM = "seq_id = next(reversed(self._tables))"
 _EVICT_FREE = """        seq_id = next(reversed(self._tables))
         self.free(seq_id)"""
@@ -86,7 +85,7 @@ WRONG = [
     wrong_serving(_mutant(
         "cow-keeps-old-count", "the copy-on-write copy is taken, but the shared block keeps its "
         "holder count: it never returns to the pool (a leak)",
-        ("            self._refs[shared] -= 1  # still >= 1: the other holders keep it\n", "")),
+        ("            self._refs[shared] -= 1\n", "")),
         fails={"paged-cow", "paged-free"}),
     wrong_serving(_mutant(
         "free-ignores-refcounts", "free returns every block of the sequence to the pool, even "

@@ -7,7 +7,7 @@ compatible inputs are right, so only the graders that send incompatible ones can
 from graders.mutation import Mutant
 from tests.wrong import wrong
 
-_VALIDATE = "counts = _validate_append(cache, new_key, new_value, counts)  # [B]"
+_VALIDATE = "counts = _validate_append(cache, new_key, new_value, counts)"
 _STORED_DTYPE = '            ("dtype", new_key.dtype, stored.dtype),\n'
 _STORED_DEVICE = '            ("device", new_key.device, stored.device),\n'
 _PAIR = "if new_key.dtype != new_value.dtype or new_key.device != new_value.device:"
