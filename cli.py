@@ -173,7 +173,7 @@ def grade(
     try:
         if not watch:
             raise typer.Exit(run_once())
-        from graders.watch import watch as watch_files
+        from graders.workflows.watch import watch as watch_files
 
         _console().print(Text(f"watching {implementation}" + (f" and {tests}" if tests else "")
                               + " (Ctrl-C to stop)"))
@@ -245,7 +245,7 @@ def _check_selection(track, items: list[str], level: str | None) -> None:
 
 def _default_target(track) -> tuple[Path, Path | None]:
     """What `kata grade` without PATH grades here; a one-line error, exit 2, when nothing."""
-    from graders.workspace import default_target
+    from graders.workflows.workspace import default_target
 
     found = default_target(Path.cwd(), track)
     if found is None:
@@ -262,7 +262,7 @@ def _grade_and_report(implementation: Path, tests: Path | None, *, shown: str,
     Every path is absolute; `shown` is how the report names the implementation."""
     from dataclasses import replace
 
-    from graders import report
+    from graders.formats import report
     from graders.grade import grade as run_grade
 
     console = _console()
@@ -285,17 +285,17 @@ def _grade_and_report(implementation: Path, tests: Path | None, *, shown: str,
                                     f"  (tests: {tests})" if tests else "  (no test file)"))
         report.render(result, console)
     if output_format == "gradescope":
-        from graders.gradescope import write_gradescope
+        from graders.formats.gradescope import write_gradescope
 
         write_gradescope(result, json_path)
     elif json_path:
         report.write_json(result, json_path)
     if markdown:
-        from graders.scorecard import write_markdown
+        from graders.formats.scorecard import write_markdown
 
         write_markdown(result, markdown)
     if junit:
-        from graders.junit import write_junit
+        from graders.formats.junit import write_junit
 
         write_junit(result, junit)
     return result.exit_code()
@@ -304,7 +304,7 @@ def _grade_and_report(implementation: Path, tests: Path | None, *, shown: str,
 @app.command()
 def init(directory: Annotated[Path, typer.Argument(help="Where to create the workspace.")]) -> None:
     """Create a fresh candidate workspace: the starter, its test file and instructions."""
-    from graders.workspace import init_workspace
+    from graders.workflows.workspace import init_workspace
 
     try:
         written = init_workspace(_here(directory))
@@ -324,7 +324,7 @@ def hint(
                                       min=1)] = 1,
 ) -> None:
     """Show a hint for a rubric item, one step at a time."""
-    from graders.hints import hint as hint_for
+    from graders.workflows.hints import hint as hint_for
 
     try:
         text, steps = hint_for(item, step)
@@ -340,7 +340,7 @@ def hint(
 @app.command()
 def rubric() -> None:
     """Print the rubric: items, levels, points, what each checks, and the tells."""
-    from graders import report
+    from graders.formats import report
 
     report.render_rubric(_console())
 
@@ -382,7 +382,7 @@ def grade_all(
     memory: Annotated[float, typer.Option(help=MEMORY_HELP, min=0.1)] = 4.0,
 ) -> None:
     """Grade every submission folder (one holding kv_cache.py) under DIRECTORY."""
-    from graders import batch
+    from graders.workflows import batch
     from graders.isolation import SandboxUnavailable
     from graders.workers import warm_workers
 

@@ -11,7 +11,8 @@ from typer.testing import CliRunner
 import graders.grade as judge
 from benchmarks import bench
 from cli import app
-from graders import batch, bundled
+from graders import bundled
+from graders.workflows import batch
 from graders.isolation import GIB, Sandbox, SandboxUnavailable
 
 ROOT = Path(__file__).resolve().parent.parent

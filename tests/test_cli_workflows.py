@@ -124,7 +124,7 @@ def test_watch_regrades_with_a_short_summary(monkeypatch):
         run()
         return 2
 
-    monkeypatch.setattr("graders.watch.watch", run_twice)
+    monkeypatch.setattr("graders.workflows.watch.watch", run_twice)
     result = runner.invoke(app, ["grade", str(REFERENCE), "--level", "L4", "--watch"])
     assert result.exit_code == 0, result.output
     assert result.output.count("Partial run: items append-time-dim, attend-shape pass") == 2

@@ -24,11 +24,11 @@ from rich.console import Console
 from graders.tracks import DENSE
 from graders.candidate import Fail, tensor
 from graders.grade import GradeResult, ItemResult, TellResult, _level, grade
-from graders.gradescope import to_gradescope, write_gradescope
-from graders.junit import write_junit
-from graders.report import partial_verdict, render, to_json
+from graders.formats.gradescope import to_gradescope, write_gradescope
+from graders.formats.junit import write_junit
+from graders.formats.report import partial_verdict, render, to_json
 from graders.rubric import load
-from graders.scorecard import PASS_REASON_CHARS, write_markdown
+from graders.formats.scorecard import PASS_REASON_CHARS, write_markdown
 from graders.worker import wire
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from graders import batch
-from graders.batch import Submission, find_submissions, grade_all, write_summary
+from graders.workflows import batch
+from graders.workflows.batch import Submission, find_submissions, grade_all, write_summary
 
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTIONS = ROOT / "solutions"

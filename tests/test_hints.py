@@ -2,7 +2,7 @@
 
 import pytest
 
-from graders.hints import hint
+from graders.workflows.hints import hint
 from graders.rubric import load
 
 ITEMS = [item.id for item in load().items]

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from graders import report
+from graders.formats import report
 from graders.grade import grade
 from graders.isolation import KATA, Sandbox, SandboxUnavailable, bwrap_problem
 from graders.mutation import REFERENCE

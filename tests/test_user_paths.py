@@ -22,7 +22,8 @@ from typer.testing import CliRunner
 import graders.grade as judge
 from benchmarks import bench
 from cli import app
-from graders import batch, output_files
+from graders import output_files
+from graders.workflows import batch
 from graders.output_files import OutputError, check_writable, write_atomically
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -9,8 +9,8 @@ import time
 from rich.console import Console
 
 from graders.grade import GradeResult, ItemResult
-from graders.report import render_summary
-from graders.watch import watch
+from graders.formats.report import render_summary
+from graders.workflows.watch import watch
 
 POLL = 0.05
 WORDS = " ".join(f"w{n}" for n in range(80))

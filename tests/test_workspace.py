@@ -18,7 +18,7 @@ from graders.tracks import DENSE
 from graders import bundled
 from graders.grade import grade
 from graders.rubric import load
-from graders.workspace import README, default_target, init_workspace
+from graders.workflows.workspace import README, default_target, init_workspace
 
 ROOT = Path(__file__).resolve().parent.parent
 FILES = {"kv_cache.py", "test_kv_cache.py", "paged_kv_cache.py", "README.md"}
@@ -151,7 +151,7 @@ def test_each_kata_command_of_the_workspace_readme_grades_what_it_says(command, 
     assert command in WHAT_EACH_GRADES, f"the README has a new command: say what {command!r} grades"
     target, _ = workspace
     monkeypatch.chdir(target)
-    monkeypatch.setattr("graders.watch.watch", lambda paths, run, **kwargs: run())
+    monkeypatch.setattr("graders.workflows.watch.watch", lambda paths, run, **kwargs: run())
     result = CliRunner().invoke(app, [*shlex.split(command)[1:], "--json", "report.json"])
     assert result.exit_code in (0, 1), result.output
     report = json.loads((target / "report.json").read_text())

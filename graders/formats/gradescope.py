@@ -22,7 +22,7 @@ from pathlib import Path
 from graders import rubric as rubric_data
 from graders.grade import GradeResult
 from graders.output_files import write_atomically
-from graders.report import partial_verdict
+from graders.formats.report import partial_verdict
 
 
 def to_gradescope(result: GradeResult) -> dict:

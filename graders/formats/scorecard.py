@@ -21,7 +21,7 @@ from graders import rubric as rubric_data
 from graders import tracks
 from graders.grade import GradeResult, ItemResult
 from graders.output_files import write_atomically
-from graders.report import partial_verdict
+from graders.formats.report import partial_verdict
 
 PASS_REASON_CHARS = 100  # a pass needs a phrase on a one-page card; --json keeps every word
 OTHER_REASON_CHARS = 300

@@ -18,7 +18,7 @@ from graders import rubric as rubric_data
 from graders.grade import DEFAULT_IMPORT_TIMEOUT, DEFAULT_TIMEOUT, GradeResult, grade
 from graders.isolation import Sandbox, SandboxUnavailable
 from graders.output_files import write_atomically
-from graders.report import STATUS_STYLE
+from graders.formats.report import STATUS_STYLE
 from graders.tracks import DENSE
 
 

@@ -1,0 +1,2 @@
+"""How a grade is shown and written: the terminal report and the contract's JSON (report),
+the interviewer's scorecard (scorecard), JUnit XML (junit) and Gradescope's results (gradescope)."""
