@@ -62,6 +62,8 @@ class SandboxMode(str, Enum):
 SANDBOX_HELP = ("How the candidate's code is walled off: 'auto' (bubblewrap where it works, else "
                 "the process fallback), 'require' (refuse to run without bubblewrap) or "
                 "'process' (the fallback).")
+SEED_HELP = ("The seed the hidden cases are drawn from (with --hidden) \\[default: a fresh one each "
+             "run, printed in the report]: the seed of a report replays its cases.")
 MEMORY_HELP = "GiB of memory each process the candidate's code runs in may use."
 
 
@@ -129,6 +131,17 @@ def grade(
         "--level", help="Grade only the items up to this level (L4, L5, L6).")] = None,
     exitfirst: Annotated[bool, typer.Option(
         "-x", "--exitfirst", help="Stop after the first item that does not pass.")] = False,
+    failed_first: Annotated[bool, typer.Option(
+        "--ff", "--failed-first", help="Grade first the items that did not pass last time "
+        "(--watch does).")] = False,
+    last_failed: Annotated[bool, typer.Option(
+        "--lf", "--last-failed", help="Grade only the items that did not pass last time (every "
+        "item when none did).")] = False,
+    verbose: Annotated[bool, typer.Option(
+        "-v", "--verbose", help="Explain every item, passes included.")] = False,
+    quiet: Annotated[bool, typer.Option(
+        "-q", "--quiet", help="Print only the closing block: level, score, the items that do "
+        "not pass and what to run next.")] = False,
     watch: Annotated[bool, typer.Option(
         "--watch", help="Re-grade whenever the implementation or its tests are saved.")] = False,
     json_path: Annotated[Optional[Path], typer.Option(
@@ -147,11 +160,13 @@ def grade(
         "limits each batch of calls).", min=0.1)] = DEFAULT_IMPORT_TIMEOUT,
     sandbox: Annotated[SandboxMode, typer.Option(help=SANDBOX_HELP)] = SandboxMode.auto,
     memory: Annotated[float, typer.Option(help=MEMORY_HELP, min=0.1)] = 4.0,
+    seed: Annotated[Optional[int], typer.Option(help=SEED_HELP, min=0)] = None,
 ) -> None:
     """Grade an implementation and print a rubric-scored report."""
     from graders.isolation import SandboxUnavailable
 
     shown = path  # the report names the file as the user typed it
+    command = _regrade_command(path, tests, track)
     path, tests, graders = _here(path), _here(tests), _here(graders)
     json_path, markdown, junit = _here(json_path), _here(markdown), _here(junit)
     chosen = _track(track)
@@ -159,16 +174,26 @@ def grade(
     _check_selection(chosen, item or [], level)
     if graders is not None:
         _check_private_graders(graders, hidden, chosen)
+    _check_seed(seed, hidden)
+    _check_report_flags(verbose, quiet, hidden, failed_first or last_failed)
     json_path = _check_outputs(output_format, json_path, markdown, junit)
+    detail = "quiet" if quiet else "verbose" if verbose else "brief" if watch else "default"
+    follow_failures = not hidden and (failed_first or last_failed or watch)
 
     def run_once() -> int:
+        from graders.workflows.last_failed import Plan, plan
+
+        only = set(item) if item else None
+        order = (plan(implementation, chosen, only, level, last_failed=last_failed)
+                 if follow_failures else Plan(only, set(), ""))
         return _grade_and_report(implementation, tests, shown=str(shown or implementation),
                                  track=track, hidden=hidden, extra_graders=graders,
-                                 only=set(item) if item else None, up_to=level,
+                                 only=order.only, first=order.first, up_to=level,
                                  exitfirst=exitfirst, timeout=timeout,
                                  import_timeout=import_timeout, sandbox=_sandbox(sandbox, memory),
-                                 json_path=json_path, output_format=output_format,
-                                 markdown=markdown, junit=junit, brief=watch)
+                                 seed=seed, json_path=json_path, output_format=output_format,
+                                 markdown=markdown, junit=junit, detail=detail, note=order.note,
+                                 command=command)
 
     try:
         if not watch:
@@ -180,6 +205,30 @@ def grade(
         watch_files([p for p in (implementation, tests) if p], run_once)
     except SandboxUnavailable as exc:
         _usage_error(str(exc))
+
+
+def _regrade_command(path: Path | None, tests: Path | None, track: str) -> str:
+    """How the report tells the user to grade the same file again: `kata grade` with the PATH,
+    --tests and --track they typed."""
+    words = ["kata", "grade", *([str(path)] if path else []),
+             *(["--tests", str(tests)] if tests else []),
+             *(["--track", track] if track != DENSE.id else [])]
+    return shlex.join(words)
+
+
+def _check_report_flags(verbose: bool, quiet: bool, hidden: bool, follow_failures: bool) -> None:
+    """-v with -q, or --ff/--lf with --hidden: a one-line error, exit 2."""
+    if verbose and quiet:
+        _usage_error("-v shows more and -q less: choose one")
+    if hidden and follow_failures:
+        _usage_error("--ff and --lf follow the failures of the last grade, which hidden runs "
+                     "do not keep: not with --hidden")
+
+
+def _check_seed(seed: int | None, hidden: bool) -> None:
+    """--seed chooses the hidden cases: without --hidden, a one-line error, exit 2."""
+    if seed is not None and not hidden:
+        _usage_error("--seed chooses the hidden cases: use it with --hidden")
 
 
 def _check_outputs(output_format: str, json_path: Path | None, markdown: Path | None,
@@ -256,14 +305,26 @@ def _default_target(track) -> tuple[Path, Path | None]:
 
 def _grade_and_report(implementation: Path, tests: Path | None, *, shown: str,
                       json_path: Path | None, output_format: str, markdown: Path | None,
-                      junit: Path | None, brief: bool, **options) -> int:
-    """Grade, print the report (or, when `brief`, its summary) and write the files asked for.
+                      junit: Path | None, detail: str, note: str, command: str,
+                      **options) -> int:
+    """Grade, record which items did not pass (graders.workflows.last_failed), print a line
+    naming the files and `note` (not for the "quiet" and "brief" details), then the report at
+    `detail` (graders.formats.report.render), and write the files asked for.
 
-    Every path is absolute; `shown` is how the report names the implementation."""
+    Every path is absolute; `shown` is how the report names the implementation, `command` how
+    to grade it again."""
     from dataclasses import replace
 
+    from graders import tracks
+    from graders.workers import GradeWorkers
+
+    # The workers first: each imports torch while this process imports the judge, which does too.
+    track = tracks.get(options["track"])
+    workers = GradeWorkers.start(implementation, tests if track.tests else None, track.module,
+                                 options["sandbox"], options["import_timeout"])
     from graders.formats import report
     from graders.grade import grade as run_grade
+    from graders.workflows import last_failed
 
     console = _console()
     progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
@@ -275,15 +336,17 @@ def _grade_and_report(implementation: Path, tests: Path | None, *, shown: str,
         def advance(result) -> None:
             progress.update(task, advance=1, description=f"graded {result.id}")
 
-        result = replace(run_grade(implementation, tests, on_item=advance, **options),
-                         implementation=shown)
+        result = replace(run_grade(implementation, tests, workers=workers, on_item=advance,
+                                   **options), implementation=shown)
 
-    if brief:
-        report.render_summary(result, console)
-    else:
-        console.print(Text.assemble(("kata grade ", "bold"), shown,
-                                    f"  (tests: {tests})" if tests else "  (no test file)"))
-        report.render(result, console)
+    last_failed.record(implementation, result)
+    if detail not in ("quiet", "brief"):
+        console.print(Text.assemble(("kata grade ", "bold"), _relative(implementation),
+                                    f"  (tests: {_relative(tests)})" if tests
+                                    else "  (no test file)"))
+        if note:
+            console.print(Text(note, style="dim"))
+    report.render(result, console, detail, command)
     if output_format == "gradescope":
         from graders.formats.gradescope import write_gradescope
 
@@ -347,17 +410,31 @@ def rubric() -> None:
 
 @app.command()
 def solution(
-    name: Annotated[str, typer.Argument(
-        help=f"One of: {', '.join(SOLUTIONS)}.")] = "preallocated",
+    name: Annotated[Optional[str], typer.Argument(
+        help=f"One of: {', '.join(SOLUTIONS)} \\[default: preallocated].",
+        show_default=False)] = None,
+    diff: Annotated[Optional[tuple[str, str]], typer.Option(
+        "--diff", metavar="FROM TO",
+        help="Print what changes from one step to another: --diff concat preallocated.")] = None,
 ) -> None:
-    """Print a reference solution (learners: see solutions/README.md).
+    """Print a reference solution, or with --diff the change from one step to another
+    (learners: see solutions/README.md, which draws the steps as a tree).
 
-    In a terminal, highlighted; otherwise the file's exact source, so that
-    `kata solution concat > f.py` makes a file to grade."""
+    In a terminal, highlighted; otherwise the file's exact source (or the plain unified diff),
+    so that `kata solution concat > f.py` makes a file to grade."""
     from rich.syntax import Syntax
 
-    if name not in SOLUTIONS:
-        _usage_error(f"no solution {name!r}: choose one of {', '.join(SOLUTIONS)}")
+    if diff is not None:
+        if name is not None:
+            _usage_error("give a solution NAME or --diff FROM TO, not both")
+        text = _step_diff(*diff)
+        if not sys.stdout.isatty():
+            sys.stdout.write(text)
+        elif text:
+            _console().print(Syntax(text, "diff", word_wrap=True))
+        return
+    name = name or "preallocated"
+    _known_step(name)
     path = SOLUTIONS[name]
     if not sys.stdout.isatty():
         sys.stdout.flush()
@@ -365,6 +442,58 @@ def solution(
         sys.stdout.flush()
         return
     _console().print(Syntax(path.read_text(), "python", line_numbers=True, word_wrap=True))
+
+
+def _known_step(name: str) -> None:
+    """A one-line error, exit 2, unless `name` is one of SOLUTIONS."""
+    if name not in SOLUTIONS:
+        _usage_error(f"no solution {name!r}: choose one of {', '.join(SOLUTIONS)}")
+
+
+def _step_diff(old: str, new: str) -> str:
+    """The unified diff from step `old` to step `new` (names of SOLUTIONS), "" when they are the
+    same. Each step is its whole file as `_step_source` gives it."""
+    import difflib
+
+    for name in (old, new):
+        _known_step(name)
+    (old_label, old_text), (new_label, new_text) = _step_source(old), _step_source(new)
+    return "".join(difflib.unified_diff(old_text.splitlines(keepends=True),
+                                        new_text.splitlines(keepends=True),
+                                        fromfile=f"{old} ({old_label})",
+                                        tofile=f"{new} ({new_label})"))
+
+
+def _step_source(name: str) -> tuple[str, str]:
+    """(what the step is, its whole file). Every step is its file, except `fused`, which is a
+    function, not a cache: its step is the preallocated solution whose `attend` validates as
+    before and then returns `fused_attention` on the cache's views, the function defined right
+    after it (as the bench runs it)."""
+    import ast
+
+    if name != "fused":
+        return SOLUTIONS[name].name, SOLUTIONS[name].read_text()
+    cache, fused = SOLUTIONS["preallocated"].read_text(), SOLUTIONS["fused"].read_text()
+    attend = _top_level_function(cache, "attend")
+    # attend's math starts at its first statement that reads the cache's views; before it, checks.
+    first = next(statement for statement in attend.body
+                 if any(isinstance(node, ast.Attribute) and node.attr == "keys"
+                        for node in ast.walk(statement)))
+    function = _top_level_function(fused, "fused_attention")
+    lines = cache.splitlines(keepends=True)
+    call = "    return fused_attention(query, cache.keys, cache.values, cache.lengths)\n"
+    body = fused.splitlines(keepends=True)[function.lineno - 1:function.end_lineno]
+    label = f"{SOLUTIONS['preallocated'].name}, attend's math in {SOLUTIONS['fused'].name}"
+    return label, "".join([*lines[:first.lineno - 1], call, "\n\n", *body,
+                           *lines[attend.end_lineno:]])
+
+
+def _top_level_function(source: str, name: str):
+    """The ast.FunctionDef of the top-level function `name` of `source`."""
+    import ast
+
+    return next(node for node in ast.parse(source).body
+                if isinstance(node, ast.FunctionDef) and node.name == name)
 
 
 @app.command("grade-all")
@@ -380,6 +509,7 @@ def grade_all(
         "limits each batch of calls).", min=0.1)] = DEFAULT_IMPORT_TIMEOUT,
     sandbox: Annotated[SandboxMode, typer.Option(help=SANDBOX_HELP)] = SandboxMode.auto,
     memory: Annotated[float, typer.Option(help=MEMORY_HELP, min=0.1)] = 4.0,
+    seed: Annotated[Optional[int], typer.Option(help=SEED_HELP, min=0)] = None,
 ) -> None:
     """Grade every submission folder (one holding kv_cache.py) under DIRECTORY."""
     from graders.workflows import batch
@@ -389,6 +519,7 @@ def grade_all(
     directory, out = _here(directory), _here(out)
     if not directory.is_dir():
         _usage_error(f"{directory} is not a folder")
+    _check_seed(seed, hidden)
     submissions = batch.find_submissions(directory)
     if not submissions:
         _usage_error(f"no folder under {directory} holds a kv_cache.py")
@@ -404,7 +535,7 @@ def grade_all(
             with warm_workers() if isolation.resolve() == "process" else nullcontext():
                 outcomes = batch.grade_all(submissions, jobs, hidden=hidden, timeout=timeout,
                                            import_timeout=import_timeout, sandbox=isolation,
-                                           on_done=lambda outcome: progress.advance(task))
+                                           seed=seed, on_done=lambda outcome: progress.advance(task))
         except SandboxUnavailable as exc:
             _usage_error(str(exc))
     out.mkdir(parents=True, exist_ok=True)
@@ -558,6 +689,11 @@ def _check_output_folder(option: str, folder: Path, names: list[str]) -> None:
             check_writable(folder / name)
     except OutputError as exc:
         _usage_error(f"{option}: {exc}")
+
+
+def _relative(path: Path) -> str:
+    """`path` (absolute) relative to the folder the command runs in when it is inside it."""
+    return str(path.relative_to(Path.cwd())) if path.is_relative_to(Path.cwd()) else str(path)
 
 
 def _beside(implementation: Path) -> Path | None:

@@ -21,7 +21,7 @@ from benchmarks.timing import Summary
 from graders import bundled, isolation
 from graders.isolation import Sandbox
 from graders.workers import OutputTail
-from graders.worker import wire
+from graders.worker import frames, wire
 
 SOLUTIONS = bundled.SOLUTIONS
 START_SECONDS = 60.0  # the bench process imports torch (and transformers) before its first event
@@ -186,8 +186,8 @@ class _BenchProcess:
         deadline = time.monotonic() + START_SECONDS
         while True:
             try:
-                event = wire.decode(wire.read_frame(self.from_runner, deadline))
-            except (TimeoutError, wire.WireError, OSError) as exc:
+                event = wire.decode(frames.read_frame(self.from_runner, deadline))
+            except (TimeoutError, frames.WireError, OSError) as exc:
                 return self._broken(result, where, hung=isinstance(exc, TimeoutError))
             deadline = time.monotonic() + self.timeout
             kind = event["event"]

@@ -1,16 +1,24 @@
 """Beyond the framework: the newest token's attention compiled into fused loops (torch.compile).
 
+A step beside the paged cache, after the preallocated one (solutions/README.md): kv_cache.py with
+the math of its `attend` replaced by `fused_attention` below. `attend` still validates the query,
+then returns `fused_attention(query, cache.keys, cache.values, cache.lengths)` on the cache's
+views; nothing else changes (`kata solution --diff preallocated fused` shows that file).
+
 Eager `attend` launches one kernel per operation: q·Kᵀ writes the scores, then the mask, the
 softmax and weights·V each make a pass of their own. On a bf16 or fp16 cache it is worse: the
 float32 scores the contract asks for need `keys.float()` first, a float32 copy of the whole cache
 written and read again at every step, which costs more than the attention itself.
 
 Written as elementwise products and sums, the same math lets Inductor (torch.compile's CPU code
-generator) emit loops that read each row of K and V once, upcast it in registers and accumulate
-in float32: no cache-sized temporary, whatever the storage dtype. The query heads of a group get
-one reduction each over the same K and V rows (G is known when compiling), so GQA keeps sharing.
-This is what fused attention kernels do (FlashAttention's decode kernels, vLLM's paged
-attention), generated here instead of written by hand.
+generator) emit loops that read K and V in place, upcast each row in registers and accumulate in
+float32: no cache-sized temporary, whatever the storage dtype. K and V are never copied per
+query head either, but each of the G query heads of a group makes its own reduction over the
+group's rows (the loop over G is unrolled when compiling): with MHA (G = 1) a step reads each row
+of K and V once, with GQA G times, where eager's matmul serves the whole group in one pass (the
+bench's GQA float32 row in solutions/README.md). This is what fused attention kernels do
+(FlashAttention's decode kernels, vLLM's paged attention), generated here instead of written by
+hand.
 
 The compiled function is used only where torch.compile works (it needs a C++ compiler) and
 agrees with eager PyTorch on a small case; `kata bench` shows it as the subject "fused".

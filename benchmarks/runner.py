@@ -26,14 +26,14 @@ import os
 import re
 import traceback
 
-from graders.worker import limits, wire
+from graders.worker import frames, limits, wire
 
 
 def main() -> None:
     proto_in, proto_out = os.dup(0), os.dup(1)
     os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
     os.dup2(2, 1)
-    plan = wire.decode(wire.read_frame(proto_in))
+    plan = wire.decode(frames.read_frame(proto_in))
     limits.apply(limits.Limits(**plan["limits"]))
 
     def send(body: dict) -> None:

@@ -53,9 +53,21 @@ def close(got: torch.Tensor, expected: torch.Tensor, tol: Tolerance) -> torch.Te
     return torch.isfinite(got) & ((got - expected).abs() <= tol.atol + tol.rtol * expected.abs())
 
 
+# Why an output is NaN or inf where the float64 reference is finite, unless the case says
+# otherwise: with ordinary inputs, a slot attention should never have read. A slot past a row's
+# length that is masked still gets weight exactly 0, and 0 * NaN = NaN, so a slot never written
+# (torch.empty; the worker fills new memory with NaN) or holding stale NaN shows every time.
+UNWRITTEN_SLOTS = ("uninitialized or stale cache slots likely reached attention (e.g. a row read "
+                   "past its length: a masked slot gets weight 0, and 0 * NaN = NaN)")
+
+
 @dataclass(frozen=True)
 class Divergence:
-    """Where a sequence of outputs first leaves the reference. Output tensors are [B, H, T, D]."""
+    """Where a sequence of outputs first leaves the reference. Output tensors are [B, H, T, D].
+
+    `nonfinite` is "NaN" or "inf" when the first step that differs has an output element that is
+    not finite where the reference is; the place (row, head, position) is then that element's.
+    """
 
     step: int
     row: int
@@ -63,40 +75,61 @@ class Divergence:
     position: int
     max_abs: float
     max_rel: float
+    nonfinite: str | None = None
 
-    def describe(self, step_name: str = "step", first_step: int = 0) -> str:
-        return (f"first differs at {step_name} {self.step + first_step}, row {self.row}, head {self.head}"
-                f"{'' if self.position < 0 else f', position {self.position}'}: "
-                f"max abs error {self.max_abs:.2e}, max rel error {self.max_rel:.2e}")
+    def error(self, tol: Tolerance | None = None) -> str:
+        """How far off, in words: the largest errors (and `tol`, when given), or that the output
+        is not finite (which no tolerance admits)."""
+        if self.nonfinite:
+            return f"non-finite output ({self.nonfinite}) where the float64 reference is finite"
+        return (f"max abs error {self.max_abs:.2e}, max rel error {self.max_rel:.2e}"
+                f"{'' if tol is None else f', tolerance {tol}'}")
+
+    def describe(self, step_name: str = "step", first_step: int = 0,
+                 cause: str = UNWRITTEN_SLOTS) -> str:
+        """The place and the error; for a non-finite output, also its likely `cause`."""
+        where = (f"{step_name} {self.step + first_step}, row {self.row}, head {self.head}"
+                 f"{'' if self.position < 0 else f', position {self.position}'}")
+        if self.nonfinite:
+            return f"{self.error()}, first at {where}: {cause}"
+        return f"first differs at {where}: {self.error()}"
 
 
 def first_divergence(got: list[torch.Tensor], expected: list[torch.Tensor],
                      tol: Tolerance) -> Divergence | None:
     """The first step whose output is not within `tol`, or None. Each step's tensors are
-    [B, H, T, D] (T is 1 for a newest-token output, whose position is then reported as -1)."""
+    [B, H, T, D] (T is 1 for a newest-token output, whose position is then reported as -1).
+    Within that step, an element that is not finite where the reference is comes first."""
     for step, (g, e) in enumerate(zip(got, expected)):
         ok = close(g, e, tol)
         if ok.all():
             continue
-        b, h, t, _ = (int(i) for i in (~ok).nonzero()[0])
+        nonfinite = ~torch.isfinite(g) & torch.isfinite(e)  # [B, H, T, D]
+        b, h, t, d = (int(i) for i in (nonfinite if nonfinite.any() else ~ok).nonzero()[0])
         diff = (g.double() - e.double()).abs().nan_to_num(float("inf"))
         rel = diff / e.double().abs().clamp_min(1e-12)
+        what = None if not nonfinite.any() else "NaN" if g[b, h, t, d].isnan() else "inf"
         return Divergence(step, b, h, t if g.shape[2] > 1 else -1,
-                          float(diff.max()), float(rel.max()))
+                          float(diff.max()), float(rel.max()), what)
     return None
 
 
 def require_close(got: list[torch.Tensor], expected: list[torch.Tensor], tol: Tolerance, *,
                   case: str, step_name: str = "step", first_step: int = 0,
-                  likely: dict[str, list[torch.Tensor]] | None = None) -> None:
+                  likely: dict[str, list[torch.Tensor]] | None = None,
+                  nonfinite_cause: str = UNWRITTEN_SLOTS) -> None:
     """Fail with a diagnostic unless every step of `got` is within `tol` of `expected`.
 
-    Steps are numbered from `first_step` in the message. `likely` maps a likely-mistake label to what a known mistake would output at every step; when
-    the candidate's outputs match one, the label goes into the message.
+    Steps are numbered from `first_step` in the message. An output that is NaN or inf where the
+    reference is finite is said so, with `nonfinite_cause` (a case whose logits can overflow
+    gives its own). `likely` maps a likely-mistake label to what a known mistake would output at
+    every step; when the candidate's outputs match one, the label goes into the message.
     """
     divergence = first_divergence(got, expected, tol)
     if divergence is None:
         return
+    if divergence.nonfinite:
+        raise Fail(f"{case}: {divergence.describe(step_name, first_step, nonfinite_cause)}")
     message = f"{case}: {divergence.describe(step_name, first_step)} (tolerance {tol})"
     for label, mistaken in (likely or {}).items():
         if first_divergence(got, mistaken, tol) is None:

@@ -11,8 +11,10 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import re
+import secrets
 import sys
 import traceback
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -21,12 +23,13 @@ from typing import Callable
 
 import torch
 
+from graders import hidden_cases, tracks
 from graders import rubric as rubric_data
-from graders import tracks
 from graders.candidate import (Candidate, CandidateError, CandidateTimeout, Fail, NotAttempted, Tell)
 from graders.isolation import Sandbox, reap_strays
+from graders.similarity import similarity
 from graders.tracks import DENSE
-from graders.workers import Worker, WorkerUnavailable, warm
+from graders.workers import GradeWorkers, WorkerUnavailable
 
 ITEMS = Path(__file__).resolve().parent / "items"  # one file an item: grade() and grade_hidden()
 DEFAULT_TIMEOUT = 10.0
@@ -85,6 +88,8 @@ class GradeResult:
     track: str = DENSE.id
     isolation: str = "process"  # how the candidate's code was isolated: "bwrap" or "process"
     partial: bool = False
+    seed: int | None = None  # the hidden cases' seed (hidden runs only)
+    similarity: list[dict] | None = None  # graders.similarity.similarity (hidden runs only)
 
     @property
     def unavailable(self) -> str | None:
@@ -175,53 +180,67 @@ def grade(implementation: Path, tests: Path | None = None, *, track: str = DENSE
           hidden: bool = False, extra_graders: Path | None = None, only: set[str] | None = None,
           up_to: str | None = None, exitfirst: bool = False, timeout: float = DEFAULT_TIMEOUT,
           import_timeout: float = DEFAULT_IMPORT_TIMEOUT, sandbox: Sandbox = Sandbox(),
+          seed: int | None = None, first: set[str] | None = None,
+          workers: GradeWorkers | None = None,
           on_item: Callable[[ItemResult], None] | None = None) -> GradeResult:
     """Grade `implementation` (and the candidate's `tests`, when given) against the rubric.
 
     `track` is the id of a graders.tracks.Track (a track without own-tests does not run
     `tests`). `hidden` adds each item's hidden cases, and `extra_graders` an interviewer's own
     folder of graders, judged as hidden (PrivateGraderError, before anything runs, for a file
-    that cannot be used). `only` selects item ids, `up_to` the items up to a level; `exitfirst`
+    that cannot be used). Hidden cases are drawn from `seed` (graders.hidden_cases), a fresh
+    one when None; the result records it. `only` selects item ids, `up_to` the items up to a level; `exitfirst`
     stops after the first item that does not pass (the rest are left out of the result).
+    `first` names items to run before the others (`kata grade --ff`): the items run in rubric
+    order within each of the two groups, `on_item` hears of each as it ends, and the result
+    lists them in rubric order. The order changes no item's checks or cases (each draws its
+    own, from its own seeds); it decides only which items `exitfirst` leaves out, and which the
+    budget of MAX_TIMEOUTS hangs leaves unrun.
     `import_timeout` limits the import of the file, `timeout` each batch of calls. `sandbox`
     chooses the isolation (SandboxUnavailable when it cannot be had) and the memory limit.
+    `workers`: the workers already started for these files (GradeWorkers.start, by a caller that
+    starts them before it imports torch), else started here; closed either way.
     Returns only once every process the candidate's code started is gone.
+    A hidden run also records how much of the file matches each bundled solution of the track
+    (graders.similarity): information for the interviewer, which no status or level uses.
     Sets this process's torch to one thread: the judge's tensors are tiny, and a thread pool
     only adds overhead (and spin-waits on a busy machine).
     """
     chosen = tracks.get(track)
-    graders = _graders(hidden, extra_graders, chosen)
-    # Inside warm_workers() (the test suite, trusted batches) "auto" takes the process
-    # fallback, whose workers fork from a warm process; "require" still means bubblewrap.
-    mode = "process" if sandbox.mode == "auto" and warm() else sandbox.resolve()
-    path = Path(implementation).absolute()
-    tests = Path(tests).absolute() if tests and chosen.tests else None
-    worker = Worker("implementation", str(path), import_timeout=import_timeout,
-                    module=chosen.module, isolation=mode, limits=sandbox.limits(),
-                    files=[path]).start()
-    test_worker = (Worker("tests", isolation=mode, limits=sandbox.limits(), files=[tests]).start()
-                   if tests else None)
-    torch.set_num_threads(1)
     try:
-        result = _grade(Candidate(worker, timeout, tests, test_worker), str(implementation),
-                        _selected(chosen, only, up_to), graders,
-                        hidden or extra_graders is not None, exitfirst, on_item, chosen)
+        graders = _graders(hidden, extra_graders, chosen)
+        judged_hidden = hidden or extra_graders is not None
+        seed = (seed if seed is not None else draw_seed()) if judged_hidden else None
+        path = Path(implementation).absolute()
+        # Read before the candidate's code runs: in the process fallback it can rewrite its file.
+        borrowed = similarity(path, chosen) if judged_hidden else None
+        tests = Path(tests).absolute() if tests and chosen.tests else None
+        workers = workers or GradeWorkers.start(path, tests, chosen.module, sandbox, import_timeout)
+        torch.set_num_threads(1)
+        with hidden_cases.run_seed(seed) if judged_hidden else nullcontext():
+            candidate = Candidate(workers.implementation, timeout, workers.tests,
+                                  workers.test_worker)
+            result = _grade(candidate, str(implementation),
+                            _run_order(rubric_data.selected(chosen, only, up_to), first or set()), graders,
+                            judged_hidden, exitfirst, on_item, chosen)
     finally:
-        worker.close()
-        if test_worker:
-            test_worker.close()
+        if workers:
+            workers.close()
         reap_strays()  # nothing the candidate started outlives the grade
-    result.isolation = mode
+    result.isolation, result.seed = workers.isolation, seed
+    result.similarity = borrowed
     return result
 
 
-def _selected(track: tracks.Track, only: set[str] | None, up_to: str | None) -> list[rubric_data.Item]:
-    """The track's items, in rubric order, narrowed to the ids in `only` and the levels up to
-    `up_to` (a track without levels ignores `up_to`)."""
-    rubric = rubric_data.load()
-    return [i for i in rubric.track(track) if (only is None or i.id in only) and (
-        up_to is None or not track.levels
-        or rubric.levels.index(i.level) <= rubric.levels.index(up_to))]
+def draw_seed() -> int:
+    """A fresh seed for a hidden run: from the OS, never the same twice in practice, so no one
+    can read the cases ahead of the run."""
+    return secrets.randbelow(10**7)
+
+
+def _run_order(items: list[rubric_data.Item], first: set[str]) -> list[rubric_data.Item]:
+    """`items` (in rubric order) with those named in `first` moved ahead, each group in order."""
+    return sorted(items, key=lambda item: item.id not in first)
 
 
 def _graders(hidden: bool, extra_graders: Path | None, track: tracks.Track) -> list[Grader]:
@@ -262,7 +281,9 @@ def _grade(candidate: Candidate, name: str, items: list[rubric_data.Item], grade
             on_item(result)
         if exitfirst and result.status != "pass":
             break
-    partial = len(results) < len(rubric.track(track))
+    in_rubric = [item.id for item in rubric.track(track)]
+    results.sort(key=lambda result: in_rubric.index(result.id))  # whatever order they ran in
+    partial = len(results) < len(in_rubric)
     if not track.levels:  # a track beside the levels: all or nothing, and no tells
         level = track.section if results and all(r.status == "pass" for r in results) else "none"
         return GradeResult(name, None if partial else level, results, [], hidden, broke,

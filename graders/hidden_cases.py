@@ -1,19 +1,49 @@
 """How hidden cases are seeded and named.
 
-Every hidden case is generated from its seed alone (`BASE_SEED` plus an offset per item and
-case): its shapes, chunk sizes, schedules and tensors. A failure names the seed and says what
+Every hidden case is generated from its seed alone: its shapes, chunk sizes, schedules and
+tensors. A case's seed is the run's seed (drawn afresh for each `--hidden` run, recorded in the
+report, replayed with `--seed N`) plus the case's own offset: an item's `*_SEED`, `*_SEEDS` and
+`HIDDEN_CASES` constants hold offsets, and `seed`, `seeds` and `seeded` add the run's seed while
+a grade runs (`run_seed`). So a case nobody has read in the source is drawn at every run, and
+a correct implementation passes for every seed. A failure names the case's seed and says what
 kind of case it was (`name`); it never prints an input tensor, so a candidate learns which
-concern failed, not the case itself. To replay one, rebuild the case from its seed in the item's
-file (its `hidden_cases` or `grade_hidden`).
+concern failed, not the case itself.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 
 from graders.candidate import Candidate, CandidateError, CandidateTimeout, Fail, Plan, Results
 
-BASE_SEED = 7000
+_RUN_SEED: ContextVar[int] = ContextVar("hidden_run_seed")
+
+
+@contextmanager
+def run_seed(seed: int) -> Iterator[None]:
+    """Draw the hidden cases of the grade run inside from `seed`."""
+    token = _RUN_SEED.set(seed)
+    try:
+        yield
+    finally:
+        _RUN_SEED.reset(token)
+
+
+def seed(offset: int) -> int:
+    """The seed of the case at `offset` in this run (LookupError outside `run_seed`)."""
+    return _RUN_SEED.get() + offset
+
+
+def seeds(offsets: Iterable[int]) -> list[int]:
+    """`seed` of each offset."""
+    return [seed(offset) for offset in offsets]
+
+
+def seeded(cases: Iterable[tuple]) -> list[tuple]:
+    """Case tuples whose first field is an offset, with that field made the case's seed."""
+    return [(seed(offset), *rest) for offset, *rest in cases]
 
 
 def name(seed: int, what: str) -> str:

@@ -65,3 +65,12 @@ def load(path: Path = RUBRIC_FILE) -> Rubric:
         tells=tuple(TellInfo(d["id"], d["caps"], d["title"], d["message"]) for d in data["tell"]),
         interviewer=tuple(InterviewerItem(d["id"], d["prompt"]) for d in data["interviewer"]),
     )
+
+
+def selected(track: Track, only: set[str] | None, up_to: str | None) -> list[Item]:
+    """The track's items, in rubric order, narrowed to the ids in `only` and the levels up to
+    `up_to` (a track without levels ignores `up_to`)."""
+    rubric = load()
+    return [i for i in rubric.track(track) if (only is None or i.id in only) and (
+        up_to is None or not track.levels
+        or rubric.levels.index(i.level) <= rubric.levels.index(up_to))]

@@ -19,9 +19,10 @@ import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 from graders import isolation
-from graders.worker import wire
+from graders.worker import frames
 from graders.worker.limits import Limits
 
 TORCH_IMPORT_SECONDS = 120.0
@@ -90,7 +91,7 @@ class Worker:
         for fd in ends:
             os.close(fd)
         self._output.drain(stderr_r)
-        wire.write_frame(self._in, {"mode": self.mode, "path": self.path, "module": self.module,
+        frames.write_json(self._in, {"mode": self.mode, "path": self.path, "module": self.module,
                                     "limits": self.limits.to_dict(),
                                     "kata_roots": kata_roots})
         self._ready = False
@@ -101,10 +102,10 @@ class Worker:
         self._ensure_ready()
         deadline = time.monotonic() + timeout * len(requests) / parallel + timeout + SLACK_SECONDS
         try:
-            wire.write_frame(self._in,
+            _codec().write_frame(self._in,
                              {"requests": requests, "timeout": timeout, "parallel": parallel})
             replies = [self._read_reply(deadline) for _ in requests]
-        except (TimeoutError, wire.WireError, OSError) as exc:
+        except (TimeoutError, frames.WireError, OSError) as exc:
             how = "stopped answering" if isinstance(exc, TimeoutError) else "died"
             detail = f"the worker process {how}{self._stderr_tail()}"
             self._discard()
@@ -118,9 +119,9 @@ class Worker:
 
     def _read_reply(self, deadline: float) -> Reply:
         fd = self._out
-        status = wire.decode(wire.read_frame(fd, deadline))
+        status = _codec().decode(frames.read_frame(fd, deadline))
         if status["status"] == "done":
-            return Reply("done", wire.decode(wire.read_frame(fd, deadline)))
+            return Reply("done", _codec().decode(frames.read_frame(fd, deadline)))
         if status["status"] == "timeout":
             return Reply("timeout", detail=f"no answer within {status['seconds']:g} s")
         return Reply("crashed", detail=f"{status['how']}{_last_lines(status['stderr'])}")
@@ -132,9 +133,9 @@ class Worker:
             return
         fd = self._out
         try:
-            wire.decode(wire.read_frame(fd, time.monotonic() + TORCH_IMPORT_SECONDS))
+            _codec().decode(frames.read_frame(fd, time.monotonic() + TORCH_IMPORT_SECONDS))
             if self.mode == "implementation":
-                loaded = wire.decode(wire.read_frame(fd, time.monotonic() + self.import_timeout))
+                loaded = _codec().decode(frames.read_frame(fd, time.monotonic() + self.import_timeout))
                 if loaded["status"] == "import-error":
                     self._discard()
                     limit = isolation.limit_reached(loaded["error"], self.limits)
@@ -145,7 +146,7 @@ class Worker:
             raise WorkerUnavailable(
                 f"importing the file did not finish within {self.import_timeout:g} s "
                 "(the import limit; raise it with --import-timeout)", "timeout") from None
-        except (wire.WireError, OSError):
+        except (frames.WireError, OSError):
             tail = self._stderr_tail()
             self._discard()
             raise WorkerUnavailable(f"the process exited while importing the file{tail}") from None
@@ -172,6 +173,39 @@ class Worker:
 
     def _stderr_tail(self) -> str:
         return _last_lines(self._output.text())
+
+
+@dataclass
+class GradeWorkers:
+    """The processes one grade runs the candidate's code in: the implementation's worker and,
+    when the candidate's tests are run, the tests' worker (`tests` the test file); `isolation`
+    says how they are walled off ("bwrap" or "process")."""
+
+    implementation: Worker
+    tests: Path | None
+    test_worker: Worker | None
+    isolation: str
+
+    @classmethod
+    def start(cls, implementation: Path, tests: Path | None, module: str,
+              sandbox: isolation.Sandbox, import_timeout: float) -> "GradeWorkers":
+        """Start the workers for `implementation` (imported as `module`) and `tests` (None: not
+        run). Needs no torch: a caller that has not imported it yet starts the workers first,
+        and its own import overlaps theirs. SandboxUnavailable when `sandbox` cannot be had."""
+        # Inside warm_workers() (the test suite, trusted batches) "auto" takes the process
+        # fallback, whose workers fork from a warm process; "require" still means bubblewrap.
+        mode = "process" if sandbox.mode == "auto" and warm() else sandbox.resolve()
+        worker = Worker("implementation", str(implementation), import_timeout=import_timeout,
+                        module=module, isolation=mode, limits=sandbox.limits(),
+                        files=[implementation]).start()
+        test_worker = (Worker("tests", isolation=mode, limits=sandbox.limits(), files=[tests]).start()
+                       if tests else None)
+        return cls(worker, tests, test_worker, mode)
+
+    def close(self) -> None:
+        self.implementation.close()
+        if self.test_worker:
+            self.test_worker.close()
 
 
 class OutputTail:
@@ -256,3 +290,12 @@ def warm_workers():
     finally:
         spawner, _SPAWNER = _SPAWNER, previous
         spawner.close()
+
+
+def _codec():
+    """graders.worker.wire, imported at first use: it imports torch, and a worker is started
+    (its first frame written with graders.worker.frames) before the judge imports torch, so that
+    the two imports overlap."""
+    from graders.worker import wire
+
+    return wire

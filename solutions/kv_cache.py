@@ -1,5 +1,8 @@
 """Reference solution: a preallocated KV cache for incremental decoding (kata levels L4-L6).
 
+Step 2 of solutions/README.md: the baseline, concat_kv_cache.py, with the same names, docstrings
+and structure, and storage that is never copied (`kata solution --diff concat preallocated`).
+
 Autoregressive decoding produces one token per step. Its attention needs the keys and values of
 every earlier token, and those never change once computed, so we keep them in a cache and
 project only the newest token each step. Queries are not cached: each is used once, at its own
@@ -9,7 +12,7 @@ Layout (always):
     keys / values   [B, Hkv, T, D]    batch, kv_heads, time, head_dim
     newest query    [B, Hq, 1, D]     Hq % Hkv == 0; query head h reads KV head h // (Hq // Hkv)
 
-Design, in the style of gpt-fast:
+Design:
 - Storage is preallocated, [B, Hkv, capacity, D] for K and for V, and rows are written in place.
   When a row would overflow, capacity doubles to the next power of two that fits, so n
   single-token appends cost O(log n) reallocations instead of the n of `torch.cat` every step.
@@ -18,12 +21,16 @@ Design, in the style of gpt-fast:
   masks by `lengths`, never by capacity, so unused or stale slots are never read.
 - GQA/MQA share each KV head between G = Hq // Hkv query heads by reshaping the query into
   groups, never by copying K and V: the memory saving is the point of GQA.
+gpt-fast's model.py, like transformers' StaticCache, does otherwise: a fixed size, K and V
+repeated for every query head (`repeat_interleave`), and attention over the whole capacity
+behind a mask. This cache grows, groups the query and reads only the valid prefix.
 
-Why a decode step costs about what bare attention does (`kata bench`, float32, T=16384: 1.09x
-bare attention on contiguous K and V, 1.7x faster than transformers' StaticCache; the table is in
-solutions/README.md). A step at a long length is bound by reading K and V once, so the design
-avoids every extra pass over them and every cache-sized allocation (the OS hands a large
-allocation its memory a page at a time, which alone costs more than the attention):
+Why a decode step costs about what bare attention does (`kata bench`, float32, B=1, 8 heads,
+head_dim 128, T=16384: 1.09x bare attention on contiguous K and V, 1.7x faster than
+transformers' StaticCache; the table is in solutions/README.md). A step at a long length is
+bound by reading K and V once, so the design avoids every extra pass over them and every
+cache-sized allocation (the OS hands a large allocation its memory a page at a time, which alone
+costs more than the attention):
 - Attention over lengths, not capacity: `keys` and `values` are views of the first max(lengths)
   slots, so the matmuls read only those. A cache that attends over its whole capacity with a mask
   (as StaticCache does) reads up to twice as much.
@@ -184,12 +191,15 @@ def attend(cache: KVCache, query: Tensor) -> Tensor:
     # Heads h = kv * groups + g, so this reshape puts query head h beside KV head h // groups;
     # K and V broadcast over the group dimension and are never copied.
     q = query.reshape(batch, kv_heads, groups, head_dim)  # [B, Hkv, G, D]
-    # float32 scores and softmax: in bf16/fp16, logits lose digits and exp() overflows fp16.
+    # float32 scores and softmax: in fp16, q·k itself overflows past 65504 (large logits become
+    # inf), and bf16 keeps 8 bits of mantissa (scores near 20000 round to steps of 128). The
+    # softmax is safe either way: torch.softmax subtracts each row's max before exp().
     # (This upcasts a copy of K; fused attention kernels upcast tile by tile instead.)
     scores = (q.float() @ keys.float().transpose(-1, -2)) / math.sqrt(head_dim)  # [B, Hkv, G, T]
+    # No causal mask: in a full forward it hides the positions after each query's own, and the
+    # newest query is the last position, so every cached position is its past or itself.
     # Mask by lengths, not capacity: slots past a row's length are unused, padding from another
-    # row's longer append, or stale data of a released sequence. No causal mask is needed: the
-    # cache holds only the newest token and its past, so there is no future position to block.
+    # row's longer append, or stale data of a released sequence.
     past_end = torch.arange(keys.shape[2], device=keys.device) >= cache.lengths[:, None]  # [B, T]
     scores = scores.masked_fill(past_end[:, None, None, :], float("-inf"))
     weights = torch.softmax(scores, dim=-1)  # max-subtracted inside: stable for large logits
@@ -224,6 +234,9 @@ def reorder(cache: KVCache, beam_idx: Tensor) -> None:
     if beam_idx.dtype != torch.int64 or beam_idx.dim() != 1:
         raise ValueError("beam_idx must be a 1-d int64 tensor")
     beam_idx = beam_idx.to(cache.k_storage.device)
+    # The cost: a copy of the whole storage (capacity, not only lengths), on every layer at every
+    # step of a beam search, at least what attention itself reads. Paged caches share blocks
+    # between beams and copy one block on write instead (paged_kv_cache.py).
     cache.k_storage = cache.k_storage.index_select(0, beam_idx)  # [B', Hkv, capacity, D]
     cache.v_storage = cache.v_storage.index_select(0, beam_idx)
     cache.lengths = cache.lengths.index_select(0, beam_idx)  # [B']
@@ -278,6 +291,9 @@ def decode_step(layer, cache: KVCache, x: Tensor, counts: Tensor | None = None) 
     lengths = cache.lengths if cache.lengths is not None else torch.zeros(batch, dtype=torch.int64)
     positions = lengths.to(x.device)[:, None]  # [B, 1]
     q = apply_rope(q, positions, layer.rope_base)
+    # Keys are cached after RoPE: a key's rotation depends only on its own position, which never
+    # changes, so it is rotated once, here. A later query, rotated at its own position, then
+    # makes q·k depend only on the distance between the two.
     k = apply_rope(k, positions, layer.rope_base)
 
     append(cache, k, v, counts)

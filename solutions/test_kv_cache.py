@@ -78,7 +78,9 @@ def test_append_grows_time_and_tracks_lengths_and_capacity():
 def test_ragged_rows_attend_only_to_their_own_positions():
     kv_heads, q_heads, head_dim = 2, 4, 8
     k, v = torch.randn(3, kv_heads, 5, head_dim), torch.randn(3, kv_heads, 5, head_dim)
-    k[1, :, 2:] = v[1, :, 2:] = 1e4  # row 1's padding: must never be attended to
+    # Padding (row 1 past 2, all of row 2) is NaN: a single padded slot that reaches the output,
+    # even with weight 0 (0 * NaN is NaN), makes it NaN.
+    k[1, :, 2:] = v[1, :, 2:] = k[2] = v[2] = float("nan")
     cache = KVCache()
     append(cache, k, v, torch.tensor([5, 2, 0]))  # a ragged prompt batch
     assert cache.lengths.tolist() == [5, 2, 0]

@@ -8,6 +8,7 @@ import pytest
 
 from graders.mutation import REFERENCE
 from graders.workers import warm_workers
+from tests.seeds import SUITE_SEED
 
 HOSTILE = Path(__file__).parent / "hostile"
 # A hostile file builds on the reference as `kv_cache_base`; the base travels inside the file,
@@ -16,6 +17,15 @@ BOOTSTRAP = """import sys as _sys, types as _types
 _sys.modules["kv_cache_base"] = _base_module = _types.ModuleType("kv_cache_base")
 exec(compile({source!r}, "kv_cache_base.py", "exec"), _base_module.__dict__)
 """
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _one_seed_for_the_suite():
+    """A hidden run that does not choose its seed draws SUITE_SEED (tests/seeds.py)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("graders.grade.draw_seed", lambda: SUITE_SEED)
+        patch.setattr("graders.workflows.batch.draw_seed", lambda: SUITE_SEED)
+        yield
 
 
 @pytest.fixture(scope="session", autouse=True)

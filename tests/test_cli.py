@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 runner = CliRunner()
 
 JSON_KEYS = {"implementation", "level", "score", "max_score", "items", "tells", "hidden",
-             "isolation", "partial"}
+             "isolation", "partial", "seed", "similarity"}
 ITEM_KEYS = {"id", "level", "status", "points", "max_points", "message"}
 STATUSES = {"pass", "fail", "error", "timeout", "not_attempted"}
 
@@ -35,8 +35,9 @@ def test_the_reference_grades_clean_with_exit_code_0(reference_run):
     result, _ = reference_run
     assert result.exit_code == 0, result.output
     assert "Level: L6" in result.output
-    for heading in ("L4", "L5", "L6", "Down-level tells", "For the interviewer to mark"):
+    for heading in ("L4", "L5", "L6", "Down-level tells: none detected"):
         assert heading in result.output
+    assert "For the interviewer to mark" not in result.output, "the checklist is for --hidden"
 
 
 def test_json_follows_the_contract(reference_run):
@@ -94,6 +95,49 @@ def test_help_shows_bracketed_text_rather_than_eating_it_as_markup(command, show
     result = runner.invoke(app, [command, "--help"])
     assert result.exit_code == 0
     assert shown in result.output
+
+
+# --- the report at 80 and 120 columns: default, -v, -q -----------------------------------------
+
+@pytest.fixture(scope="module")
+def graded() -> dict[str, judge.GradeResult]:
+    """The concat solution and the reference, graded once each with the model tests."""
+    tests = ROOT / "solutions" / "test_kv_cache.py"
+    return {name: judge.grade(ROOT / "solutions" / name, tests)
+            for name in ("concat_kv_cache.py", "kv_cache.py")}
+
+
+# Lines of `kata grade solutions/NAME --tests solutions/test_kv_cache.py` at most, by columns.
+LINES = {("concat_kv_cache.py", 80): {"default": 45, "quiet": 5},
+         ("concat_kv_cache.py", 120): {"default": 40, "quiet": 4},
+         ("kv_cache.py", 80): {"default": 28, "quiet": 1},
+         ("kv_cache.py", 120): {"default": 27, "quiet": 1}}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, columns", list(LINES), ids=[f"{n}-{c}" for n, c in LINES])
+def test_the_report_fits_a_screen_and_closes_with_what_does_not_pass(
+        name, columns, graded, monkeypatch, tmp_path):
+    for file in (name, "test_kv_cache.py"):  # graded here, so that the record stays here
+        (tmp_path / "solutions").mkdir(exist_ok=True)
+        (tmp_path / "solutions" / file).write_bytes((ROOT / "solutions" / file).read_bytes())
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(judge, "grade", lambda *args, **kwargs: graded[name])
+    args = ["grade", f"solutions/{name}", "--tests", "solutions/test_kv_cache.py"]
+    shown = {flag: runner.invoke(app, [*args, *flags], env={"COLUMNS": str(columns)}).output
+             for flag, flags in (("default", []), ("verbose", ["-v"]), ("quiet", ["-q"]))}
+    lines = {flag: len(text.splitlines()) for flag, text in shown.items()}
+    assert lines["default"] <= LINES[name, columns]["default"], shown["default"]
+    assert lines["quiet"] <= LINES[name, columns]["quiet"], shown["quiet"]
+    assert lines["verbose"] > 2 * lines["default"], "-v explains every item"
+    assert shown["default"].endswith(shown["quiet"]), "-q prints the closing block alone"
+    failing = [i for i in graded[name].items if i.status != "pass"]
+    unwrapped = " ".join(shown["default"].split())
+    for item in failing:
+        assert " ".join(item.message.split()) in unwrapped, f"{item.id}'s message, whole"
+    if failing:
+        assert f"Not passing: {', '.join(i.id for i in failing)}" in " ".join(shown["quiet"].split())
+        assert f"Next: kata hint {failing[0].id}" in shown["quiet"]
 
 
 # --- options passed through to the judge and the bench -----------------------------------------

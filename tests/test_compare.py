@@ -79,3 +79,29 @@ def test_require_close_names_the_likely_mistake_whose_outputs_match():
                       likely={"values are keys": [e * 3.0 for e in expected],
                               "no 1/sqrt(D) scale": unscaled})
     require_close(expected, expected, TOL, case="c", likely={"anything": unscaled})
+
+
+def test_a_non_finite_output_where_the_reference_is_finite_is_said_in_words():
+    expected = outputs()
+    got = [e.clone() for e in expected]
+    got[1][0, 3, 0, 2] += 0.5  # a finite error first in the step...
+    got[1][1, 2, 0, 5] = float("nan")  # ...but the NaN is where the step is reported
+    found = first_divergence(got, expected, TOL)
+    assert (found.step, found.row, found.head, found.nonfinite) == (1, 1, 2, "NaN")
+    with pytest.raises(Fail) as failure:
+        require_close(got, expected, TOL, case="ragged rows", likely={"anything": got})
+    message = str(failure.value)
+    assert message == ("ragged rows: non-finite output (NaN) where the float64 reference is "
+                       "finite, first at step 1, row 1, head 2: uninitialized or stale cache "
+                       "slots likely reached attention (e.g. a row read past its length: a "
+                       "masked slot gets weight 0, and 0 * NaN = NaN)")
+    with pytest.raises(Fail, match=r"head 2: the scores overflowed$"):
+        require_close(got, expected, TOL, case="c", nonfinite_cause="the scores overflowed")
+
+
+def test_a_reference_that_is_not_finite_itself_is_no_non_finite_output():
+    expected = outputs(1)
+    expected[0][0, 0, 0, 0] = float("inf")
+    found = first_divergence([expected[0].clone()], expected, TOL)
+    assert found.nonfinite is None
+    assert found.error(TOL).startswith("max abs error") and found.error(TOL).endswith(str(TOL))

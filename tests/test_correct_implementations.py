@@ -9,7 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from graders.grade import GradeResult, grade
+from graders.grade import GradeResult, grade, kata_graders
+from graders.rubric import load
+from graders.tracks import DENSE, SERVING
+from tests.seeds import SEEDS
 
 pytestmark = pytest.mark.slow  # whole grades: `pytest -m "not slow"` is the quick loop
 
@@ -55,6 +58,32 @@ def test_correct_paged_caches_pass_the_serving_track(path):
     assert result.passed, f"{path.name} was failed:\n{_not_passed(result)}"
     assert result.level == "serving" and result.score == result.max_score == 100
     assert result.exit_code() == 0
+
+
+OTHER_STYLES = [p for p in [*CORRECT, *CORRECT_PAGED] if p.parent == IMPLEMENTATIONS]
+
+
+@pytest.fixture(scope="module")
+def graded_at_seeds() -> dict[tuple[Path, int], GradeResult]:
+    """The correct designs in other styles, hidden cases only, at two more seeds each (the
+    solutions meet every seed of SEEDS in tests/test_hidden.py)."""
+    jobs = [(path, seed) for path in OTHER_STYLES for seed in SEEDS[:2]]
+
+    def run(job: tuple[Path, int]) -> GradeResult:
+        path, seed = job
+        track = SERVING if path.name.startswith("paged_") else DENSE
+        items = {g.item for g in kata_graders(hidden=True)} & {i.id for i in load().track(track)}
+        return grade(path, track=track.id, hidden=True, only=items, seed=seed)
+
+    with ThreadPoolExecutor(2) as pool:
+        return dict(zip(jobs, pool.map(run, jobs)))
+
+
+@pytest.mark.parametrize("seed", SEEDS[:2])
+@pytest.mark.parametrize("path", OTHER_STYLES, ids=[p.stem for p in OTHER_STYLES])
+def test_correct_designs_pass_the_hidden_cases_of_other_seeds(path, seed, graded_at_seeds):
+    result = graded_at_seeds[path, seed]
+    assert result.seed == seed and result.passed, f"{path.name} was failed:\n{_not_passed(result)}"
 
 
 def test_the_serving_starter_is_not_attempted():

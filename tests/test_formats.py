@@ -69,9 +69,9 @@ def not_importing() -> GradeResult:
     return made(items=items, tells=tells)
 
 
-def terminal(result: GradeResult) -> str:
+def terminal(result: GradeResult, detail: str = "default") -> str:
     console = Console(width=80, file=io.StringIO(), record=True)
-    render(result, console)
+    render(result, console, detail)
     return console.export_text()
 
 
@@ -379,10 +379,12 @@ def test_a_cap_shows_only_when_it_lowered_the_level(tmp_path, level, capped_by, 
 
 
 def test_a_tell_no_item_looked_for_is_not_checked_rather_than_clear(tmp_path):
-    texts = shown(made(), tmp_path)
-    for output in ("report", "scorecard"):
+    texts = dict(shown(made(), tmp_path), verbose=terminal(made(), "verbose"))
+    for output in ("verbose", "scorecard"):
         lines = [line for line in texts[output].splitlines() if "shape-only-tests" in line]
         assert lines and all("not checked" in line and "clear" not in line for line in lines), lines
+    assert ("Other tells: clear (caches-q); not checked (shape-only-tests: no item that looks for "
+            "it ran)") in " ".join(texts["report"].split())
     tell = to_json(made())["tells"][2]
     assert tell["detected"] is False and tell["message"].startswith("not checked")
 
@@ -397,10 +399,12 @@ def test_a_file_that_does_not_import_is_reported_once_and_its_items_say_not_run(
     assert {i["message"] for i in to_json(result)["items"]} == {f"not run: {NOT_IMPORTING}"}
 
 
-def test_long_messages_wrap_in_the_report_rather_than_being_cut():
+@pytest.mark.parametrize("status, detail", [("pass", "verbose"), ("fail", "default")])
+def test_long_messages_wrap_in_the_report_rather_than_being_cut(status, detail):
     words = " ".join(f"w{n}" for n in range(120))
     token = "x" * 100 + "END"
-    text = terminal(made(items=[ItemResult("gqa", "L6", "pass", 6.0, 6.0, f"{words} {token}")]))
+    item = ItemResult("gqa", "L6", status, 6.0, 6.0, f"{words} {token}")
+    text = terminal(made(items=[item]), detail)
     assert "…" not in text
     assert set(re.findall(r"\bw\d+\b", text)) == {f"w{n}" for n in range(120)}
     assert token in re.sub(r"[\s│]", "", text), "a word longer than the column folds, whole"

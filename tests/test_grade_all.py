@@ -128,8 +128,9 @@ def test_every_grade_gets_the_batchs_options(monkeypatch, tmp_path):
     monkeypatch.setattr(batch, "grade", lambda implementation, tests, **kwargs: seen.append(kwargs))
     subs = [Submission(n, tmp_path / n / "kv_cache.py", None) for n in ("a", "b")]
     sandbox = Sandbox(mode="process", memory=1 << 30)
-    grade_all(subs, jobs=2, hidden=True, timeout=3.0, import_timeout=9.0, sandbox=sandbox)
-    assert seen == [{"hidden": True, "timeout": 3.0, "import_timeout": 9.0, "sandbox": sandbox}] * 2
+    grade_all(subs, jobs=2, hidden=True, timeout=3.0, import_timeout=9.0, sandbox=sandbox, seed=8)
+    assert seen == [{"hidden": True, "timeout": 3.0, "import_timeout": 9.0, "sandbox": sandbox,
+                     "seed": 8}] * 2
 
 
 def test_an_unavailable_sandbox_stops_the_batch_instead_of_failing_each_submission(

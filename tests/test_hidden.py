@@ -21,6 +21,7 @@ import pytest
 from graders.grade import GradeResult, grade, kata_graders
 from graders.mutation import PAGED_REFERENCE, REFERENCE, Mutant
 from graders.tracks import DENSE, SERVING
+from tests.seeds import SEEDS
 
 PARALLEL = 3
 HIDDEN_ITEMS = {g.item for g in kata_graders(hidden=True)}
@@ -177,12 +178,6 @@ MUTANTS = [
                  (RESET, RESET + "    cache.time = 0\n")),
     ), "length-vs-capacity"),
     hidden_only(Mutant(
-        "masks-zero-keys", "attend also excludes positions whose key is all zeros, taking them "
-        "for slots never written",
-        replace=((MASK, MASK + "    empty = (keys == 0).all(dim=-1)  # [B, Hkv, T]\n"
-                               '    scores = scores.masked_fill(empty[:, :, None, :], float("-inf"))\n'),),
-    ), "ragged-batch"),
-    hidden_only(Mutant(
         "zeroes-padding-in-place", "append zeroes the padding (positions past counts[b]) of the "
         "caller's new_key and new_value before writing",
         replace=((WRITES, "    new_key.masked_fill_(~real[:, None, :, None], 0.0)\n"
@@ -228,14 +223,10 @@ MUTANTS = [
                  (SCORES, "    scores = q.float() @ keys.float().transpose(-1, -2)")),
     ), "low-precision"),
     hidden_only(Mutant(
-        "exact-fit-for-chunks", "a multi-position append grows the storage to exactly what it "
-        "needs (a prefill path); only single tokens double it",
-        replace=((GROWTH, "        capacity = needed if like.shape[2] > 1 else "
-                          "_next_power_of_two(needed)\n"),),
-    ), "prealloc"),
-    hidden_only(Mutant(
-        "grows-by-64-slots", "storage grows to the next multiple of 64 slots",
-        replace=((GROWTH, "        capacity = 64 * -(-needed // 64)\n"),),
+        "regrows-by-requested-capacity", "once a requested capacity is full, storage grows by "
+        "that capacity again: a constant step, where only KVCache(capacity=N) goes",
+        replace=((GROWTH, "        capacity = (max(needed, cache.capacity + cache.requested_capacity)"
+                          " if cache.requested_capacity else _next_power_of_two(needed))\n"),),
     ), "prealloc"),
     # The serving track (solutions/paged_kv_cache.py).
     hidden_only(Mutant(
@@ -297,7 +288,8 @@ MUTANTS = [
 
 
 @pytest.fixture(scope="module")
-def graded(tmp_path_factory) -> dict[str, GradeResult]:
+def graded(tmp_path_factory) -> dict[tuple[str, int], GradeResult]:
+    """(name, seed) -> the grade of the references and of each mutant, at every seed of SEEDS."""
     folder = tmp_path_factory.mktemp("hidden")
     jobs = [("reference", REFERENCE, HIDDEN_ITEMS), ("paged reference", PAGED_REFERENCE, HIDDEN_ITEMS)]
     for case in MUTANTS:
@@ -306,13 +298,13 @@ def graded(tmp_path_factory) -> dict[str, GradeResult]:
         path.write_text(case.mutant.source())
         jobs.append((case.mutant.name, path, case.items))
 
-    def run(job: tuple[str, Path, set[str]]) -> tuple[str, GradeResult]:
-        name, path, items = job
+    def run(job: tuple[str, Path, set[str], int]) -> tuple[tuple[str, int], GradeResult]:
+        name, path, items, seed = job
         track = SERVING if path.name == SERVING.implementation else DENSE
-        return name, grade(path, track=track.id, hidden=True, only=set(items))
+        return (name, seed), grade(path, track=track.id, hidden=True, only=set(items), seed=seed)
 
     with ThreadPoolExecutor(PARALLEL) as pool:
-        return dict(pool.map(run, jobs))
+        return dict(pool.map(run, [(*job, seed) for job in jobs for seed in SEEDS]))
 
 
 def test_one_hidden_grader_per_public_item():
@@ -323,18 +315,21 @@ def test_every_hidden_grader_catches_a_mutant():
     assert HIDDEN_ITEMS <= set().union(*(case.items for case in MUTANTS))
 
 
+@pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("reference", ["reference", "paged reference"])
-def test_the_reference_passes_every_hidden_case(graded, reference):
-    result = graded[reference]
+def test_the_reference_passes_every_hidden_case(graded, reference, seed):
+    result = graded[reference, seed]
+    assert result.seed == seed
     assert not result.grader_broke
     failed = [f"{i.id}: {i.status}: {i.message}" for i in result.items if i.status != "pass"]
     assert not failed, "\n".join(failed)
     assert all("hidden case: " in i.message for i in result.items)
 
 
+@pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("case", MUTANTS, ids=[case.mutant.name for case in MUTANTS])
-def test_public_passes_and_hidden_catches(case, graded):
-    result = graded[case.mutant.name]
+def test_public_passes_and_hidden_catches(case, graded, seed):
+    result = graded[case.mutant.name, seed]
     assert not result.grader_broke, "\n".join(i.message for i in result.items)
     for item in result.items:
         name = case.mutant.name

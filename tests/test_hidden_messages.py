@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from graders.candidate import Candidate, CandidateError, CandidateTimeout, Fail
+from graders import hidden_cases
 from graders.grade import kata_graders
 from graders.mistakes import MISTAKES
 from graders.mutation import PAGED_REFERENCE, Mutant
@@ -25,6 +26,7 @@ from graders.rubric import load
 from graders.tracks import SERVING
 from graders.workers import Worker
 from tests.test_hidden import MUTANTS
+from tests.seeds import SUITE_SEED
 from tests.wrong import everything
 
 BROAD = ("no-scale", "attends-over-capacity", "appends-on-heads")  # fail most dense items
@@ -67,7 +69,8 @@ def _hidden_verdicts(path: Path, module: str, items: set[str]) -> dict[str, str]
         for grader in kata_graders(hidden=True):
             if grader.item in items:
                 try:
-                    grader.grade(candidate)
+                    with hidden_cases.run_seed(SUITE_SEED):
+                        grader.grade(candidate)
                 except (Fail, CandidateError, CandidateTimeout) as exc:
                     verdicts[grader.item] = str(exc)
     finally:

@@ -1,20 +1,63 @@
-"""`kata hint`: every item's hints, step by step, from the rubric."""
+"""`kata hint`: every item's hints, step by step, from the rubric.
+
+Every item has at least three steps: first a question that points, then the concept, then the
+shape of the fix. No step is code: none contains a line of code of a solution (solutions/*.py and
+the fused step, benchmarks/fused_attention.py), compared without whitespace, of at least
+MIN_CODE_LINE characters.
+"""
+
+import re
 
 import pytest
 
-from graders.workflows.hints import hint
+from graders import bundled
+from graders.mutation import strip_prose
 from graders.rubric import load
+from graders.workflows.hints import hint
 
 ITEMS = [item.id for item in load().items]
+# The shortest lines that compute something (`slots = pos % bs`, `xf = x.float()`) are 12
+# characters without whitespace. Shorter lines are keywords, imports and bare names (`return`,
+# `else:`, `import math`, `return copy`): prose may contain them and they give nothing away.
+MIN_CODE_LINE = 12
+
+
+def _squeezed(text: str) -> str:
+    return re.sub(r"\s+", "", text)
+
+
+def solution_code_lines() -> set[str]:
+    """Every line of code (comments and docstrings removed) of the solutions, without whitespace,
+    of at least MIN_CODE_LINE characters."""
+    files = [*sorted(bundled.SOLUTIONS.glob("*.py")), bundled.FUSED_ATTENTION]
+    lines = {_squeezed(line) for path in files
+             for line in strip_prose(path.read_text()).splitlines()}
+    return {line for line in lines if len(line) >= MIN_CODE_LINE}
 
 
 @pytest.mark.parametrize("item_id", ITEMS)
-def test_every_item_goes_from_a_nudge_to_nearly_the_answer(item_id):
+def test_every_item_goes_from_a_question_to_the_concept_to_the_shape_of_the_fix(item_id):
     first, steps = hint(item_id, 1)
-    last, _ = hint(item_id, steps)
-    assert steps >= 2
-    assert first != last
-    assert [hint(item_id, s)[0] for s in range(1, steps + 1)] == list(load().item(item_id).hints)
+    assert steps >= 3, f"{item_id}: a question, the concept, the shape of the fix"
+    assert "?" in first, f"{item_id}: the first step asks a question that points"
+    hints = [hint(item_id, s)[0] for s in range(1, steps + 1)]
+    assert hints == list(load().item(item_id).hints)
+    assert len(set(hints)) == steps, f"{item_id}: a step repeats another"
+
+
+def test_no_hint_is_a_line_of_a_solution():
+    code = solution_code_lines()
+    assert len(code) > 300, "the solutions' code was read"
+    quoted = [(item.id, step, line) for item in load().items
+              for step, text in enumerate(item.hints, 1) for line in code
+              if line in _squeezed(text)]
+    assert quoted == [], "hints must point, never give the code"
+
+
+def test_a_hint_that_quotes_a_solution_line_is_caught():
+    code = solution_code_lines()
+    quoted = "Then write   weights = torch.softmax(scores,  dim=-1)  and you are done."
+    assert any(line in _squeezed(quoted) for line in code)
 
 
 def test_steps_past_the_end_give_the_last():

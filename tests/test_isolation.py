@@ -53,9 +53,11 @@ def processes_with(token: str) -> list[int]:
 
 
 def kata_tree() -> dict[str, str]:
-    """A hash of every file of the kata a candidate might want to change."""
+    """A hash of every file of the kata a candidate might want to change (not the caches: other
+    tests' `kata grade` keeps its record of failures in .kata_cache beside the files it grades)."""
     files = [p for folder in ("graders", "solutions", "rubric", "starter")
-             for p in (KATA / folder).rglob("*") if p.is_file() and "__pycache__" not in p.parts]
+             for p in (KATA / folder).rglob("*")
+             if p.is_file() and not {"__pycache__", ".kata_cache"} & set(p.parts)]
     return {str(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in files + [KATA / "cli.py"]}
 
 

@@ -1,5 +1,5 @@
-"""The worker's probes (graders.worker.ops): what the allocation counter counts, and which
-tensors a cache's inventory finds."""
+"""The worker's probes (graders.worker.ops): what the allocation counter counts, holds and names,
+and which tensors a cache's inventory finds."""
 
 from __future__ import annotations
 
@@ -20,6 +20,32 @@ def test_new_storages_count_and_writes_and_views_do_not():
     with Allocations() as views:
         z[:3], z.reshape(4, 5), z.unsqueeze(0).transpose(0, 1)
     assert (views.count, views.bytes) == (0, 0)
+
+
+def test_held_is_what_successive_calls_keep_alive_wherever_they_keep_it():
+    kept, cache = [], {}
+    with Allocations(kept) as first:
+        cache["k"] = torch.zeros(100)  # kept: 400 bytes
+        torch.ones(50)  # freed at once
+    assert first.held() == 400
+    with Allocations(kept) as second:
+        cache["k"] = torch.zeros(200)  # replaces the first: 800 bytes, the 400 freed
+        cache["blocks"] = [torch.zeros(10).view(2, 5)]  # a view keeps its storage: 40 bytes
+    assert second.held() == 800 + 40
+    cache.clear()
+    with Allocations(kept) as third:
+        pass
+    assert third.held() == 0 and kept == []
+
+
+def test_largest_names_the_biggest_storages_by_dtype_and_shape_in_a_few_numbers():
+    with Allocations() as counted:
+        mask = torch.ones(64, 64, dtype=torch.bool).tril()  # 2 x 4096 bytes (ones, then tril)
+        small = [torch.zeros(3, 3) for _ in range(100)]  # 100 x 36 bytes
+        torch.zeros(8, dtype=torch.int64), torch.zeros(2)  # 64 and 8 bytes: not among the 3
+    assert counted.largest() == [["bool", [64, 64], 2, 4096], ["int64", [8], 1, 64],
+                                 ["float32", [3, 3], 100, 36]]
+    assert counted.count == 104 and mask.shape == (64, 64) and len(small) == 100
 
 
 class Cache:

@@ -24,7 +24,7 @@ from graders.tracks import DENSE
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parent.parent
-SOURCES = ["pyproject.toml", "README.md", "cli.py", "graders", "benchmarks", "starter",
+SOURCES = ["pyproject.toml", "README.md", "cli.py", "graders", "benchmarks", "kvkata", "starter",
            "solutions", "rubric"]  # what the build reads
 DATA = {"starter": "graders/_data/starter", "solutions": "graders/_data/solutions",
         "rubric": "graders/_data/rubric"}  # where pyproject.toml maps the data folders
@@ -90,7 +90,7 @@ def report(path: Path) -> dict:
 def test_the_wheel_carries_every_module_and_every_data_file(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
     expected = {"cli.py"}
-    for package in ("graders", "benchmarks"):
+    for package in ("graders", "benchmarks", "kvkata"):
         expected |= {p.relative_to(ROOT).as_posix() for p in (ROOT / package).rglob("*.py")
                      if "__pycache__" not in p.parts}
     for folder, packaged in DATA.items():
@@ -99,9 +99,10 @@ def test_the_wheel_carries_every_module_and_every_data_file(wheel):
 
 
 def test_the_venv_runs_the_wheels_code_not_the_checkouts(venv, empty):
-    probe = ("import json, cli, benchmarks, graders, graders.worker, graders.bundled as b; "
+    probe = ("import json, cli, benchmarks, graders, graders.worker, graders.bundled as b, kvkata; "
              "print(json.dumps([cli.__file__, benchmarks.__file__, graders.__file__, "
-             "graders.worker.__file__, str(b.DATA), str(b.STARTER), str(b.RUBRIC)]))")
+             "graders.worker.__file__, str(b.DATA), str(b.STARTER), str(b.RUBRIC), "
+             "kvkata.__file__]))")
     paths = json.loads(run([venv / "bin" / "python", "-c", probe], cwd=empty).stdout)
     site = next(venv.glob("lib/python*/site-packages")).resolve()
     assert all(Path(p).is_relative_to(site) for p in paths), paths
@@ -112,7 +113,7 @@ def test_init_then_grade_by_relative_and_absolute_path(venv, empty):
     made = kata(venv, empty, "init", "ws")
     assert made.returncode == 0, text(made)
     assert sorted(p.name for p in (empty / "ws").iterdir()) == [
-        "README.md", "kv_cache.py", "paged_kv_cache.py", "test_kv_cache.py"]
+        ".gitignore", "README.md", "kv_cache.py", "paged_kv_cache.py", "test_kv_cache.py"]
     assert (empty / "ws/kv_cache.py").read_bytes() == (ROOT / "starter/kv_cache.py").read_bytes()
 
     relative = kata(venv, empty, "grade", "ws/kv_cache.py", "--json", "relative.json")

@@ -10,7 +10,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from graders.worker import wire
+from graders.worker import frames, wire
 
 DTYPES = list(wire.DTYPES.values())  # every dtype on the allow-list
 
@@ -64,5 +64,5 @@ def _frame(header: dict, payload: bytes = b"") -> bytes:
     _frame({"body": 1, "tensors": []}, b"trailing"),
 ], ids=["truncated", "dangling-reference", "short-payload", "unknown-dtype", "trailing-bytes"])
 def test_malformed_frames_are_refused(frame):
-    with pytest.raises(wire.WireError):
+    with pytest.raises(frames.WireError):
         wire.decode(frame)

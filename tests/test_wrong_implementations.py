@@ -49,3 +49,44 @@ def test_fails_exactly_its_items(wrong, graded):
         f"{wrong.name} failed {sorted(failed)}, expected {sorted(wrong.fails)}:\n{messages}")
     assert detected == set(wrong.tells), (
         f"{wrong.name} showed tells {sorted(detected)}, expected {sorted(wrong.tells)}")
+
+
+def _by_name(name: str) -> Wrong:
+    return next(w for w in WRONG if w.name == name)
+
+
+def test_reads_of_unwritten_slots_fail_alike_every_run_and_are_named(tmp_path):
+    """torch.empty storage whose shorter rows read slots never written passed ragged-batch on
+    most runs, whatever the allocator handed back; the worker's NaN fill makes it fail the same
+    items with the same messages every time, public and hidden (the seed is the suite's)."""
+    wrong = _by_name("empty_unwritten_slots")
+    path = wrong.write(tmp_path)
+    with ThreadPoolExecutor(PARALLEL) as pool:
+        runs = list(pool.map(lambda _: grade(path, hidden=True), range(3)))
+    verdicts = [[(i.id, i.status, i.message) for i in r.items if i.id != "own-tests"] for r in runs]
+    assert verdicts[0] == verdicts[1] == verdicts[2]
+    failed = {i.id: i.message for i in runs[0].items if i.status != "pass" and i.id != "own-tests"}
+    assert set(failed) == set(wrong.fails)
+    for item, message in failed.items():
+        assert "non-finite output (NaN) where the float64 reference is finite" in message, item
+        assert "uninitialized or stale cache slots likely reached attention" in message, item
+        assert "max abs error" not in message, item
+
+
+def test_writes_dropped_past_capacity_are_named(tmp_path):
+    result = grade(_by_name("drops-writes-past-capacity").write(tmp_path),
+                   only={"length-vs-capacity"}, hidden=True)
+    (item,) = result.items
+    assert item.status == "fail"
+    assert item.message.startswith("KVCache(capacity=16) after 17 positions: lengths are right, "
+                                   "but cache.keys holds only 16 positions (capacity 16)")
+    assert "positions appended past the last slot were dropped" in item.message
+
+
+def test_validity_read_from_the_data_fails_the_public_ragged_batch(tmp_path):
+    result = grade(_by_name("valid-from-data").write(tmp_path), only={"ragged-batch"})
+    (item,) = result.items
+    assert item.status == "fail" and not item.message.startswith("hidden case: ")
+    assert item.message.endswith("Likely mistake: a real position whose key is all zeros was left "
+                                 "out. Is a slot's validity read from its data rather than from "
+                                 "lengths?")

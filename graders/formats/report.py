@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 from rich.console import Console, Group
+from rich.padding import Padding
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
@@ -41,6 +42,8 @@ def to_json(result: GradeResult) -> dict:
         "hidden": result.hidden,
         "isolation": result.isolation,
         "partial": result.partial,
+        "seed": result.seed,
+        "similarity": result.similarity,
     }
 
 
@@ -50,28 +53,66 @@ def write_json(result: GradeResult, path: Path) -> None:
     write_atomically(path, json.dumps(to_json(result), indent=2) + "\n")
 
 
-def render(result: GradeResult, console: Console) -> None:
-    """Why items were not run, when the worker could not run them (once, at the top); the items
-    grouped by level; the tells; the interviewer-only items; the level (or, for a partial run,
-    which items pass) and the score. Messages wrap, never cut."""
-    rubric = rubric_data.load()
-    if result.unavailable:
-        console.print(Panel(Text(result.unavailable, overflow="fold"), title="Items not run",
-                            title_align="left", border_style="red"))
-    for level, title, _ in tracks.groups(rubric.levels):
-        items = [i for i in result.items if i.level == level]
-        if items:
-            console.print(_level_table(title, items, rubric))
-    if tracks.get(result.track).levels:
-        console.print(_tells(result, rubric))
-    console.print(_interviewer(rubric))
-    console.print(_summary(result))
+def render(result: GradeResult, console: Console, detail: str = "default",
+           command: str = "kata grade") -> None:
+    """The report at a `detail`, each ending with the closing block (`closing`, where
+    `command` is how to grade this file again):
+
+    - "quiet" (-q): the closing block alone.
+    - "brief" (--watch): `render_summary`.
+    - "default": the items grouped by level in rubric order, one line for each that passes
+      (status, id, points) and, under each that does not, its whole message and a first hint;
+      then the detected tells, one each, and one line for the others (clear or not checked).
+    - "verbose" (-v): every item's whole message in a table a level, and every tell's.
+
+    A hidden run is read by an interviewer: its "default" is "verbose", and it adds the
+    interviewer-only items as a checklist. Messages wrap, never cut."""
+    if detail == "brief":
+        render_summary(result, console, command)
+        return
+    if detail != "quiet":
+        rubric = rubric_data.load()
+        verbose = detail == "verbose" or result.hidden
+        for level, title, _ in tracks.groups(rubric.levels):
+            items = [i for i in result.items if i.level == level]
+            if items:
+                console.print(_level_table(title, items, rubric) if verbose
+                              else _level_lines(title, items, rubric))
+        if tracks.get(result.track).levels:
+            console.print(_tells(result, rubric) if verbose else _tell_lines(result, rubric))
+        if result.hidden:
+            console.print(_interviewer(rubric))
+        # rich draws a rule without a title in "─" even where the encoding cannot show it
+        console.rule(characters="-" if console.options.ascii_only else "─", style="dim")
+    console.print(closing(result, command))
+
+
+def _points(items: list[ItemResult]) -> str:
+    return f"{sum(i.points for i in items):g}/{sum(i.max_points for i in items):g} points"
+
+
+def _hint(item: ItemResult, rubric: rubric_data.Rubric) -> Text:
+    return Text(f"hint: {rubric.item(item.id).hints[0]} (more: kata hint {item.id})", style="cyan")
+
+
+def _level_lines(title: str, items: list[ItemResult], rubric: rubric_data.Rubric) -> Group:
+    """A level's items in the default report: one line an item; under one that does not pass,
+    its message and (unless the worker could not run it) a hint, indented."""
+    lines: list = [Text(f"{title}  ({_points(items)})", style="bold")]
+    for item in items:
+        label, style = STATUS_STYLE[item.status]
+        lines.append(Text.assemble("  ", (f"{label:<8}", style), f"{item.id:<23}",
+                                   f"{item.points:g}/{item.max_points:g}".rjust(5)))
+        if item.status != "pass":
+            why = [Text(item.message, overflow="fold")]
+            if not item.unavailable:
+                why.append(_hint(item, rubric))
+            lines.append(Padding(Group(*why), (0, 0, 0, 4), expand=False))
+    return Group(*lines)
 
 
 def _level_table(title: str, items, rubric: rubric_data.Rubric) -> Table:
-    passed = sum(i.points for i in items)
-    total = sum(i.max_points for i in items)
-    table = Table(title=f"{title}  ({passed:g}/{total:g} points)", title_justify="left",
+    table = Table(title=f"{title}  ({_points(items)})", title_justify="left",
                   show_header=True, header_style="bold", expand=True)
     table.add_column("status", width=8, no_wrap=True)
     table.add_column("item", width=22, no_wrap=True)
@@ -81,8 +122,7 @@ def _level_table(title: str, items, rubric: rubric_data.Rubric) -> Table:
         label, style = STATUS_STYLE[item.status]
         why = Text(item.message, overflow="fold")
         if item.status != "pass" and not item.unavailable:
-            hint = rubric.item(item.id).hints[0]
-            why.append(f"\nhint: {hint} (more: kata hint {item.id})", style="cyan")
+            why.append("\n").append_text(_hint(item, rubric))
         table.add_row(Text(label, style=style), item.id,
                       f"{item.points:g}/{item.max_points:g}", why)
     return table
@@ -104,15 +144,65 @@ def _tells(result: GradeResult, rubric: rubric_data.Rubric) -> Panel:
     return Panel(Group(*lines), title="Down-level tells", title_align="left")
 
 
+def _tell_lines(result: GradeResult, rubric: rubric_data.Rubric) -> Group:
+    """The tells in the default report: a line for each one detected, with the level it caps
+    and its message; then one line naming the others, clear or not checked."""
+    lines = [Text.assemble(("Down-level tell DETECTED: ", "bold red"), (tell.id, "bold"),
+                           f" (caps the level at {rubric.tell(tell.id).caps}): {tell.message}")
+             for tell in result.tells if tell.detected]
+    clear = [t.id for t in result.tells if not t.detected and t.checked]
+    unchecked = [t.id for t in result.tells if not t.checked]
+    others = [f"clear ({', '.join(clear)})"] if clear else []
+    if unchecked:
+        others.append(f"not checked ({', '.join(unchecked)}: no item that looks for it ran)")
+    if others:
+        lead = "Other tells: " if lines else "Down-level tells: none detected; "
+        lines.append(Text(lead + "; ".join(others), style="dim"))
+    return Group(*lines)
+
+
 def _interviewer(rubric: rubric_data.Rubric) -> Panel:
     lines = [Text(f"[ ] {item.prompt}") for item in rubric.interviewer]
     return Panel(Group(*lines), title="For the interviewer to mark (no test can judge these)",
                  title_align="left")
 
 
+def closing(result: GradeResult, command: str = "kata grade") -> Group:
+    """The end of every report: in a hidden run, the similarity to the bundled solutions; the
+    level and score (`_summary`); why items were not run, once, when the worker could not run
+    them; the ids of the other items that do not pass; and, for the candidate (not in a hidden
+    run), what to run next: for the first item that does not pass (rubric order), its hint
+    command and `command` (how to grade this file again) on that item alone; after a partial
+    run where every item passes, `command`, for the level; nothing after a full run that
+    passes."""
+    lines = [Text(similarity_line(result.similarity))] if result.similarity is not None else []
+    lines.append(_summary(result))
+    failing = [i.id for i in result.items if i.status != "pass" and not i.unavailable]
+    if result.unavailable:
+        unrun = sum(1 for i in result.items if i.unavailable)
+        lines.append(Text.assemble((f"Items not run ({unrun}): ", "bold red"),
+                                   Text(result.unavailable, overflow="fold")))
+    if failing:
+        lines.append(Text.assemble(("Not passing: ", "bold red"), ", ".join(failing)))
+    if not result.hidden:
+        next_step = _next_step(result, failing, command)
+        lines += [Text(f"Next: {next_step}", style="cyan")] if next_step else []
+    return Group(*lines)
+
+
+def _next_step(result: GradeResult, failing: list[str], command: str) -> str | None:
+    if failing:
+        return f"kata hint {failing[0]}, or grade it alone: {command} --item {failing[0]}"
+    if result.unavailable:
+        return f"fix that, then {command}"
+    if result.partial and result.items:
+        return f"grade every item, for the level: {command}"
+    return None
+
+
 def _summary(result: GradeResult) -> Text:
-    """The closing line: the level and score, and the cap when a tell lowered the level; for a
-    partial run, which items pass and the points, with no level."""
+    """The closing block's first line: the level and score, and the cap when a tell lowered
+    the level; for a partial run, which items pass and the points, with no level."""
     style = "bold green" if result.passed else "bold"
     if result.partial:
         text = Text.assemble(("Partial run: ", "bold"), (partial_verdict(result.items), style),
@@ -125,7 +215,8 @@ def _summary(result: GradeResult) -> Text:
         text.append(f"    (capped at {result.level} by {', '.join(result.capped_by)})",
                     style="red")
     if result.hidden:
-        text.append("    hidden graders included", style="dim")
+        text.append(f"    hidden cases of seed {result.seed} (--seed {result.seed} replays them)",
+                    style="dim")
     text.append(f"    isolation: {result.isolation}", style="dim")
     if result.grader_broke:
         text.append("\nThe grader itself broke on some item (exit code 4): not the candidate's fault.",
@@ -144,29 +235,35 @@ def partial_verdict(items: list[ItemResult]) -> str:
     return "; ".join(parts) or "no items"
 
 
+def similarity_line(similarity: list[dict]) -> str:
+    """A hidden run's `similarity` (graders.similarity) in one line for the interviewer, said to
+    be information rather than a verdict."""
+    shares = ", ".join(f"{s['solution']} {s['fraction']:.0%}" for s in similarity)
+    return ("Similarity to the bundled solutions (the share of this file's code found in each, "
+            f"names and layout aside): {shares}. For the interviewer to weigh: it changes no score.")
+
+
 def _named(ids: list[str], one: str, many: str) -> str:
     if len(ids) == 1:
         return f"item {ids[0]} {one}"
     return f"items {', '.join(ids)} {many}" if len(ids) <= 4 else f"{len(ids)} items {many}"
 
 
-def render_summary(result: GradeResult, console: Console) -> None:
-    """A few lines for --watch: a rule with the time (HH:MM:SS), then why items were not run
-    (once) or each item that does not pass with the first line of its message, wrapped, never
-    cut; then the closing line of the report."""
+def render_summary(result: GradeResult, console: Console, command: str = "kata grade") -> None:
+    """A few lines for --watch: a rule with the time (HH:MM:SS), then each item that does not
+    pass with the first line of its message, wrapped, never cut (those the worker could not run
+    are left to the closing block, which says why once); then the closing block."""
     console.rule(time.strftime("%H:%M:%S"), align="left", style="dim")
     lines = Table.grid(padding=(0, 1))
     lines.add_column(width=8, no_wrap=True)
     lines.add_column()
-    if result.unavailable:
-        lines.add_row(Text("NOT RUN", style="red"), Text(result.unavailable, overflow="fold"))
     for item in (i for i in result.items if i.status != "pass" and not i.unavailable):
         label, style = STATUS_STYLE[item.status]
         first_line = (item.message.splitlines() or [""])[0]
         lines.add_row(Text(label, style=style), Text(f"{item.id}: {first_line}", overflow="fold"))
     if lines.row_count:
         console.print(lines)
-    console.print(_summary(result))
+    console.print(closing(result, command))
 
 
 def render_rubric(console: Console) -> None:

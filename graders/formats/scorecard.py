@@ -5,7 +5,8 @@ reached and the score, with the tells that capped the level when one lowered it 
 has no level: it says which items pass); why items were not run, once, when the worker could not
 run them; one table per level (id, title, status, points, reason); the down-level tells, detected
 ones first with the level each caps, then clear ones, then those not checked; the
-interviewer-only items as a checklist with blanks; and a Decision line with blanks.
+interviewer-only items as a checklist with blanks; in a hidden run, the similarity to the bundled
+solutions; and a Decision line with blanks.
 
 Reasons are the graders' messages, which can quote the candidate's own output: every one is
 shortened and escaped to a single Markdown line that cannot break its table row.
@@ -21,7 +22,7 @@ from graders import rubric as rubric_data
 from graders import tracks
 from graders.grade import GradeResult, ItemResult
 from graders.output_files import write_atomically
-from graders.formats.report import partial_verdict
+from graders.formats.report import partial_verdict, similarity_line
 
 PASS_REASON_CHARS = 100  # a pass needs a phrase on a one-page card; --json keeps every word
 OTHER_REASON_CHARS = 300
@@ -52,6 +53,8 @@ def write_markdown(result: GradeResult, path: Path) -> None:
         lines += ["## Down-level tells", ""] + _tells(result, rubric) + [""]
     lines += ["## For the interviewer to mark (no test can judge these)", ""]
     lines += [f"- [ ] {_inline(i.prompt)} — notes: ________" for i in rubric.interviewer]
+    if result.similarity is not None:
+        lines += ["", _inline(similarity_line(result.similarity))]
     lines += ["", "**Decision:** hire / no hire: ________ · level: ______ · "
                   "interviewer: ________________ · date: __________", ""]
     write_atomically(path, "\n".join(lines))
@@ -64,7 +67,7 @@ def _summary(result: GradeResult) -> str:
     if result.capped_by:
         parts.append(f"capped at {result.level} by {', '.join(result.capped_by)}")
     if result.hidden:
-        parts.append("hidden graders included")
+        parts.append(f"hidden cases of seed {result.seed} (`--seed {result.seed}` replays them)")
     parts.append(f"isolation: {ISOLATION[result.isolation]}")
     text = " · ".join(parts)
     if result.unavailable:

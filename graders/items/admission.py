@@ -48,7 +48,7 @@ HINTS = {
 }
 
 # seed, block_size, num_blocks, longest append, largest max_tokens
-HIDDEN_CASES = [(hidden_cases.BASE_SEED + 5500 + i, *shape) for i, shape in
+HIDDEN_CASES = [(5500 + i, *shape) for i, shape in
                 enumerate(((16, 12, 40, 80), (1, 40, 8, 24), (16, 20, 20, 200), (1, 24, 6, 16)))]
 HIDDEN_WEIGHTS = {"admit": 3, "add": 1, "append": 6, "can_admit": 2, "free": 2}
 
@@ -80,7 +80,7 @@ def grade(candidate: Candidate) -> str:
 
 
 def grade_hidden(candidate: Candidate) -> str:
-    for seed, block_size, num_blocks, longest, most in HIDDEN_CASES:
+    for seed, block_size, num_blocks, longest, most in hidden_cases.seeded(HIDDEN_CASES):
         case = hidden_cases.name(seed, f"random admits, appends and frees, block_size {block_size}")
         s = Session(case, num_blocks, block_size, seed=seed, hidden=True, watch=())
         play(s, cases.generator(seed), 50, HIDDEN_WEIGHTS, longest, most_admitted=most,

@@ -37,8 +37,8 @@ APPENDS = (1, 1, 3, 1)  # positions per append
 DIMS = ("batch", "kv_heads", "time", "head_dim")
 
 TOL = TOLERANCE[torch.float32]
-HIDDEN_SEEDS = [hidden_cases.BASE_SEED + 100 + i for i in range(3)]
-LONG_SEED = hidden_cases.BASE_SEED + 110
+HIDDEN_SEEDS = [100 + i for i in range(3)]
+LONG_SEED = 110
 LONG_APPENDS = (1, 3, 700, 1, 1295)  # 2000 positions; the third append is far larger than the cache
 
 
@@ -84,15 +84,15 @@ def grade(candidate: Candidate) -> str:
 
 
 def grade_hidden(candidate: Candidate) -> str:
-    for seed in HIDDEN_SEEDS:
+    for seed in hidden_cases.seeds(HIDDEN_SEEDS):
         g = cases.generator(seed)
         b, h, d = cases.randint(g, 1, 4), cases.randint(g, 1, 4), cases.choice(g, (4, 8, 16))
         appends = cases.chunks(g, cases.randint(g, 20, 50), 9)
         _check_chunked(candidate, g, seed, (b, h, d), appends,
                        f"{hidden_cases.shape(b, h, d, 'kv head')}, {len(appends)} appends of 1 to "
                        "9 positions, every other one non-contiguous")
-    g = cases.generator(LONG_SEED)
-    _check_chunked(candidate, g, LONG_SEED, (2, 2, 4), LONG_APPENDS,
+    g = cases.generator(hidden_cases.seed(LONG_SEED))
+    _check_chunked(candidate, g, hidden_cases.seed(LONG_SEED), (2, 2, 4), LONG_APPENDS,
                    f"a long cache: {sum(LONG_APPENDS)} positions, appends of up to "
                    f"{max(LONG_APPENDS)}")
     return (f"{len(HIDDEN_SEEDS) + 1} seeded cases (random shapes and chunk sizes, non-contiguous "

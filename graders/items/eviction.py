@@ -35,7 +35,7 @@ HINTS = {
     "add": "an evicted sequence is gone, like a freed one: its id can be added again",
 }
 
-HIDDEN_CASES = [(hidden_cases.BASE_SEED + 5600 + i, bs) for i, bs in enumerate((16, 1, 16, 1))]
+HIDDEN_CASES = [(5600 + i, bs) for i, bs in enumerate((16, 1, 16, 1))]
 HIDDEN_WEIGHTS = {"add": 2, "admit": 1, "append": 3, "fork": 1, "free": 1, "evict": 2}
 
 
@@ -65,7 +65,7 @@ def grade(candidate: Candidate) -> str:
 
 
 def grade_hidden(candidate: Candidate) -> str:
-    for seed, block_size in HIDDEN_CASES:
+    for seed, block_size in hidden_cases.seeded(HIDDEN_CASES):
         case = hidden_cases.name(seed, f"random adds, admits, forks, frees and evicts, "
                                        f"block_size {block_size}")
         s = Session(case, 512, block_size, seed=seed, hidden=True, watch=("freed",))

@@ -32,7 +32,7 @@ from graders.compare import TOLERANCE, first_divergence, require_shape
 ITEM = "kv-only"
 
 B, D_MODEL, HEADS, HEAD_DIM, STEPS, ROPE_BASE = 2, 24, 4, 8, 5, 10000.0
-HIDDEN_SEED = hidden_cases.BASE_SEED + 1100
+HIDDEN_SEED = 1100
 HIDDEN_B, HIDDEN_D_MODEL, HIDDEN_STEPS = 3, 40, 10  # heads, head_dim and RoPE as the public case
 SEARCHED = (0, 4, 9)  # steps after which the hidden case's cache is searched
 
@@ -71,9 +71,10 @@ def grade(candidate: Candidate) -> str:
 
 
 def grade_hidden(candidate: Candidate) -> str:
-    g = cases.generator(HIDDEN_SEED)
-    case = hidden_cases.name(HIDDEN_SEED, f"{hidden_cases.shape(HIDDEN_B, HEADS, HEAD_DIM)}, "
-                                          f"{HIDDEN_STEPS} decode steps")
+    seed = hidden_cases.seed(HIDDEN_SEED)
+    g = cases.generator(seed)
+    case = hidden_cases.name(seed, f"{hidden_cases.shape(HIDDEN_B, HEADS, HEAD_DIM)}, "
+                                   f"{HIDDEN_STEPS} decode steps")
     weights = cases.layer_weights(g, HIDDEN_D_MODEL, HEADS, HEADS, HEAD_DIM)
     x = cases.randn(g, HIDDEN_B, HIDDEN_STEPS, HIDDEN_D_MODEL)  # [B, T, d_model]
     full = reference.attention_layer(x, weights, HEADS, HEADS, ROPE_BASE)

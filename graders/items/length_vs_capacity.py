@@ -13,6 +13,9 @@ Public, three cases:
   ones);
 - `KVCache()` with ragged `counts`, so max(lengths) differs from some rows' lengths: capacity an
   int >= max(lengths) and keys' time dimension max(lengths) at every step.
+Keys or values shorter than max(lengths) while capacity is too are named as what they are: a
+fixed-size cache that dropped the positions appended past its last slot (lengths still count
+them), not a capacity reported wrong.
 
 Hidden, seeded (the public cases request 16 slots and their lengths only ever grow):
 - `KVCache(capacity=N)` for an N that is no power of two, filled by chunks to exactly N, then
@@ -49,10 +52,14 @@ RAGGED = [  # (t, counts) per append to KVCache(), B=3
     (1, (0, 1, 1)),
 ]
 HIDDEN_D = 4
-CAPACITY_SEED = hidden_cases.BASE_SEED + 1000
-LONG_SEED = hidden_cases.BASE_SEED + 1010
+CAPACITY_SEED = 1000
+LONG_SEED = 1010
 LONG_CAPACITY, LONG_APPENDS = 1531, (500, 700, 331, 1, 599)  # 1531 exactly, then 2131
-RAGGED_SEED = hidden_cases.BASE_SEED + 1020
+RAGGED_SEED = 1020
+# Keys shorter than lengths claim, with storage no larger: a fixed-size cache that drops writes.
+DROPPED = ("positions appended past the last slot were dropped while lengths still count them? An "
+           "append that does not fit must grow the storage (capacity >= max(lengths) always), "
+           "never lose positions")
 
 
 def grade(candidate: Candidate) -> str:
@@ -117,12 +124,13 @@ def grade(candidate: Candidate) -> str:
 
 
 def grade_hidden(candidate: Candidate) -> str:
-    g = cases.generator(CAPACITY_SEED)
+    seed = hidden_cases.seed(CAPACITY_SEED)
+    g = cases.generator(seed)
     capacity = cases.choice(g, (24, 37, 45, 51))
     appends = cases.chunks(g, capacity, 9) + cases.chunks(g, capacity // 2, 9)
-    _preallocated(candidate, g, CAPACITY_SEED, capacity, appends)
-    g = cases.generator(LONG_SEED)
-    _preallocated(candidate, g, LONG_SEED, LONG_CAPACITY, LONG_APPENDS)
+    _preallocated(candidate, g, seed, capacity, appends)
+    g = cases.generator(hidden_cases.seed(LONG_SEED))
+    _preallocated(candidate, g, hidden_cases.seed(LONG_SEED), LONG_CAPACITY, LONG_APPENDS)
     _ragged_then_release(candidate)
     return (f"KVCache(capacity={capacity}) and KVCache(capacity={LONG_CAPACITY}) kept their "
             f"slots while they sufficed; lengths, capacity and the keys' time dimension right "
@@ -136,16 +144,19 @@ def _check(state: dict, expected: list[int], where: str) -> int:
         raise Fail(f"{where}: cache.lengths is {lengths.tolist()}, {_describe(lengths)}, "
                    f"expected int64 {expected}")
     capacity = _capacity(state["capacity"], where)
-    if capacity < max(expected):
-        raise Fail(f"{where}: capacity {capacity} is less than max(lengths) = {max(expected)}: "
-                   "capacity counts the allocated time slots")
     for name in ("keys", "values"):
         time = tensor(state[name], f"cache.{name} {where}").shape[2]
+        if time < max(expected) and capacity < max(expected):
+            raise Fail(f"{where}: lengths are right, but cache.{name} holds only {time} positions "
+                       f"(capacity {capacity}) where max(lengths) = {max(expected)}: {DROPPED}")
         if time != max(expected):
             hint = (": that is the capacity; keys and values are the valid prefix of the storage"
                     if time == capacity else "")
             raise Fail(f"{where}: cache.{name} has time dimension {time}, expected max(lengths) = "
                        f"{max(expected)}{hint}")
+    if capacity < max(expected):
+        raise Fail(f"{where}: capacity {capacity} is less than max(lengths) = {max(expected)}: "
+                   "capacity counts the allocated time slots")
     return capacity
 
 
@@ -188,13 +199,14 @@ def _preallocated(candidate: Candidate, g, seed: int, capacity: int, appends) ->
 
 def _ragged_then_release(candidate: Candidate) -> None:
     """Ragged appends, the longest row released, then grown again: the state after each."""
-    g = cases.generator(RAGGED_SEED)
+    seed = hidden_cases.seed(RAGGED_SEED)
+    g = cases.generator(seed)
     B = cases.randint(g, 3, 4)
     longest = cases.randint(g, 0, B - 1)  # takes every position offered, so it stays the longest
     steps = _ragged_steps(g, B, longest)
     lengths = [sum(c[b] for _, c in steps) for b in range(B)]
-    case = hidden_cases.name(RAGGED_SEED, f"B={B}, ragged counts, then the longest row released "
-                                          "and grown again")
+    case = hidden_cases.name(seed, f"B={B}, ragged counts, then the longest row released "
+                                   "and grown again")
     seq = cases.sequence(g, B, H, H, sum(t for t, _ in steps) + 3, HIDDEN_D)
     shortest = min(range(B), key=lengths.__getitem__)
     seq["k"][shortest, :, lengths[shortest] - 1] = 0.0  # a real position with an all-zero key
@@ -242,8 +254,14 @@ def _check_hidden(state: dict, expected: list[int], where: str) -> int:
         raise Fail(f"{where}: cache.lengths is not int64 holding each row's count of valid "
                    "positions (count what was appended, never what the storage holds)")
     capacity = state["capacity"]
-    if not isinstance(capacity, int) or isinstance(capacity, bool) or capacity < max(expected):
-        raise Fail(f"{where}: capacity is not an int >= max(lengths)")
+    is_int = isinstance(capacity, int) and not isinstance(capacity, bool)
+    if not is_int or capacity < max(expected):
+        short = is_int and any(tensor(state[attr], f"{where}, cache.{attr}").shape[2]
+                               < max(expected) for attr in ("keys", "values"))
+        raise Fail(f"{where}: " + (
+            "lengths are right, but cache.keys or cache.values hold fewer positions than "
+            f"max(lengths), and capacity is below it too: {DROPPED}" if short else
+            "capacity is not an int >= max(lengths)"))
     for attr in ("keys", "values"):
         time = tensor(state[attr], f"{where}, cache.{attr}").shape[2]
         if time != max(expected):

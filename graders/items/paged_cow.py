@@ -45,7 +45,7 @@ HINTS = {
 }
 
 # seed, block_size, num_blocks
-HIDDEN_CASES = [(hidden_cases.BASE_SEED + 5300 + i, bs, n)
+HIDDEN_CASES = [(5300 + i, bs, n)
                 for i, (bs, n) in enumerate(((16, 96), (1, 600), (16, 96)))]
 HIDDEN_WEIGHTS = {"add": 1, "append": 6, "fork": 3}
 
@@ -79,7 +79,7 @@ def grade(candidate: Candidate) -> str:
 
 
 def grade_hidden(candidate: Candidate) -> str:
-    for seed, block_size, num_blocks in HIDDEN_CASES:
+    for seed, block_size, num_blocks in hidden_cases.seeded(HIDDEN_CASES):
         case = hidden_cases.name(seed, f"a random tree of forks, every branch writing, "
                                        f"block_size {block_size}")
         s = Session(case, num_blocks, block_size, seed=seed, hidden=True)

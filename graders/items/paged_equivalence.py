@@ -45,11 +45,12 @@ SCRIPT = (("add", 0), ("add", 1), ("add", 2), ("add", EMPTY), ("append", 0, 3), 
 
 HIDDEN_LAYOUTS = ((4, 4), (6, 3), (8, 2), (16, 2), (5, 1), (1, 1))
 HIDDEN_CASES = [  # seed, block size, events, largest chunk
-    (hidden_cases.BASE_SEED + 5000, 1, 30, 6),
-    (hidden_cases.BASE_SEED + 5001, 3, 30, 8),
-    (hidden_cases.BASE_SEED + 5002, 16, 30, 24),
+    (5000, 1, 30, 6),
+    (5001, 3, 30, 8),
+    (5002, 16, 30, 24),
 ]
-LONG_SEED = hidden_cases.BASE_SEED + 5010
+LONG_SEED = 5010
+LONG_BLOCK_SIZE = 4
 
 
 def grade(candidate: Candidate) -> str:
@@ -68,11 +69,11 @@ def grade(candidate: Candidate) -> str:
 
 
 def grade_hidden(candidate: Candidate) -> str:
-    for seed, bs, events, most in HIDDEN_CASES:
+    for seed, bs, events, most in hidden_cases.seeded(HIDDEN_CASES):
         g = cases.generator(seed)
         _run_hidden(candidate, g, seed, bs, workload(g, events, most), "a random workload")
-    g = cases.generator(LONG_SEED)
-    _run_hidden(candidate, g, LONG_SEED, 16, _long_script(g),
+    g = cases.generator(hidden_cases.seed(LONG_SEED))
+    _run_hidden(candidate, g, hidden_cases.seed(LONG_SEED), LONG_BLOCK_SIZE, _long_script(g),
                 "three sequences of a few hundred positions")
     return (f"{len(HIDDEN_CASES) + 1} seeded workloads (block sizes 1, 3, 16, random head "
             f"layouts, non-contiguous inputs, a few hundred positions) within "
@@ -120,15 +121,16 @@ def _validation(candidate: Candidate) -> None:
 
 
 def _long_script(g: torch.Generator) -> list[tuple]:
-    """Three sequences growing by 10 to 40 positions in turns; midway one ends and a new one
-    takes its blocks."""
+    """Three sequences growing by 12 to 40 positions in turns; midway one ends and a new one
+    takes its blocks. Sequence 10 grows 12 times: at least 144 positions, 36 blocks of
+    LONG_BLOCK_SIZE, past any fixed block index of 32 entries, whatever the seed."""
     ids = [10, 11, 12]
     script = [("add", s) for s in ids]
     for r in range(12):
         if r == 6:
             script += [("free", 11), ("add", 13)]
             ids = [10, 13, 12]
-        script += [("append", s, cases.randint(g, 10, 40)) for s in ids]
+        script += [("append", s, cases.randint(g, 12, 40)) for s in ids]
     return script
 
 

@@ -45,9 +45,10 @@ HINTS = {
 EVERYTHING = ("tables", "length", "unchanged", "num_free_blocks")
 
 # seed, block_size, num_blocks, longest append
-HIDDEN_CASES = [(hidden_cases.BASE_SEED + 5400 + i, bs, n, t)
+HIDDEN_CASES = [(5400 + i, bs, n, t)
                 for i, (bs, n, t) in enumerate(((16, 8, 40), (1, 24, 7), (16, 6, 24), (1, 40, 12)))]
 HIDDEN_WEIGHTS = {"add": 2, "append": 7, "fork": 2, "free": 2, "free gone": 1}
+SPILL_SEED = 5410
 
 
 def grade(candidate: Candidate) -> str:
@@ -92,7 +93,7 @@ def grade(candidate: Candidate) -> str:
 
 
 def grade_hidden(candidate: Candidate) -> str:
-    for seed, block_size, num_blocks, longest in HIDDEN_CASES:
+    for seed, block_size, num_blocks, longest in hidden_cases.seeded(HIDDEN_CASES):
         case = hidden_cases.name(seed, f"a small pool: random adds, appends, forks and frees, "
                                        f"block_size {block_size}")
         s = Session(case, num_blocks, block_size, seed=seed, hidden=True, watch=EVERYTHING)
@@ -100,5 +101,24 @@ def grade_hidden(candidate: Candidate) -> str:
         for seq in list(s.book.tables):
             s.free(seq)
         s.check(hidden_cases.run(candidate, s.plan, case), HINTS)
-    return (f"{len(HIDDEN_CASES)} random scripts on small pools: free counts, tables and lengths "
-            "exact at every step, CacheFull changes nothing, the whole pool back at the end")
+    _cow_spill(candidate, hidden_cases.seed(SPILL_SEED))
+    return (f"{len(HIDDEN_CASES) + 1} random scripts on small pools: free counts, tables and "
+            "lengths exact at every step, CacheFull changes nothing, the whole pool back at the end")
+
+
+def _cow_spill(candidate: Candidate, seed: int) -> None:
+    """An append to a fork's shared partial block that also spills into new blocks, with room
+    for the copy or the growth but not both: CacheFull, and nothing taken. Random scripts meet
+    this only by chance; here its sizes are drawn, its shape is not."""
+    g = cases.generator(seed)
+    bs, free = cases.randint(g, 2, 6), cases.randint(g, 1, 3)
+    t = free * bs + cases.randint(g, 0, bs - 1)  # needs `free` new blocks and the copy
+    case = hidden_cases.name(seed, f"block_size {bs}: an append to a fork's shared partial block "
+                                   f"that also spills into new blocks, {free} free")
+    s = Session(case, 2 + free, bs, seed=seed, hidden=True, watch=EVERYTHING)
+    s.add("p"), s.append("p", bs + 1)   # one full block and a partial one
+    s.fork("p", "q")                    # q shares both
+    s.append("q", t)                    # the copy and `free` new blocks: CacheFull
+    s.append("q", 1)                    # the copy alone fits
+    s.free("q"), s.free("p")
+    s.check(hidden_cases.run(candidate, s.plan, case), HINTS)

@@ -40,9 +40,9 @@ PUBLIC = [  # name, capacity, prompt length, total length
     ("a 5-token prompt, then one token at a time", None, 5, 12),
     ("preallocated KVCache(capacity=32), one token at a time", 32, 1, 9),
 ]
-HIDDEN_SEEDS = [hidden_cases.BASE_SEED + 300 + i for i in range(2)]
-CAPACITY_SEED = hidden_cases.BASE_SEED + 310
-LONG_SEED = hidden_cases.BASE_SEED + 320
+HIDDEN_SEEDS = [300 + i for i in range(2)]
+CAPACITY_SEED = 310
+LONG_SEED = 320
 LONG_APPENDS = (1, 2, 600, 1, 700, 1, 691, 1, 1, 1, 1, 1)  # 2001 positions
 
 
@@ -83,7 +83,7 @@ def _public_cases() -> list[Case]:
 def _hidden_cases() -> list[Case]:
     """Random shapes and chunks; a capacity crossed by chunks; a long cache."""
     found = []
-    for seed in HIDDEN_SEEDS:
+    for seed in hidden_cases.seeds(HIDDEN_SEEDS):
         g = cases.generator(seed)
         b, h, d = cases.randint(g, 1, 3), cases.randint(g, 1, 4), cases.choice(g, (8, 16, 32))
         prompt = cases.randint(g, 1, 8)
@@ -92,16 +92,16 @@ def _hidden_cases() -> list[Case]:
                                                   "chunks, every other one non-contiguous"),
                           cases.sequence(g, b, h, h, sum(appends), d), appends,
                           noncontiguous=True))
-    g = cases.generator(CAPACITY_SEED)
+    g = cases.generator(hidden_cases.seed(CAPACITY_SEED))
     capacity = cases.choice(g, (11, 13, 19, 23))
     appends = tuple(cases.chunks(g, 3 * capacity, 7))
-    found.append(Case(hidden_cases.name(CAPACITY_SEED, f"KVCache(capacity={capacity}), chunks "
-                                                       "that cross the capacity"),
+    found.append(Case(hidden_cases.name(hidden_cases.seed(CAPACITY_SEED), f"KVCache(capacity={capacity}), chunks "
+                                                                          "that cross the capacity"),
                       cases.sequence(g, 2, 2, 2, sum(appends), 16), appends, capacity,
                       noncontiguous=True))
-    g = cases.generator(LONG_SEED)
-    found.append(Case(hidden_cases.name(LONG_SEED, f"a long cache: {sum(LONG_APPENDS)} positions, "
-                                                   f"appends of up to {max(LONG_APPENDS)}"),
+    g = cases.generator(hidden_cases.seed(LONG_SEED))
+    found.append(Case(hidden_cases.name(hidden_cases.seed(LONG_SEED), f"a long cache: {sum(LONG_APPENDS)} positions, "
+                                                                      f"appends of up to {max(LONG_APPENDS)}"),
                       cases.sequence(g, 1, 2, 2, sum(LONG_APPENDS), 8), LONG_APPENDS,
                       noncontiguous=True))
     return found

@@ -58,9 +58,9 @@ GROWTH_AT = 5  # mid-block: block 1 is first written with a small token, then la
 MAGNITUDE = torch.tensor([2.0] + [1.0] * (GROWTH_AT - 1) + [100.0] * 19)  # token 0 the largest
 
 HIDDEN_LAYOUTS = ((2, 2), (4, 4), (8, 2), (4, 1))
-MEMORY_SEEDS = [hidden_cases.BASE_SEED + 5200 + i for i in range(2)]
-ACCURACY = [(hidden_cases.BASE_SEED + 5210 + i, bs) for i, bs in enumerate((1, 3, 16))]
-GROWTH_SEED = hidden_cases.BASE_SEED + 5220
+MEMORY_SEEDS = [5200 + i for i in range(2)]
+ACCURACY = [(5210 + i, bs) for i, bs in enumerate((1, 3, 16))]
+GROWTH_SEED = 5220
 
 
 def grade(candidate: Candidate) -> str:
@@ -73,13 +73,13 @@ def grade(candidate: Candidate) -> str:
 
 
 def grade_hidden(candidate: Candidate) -> str:
-    for seed, D in zip(MEMORY_SEEDS, (64, 128)):
+    for seed, D in zip(hidden_cases.seeds(MEMORY_SEEDS), (64, 128)):
         g = cases.generator(seed)
         shape = (cases.randint(g, 8, 64), cases.choice(g, (1, 3, 16)), cases.randint(g, 1, 8))
         case = hidden_cases.name(seed, f"a pool of head_dim {D}")
         with hidden_cases.labelled(case):
             _memory(candidate, *shape, D, case)
-    for seed, bs in ACCURACY:
+    for seed, bs in hidden_cases.seeded(ACCURACY):
         _workload(candidate, seed, bs)
     _growth(candidate)
     return (f"pools of head_dim 64 and 128 within {MAX_RATIO}x; {len(ACCURACY)} seeded int8 "
@@ -199,7 +199,8 @@ def _workload(candidate: Candidate, seed: int, bs: int) -> None:
 
 def _growth(candidate: Candidate) -> None:
     """A ramp of magnitudes into blocks of 16 and a jump mid-block into blocks of 3."""
-    g = cases.generator(GROWTH_SEED)
+    seed = hidden_cases.seed(GROWTH_SEED)
+    g = cases.generator(seed)
     plan, pools = Plan(), {}
     for obj, bs, magnitude, onset, what in (
             ("ramp", 16, 100.0 ** (torch.arange(40) / 39), 1, "a ramp from 1 to 100"),
@@ -210,5 +211,5 @@ def _growth(candidate: Candidate) -> None:
         for p, m in enumerate(magnitude.double()):
             pool.append(0, pool.kv(1, m[None]), pool.kv(1, m[None]))
             pool.attend([0], f"token {p}", q_scale=1 / float(magnitude[: p + 1].max()))
-        pools[hidden_cases.name(GROWTH_SEED, what)] = (pool, onset)
-    _check(hidden_cases.run(candidate, plan, hidden_cases.name(GROWTH_SEED, "growth")), pools)
+        pools[hidden_cases.name(seed, what)] = (pool, onset)
+    _check(hidden_cases.run(candidate, plan, hidden_cases.name(seed, "growth")), pools)

@@ -7,17 +7,21 @@ attention sees it. Then single-position steps for every row, steps where one row
 for the same query), and a padded 2-position append mid-stream. Every step checks lengths, and
 every row's output against the float64 reference for that row's own sequence. A cache that
 masks by max(lengths) or by capacity rather than each row's length shows on the shorter rows.
+The last position of row 2's prompt is a real token whose key is all zeros, while the padding
+(whole rows of it where counts is 0) is NaN, never zero: a cache that decides which slots are
+valid from the data (a zero key taken for an empty slot, or a length read off the last non-zero
+key) rather than from `lengths` drops that token and shows at the first step. This is the item
+for it, rather than prefix-equivalence, because which of a row's slots are valid is what this
+item judges: only `lengths` can say, once rows differ and slots hold padding.
 
 Hidden, seeded: 3 to 5 rows, a padded prompt append (every row at least one position) then 12 to
 20 appends of t = 1 to 6 (one case up to 30) with each row's count drawn from 0..t (never all
 0), padding positions NaN, so rows drift far apart and often sit out a step at counts 0. After
 every append, lengths and every row's output against the float64 reference over that row's own
-positions. Two things the public steps cannot show:
-- one row holds a real position whose key is all zeros: a cache that decides which slots are
-  valid from the data (a zero key taken for an empty slot) rather than from `lengths` drops it;
-- every append's key and value are sent back after the call and must be exactly what was sent,
-  NaN padding included: a cache that cleans the padding (`new_key[b, :, n:] = 0`) writes into
-  the caller's tensors.
+positions, one row again holding a real all-zero key (at a random place). What the public steps
+cannot show: every append's key and value are sent back after the call and must be exactly what
+was sent, NaN padding included: a cache that cleans the padding (`new_key[b, :, n:] = 0`) writes
+into the caller's tensors.
 MHA only; no row is ever empty (zero-length rows are release's concern).
 """
 
@@ -29,7 +33,7 @@ import torch
 
 from graders import cases, decode_loop, hidden_cases, reference
 from graders.candidate import Candidate, Fail, Plan, tensor
-from graders.compare import TOLERANCE, close, first_divergence, require_shape
+from graders.compare import TOLERANCE, UNWRITTEN_SLOTS, close, first_divergence, require_shape
 
 ITEM = "ragged-batch"
 
@@ -42,15 +46,21 @@ STEPS = [  # (t, counts)
     (1, (0, 1, 1)),
     (2, (2, 0, 1)),
 ]
+ZERO_KEY = (2, 2)  # (row, position): the last of row 2's 3 prompt positions has an all-zero key
 TOL = TOLERANCE[torch.float32]
+NAN_PAST_LENGTH = (f"{UNWRITTEN_SLOTS}; here the NaN past a row's length is the padding past "
+                   "counts[b], stored, or memory never written (torch.empty)")
+ZERO_KEY_LEFT_OUT = ("a real position whose key is all zeros was left out. Is a slot's validity "
+                     "read from its data rather than from lengths?")
 HIDDEN_CASES = [  # seed, largest t after the prompt
-    (hidden_cases.BASE_SEED + 800, 6),
-    (hidden_cases.BASE_SEED + 801, 30),
+    (800, 6),
+    (801, 30),
 ]
 
 
 def grade(candidate: Candidate) -> str:
     seq = cases.sequence(cases.generator(500), B, H, H, TOTAL, D)
+    seq["k"][ZERO_KEY[0], :, ZERO_KEY[1]] = 0.0  # a real token, not an empty slot
     full = reference.causal_attention(seq["q"], seq["k"], seq["v"])  # [B, H, TOTAL, D]
     rows = range(B)
     plan = Plan()
@@ -88,23 +98,26 @@ def grade(candidate: Candidate) -> str:
     lengths = ops[step][1]
     message = (f"step {step} (t={t}, counts {list(counts)}, lengths {lengths}): row "
                f"{divergence.row}, head {divergence.head} is not attention over that row's own "
-               f"{lengths[divergence.row]} positions (max abs error {divergence.max_abs:.2e}, "
-               f"tolerance {TOLERANCE[torch.float32]})")
+               f"{lengths[divergence.row]} positions ({divergence.error(TOL)})")
+    if divergence.nonfinite:
+        raise Fail(f"{message}: {NAN_PAST_LENGTH}")
+    row = divergence.row
+    if _left_out(seq, ZERO_KEY, got[step][row], row, lengths[row]):
+        raise Fail(f"{message}. Likely mistake: {ZERO_KEY_LEFT_OUT}")
     raise Fail(message + _likely(got[step], expected[step], lengths, step))
 
 
 def grade_hidden(candidate: Candidate) -> str:
-    for seed, most in HIDDEN_CASES:
+    for seed, most in hidden_cases.seeded(HIDDEN_CASES):
         _check_hidden(candidate, seed, most)
     return (f"{len(HIDDEN_CASES)} seeded ragged runs (random counts, NaN padding, a real all-zero "
             f"key): lengths and every row within {TOL} after every append, inputs untouched")
 
 
 def _likely(got: torch.Tensor, expected: torch.Tensor, lengths: list[int], step: int) -> str:
-    """A likely-mistake label from which rows of the first wrong step are wrong, and how."""
+    """A likely-mistake label from which rows of the first wrong step are wrong (every output
+    finite where the reference is), and how."""
     wrong = [b for b in range(B) if not close(got[b], expected[b], TOLERANCE[torch.float32]).all()]
-    if not any(torch.isfinite(got[b]).all() for b in wrong):  # every wrong row is NaN or inf
-        return ". Likely mistake: NaN padding (positions past counts[b]) was stored or attended to?"
     if not all(lengths[b] < max(lengths) for b in wrong):
         return ""
     if step == 0:  # the rows already differ in length at the prompts
@@ -178,20 +191,20 @@ def _check_hidden(candidate: Candidate, seed: int, most: int) -> None:
     if divergence is not None:
         step, row = divergence.step, divergence.row
         raise Fail(f"{case.name}: after append {step + 1}, row {row}, head {divergence.head} is "
-                   f"not attention over that row's own positions (max abs error "
-                   f"{divergence.max_abs:.2e}, tolerance {TOL})"
-                   + _hidden_hint(case, got[step][row], row, ops[step][2][row]))
+                   f"not attention over that row's own positions ({divergence.error(TOL)})"
+                   + (f": {NAN_PAST_LENGTH}" if divergence.nonfinite else
+                      f": {ZERO_KEY_LEFT_OUT}" if _left_out(case.seq, case.zero_key,
+                                                           got[step][row], row, ops[step][2][row])
+                      else ""))
 
 
-def _hidden_hint(case: Ragged, got: torch.Tensor, row: int, length: int) -> str:
-    """Why row `row` ([H, 1, D], `length` positions) is wrong, when its output shows it."""
-    zero_row, zero_at = case.zero_key
-    if not torch.isfinite(got).all():
-        return ": NaN padding (positions past counts[b]) stored where attention sees it?"
-    if row == zero_row and close(got, _without(case.seq, row, length, zero_at), TOL).all():
-        return (": a real position whose key is all zeros was left out. Is a slot's validity read "
-                "from its data rather than from lengths?")
-    return ""
+def _left_out(seq: dict, zero_key: tuple[int, int], got: torch.Tensor, row: int,
+              length: int) -> bool:
+    """Whether row `row`'s output `got` ([H, 1, D], over its `length` positions) is attention
+    without the real all-zero key at `zero_key` (row, position): validity read from the data."""
+    zero_row, zero_at = zero_key
+    return (row == zero_row and length > zero_at
+            and bool(close(got, _without(seq, row, length, zero_at), TOL).all()))
 
 
 def _own(seq: dict, b: int, n: int) -> torch.Tensor:

@@ -34,7 +34,7 @@ ITEM = "reset"
 
 OLD = dict(B=2, H=2, D=8, steps=3, dtype=torch.float32)
 NEW = dict(B=3, H=4, D=16, steps=5, dtype=torch.float64)
-HIDDEN_SEED = hidden_cases.BASE_SEED + 700
+HIDDEN_SEED = 700
 HIDDEN_DTYPES = (torch.float32, torch.float64, torch.float32)
 EMPTY = {"keys": None, "values": None, "lengths": None, "capacity": 0}
 
@@ -90,8 +90,9 @@ def grade(candidate: Candidate) -> str:
 
 def grade_hidden(candidate: Candidate) -> str:
     batches = _hidden_batches()
-    case = hidden_cases.name(HIDDEN_SEED, "reset on a new cache, twice; then three batches of "
-                                          "different shapes and dtypes with a reset between")
+    seed = hidden_cases.seed(HIDDEN_SEED)
+    case = hidden_cases.name(seed, "reset on a new cache, twice; then three batches of "
+                                   "different shapes and dtypes with a reset between")
     plan = Plan()
     plan.new("c")
     resets = [("reset on a new cache", _reset(plan)), ("a second reset in a row", _reset(plan))]
@@ -120,7 +121,8 @@ def grade_hidden(candidate: Candidate) -> str:
 
 def _hidden_batches() -> list[tuple[str, list[int], dict[str, torch.Tensor]]]:
     """Three batches (shape in words, appends, sequence) of random shapes, the second float64."""
-    g = cases.generator(HIDDEN_SEED)
+    seed = hidden_cases.seed(HIDDEN_SEED)
+    g = cases.generator(seed)
     batches = []
     for dtype in HIDDEN_DTYPES:
         B, H, D = cases.randint(g, 1, 4), cases.randint(g, 1, 4), cases.choice(g, (4, 8, 16))

@@ -29,7 +29,7 @@ import torch
 
 from graders import cases, hidden_cases, reference
 from graders.candidate import Candidate, Fail, Plan, tensor
-from graders.compare import TOLERANCE, first_divergence, require_shape
+from graders.compare import TOLERANCE, UNWRITTEN_SLOTS, first_divergence, require_shape
 
 ITEM = "rope-fork-offset"
 
@@ -40,7 +40,7 @@ TOL = TOLERANCE[torch.float32]
 
 # The hidden cases: events ("fork", src, dst) or ("step", branch, counts), on a smaller layer.
 HIDDEN_D_MODEL, HIDDEN_HEAD_DIM, HIDDEN_T = 16, 8, 12
-EMPTY_SEED, CHAIN_SEED = hidden_cases.BASE_SEED + 1600, hidden_cases.BASE_SEED + 1610
+EMPTY_SEED, CHAIN_SEED = 1600, 1610
 EMPTY = [("fork", "original", "fork")] + [("step", branch, (1, 1))
                                           for _ in range(4) for branch in ("original", "fork")]
 CHAIN = ([("step", "original", counts) for counts in ((1, 1), (0, 1), (1, 1), (1, 0))]
@@ -91,8 +91,9 @@ def grade(candidate: Candidate) -> str:
         if divergence:
             raise Fail(f"the {branch}, {when}: decode_step's output at row {divergence.row} "
                        f"(position {int(positions[divergence.row])}) differs from a full forward "
-                       f"over the {branch}'s own sequence: max abs error {divergence.max_abs:.2e} "
-                       f"(tolerance {TOL}). " + _HINT["before" if j is None else branch])
+                       f"over the {branch}'s own sequence: {divergence.error(TOL)}"
+                       + (f": {UNWRITTEN_SLOTS}" if divergence.nonfinite else
+                          f". {_HINT['before' if j is None else branch]}"))
     for branch, state in states.items():
         _check_state(branch, results[state], full[branch], at_fork + AFTER)
     return (f"fork after 5 ragged steps, then {AFTER} alternating steps on each branch: both equal "
@@ -100,10 +101,10 @@ def grade(candidate: Candidate) -> str:
 
 
 def grade_hidden(candidate: Candidate) -> str:
-    _check_events(candidate, EMPTY_SEED, "a cache forked while empty, then both decoding in turns",
-                  EMPTY)
-    _check_events(candidate, CHAIN_SEED, "ragged steps, a fork, turns, a fork of the fork, turns "
-                                         "of all three", CHAIN)
+    _check_events(candidate, hidden_cases.seed(EMPTY_SEED),
+                  "a cache forked while empty, then both decoding in turns", EMPTY)
+    _check_events(candidate, hidden_cases.seed(CHAIN_SEED),
+                  "ragged steps, a fork, turns, a fork of the fork, turns of all three", CHAIN)
     return (f"a fork of an empty cache and a fork of a fork: every branch equals a full RoPE "
             f"forward over its own sequence (within {TOL}) and keeps its own lengths")
 
@@ -173,9 +174,9 @@ def _check_events(candidate: Candidate, seed: int, what: str, events: list) -> N
                                       [want.where(mask, 0.0)[:, None]], TOL)
         if divergence:
             raise Fail(f"{where}: the output at row {divergence.row} differs from a full forward "
-                       f"over the {branch}'s own sequence (max abs error {divergence.max_abs:.2e}, "
-                       f"tolerance {TOL}): each cache continues its rows at their own lengths, in "
-                       "storage no other cache writes")
+                       f"over the {branch}'s own sequence ({divergence.error(TOL)}): "
+                       + (UNWRITTEN_SLOTS if divergence.nonfinite else "each cache continues its "
+                          "rows at their own lengths, in storage no other cache writes"))
     for branch, state in states.items():
         got = tensor(results[state]["lengths"], f"{case}: the {branch}'s cache.lengths").tolist()
         if got != lengths[branch].tolist():

@@ -34,7 +34,7 @@ from graders.compare import require_shape
 ITEM = "validate-dtype-device"
 
 B, H, T, D = 2, 2, 2, 8
-HIDDEN_SEED = hidden_cases.BASE_SEED + 500
+HIDDEN_SEED = 500
 
 
 def grade(candidate: Candidate) -> str:
@@ -82,9 +82,10 @@ def grade(candidate: Candidate) -> str:
 
 
 def grade_hidden(candidate: Candidate) -> str:
-    g = cases.generator(HIDDEN_SEED)
+    seed = hidden_cases.seed(HIDDEN_SEED)
+    g = cases.generator(seed)
     B, H, D = cases.randint(g, 1, 3), cases.randint(g, 1, 3), cases.choice(g, (4, 8))
-    case = hidden_cases.name(HIDDEN_SEED, hidden_cases.shape(B, H, D))
+    case = hidden_cases.name(seed, hidden_cases.shape(B, H, D))
     k, v = cases.randn(g, B, H, 3, D), cases.randn(g, B, H, 3, D)
     k1, v1, q = cases.randn(g, B, H, 1, D), cases.randn(g, B, H, 1, D), cases.randn(g, B, H, 1, D)
     plan = Plan()

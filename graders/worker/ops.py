@@ -26,8 +26,10 @@ The serving track's PagedKVCache (contract section 4) is reached with three gene
     get          obj, attr                   num_free_blocks or pool_bytes
     beam_search  weights, prompt, beams, steps, ...  -> tokens, beam_idx, scores (beam_search.py)
 
-``"measure": true`` on an append wraps it in `Allocations` and returns what it allocated
-(``{"allocations": n, "bytes": n}``) instead of None.
+``"measure": true`` on an append wraps it in `Allocations` and returns, instead of None, what it
+allocated and what the cache holds after it: ``{"allocations": n, "bytes": n, "held": n,
+"largest": [[dtype, shape, count, bytes each], ...]}``, `held` being the bytes of the storages
+that this cache's measured appends created and that are still alive.
 
 An input tensor may be wrapped: ``{"meta": t}`` sends it on the meta device and
 ``{"noncontiguous": t}`` as a strided view with the same values (heads and time transposed in
@@ -40,6 +42,7 @@ from __future__ import annotations
 import traceback
 
 import torch
+from torch.multiprocessing.reductions import StorageWeakRef
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -72,6 +75,7 @@ class _State:
         self.module = module
         self.caches: dict[str, object] = {}
         self.layers: dict[str, torch.nn.Module] = {}
+        self.kept: dict[str, list] = {}  # cache name -> `Allocations.kept` of its measured appends
 
     def fn(self, name):
         try:
@@ -120,22 +124,34 @@ def _append(state: _State, op: dict):
     if not op.get("measure"):
         state.fn("append")(*args)
         return None
-    with Allocations() as allocations:
+    with Allocations(state.kept.setdefault(op["cache"], [])) as allocations:
         state.fn("append")(*args)
-    return {"allocations": allocations.count, "bytes": allocations.bytes}
+    return {"allocations": allocations.count, "bytes": allocations.bytes,
+            "held": allocations.held(), "largest": allocations.largest()}
 
 
 class Allocations(TorchDispatchMode):
-    """Counts the storages that operations create, and their bytes.
+    """Counts the storages that operations create, and their bytes; names the largest.
 
     An operator's output whose storage none of its inputs owns is new memory (`empty`, `cat`,
     `clone`, `zeros`, a gather); an in-place write or a view is not. Any storage design is measured
     alike: one big buffer, doubling, 1.5x growth, a list of fixed blocks.
+
+    `kept`: a list that gets a weak reference to each new storage; pass one list to the
+    Allocations of successive calls and `held()` is the bytes of all their storages still alive
+    afterwards, wherever the caller keeps them (attributes, lists, closures). `largest()`: the
+    new storages grouped by the dtype and shape of the tensor that created them, the LARGEST
+    groups of the biggest storages, each ``[dtype, shape, count, bytes each]``: a reply of a few
+    numbers, whatever the call allocated.
     """
 
-    def __init__(self):
+    LARGEST = 3
+
+    def __init__(self, kept: list | None = None):
         super().__init__()
         self.count = self.bytes = 0
+        self.kept: list[tuple[StorageWeakRef, int]] = [] if kept is None else kept
+        self.groups: dict[tuple[str, tuple[int, ...], int], int] = {}  # (dtype, shape, bytes): n
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         result = func(*args, **(kwargs or {}))
@@ -144,11 +160,26 @@ class Allocations(TorchDispatchMode):
         for out in _flatten(result):
             if isinstance(out, torch.Tensor) and out.device.type != "meta":
                 storage = out.untyped_storage()
-                if storage.data_ptr() not in inputs and storage.nbytes():
+                nbytes = storage.nbytes()
+                if storage.data_ptr() not in inputs and nbytes:
                     inputs.add(storage.data_ptr())
                     self.count += 1
-                    self.bytes += storage.nbytes()
+                    self.bytes += nbytes
+                    group = (str(out.dtype).removeprefix("torch."), tuple(out.shape), nbytes)
+                    self.groups[group] = self.groups.get(group, 0) + 1
+                    self.kept.append((StorageWeakRef(storage), nbytes))
         return result
+
+    def held(self) -> int:
+        """Bytes of the storages in `kept` still alive (the freed ones leave the list)."""
+        self.kept[:] = [(ref, nbytes) for ref, nbytes in self.kept if not ref.expired()]
+        return sum(nbytes for _, nbytes in self.kept)
+
+    def largest(self) -> list[list]:
+        """The LARGEST (dtype, shape) groups, biggest storages first: [dtype, shape, count, bytes
+        each]."""
+        top = sorted(self.groups.items(), key=lambda g: (-g[0][2], -g[1]))[: self.LARGEST]
+        return [[dtype, list(shape), count, nbytes] for (dtype, shape, nbytes), count in top]
 
 
 def _attend(state: _State, op: dict):

@@ -27,7 +27,7 @@ import time
 import traceback
 from pathlib import Path
 
-from graders.worker import limits, wire
+from graders.worker import frames, limits, wire
 
 STDERR_TAIL = 1500
 
@@ -38,12 +38,13 @@ def main() -> None:
     proto_in, proto_out = os.dup(0), os.dup(1)
     os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
     os.dup2(2, 1)
-    hello = wire.decode(wire.read_frame(proto_in))
+    hello = wire.decode(frames.read_frame(proto_in))
     limits.apply(limits.Limits(**hello["limits"]))
 
     import torch
 
     torch.set_num_threads(1)
+    fill_uninitialized_memory(torch)
     wire.write_frame(proto_out, {"status": "torch-ready"})
 
     if hello["mode"] == "implementation":
@@ -75,14 +76,30 @@ def main() -> None:
     gc.freeze()
     while True:
         try:
-            request = wire.decode(wire.read_frame(proto_in))
-        except wire.WireError:  # the judge closed the pipe: it is done with us
+            request = wire.decode(frames.read_frame(proto_in))
+        except frames.WireError:  # the judge closed the pipe: it is done with us
             return
         jobs = [job(r) for r in request["requests"]]
         for status, frame in supervise(jobs, request["timeout"], request.get("parallel", 1)):
             wire.write_frame(proto_out, status)
             if frame is not None:
-                wire.write_all(proto_out, frame)
+                frames.write_all(proto_out, frame)
+
+
+def fill_uninitialized_memory(torch) -> None:
+    """Make memory the candidate's code never wrote read the same in every run.
+
+    `torch.empty`, `empty_like`, `new_empty`, `empty_strided` and the slots `resize_` adds then
+    hold NaN (floating dtypes) or the dtype's largest value (integers; True for bool) instead of
+    whatever the allocator handed back, so a cache that lets attention reach a slot it never
+    wrote gets NaN every time (0 * NaN = NaN) rather than zeros on most runs. Storage made with
+    `torch.UntypedStorage(n)` is not filled. warn_only: an operator with no deterministic kernel
+    warns (once per call site) instead of raising; of the indexing, scatter, sort and attention
+    operators a cache uses, on CPU only `put_` without accumulate does. Set before the
+    candidate's file is imported, and inherited by every forked child.
+    """
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.utils.deterministic.fill_uninitialized_memory = True
 
 
 def import_file(path: str | Path, module_name: str):
@@ -189,7 +206,7 @@ class _Child:
     @property
     def answered(self) -> bool:
         """A whole frame arrived (even if something the child started still holds the pipe)."""
-        return wire.is_one_frame(bytes(self.buffer))
+        return frames.is_one_frame(bytes(self.buffer))
 
     def finish(self) -> tuple[dict, bytes | None]:
         """Kill what is left of the child's process group, reap it, and say how it went."""
@@ -219,12 +236,12 @@ def _run_child(job, read_fd: int, write_fd: int, output_fd: int) -> None:
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         try:
             frame = wire.encode(job())
-            if len(frame) > wire.MAX_FRAME_BYTES:
+            if len(frame) > frames.MAX_FRAME_BYTES:
                 frame = wire.encode({"error": f"the result is {len(frame) >> 20} MiB, more than "
-                                              f"the {wire.MAX_FRAME_BYTES >> 20} MiB a reply may carry"})
+                                              f"the {frames.MAX_FRAME_BYTES >> 20} MiB a reply may carry"})
         except BaseException as exc:  # noqa: BLE001 - the child must always answer or die
             frame = wire.encode({"error": "".join(traceback.format_exception_only(type(exc), exc))})
-        wire.write_all(write_fd, frame)
+        frames.write_all(write_fd, frame)
     finally:
         _exit(0)
 

@@ -10,7 +10,8 @@ The header is ``{"body": ..., "tensors": [descriptor, ...]}``; inside the body a
 sender held. Only plain CPU tensors carry data; anything else (a meta tensor, a Tensor subclass)
 travels as its descriptor alone, so the judge can say what was wrong with it.
 
-The decoder checks every descriptor against the allow-list and the byte count, and builds fresh
+This module is the codec; `graders.worker.frames` reads and writes the frames. The decoder checks
+every descriptor against the allow-list and the byte count, and builds fresh
 tensors that own their memory: what arrives is data, never behaviour.
 """
 
@@ -19,13 +20,13 @@ from __future__ import annotations
 import ctypes
 import json
 import math
-import os
-import select
 import struct
-import time
 from dataclasses import dataclass
 
 import torch
+
+from graders.worker.frames import HEADER as _HEADER
+from graders.worker.frames import WireError, write_all
 
 DTYPES = {
     "float64": torch.float64,
@@ -40,14 +41,6 @@ DTYPES = {
     "bool": torch.bool,
 }
 DTYPE_NAMES = {dtype: name for name, dtype in DTYPES.items()}
-
-MAX_FRAME_BYTES = 1 << 28  # 256 MiB: more than any case sends, and a cap on what a reply can cost
-_HEADER = struct.Struct(">Q")
-
-
-class WireError(Exception):
-    """The other side sent something that is not a well-formed frame."""
-
 
 @dataclass(frozen=True)
 class Opaque:
@@ -124,57 +117,6 @@ class Repr(str):
 def write_frame(fd: int, body) -> None:
     write_all(fd, encode(body))
 
-
-def write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
-
-
-def read_exactly(fd: int, n: int, deadline: float | None = None) -> bytes:
-    """`n` bytes from `fd`; WireError on end of file, TimeoutError past `deadline` (monotonic)."""
-    parts, remaining = [], n
-    while remaining:
-        if deadline is not None:
-            ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
-            if not ready:
-                raise TimeoutError
-        chunk = os.read(fd, min(remaining, 1 << 20))
-        if not chunk:
-            raise WireError("the other side closed the pipe")
-        parts.append(chunk)
-        remaining -= len(chunk)
-    return b"".join(parts)
-
-
-def read_frame(fd: int, deadline: float | None = None) -> bytes:
-    """One whole frame from `fd`; TimeoutError when it is not all there by `deadline`."""
-    head = read_exactly(fd, _HEADER.size, deadline)
-    (header_len,) = _HEADER.unpack(head)
-    if header_len > MAX_FRAME_BYTES:
-        raise WireError("frame header too large")
-    header = read_exactly(fd, header_len, deadline)
-    return head + header + read_exactly(fd, _payload_size(header), deadline)
-
-
-def is_one_frame(data: bytes) -> bool:
-    """Whether `data` is exactly one whole frame (what a child that finished its answer sent)."""
-    try:
-        (header_len,) = _HEADER.unpack_from(data)
-        header = data[_HEADER.size : _HEADER.size + header_len]
-        return len(data) == _HEADER.size + header_len + _payload_size(header)
-    except (struct.error, WireError):
-        return False
-
-
-def _payload_size(header: bytes) -> int:
-    try:
-        payload = sum(int(d.get("nbytes", 0)) for d in json.loads(header)["tensors"])
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise WireError(f"malformed frame header: {exc}") from None
-    if not 0 <= payload <= MAX_FRAME_BYTES:
-        raise WireError("frame payload too large")
-    return payload
 
 
 def _describe_and_copy(tensor: torch.Tensor, chunks: list[bytes]) -> dict:

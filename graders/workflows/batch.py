@@ -15,7 +15,7 @@ from pathlib import Path, PurePosixPath
 from typing import Callable
 
 from graders import rubric as rubric_data
-from graders.grade import DEFAULT_IMPORT_TIMEOUT, DEFAULT_TIMEOUT, GradeResult, grade
+from graders.grade import DEFAULT_IMPORT_TIMEOUT, DEFAULT_TIMEOUT, GradeResult, draw_seed, grade
 from graders.isolation import Sandbox, SandboxUnavailable
 from graders.output_files import write_atomically
 from graders.formats.report import STATUS_STYLE
@@ -58,11 +58,12 @@ def find_submissions(root: Path) -> list[Submission]:
 
 def grade_all(submissions: list[Submission], jobs: int, *, hidden: bool = False,
               timeout: float = DEFAULT_TIMEOUT, import_timeout: float = DEFAULT_IMPORT_TIMEOUT,
-              sandbox: Sandbox = Sandbox(),
+              sandbox: Sandbox = Sandbox(), seed: int | None = None,
               on_done: Callable[[Outcome], None] | None = None) -> list[Outcome]:
     """Grade `submissions` with `jobs` threads; one Outcome each, in the submissions' order.
 
-    `hidden`, `timeout`, `import_timeout` and `sandbox` are passed to every `grade`.
+    `hidden`, `timeout`, `import_timeout` and `sandbox` are passed to every `grade`; in a hidden
+    run every submission meets the same hidden cases, drawn from `seed` (a fresh one when None).
     `on_done(outcome)` is called in the calling thread as each grade finishes. A grade that
     raises becomes an Outcome with `error` and the others go on, except SandboxUnavailable
     (the sandbox asked for cannot run here, for any submission), which is raised. If the caller
@@ -70,7 +71,7 @@ def grade_all(submissions: list[Submission], jobs: int, *, hidden: bool = False,
     running ones are waited for.
     """
     options = {"hidden": hidden, "timeout": timeout, "import_timeout": import_timeout,
-               "sandbox": sandbox}
+               "sandbox": sandbox, "seed": (draw_seed() if seed is None else seed) if hidden else None}
     outcomes: list[Outcome | None] = [None] * len(submissions)
     pool = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="kata-grade")
     try:
@@ -97,25 +98,28 @@ def write_summary(outcomes: list[Outcome], csv_path: Path, markdown_path: Path) 
     """Write one row per outcome, sorted by submission name, as CSV and as a Markdown table.
 
     CSV columns: submission, level, score, max_score, one per rubric item id (its status), tells
-    (detected tell ids, ";"-separated), error. Markdown: the same, statuses as PASS, FAIL, ERROR,
+    (detected tell ids, ";"-separated), seed (of a hidden run's cases), error. Markdown: the same, statuses as PASS, FAIL, ERROR,
     TIMEOUT or TODO. A grade whose grader broke says so in `error`; a grade that raised has
     only `error` filled.
     """
     item_ids = [item.id for item in rubric_data.load().items]
     rows = [_row(o, item_ids) for o in sorted(outcomes, key=lambda o: _sort_key(o.submission.name))]
-    header = ["submission", "level", "score", "max_score", *item_ids, "tells", "error"]
+    header = ["submission", "level", "score", "max_score", *item_ids, "tells", "seed", "error"]
     table = io.StringIO(newline="")
     writer = csv.DictWriter(table, fieldnames=header)
     writer.writeheader()
     writer.writerows(rows)
     write_atomically(csv_path, table.getvalue())
 
-    lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+    seeds = sorted({row["seed"] for row in rows if row["seed"]})
+    lines = [f"Hidden cases of seed {', '.join(seeds)} (`--seed` replays them).", ""] if seeds else []
+    shown = [h for h in header if h != "seed"]  # said once, above the table
+    lines += ["| " + " | ".join(shown) + " |", "|" + " --- |" * len(shown)]
     for row in rows:
         cells = {**row, **{i: STATUS_STYLE[row[i]][0] for i in item_ids if row[i]},
                  "tells": row["tells"].replace(";", ", "),
                  "error": row["error"].strip().splitlines()[-1] if row["error"] else ""}
-        lines.append("| " + " | ".join(_md_cell(cells[h]) for h in header) + " |")
+        lines.append("| " + " | ".join(_md_cell(cells[h]) for h in shown) + " |")
     write_atomically(markdown_path, "\n".join(lines) + "\n")
 
 
@@ -124,7 +128,7 @@ def _sort_key(name: str) -> tuple[str, ...]:
 
 
 def _row(outcome: Outcome, item_ids: list[str]) -> dict[str, str]:
-    row = dict.fromkeys(["level", "score", "max_score", *item_ids, "tells", "error"], "")
+    row = dict.fromkeys(["level", "score", "max_score", *item_ids, "tells", "seed", "error"], "")
     row["submission"] = outcome.submission.name
     result = outcome.result
     if result is None:
@@ -132,7 +136,8 @@ def _row(outcome: Outcome, item_ids: list[str]) -> dict[str, str]:
         return row
     row.update({"level": result.level, "score": f"{result.score:g}",
                 "max_score": f"{result.max_score:g}",
-                "tells": ";".join(t.id for t in result.tells if t.detected)})
+                "tells": ";".join(t.id for t in result.tells if t.detected),
+                "seed": "" if result.seed is None else str(result.seed)})
     row.update({item.id: item.status for item in result.items})
     if result.grader_broke:
         row["error"] = "the grader itself broke on some item: not the candidate's fault"

@@ -1,4 +1,5 @@
-"""Hints for a rubric item, one step at a time, from a nudge to nearly the answer.
+"""Hints for a rubric item, one step at a time: a question that points, then the concept, then
+the shape of the fix, never the code (tests/test_hints.py holds every item to that).
 
 The steps are the item's `hints` in `rubric/rubric.toml`; nothing here is hard-coded.
 """
@@ -11,7 +12,7 @@ from graders import rubric as rubric_data
 def hint(item_id: str, step: int = 1) -> tuple[str, int]:
     """Hint `step` (1-based) of item `item_id`, and how many steps the item has.
 
-    A step past the last gives the last, the one that all but says the answer. KeyError, naming
+    A step past the last gives the last, the shape of the fix. KeyError, naming
     the valid ids, for an unknown item; ValueError for a step below 1.
     """
     items = {item.id: item for item in rubric_data.load().items}

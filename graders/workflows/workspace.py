@@ -1,4 +1,5 @@
-"""A candidate's workspace: a folder holding their kv_cache.py, their tests and a README.
+"""A candidate's workspace: a folder holding their kv_cache.py, their tests, a README and a
+.gitignore.
 
 `init_workspace` makes one from the starter files, never the solutions or the graders; `kata grade`
 run inside one grades it (`default_target`). Paths given here are absolute: the CLI resolves what
@@ -36,13 +37,17 @@ an `append` that does not reallocate on every step.
 Run these inside this folder: `kata grade` grades `./kv_cache.py` with `./test_kv_cache.py`.
 
 ```bash
-kata grade                            # the full report, items grouped by level
-kata grade --watch                    # grade again every time you save
+kata grade                            # a line per item that passes, details for the rest
+kata grade --watch                    # grade again every time you save, failures first
+kata grade --lf                       # only the items that did not pass last time (--ff: first)
 kata grade --item prefix-equivalence  # one item (ids are in the report)
 kata grade --level L5                 # the items up to a level: L4's and L5's
 kata grade -x                         # stop at the first item that does not pass
 python -m pytest -q test_kv_cache.py  # only your own tests
 ```
+
+`-v` explains every item, passes included; `-q` prints only the closing lines. `kata grade`
+keeps what did not pass in `.kata_cache/`, which `.gitignore` leaves out of git.
 
 ## Hints
 
@@ -60,13 +65,21 @@ layout. Grade it with `kata grade --track serving`.
 `kata rubric` lists every item, its level, its points and what it checks.
 """
 
+GITIGNORE = """\
+.kata_cache/
+__pycache__/
+.pytest_cache/
+"""
+
 
 def init_workspace(target: Path) -> list[Path]:
     """Make `target` (and its parents, if missing) a fresh workspace; return the paths written.
 
     Writes the starter's kv_cache.py, test_kv_cache.py and paged_kv_cache.py and a README.md
-    for the candidate. Raises FileExistsError, writing nothing, if any of them is already there
-    (a candidate's work is never overwritten) or if `target` or one of its parents is a file.
+    for the candidate, and a .gitignore (for kata grade's `.kata_cache/` and Python's and
+    pytest's caches) unless `target` has one, which is left as it is. Raises FileExistsError,
+    writing nothing, if any of the others is already there (a candidate's work is never
+    overwritten) or if `target` or one of its parents is a file.
     When writing fails (or is interrupted), what this call wrote and the folders it made are
     removed before the error propagates: a failed init leaves nothing behind.
     """
@@ -81,15 +94,19 @@ def init_workspace(target: Path) -> list[Path]:
         raise FileExistsError(f"{target} already holds {', '.join(existing)}; not overwriting "
                               "a workspace: choose another folder or remove them")
     made = [folder for folder in (target, *target.parents) if not folder.exists()]
+    ignore = target / ".gitignore"
+    written = files + ([] if ignore.exists() else [ignore])
     try:
         target.mkdir(parents=True, exist_ok=True)
         for path in files[:3]:
             shutil.copyfile(STARTER / path.name, path)
         files[3].write_text(README)
+        if ignore in written:
+            ignore.write_text(GITIGNORE)
     except BaseException:
-        _remove(files, made)
+        _remove(written, made)
         raise
-    return files
+    return written
 
 
 def _remove(files: list[Path], folders: list[Path]) -> None:

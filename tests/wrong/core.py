@@ -3,13 +3,21 @@
 Each is the reference solution with one mistake candidates make, and lists every item it fails:
 a broken attend breaks everything built on it (decode_step, GQA, beams), as it would in a
 candidate's file. lengths-python-int leaves validate-shapes out on purpose: its validation is
-right, only the type of `lengths` is wrong, which append-time-dim judges.
+right, only the type of `lengths` is wrong, which append-time-dim judges. empty_unwritten_slots
+is a design of its own (tests/implementations/wrong/), torch.empty storage whose shorter rows
+read slots never written: the worker fills new memory with NaN, so it fails the same items every
+run. `fails` is what the public cases fail; drops-writes-past-capacity also fails the hidden
+prefix-equivalence (chunks that cross a requested capacity).
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from graders.mutation import Mutant
 from tests.wrong import wrong
+
+FILES = Path(__file__).resolve().parent.parent / "implementations" / "wrong"
 
 SCORES = "scores = (q.float() @ keys.float().transpose(-1, -2)) / math.sqrt(head_dim)"
 SOFTMAX = "weights = torch.softmax(scores, dim=-1)"
@@ -43,6 +51,17 @@ def append(cache: KVCache, new_key: Tensor, new_value: Tensor, counts: Tensor | 
     cache.lengths = length + t
 '''
 
+FIXED_SIZE_RESERVE = '''
+def _reserve(cache: KVCache, needed: int, like: Tensor) -> None:
+    """Allocate once, like a static cache: KVCache(capacity=N) holds N slots (4096 by default)."""
+    if cache.k_storage is not None:
+        return
+    capacity = max(cache.requested_capacity or 4096, needed)
+    batch, kv_heads, _, head_dim = like.shape
+    cache.k_storage = like.new_zeros(batch, kv_heads, capacity, head_dim)
+    cache.v_storage = like.new_zeros(batch, kv_heads, capacity, head_dim)
+'''
+
 WRONG = [
     wrong(Mutant("append-on-heads", "append concatenates along dim 1 (kv_heads), not time, so it cannot check kv_heads",
                  replace=(('            ("kv_heads", kv_heads, stored.shape[1]),\n', ""),),
@@ -62,6 +81,29 @@ WRONG = [
                  replace=((ROW_MASK, ""),)),
           fails={"release", "ragged-batch", "rope-absolute", "rope-fork-offset",
                  "beam-reorder", "finished-beams"}),
+    wrong(Mutant("valid-from-data", "attend takes a slot whose keys are all zero for an empty "
+                 "one (storage starts zeroed, release zeroes the row) instead of masking by "
+                 "lengths: a real all-zero key is left out",
+                 replace=(("past_end = torch.arange(keys.shape[2], device=keys.device) >= "
+                           "cache.lengths[:, None]",
+                           "past_end = (keys == 0).all(dim=-1).all(dim=1)"),
+                          ("weights = weights.masked_fill((cache.lengths == 0)[:, None, None, "
+                           "None], 0.0)", "weights = weights.nan_to_num(0.0)"),
+                          ("    cache.lengths[index] = 0\n",
+                           "    cache.lengths[index] = 0\n"
+                           "    cache.k_storage[index] = 0\n"
+                           "    cache.v_storage[index] = 0\n"))),
+          fails={"ragged-batch"}),
+    wrong(Mutant("masks-zero-keys", "attend also excludes positions whose key is all zeros, "
+                 "taking them for slots never written",
+                 replace=((ROW_MASK, ROW_MASK
+                           + "    empty = (keys == 0).all(dim=-1)  # [B, Hkv, T]\n"
+                           "    scores = scores.masked_fill(empty[:, :, None, :], "
+                           "float(\"-inf\"))\n"),)),
+          fails={"ragged-batch"}),
+    wrong(FILES / "empty_unwritten_slots.py",
+          fails={"release", "ragged-batch", "rope-absolute", "rope-fork-offset", "beam-reorder",
+                 "finished-beams"}),
     wrong(Mutant("no-scale", "scores are not scaled by 1/sqrt(head_dim)",
                  replace=((SCORES, SCORES.replace(" / math.sqrt(head_dim)", "")),)),
           fails={"prefix-equivalence", "stable-softmax", "reset", "release",
@@ -127,6 +169,14 @@ WRONG = [
                            "k[:, :, : cache.k_storage.shape[2]] = cache.k_storage"),
                           ("v[:, :, : cache.capacity] = cache.v_storage",
                            "v[:, :, : cache.v_storage.shape[2]] = cache.v_storage"))),
+          fails={"length-vs-capacity"}),
+    wrong(Mutant("drops-writes-past-capacity", "a fixed-size cache (KVCache(capacity=N), 4096 "
+                 "slots by default) never grows: positions appended past its last slot are "
+                 "dropped, while lengths still count them",
+                 functions={"_reserve": FIXED_SIZE_RESERVE},
+                 replace=(("real = offsets < counts[:, None]",
+                           "real = (offsets < counts[:, None]) & (lengths[:, None] + offsets < "
+                           "cache.capacity)"),)),
           fails={"length-vs-capacity"}),
     wrong(Mutant("capacity-request-ignored", "KVCache(capacity=N) allocates only what the first append needs",
                  replace=(("self.requested_capacity = capacity or 0", "self.requested_capacity = 0"),)),

@@ -26,6 +26,10 @@ _DECODE_ATTENTION = """\
     out = (weights @ values.float()).to(q.dtype)  # [B, Hq, 1, D]
 """
 _OFFSETS = "    offsets = torch.arange(t, device=new_key.device)\n"
+_STORE = "    cache.k_storage, cache.v_storage = k, v\n"
+_PAST_END = ("    past_end = torch.arange(keys.shape[2], device=keys.device)"
+             " >= cache.lengths[:, None]\n")
+_FORK_LENGTHS = "        copy.lengths = cache.lengths.clone()\n"
 
 WRONG = [
     wrong(Mutant(
@@ -99,6 +103,32 @@ WRONG = [
         "grows-by-8-slots", "storage grows by a constant 8 slots when full: n/8 reallocations "
         "and O(n^2) bytes copied",
         replace=((_GROWTH, "capacity = max(needed, cache.capacity + 8)"),),
+    ), fails={"prealloc"}),
+    wrong(Mutant(
+        "grows-by-1024-slots", "storage grows to the next multiple of 1024 slots past what it "
+        "needs: no growth in a few hundred positions, then a reallocation every 2048 and O(n^2) "
+        "bytes copied over a long run",
+        replace=((_GROWTH, "capacity = 1024 * -(-(needed + 1024) // 1024)"),),
+    ), fails={"prealloc"}),
+    wrong(Mutant(
+        "exact-fit-for-chunks", "a multi-position append grows the storage to exactly what it "
+        "needs (a prefill path); only single tokens double it",
+        replace=((_GROWTH, "capacity = needed if like.shape[2] > 1 else _next_power_of_two(needed)"),),
+    ), fails={"prealloc"}),
+    wrong(Mutant(
+        "grows-by-64-slots", "storage grows to the next multiple of 64 slots",
+        replace=((_GROWTH, "capacity = 64 * -(-needed // 64)"),),
+    ), fails={"prealloc"}),
+    wrong(Mutant(
+        "rebuilds-causal-mask", "each growth also builds a [capacity, capacity] boolean causal "
+        "mask, which attend reads one row of: O(capacity^2) bytes held and allocated",
+        replace=((_STORE, _STORE + "    cache.causal = torch.ones(capacity, capacity, "
+                                   "dtype=torch.bool, device=like.device).tril()\n"),
+                 (_PAST_END, "    causal = cache.causal[cache.lengths.clamp_min(1) - 1, "
+                             ": keys.shape[2]]  # [B, T]\n"
+                             "    past_end = (torch.arange(keys.shape[2], device=keys.device) "
+                             ">= cache.lengths[:, None]) | ~causal\n"),
+                 (_FORK_LENGTHS, _FORK_LENGTHS + "        copy.causal = cache.causal\n")),
     ), fails={"prealloc"}),
     wrong(Mutant(
         "count-zero-grows", "a single-token append (decoding) adds one position to every row, "

@@ -1,0 +1,69 @@
+"""How long a grade takes, as the user waits for it: whole `kata` processes against one
+`python -c "import torch"`, interleaved (benchmarks.timing), with the ratios issue 14 sets goals
+for. Run from the kata's folder:
+
+    python -m benchmarks.grading_speed            # 5 repetitions of each
+    python -m benchmarks.grading_speed --reps 9
+
+A grade cannot be faster than one torch import (the candidate's worker needs torch); the ratio
+says how much more it costs. No test asserts these figures: they are for reading.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from benchmarks.timing import Summary, interleaved
+
+ROOT = Path(__file__).resolve().parent.parent
+GOALS = {"grade": 2.5, "grade --hidden": 3.5, "grade --item prefix-equivalence": 1.5}
+
+
+def commands() -> dict[str, list[str]]:
+    """The timed commands, by label; each grades the reference solution and its tests, run in
+    a folder that holds copies of them, as a candidate's workspace would."""
+    kata = [sys.executable, str(ROOT / "cli.py")]
+    return {
+        "import torch": [sys.executable, "-c", "import torch"],
+        "grade": [*kata, "grade", "kv_cache.py"],
+        "grade --hidden": [*kata, "grade", "kv_cache.py", "--hidden"],
+        "grade --item prefix-equivalence": [*kata, "grade", "kv_cache.py", "--item",
+                                             "prefix-equivalence"],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reps", type=int, default=5, help="repetitions of each command")
+    reps = parser.parse_args().reps
+    with tempfile.TemporaryDirectory(prefix="kata-grading-speed-") as folder:
+        workspace = Path(folder)
+        shutil.copy(ROOT / "solutions" / "kv_cache.py", workspace / "kv_cache.py")
+        shutil.copy(ROOT / "solutions" / "test_kv_cache.py", workspace / "test_kv_cache.py")
+        runs = {label: _runner(argv, workspace) for label, argv in commands().items()}
+        seconds = interleaved(runs, reps)
+    torch_import = Summary.of(seconds["import torch"]).median
+    print(f"{'command':<34} {'median s':>9} {'spread':>7} {'x import torch':>15} {'goal':>6}")
+    for label, times in seconds.items():
+        summary = Summary.of(times)
+        goal = f"{GOALS[label]:.1f}x" if label in GOALS else ""
+        print(f"{label:<34} {summary.median:9.2f} {summary.spread:6.0%} "
+              f"{summary.median / torch_import:14.2f}x {goal:>6}")
+
+
+def _runner(argv: list[str], cwd: Path):
+    def run() -> None:
+        done = subprocess.run(argv, cwd=cwd, capture_output=True)
+        if done.returncode != 0:
+            raise SystemExit(f"{' '.join(argv)} exited {done.returncode}:\n{done.stdout.decode()}"
+                             f"{done.stderr.decode()}")
+    return run
+
+
+if __name__ == "__main__":
+    main()

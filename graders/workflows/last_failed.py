@@ -1,0 +1,112 @@
+"""The items that did not pass when a file was last graded: `kata grade --ff` and `--lf`.
+
+After a grade, `record` keeps the ids of the items that did not pass in `.kata_cache/last.json`
+beside the graded file, for each file and track; `plan` reads them back for the next grade,
+which runs them first (--ff, and --watch) or alone (--lf), as pytest's `--ff` and `--lf` do.
+
+- The record merges, as pytest's does: an item graded this time is recorded as passing or not;
+  one left out (--item, --level, -x, --lf) keeps what was recorded for it.
+- A hidden run is not recorded, and `kata grade` plans none from the record (--ff and --lf are
+  usage errors with --hidden): its cases are not the candidate's, and the folder it grades is
+  the candidate's, not the interviewer's.
+- The judge writes the record after the grade, when the candidate's processes are gone, through
+  `write_atomically`; the folder holds a `.gitignore` that ignores it, as `.pytest_cache` does.
+  Where the folder cannot be written, nothing is recorded and the grade goes on.
+- A record that is missing, unreadable, corrupt or of another version reads as no record. With
+  none, or when no chosen item failed last time, every chosen item runs, in rubric order.
+- The record only orders and selects the items: a run that leaves items out is partial, and
+  a level always needs every item graded.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from graders.output_files import write_atomically
+from graders.rubric import selected
+from graders.tracks import Track
+
+if TYPE_CHECKING:  # graders.grade imports torch: the CLI reads the record before the judge loads
+    from graders.grade import GradeResult
+
+FOLDER = ".kata_cache"
+VERSION = 1
+IGNORE_ALL = "# written by `kata grade`: the last grade's failures, for --ff and --lf\n*\n"
+
+Record = dict[str, dict[str, list[str]]]  # file name -> track id -> ids that did not pass
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What grade() runs: `only` (None: every item the options chose) and `first`, and the
+    line a report shows about it (empty when there is nothing to say)."""
+
+    only: set[str] | None
+    first: set[str]
+    note: str
+
+
+def cache_file(implementation: Path) -> Path:
+    """Where the record of `implementation`'s folder lives."""
+    return implementation.parent / FOLDER / "last.json"
+
+
+def failed(implementation: Path, track: str) -> set[str]:
+    """The ids of `track`'s items that did not pass when `implementation` was last graded
+    (empty when none did, or when there is no usable record)."""
+    return set(_load(cache_file(implementation)).get(implementation.name, {}).get(track, []))
+
+
+def plan(implementation: Path, track: Track, only: set[str] | None, up_to: str | None, *,
+         last_failed: bool) -> Plan:
+    """The items chosen by --item (`only`) and --level (`up_to`) that did not pass last time
+    run first, or, with `last_failed`, alone; when none of the chosen items failed last time,
+    every chosen item runs."""
+    chosen = [item.id for item in selected(track, only, up_to)]
+    again = [item for item in chosen if item in failed(implementation, track.id)]
+    named = ", ".join(again) if len(again) <= 4 else f"the {len(again)} items"
+    if not again:
+        return Plan(only, set(), "--last-failed: no item failed last time: grading every item"
+                    if last_failed else "")
+    if last_failed:
+        return Plan(set(again), set(), f"--last-failed: grading only {named}, which did not "
+                    "pass last time")
+    return Plan(only, set(again), f"--failed-first: grading {named} first, which did not pass "
+                "last time")
+
+
+def record(implementation: Path, result: GradeResult) -> None:
+    """Merge `result` into the record of `implementation` (nothing for a hidden run, and
+    nothing where the folder cannot be written)."""
+    if result.hidden:
+        return
+    path = cache_file(implementation)
+    data = _load(path)
+    tracks = data.setdefault(implementation.name, {})
+    graded = {item.id for item in result.items}
+    still = set(tracks.get(result.track, [])) - graded
+    tracks[result.track] = sorted(still | {i.id for i in result.items if i.status != "pass"})
+    try:
+        path.parent.mkdir(exist_ok=True)
+        if not (path.parent / ".gitignore").exists():
+            write_atomically(path.parent / ".gitignore", IGNORE_ALL)
+        write_atomically(path, json.dumps({"version": VERSION, "failed": data}, indent=1) + "\n")
+    except OSError:
+        pass
+
+
+def _load(path: Path) -> Record:
+    """The record at `path`, or an empty one when it is missing, unreadable, corrupt or of
+    another version."""
+    try:
+        data = json.loads(path.read_bytes())
+        if data["version"] != VERSION:
+            return {}
+        return {name: {track: [item for item in ids if isinstance(item, str)]
+                       for track, ids in tracks.items() if isinstance(ids, list)}
+                for name, tracks in data["failed"].items() if isinstance(tracks, dict)}
+    except (OSError, ValueError, LookupError, TypeError, AttributeError, RecursionError):
+        return {}

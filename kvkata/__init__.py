@@ -1,0 +1,194 @@
+"""kvkata from Python: grade a file as `kata grade` does, and read the report in a notebook.
+
+    from kvkata import grade
+    result = grade("kv_cache.py")   # tests: test_kv_cache.py beside it, as `kata grade` finds them
+    result                          # in Jupyter, the report `kata grade` prints
+
+`grade` takes the options of `kata grade` as keyword arguments and grades the same way: the
+candidate's code runs in the same sandboxed workers, never in this process. Its result has the
+grade's `level`, `score` and `items` (and every other field of graders.grade.GradeResult), and
+shows itself as the terminal's report: in Jupyter (`_repr_mimebundle_`: HTML, and the text for
+frontends without HTML), in rich (`rich.print(result)`, `__rich_console__`) and as `str()`.
+
+Importing this module is light; `grade` imports the graders (and torch) on its first call.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import shlex
+from pathlib import Path
+
+__all__ = ["Grade", "grade"]
+
+DETAILS = ("quiet", "brief", "default", "verbose")  # as graders.formats.report.render takes them
+NOTEBOOK_WIDTH = 100  # columns of the report in a notebook (rich's Jupyter default is 115)
+_HTML = ('<pre style="white-space:pre;overflow-x:auto;line-height:normal;'
+         "font-family:Menlo,'DejaVu Sans Mono',consolas,'Courier New',monospace\">{code}</pre>\n")
+
+
+class Grade:
+    """One grade: `kata grade`'s result (`.result`, a graders.grade.GradeResult) and its report.
+
+    `.level` (None for a partial run), `.score`, `.max_score`, `.items` (each with `id`,
+    `level`, `status`, `points`, `message`) and `.tells` are the grade's; so is every other
+    attribute of the GradeResult (`.passed`, `.seed`, `.exit_code()` ...). The report is
+    `kata grade`'s at `detail` ("quiet", "brief", "default" or "verbose"), its last line
+    naming `command`, how to grade the file again in a terminal.
+    """
+
+    def __init__(self, result, command: str = "kata grade", detail: str = "default"):
+        self.result, self.command, self.detail = result, command, detail
+
+    @property
+    def level(self) -> str | None:
+        return self.result.level
+
+    @property
+    def score(self) -> float:
+        return self.result.score
+
+    @property
+    def max_score(self) -> float:
+        return self.result.max_score
+
+    @property
+    def items(self) -> list:
+        return self.result.items
+
+    @property
+    def tells(self) -> list:
+        return self.result.tells
+
+    def __getattr__(self, name: str):
+        if name == "result":  # not set yet (copy, pickle): no recursion
+            raise AttributeError(name)
+        return getattr(self.result, name)
+
+    def _rendered(self, width: int):
+        """A recording console, `width` columns wide, that the report was printed to."""
+        from rich.console import Console
+
+        from graders.formats import report
+
+        console = Console(file=io.StringIO(), record=True, width=width, force_terminal=True,
+                          force_jupyter=False, color_system="truecolor", highlight=False)
+        report.render(self.result, console, self.detail, self.command)
+        return console
+
+    def __rich_console__(self, console, options):
+        """The report, as `kata grade` prints it, at the width rich gives it."""
+        from rich.text import Text
+
+        printed = self._rendered(options.max_width).file.getvalue()
+        yield Text.from_ansi(printed.rstrip("\n"), no_wrap=True)
+
+    def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
+        """What Jupyter shows: the report in HTML with the terminal's colours, and as text."""
+        console = self._rendered(NOTEBOOK_WIDTH)
+        text = console.export_text(clear=False)
+        return {"text/plain": text,
+                "text/html": console.export_html(inline_styles=True, code_format=_HTML)}
+
+    def __str__(self) -> str:
+        return self._rendered(NOTEBOOK_WIDTH).export_text()
+
+    def __repr__(self) -> str:
+        level = "partial" if self.level is None else self.level
+        return (f"<kvkata.Grade {self.result.implementation}: {level}, "
+                f"{self.score:g}/{self.max_score:g} points>")
+
+
+def grade(path: str | os.PathLike | None = None, *, tests: str | os.PathLike | None = None,
+          track: str = "dense", hidden: bool = False, seed: int | None = None,
+          graders: str | os.PathLike | None = None, items: list[str] | None = None,
+          level: str | None = None, exitfirst: bool = False, timeout: float = 10.0,
+          import_timeout: float = 60.0, sandbox: str = "auto", memory: float = 4.0,
+          detail: str = "default") -> Grade:
+    """Grade `path` as `kata grade PATH` does, and return the Grade (which shows the report).
+
+    Paths are relative to the current folder. `path` None grades what `kata grade` grades
+    there (a workspace's kv_cache.py, or paged_kv_cache.py for track "serving"). `tests`
+    defaults to test_<name>.py beside the file, when it exists. The other arguments are the
+    options of `kata grade`: `track` ("dense" or "serving"), `hidden` and its `seed` and
+    `graders` (a folder of private graders), `items` (--item ids) and `level` (--level),
+    `exitfirst` (-x), `timeout`, `import_timeout`, `sandbox` ("auto", "require", "process"),
+    `memory` (GiB a process), and `detail`, the report's ("quiet", "brief", "default",
+    "verbose"). Like `kata grade`, it records the items that did not pass, for `--lf`.
+
+    What `kata grade` refuses with exit code 2 raises here: FileNotFoundError for a file that is
+    not there, ValueError for a wrong option; graders.isolation.SandboxUnavailable when
+    `sandbox="require"` cannot be had. This process's torch thread count is left as it was.
+    """
+    import torch
+
+    from graders import tracks
+    from graders.grade import grade as run_grade
+    from graders.isolation import GIB, Sandbox
+    from graders.rubric import load
+    from graders.workflows import last_failed
+    from graders.workflows.workspace import default_target
+
+    try:
+        chosen = tracks.get(track)
+    except KeyError as exc:
+        raise ValueError(f"track: {exc.args[0]}") from None
+    shown = None if path is None else str(path)
+    if path is None:
+        found = default_target(Path.cwd(), chosen)
+        if found is None:
+            raise FileNotFoundError(f"no {chosen.implementation} in {Path.cwd()}: give a path")
+        implementation, beside = found
+    else:
+        implementation, beside = _python_file(path, "implementation"), None
+    tests_path = _python_file(tests, "test file") if tests is not None else beside
+    if tests_path is None:
+        candidate = implementation.with_name(f"test_{implementation.name}")
+        tests_path = candidate if candidate.is_file() else None
+    if not chosen.tests:
+        tests_path = None
+    items = [items] if isinstance(items, str) else items
+    known = {item.id for item in load().track(chosen)}
+    unknown = sorted(set(items or ()) - known)
+    if unknown:
+        raise ValueError(f"items: {', '.join(unknown)} not in the {chosen.id} track's rubric")
+    if level is not None and level not in load().levels:
+        raise ValueError(f"level {level!r}: one of {', '.join(load().levels)}")
+    if (seed is not None or graders is not None) and not hidden:
+        raise ValueError("seed and graders choose hidden cases: use them with hidden=True")
+    if sandbox not in ("auto", "require", "process"):
+        raise ValueError(f"sandbox {sandbox!r}: 'auto', 'require' or 'process'")
+    if detail not in DETAILS:
+        raise ValueError(f"detail {detail!r}: one of {', '.join(DETAILS)}")
+    extra = None
+    if graders is not None:
+        extra = Path.cwd() / graders
+        if not extra.is_dir():
+            raise FileNotFoundError(f"graders: {extra} is not a folder")
+
+    threads = torch.get_num_threads()
+    try:
+        result = run_grade(implementation, tests_path, track=chosen.id, hidden=hidden,
+                           extra_graders=extra, only=set(items) if items else None, up_to=level,
+                           exitfirst=exitfirst, timeout=timeout, import_timeout=import_timeout,
+                           sandbox=Sandbox(mode=sandbox, memory=int(memory * GIB)), seed=seed)
+    finally:
+        torch.set_num_threads(threads)  # the judge sets one thread: a notebook keeps its own
+    result.implementation = shown or str(implementation)
+    last_failed.record(implementation, result)
+    command = ["kata", "grade", *([shown] if shown else []),
+               *(["--tests", str(tests)] if tests is not None else []),
+               *(["--track", chosen.id] if chosen.id != tracks.DENSE.id else [])]
+    return Grade(result, shlex.join(command), detail)
+
+
+def _python_file(path: str | os.PathLike, what: str) -> Path:
+    """`path`, relative to the current folder, made absolute; FileNotFoundError when it is not
+    there, ValueError when it is not a .py file."""
+    found = Path.cwd() / path
+    if not found.exists():
+        raise FileNotFoundError(f"{what} {path} does not exist")
+    if found.is_dir() or found.suffix != ".py":
+        raise ValueError(f"{what} {path} is not a Python file (.py)")
+    return found

@@ -1,0 +1,171 @@
+"""The report a candidate re-grades with, as pytest shows a run: a line for each item that passes,
+everything about each that does not, the detected tells, and a closing block (level, score, the
+items that do not pass, the next command) that ends every report, -q's alone. -v and hidden runs
+(an interviewer reading) explain every item. Rendered at 80 and 120 columns, in a terminal and
+without one, from GradeResults built here: the real files' line counts are in test_cli.py.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+
+import pytest
+from rich.console import Console
+
+from graders.formats.report import render
+from graders.grade import GradeResult, ItemResult, TellResult
+from graders.rubric import load
+from graders.tracks import DENSE
+
+COMMAND = "kata grade solutions/concat_kv_cache.py --tests solutions/test_kv_cache.py"
+# As long as the real ones: a pass explains itself in a few lines, prealloc's failure in ten.
+PASSED = "{id}: every case within 1e-05 + 1e-04*|expected| of the float64 reference; " * 4
+PREALLOC = ("256 single-token appends to KVCache() (B=2, 2 kv heads, head_dim 128): 128 "
+            "reallocations in the last 128 appends (appends that allocated at least 1/4 of the "
+            "bytes of the K+V held); all appends allocated 129.0x the 1 MiB the cache holds at "
+            "the end; the largest allocations: 2 x float32 [2, 2, 256, 128] (512 KiB each), 2 x "
+            "float32 [2, 2, 255, 128] (510 KiB each): the storage is copied into a new one at "
+            "every append, O(n^2) bytes for n tokens. Allocate ahead and write in place; when "
+            "full, grow by a factor")
+LOW_PRECISION = ("bf16 cache, prefix 7 of 12: attend's output differs from the float64 "
+                 "reference by 0.41 at row 1, head 3 (tolerance 3e-02 + 3e-02*|expected|): "
+                 "the softmax ran in bfloat16; compute the logits and the softmax in float32")
+CONCAT_TELL = PREALLOC.split("; the largest")[0]
+FAILING = {"prealloc": PREALLOC, "low-precision": LOW_PRECISION}
+WIDTHS = [80, 120]
+TERMINAL = [True, False]
+
+
+def concat(failing: tuple[str, ...] = ("prealloc",), **changes) -> GradeResult:
+    """A full dense grade like the concat solution's: every item passes but `failing`, and the
+    tell concat-every-step is detected."""
+    items = []
+    for item in load().track(DENSE):
+        fails = item.id in failing
+        items.append(ItemResult(item.id, item.level, "fail" if fails else "pass",
+                                0.0 if fails else item.points, item.points,
+                                FAILING[item.id] if fails else PASSED.format(id=item.id)))
+    tells = [TellResult(t.id, t.id == "concat-every-step",
+                        CONCAT_TELL if t.id == "concat-every-step" else f"{t.id} is clear")
+             for t in load().tells]
+    result = GradeResult("solutions/concat_kv_cache.py", "L5", items, tells, False,
+                         isolation="bwrap")
+    for name, value in changes.items():
+        setattr(result, name, value)
+    return result
+
+
+def rendered(result: GradeResult, detail: str = "default", width: int = 80,
+             terminal: bool = False) -> tuple[str, str]:
+    """(the text shown, what was written to the stream: with colour codes in a terminal)."""
+    stream = io.StringIO()
+    console = Console(width=width, file=stream, record=True, force_terminal=terminal,
+                      color_system="standard" if terminal else None)
+    render(result, console, detail, COMMAND)
+    return console.export_text(), stream.getvalue()
+
+
+def flat(text: str) -> str:
+    """`text` with its wrapping, and the borders of its tables and panels, undone."""
+    return " ".join(re.sub("[\u2500-\u257f]", " ", text).split())
+
+
+def closing_lines(text: str) -> list[str]:
+    """The lines after the report's last rule: the closing block."""
+    lines = text.rstrip("\n").splitlines()
+    return lines[max(n for n, line in enumerate(lines) if set(line) == {"─"}) + 1:]
+
+
+@pytest.mark.parametrize("terminal", TERMINAL, ids=["terminal", "pipe"])
+@pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("failing", [("prealloc",), ("low-precision", "prealloc")],
+                         ids=["one-failing", "two-failing"])
+def test_the_default_report_fits_a_screen_and_shows_every_failure_in_full(width, terminal,
+                                                                          failing):
+    result = concat(failing)
+    text, written = rendered(result, width=width, terminal=terminal)
+    lines = text.rstrip("\n").splitlines()
+    # The CLI's line naming the files makes one more: 45 at most for today's concat solution.
+    limit = {(80, 1): 44, (80, 2): 48, (120, 1): 38, (120, 2): 41}[width, len(failing)]
+    assert len(lines) <= limit, text
+    assert max(len(line) for line in lines) <= width
+    assert ("\x1b[" in written) is terminal, "colour in a terminal, plain text in a pipe"
+    passing = [i for i in result.items if i.status == "pass"]
+    one_liners = [line.split() for line in lines if line.lstrip().startswith("PASS")]
+    assert one_liners == [["PASS", i.id, f"{i.points:g}/{i.max_points:g}"] for i in passing]
+    assert "every case within" not in text, "a pass is one line, its explanation is for -v"
+    for item_id in failing:
+        assert FAILING[item_id] in flat(text), f"{item_id}'s message, whole"
+        assert f"(more: kata hint {item_id})" in flat(text)
+
+
+@pytest.mark.parametrize("terminal", TERMINAL, ids=["terminal", "pipe"])
+@pytest.mark.parametrize("width", WIDTHS)
+def test_the_closing_block_names_the_level_the_failing_ids_and_the_next_command(width, terminal):
+    text, _ = rendered(concat(("low-precision", "prealloc")), width=width, terminal=terminal)
+    closing = flat("\n".join(closing_lines(text)))
+    assert closing == ("Level: L5 Score: 88/100 isolation: bwrap "
+                       "Not passing: low-precision, prealloc "
+                       f"Next: kata hint low-precision, or grade it alone: {COMMAND} --item "
+                       "low-precision"), closing
+    assert text.index("low-precision") < text.index("prealloc"), "the rubric's order"
+
+
+def test_the_tells_detected_are_shown_whole_and_the_others_in_one_line():
+    text, _ = rendered(concat())
+    tells = [line for line in text.splitlines() if "tell" in line.lower()]
+    assert [line.split(":")[0] for line in tells] == ["Down-level tell DETECTED", "Other tells"]
+    assert ("Down-level tell DETECTED: concat-every-step (caps the level at L5): "
+            f"{CONCAT_TELL}") in flat(text)
+    assert "Other tells: clear (caches-q, recomputes-projections, shape-only-tests)" in text
+    clean = concat(failing=(), tells=[TellResult(t.id, False, "") for t in load().tells])
+    assert ("Down-level tells: none detected; clear (caches-q, recomputes-projections, "
+            "shape-only-tests, concat-every-step)") in flat(rendered(clean)[0])
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_verbose_explains_every_item_and_quiet_prints_the_closing_block_alone(width):
+    result = concat()
+    default, _ = rendered(result, width=width)
+    verbose, _ = rendered(result, "verbose", width)
+    quiet, _ = rendered(result, "quiet", width)
+    for item in result.items:
+        assert flat(item.message) in flat(verbose), item.id
+    assert len(verbose.splitlines()) > 2 * len(default.splitlines())
+    assert quiet.splitlines() == closing_lines(default)
+    assert quiet.startswith("Level: L5") and len(quiet.splitlines()) <= 4
+
+
+def test_the_interviewers_checklist_is_for_hidden_runs():
+    prompt = load().interviewer[0].prompt[:40]
+    for detail in ("default", "verbose", "quiet"):
+        assert prompt not in flat(rendered(concat(), detail)[0]), detail
+    hidden = concat(hidden=True, seed=42, similarity=[{"solution": "solutions/kv_cache.py",
+                                                       "fraction": 0.5}])
+    text, _ = rendered(hidden)
+    assert prompt in flat(text) and PASSED.format(id="gqa")[:60] in flat(text), "the full form"
+    closing = flat("\n".join(closing_lines(text)))
+    assert closing.startswith("Similarity to the bundled solutions")
+    assert "hidden cases of seed 42 (--seed 42 replays them)" in closing
+    assert "Not passing: prealloc" in closing and "Next:" not in closing, "the interviewer's"
+    assert prompt not in flat(rendered(hidden, "quiet")[0])
+
+
+def test_after_a_partial_run_that_passes_the_next_command_grades_every_item():
+    result = concat(failing=(), partial=True, level=None)
+    closing = flat("\n".join(closing_lines(rendered(result)[0])))
+    assert closing.startswith("Partial run:") and "Not passing" not in closing
+    assert closing.endswith(f"Next: grade every item, for the level: {COMMAND}")
+    assert "Next:" not in rendered(concat(failing=()))[0], "nothing next after a full pass"
+
+
+def test_items_not_run_say_why_once_at_the_end_without_hints():
+    items = [ItemResult(i.id, i.level, "error", 0.0, i.points, "not run: the file does not import",
+                        "the file does not import: SyntaxError: invalid syntax (kv_cache.py, line 3)")
+             for i in load().track(DENSE)]
+    text, _ = rendered(concat(items=items))
+    assert flat(text).count("SyntaxError") == 1 and "hint:" not in text
+    assert flat("\n".join(closing_lines(text))).endswith(
+        f"Items not run ({len(items)}): the file does not import: SyntaxError: invalid syntax "
+        f"(kv_cache.py, line 3) Next: fix that, then {COMMAND}")

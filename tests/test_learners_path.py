@@ -1,0 +1,313 @@
+"""The learner's path: the solutions read as a tree of small diffs, and what their prose claims
+is what their code does.
+
+- Claims: every figure a solution's docstring or solutions/README.md quotes is recomputed here,
+  from the code (int8's memory ratio, the copies a paged step makes, the pad value of the model
+  tests, the size of a float32 copy of K at the bench's shape) or from the measured table of
+  solutions/README.md (the bench ratios), and must read the same.
+- The tree: `kata solution --diff A B` prints the diff of any two steps (plain to a pipe,
+  coloured in a terminal); concat to preallocated changes only a few lines of code, and the fused
+  step is the preallocated file with attend's math swapped, a file that grades.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import importlib.util
+import io
+import math
+import re
+from pathlib import Path
+
+import pytest
+import torch
+from rich.console import Console
+from torch.utils._python_dispatch import TorchDispatchMode
+from typer.testing import CliRunner
+
+import cli
+from benchmarks.subjects import SHAPES
+from graders.mutation import strip_prose
+
+ROOT = Path(__file__).resolve().parent.parent
+SOLUTIONS = ROOT / "solutions"
+README = SOLUTIONS / "README.md"
+runner = CliRunner()
+
+
+def load(name: str):
+    """solutions/NAME.py as a module of its own (the solutions are files, not a package)."""
+    spec = importlib.util.spec_from_file_location(f"learners_path_{name}", SOLUTIONS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def flat(text: str) -> str:
+    """`text` with every run of whitespace (line breaks, indentation) made one space."""
+    return " ".join(text.split())
+
+
+# --- claims recomputed from the code ------------------------------------------------------------
+
+def test_the_pad_value_the_readme_names_is_the_one_the_model_tests_pad_with():
+    (named,) = re.findall(r"ragged rows with (\S+) padding", flat(README.read_text()))
+    tree = ast.parse((SOLUTIONS / "test_kv_cache.py").read_text())
+    test = next(node for node in tree.body if isinstance(node, ast.FunctionDef)
+                and node.name == "test_ragged_rows_attend_only_to_their_own_positions")
+    pads = [eval(compile(ast.Expression(node.value), "pad", "eval"), {"float": float})  # noqa: S307
+            for node in ast.walk(test) if isinstance(node, ast.Assign)
+            and all(isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name)
+                    and target.value.id in ("k", "v") for target in node.targets)]
+    assert pads, "the ragged test writes its padding into k and v"
+    for pad in pads:
+        assert math.isnan(pad) if math.isnan(float(named)) else pad == float(named), (named, pad)
+
+
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_int8_holds_the_quoted_multiple_of_float32_tokens(head_dim):
+    paged = load("paged_kv_cache")
+    pools = {q: paged.PagedKVCache(4, 16, 2, head_dim, quantize=q).pool_bytes
+             for q in (None, "int8")}
+    ratio = pools[None] / pools["int8"]
+    assert ratio == pytest.approx(4 * head_dim / (head_dim + 4))  # the formula both texts give
+    quoted = f"{ratio:.1f}x for head_dim {head_dim}"
+    docstring = flat(ast.get_docstring(ast.parse((SOLUTIONS / "paged_kv_cache.py").read_text())))
+    assert "4D / (D + 4)" in docstring and quoted in docstring
+    readme = flat(README.read_text())
+    assert "4D / (D + 4)" in readme and f"{ratio:.1f}x for" in readme
+
+
+class _Writes(TorchDispatchMode):
+    """The ops that write a new tensor of at least `size` elements (views and the in-place
+    zeroing of a few stale slots are not copies)."""
+
+    def __init__(self, size: int):
+        super().__init__()
+        self.size, self.ops = size, []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if (isinstance(out, torch.Tensor) and out.numel() >= self.size and not func.is_view
+                and func.__name__ != "index_put_.default"):
+            self.ops.append(func.__name__.split(".")[0])
+        return out
+
+
+@pytest.mark.parametrize("dtype, quantize, copies", [
+    (torch.float32, None, ["index_select"]),
+    (torch.bfloat16, None, ["index_select", "copy_"]),
+    (torch.float16, None, ["index_select", "copy_"]),
+    (torch.float32, "int8", ["index_select", "copy_", "mul_"]),
+], ids=["float32", "bf16", "fp16", "int8"])
+def test_a_paged_step_copies_k_and_v_once_for_a_float32_pool(dtype, quantize, copies):
+    """solutions/README.md: a float32 pool's K and V are copied once per step, a bf16, fp16 or
+    int8 pool's twice (gathered, then upcast; int8 is then scaled in place)."""
+    paged = load("paged_kv_cache")
+    cache = paged.PagedKVCache(16, 4, 2, 8, dtype=dtype, quantize=quantize)
+    for seq, length in enumerate((7, 8)):
+        cache.add(seq)
+        cache.append(seq, torch.randn(2, length, 8).to(dtype), torch.randn(2, length, 8).to(dtype))
+    query = torch.randn(2, 2, 1, 8).to(dtype)
+    cache.attend([0, 1], query)  # the scratch buffers exist from here on
+    with _Writes(size=2 * 2 * 2 * 4 * 8) as writes:  # N * W * Hkv * block_size * D, gathered
+        cache.attend([0, 1], query)
+    assert writes.ops == copies * 2, "the same copies for K, then for V"
+    readme = flat(README.read_text())
+    assert "A float32 pool's K and V are copied once per step" in readme
+    assert "a bf16, fp16 or int8 pool's twice" in readme
+
+
+def test_fp16_scores_overflow_where_the_float32_scores_of_attend_do_not():
+    """kv_cache.py: in fp16, q·k itself overflows past 65504; the softmax never does."""
+    assert "q·k itself overflows past 65504" in flat((SOLUTIONS / "kv_cache.py").read_text())
+    solution = load("kv_cache")
+    gen = torch.Generator().manual_seed(0)
+    keys = torch.randn(1, 1, 6, 64, generator=gen) * 40
+    values = torch.randn(1, 1, 6, 64, generator=gen)
+    keys, values = keys.half(), values.half()
+    query = keys[:, :, -1:].clone()  # q·k about 64 * 40² = 102400 for the last position
+    assert torch.isinf(query @ keys.transpose(-1, -2)).any(), "fp16 scores overflow"
+    cache = solution.KVCache()
+    solution.append(cache, keys, values)
+    out = solution.attend(cache, query)
+    scores = query.double() @ keys.double().transpose(-1, -2) / math.sqrt(64)
+    expected = torch.softmax(scores, dim=-1) @ values.double()
+    assert torch.isfinite(out).all()
+    assert (out.double() - expected).abs().max() < 1e-2
+
+
+def test_the_float32_copy_of_k_is_64_mib_at_the_bench_shape():
+    shape = SHAPES["mha"]
+    key_bytes = shape.batch * shape.kv_heads * 16384 * shape.head_dim * 4  # float32, T=16384
+    assert key_bytes == 64 * 2**20
+    readme = flat(README.read_text())
+    assert "a 64 MiB allocation a step at T=16384" in readme
+    assert "At T=16384 K and V are 128 MiB (float32)" in readme
+    assert "head_dim 128" in flat((SOLUTIONS / "kv_cache.py").read_text())
+
+
+def bench_table() -> dict[tuple[str, str], dict[str, float]]:
+    """solutions/README.md's table at T=16384: (subject, column) -> ms, bare, read, static."""
+    lines = README.read_text().split("At T=16384, ms per step", 1)[1].splitlines()
+    rows = [line.strip("|").split("|") for line in lines if line.startswith("|")]
+    header, body = [cell.strip() for cell in rows[0]], rows[2:]
+    table = {}
+    for row in body:
+        for column, cell in zip(header[1:], row[1:]):
+            ms, ratios = cell.split(":")
+            bare, read, static = (float(r) for r in ratios.split("/"))
+            table[(row[0].strip(), column)] = {"ms": float(ms), "bare": bare, "read": read,
+                                               "static": static}
+    return table
+
+
+def bare(subject: str, column: str = "MHA fp32"):
+    """The figure `× bare attention` of `subject` in `column` of the table."""
+    return lambda table: table[(subject, column)]["bare"]
+
+
+def faster(slow: str, fast: str, column: str = "MHA fp32"):
+    """How many times fewer ms a step `fast` takes than `slow`, in `column`."""
+    return lambda table: table[(slow, column)]["ms"] / table[(fast, column)]["ms"]
+
+
+def both(first, second):
+    return lambda table: (first(table), second(table))
+
+
+# (file, the phrase it quotes, the figures in the phrase, computed from the table)
+QUOTED = [
+    ("solutions/kv_cache.py", "{:.2f}x bare attention on contiguous K and V", bare("preallocated")),
+    ("solutions/kv_cache.py", "{:.1f}x faster than transformers' StaticCache",
+     faster("HF StaticCache", "preallocated")),
+    ("solutions/kv_cache.py", "about {:.0f}x bare attention at T=16384",
+     bare("preallocated", "MHA bf16")),
+    ("solutions/concat_kv_cache.py", "T=16384: {:.1f}x bare attention", bare("concat")),
+    ("solutions/concat_kv_cache.py", "{:.1f}x with GQA", bare("concat", "GQA 32/8 fp32")),
+    ("solutions/README.md", "Correct, L5: {:.1f}x bare attention", bare("concat")),
+    ("solutions/README.md", "{:.2f}x bare attention ({:.0f}x faster than concat)",
+     both(bare("preallocated"), faster("concat", "preallocated"))),
+    ("solutions/README.md", "GQA 32/8, {:.2f}x against concat's {:.1f}x",
+     both(bare("preallocated", "GQA 32/8 fp32"), bare("concat", "GQA 32/8 fp32"))),
+    ("solutions/README.md", "a gather a step: {:.2f}x bare", bare("paged")),
+    ("solutions/README.md", "K: {:.2f}x bare, against {:.2f}x",
+     both(bare("fused", "MHA bf16"), bare("preallocated", "MHA bf16"))),
+    ("README.md", "Correct, L5: {:.1f}x bare attention", bare("concat")),
+    ("README.md", "copies of K and V. {:.2f}x bare attention", bare("preallocated")),
+    ("README.md", "a gather a step: {:.2f}x bare", bare("paged")),
+    ("README.md", "K: {:.2f}x bare, not {:.2f}x",
+     both(bare("fused", "MHA bf16"), bare("preallocated", "MHA bf16"))),
+]
+
+
+@pytest.mark.parametrize("path, phrase, figure", QUOTED, ids=[f"{p}: {q}" for p, q, _ in QUOTED])
+def test_a_quoted_bench_figure_is_the_measured_one(path, phrase, figure):
+    value = figure(bench_table())
+    expected = phrase.format(*(value if isinstance(value, tuple) else (value,)))
+    assert expected in flat((ROOT / path).read_text())
+
+
+def test_no_solution_claims_the_style_of_gpt_fast():
+    """gpt-fast's model.py has a fixed size, repeat_interleave for GQA and a mask over the whole
+    capacity: the pattern kv_cache.py argues against, never its style."""
+    for path in SOLUTIONS.glob("*.py"):
+        assert "style of gpt-fast" not in path.read_text(), path.name
+
+
+# --- the tree of diffs --------------------------------------------------------------------------
+
+def changed_lines(old: str, new: str) -> int:
+    return sum(1 for line in difflib.unified_diff(old.splitlines(), new.splitlines(), n=0,
+                                                  lineterm="")
+               if line[:1] in "+-" and not line.startswith(("+++", "---")))
+
+
+def code(source: str) -> str:
+    return "\n".join(line for line in strip_prose(source).splitlines() if line.strip())
+
+
+def test_concat_to_preallocated_changes_only_the_storage_and_the_grouping():
+    concat = (SOLUTIONS / "concat_kv_cache.py").read_text()
+    preallocated = (SOLUTIONS / "kv_cache.py").read_text()
+    assert changed_lines(code(concat), code(preallocated)) <= 24  # measured 18
+    assert changed_lines(concat, preallocated) <= 100  # measured 80, the docstrings included
+    # The same names, in the same order, with the same docstrings; preallocated adds a helper.
+    definitions = [{node.name: ast.get_docstring(node) for node in ast.parse(source).body
+                    if isinstance(node, (ast.FunctionDef, ast.ClassDef))}
+                   for source in (concat, preallocated)]
+    assert list(definitions[1]) == ["KVCache", "_next_power_of_two", *list(definitions[0])[1:]]
+    assert all(definitions[1][name] == doc for name, doc in definitions[0].items())
+
+
+def test_diff_prints_the_plain_unified_diff_to_a_pipe():
+    result = runner.invoke(cli.app, ["solution", "--diff", "concat", "preallocated"])
+    assert result.exit_code == 0, result.output
+    expected = "".join(difflib.unified_diff(
+        (SOLUTIONS / "concat_kv_cache.py").read_text().splitlines(keepends=True),
+        (SOLUTIONS / "kv_cache.py").read_text().splitlines(keepends=True),
+        fromfile="concat (concat_kv_cache.py)", tofile="preallocated (kv_cache.py)"))
+    assert result.stdout == expected
+    assert "-        capacity = needed\n" in expected and "\x1b[" not in result.stdout
+
+
+def test_diff_is_coloured_in_a_terminal(monkeypatch):
+    class Terminal:
+        stdout = type("Stdout", (), {"isatty": staticmethod(lambda: True)})()
+
+    shown = io.StringIO()
+    monkeypatch.setattr(cli, "sys", Terminal)
+    monkeypatch.setattr(cli, "_console", lambda stderr=False: Console(
+        file=shown, force_terminal=True, color_system="truecolor", width=120))
+    cli.solution(name=None, diff=("concat", "preallocated"))
+    assert "\x1b[" in shown.getvalue()
+    plain = re.sub(r"\x1b\[[0-9;]*m", "", shown.getvalue())
+    assert "capacity = _next_power_of_two(needed)" in plain
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--diff", "concat", "nope"], "no solution 'nope'"),
+    (["paged", "--diff", "concat", "paged"], "not both"),
+], ids=["unknown-step", "name-and-diff"])
+def test_diff_usage_errors(args, says):
+    result = runner.invoke(cli.app, ["solution", *args])
+    assert result.exit_code == 2 and says in result.output
+
+
+def test_a_step_against_itself_is_no_diff():
+    result = runner.invoke(cli.app, ["solution", "--diff", "paged", "paged"])
+    assert result.exit_code == 0 and result.stdout == ""
+
+
+def test_the_fused_step_is_the_preallocated_file_with_attends_math_swapped():
+    label, fused = cli._step_source("fused")
+    preallocated = (SOLUTIONS / "kv_cache.py").read_text()
+    assert "fused_attention.py" in label
+    tree = ast.parse(fused)
+    names = [n.name for n in tree.body if isinstance(n, ast.FunctionDef)]
+    assert names.index("fused_attention") == names.index("attend") + 1
+    attend = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "attend")
+    assert ast.unparse(attend.body[-1]) == \
+        "return fused_attention(query, cache.keys, cache.values, cache.lengths)"
+    # Outside attend and the new function, not a line changes.
+    removed = [line for line in difflib.ndiff(preallocated.splitlines(), fused.splitlines())
+               if line.startswith("- ")]
+    old_attend = cli._top_level_function(preallocated, "attend")
+    math_lines = preallocated.splitlines()[old_attend.body[0].lineno - 1:old_attend.end_lineno]
+    assert all(line[2:] in math_lines for line in removed)
+
+
+@pytest.mark.slow
+def test_the_fused_step_grades(tmp_path):
+    """The printed fused step is a whole implementation: the items its attend decides pass."""
+    from graders.grade import grade
+
+    path = tmp_path / "kv_cache.py"
+    path.write_text(cli._step_source("fused")[1])
+    items = {"prefix-equivalence", "ragged-batch", "stable-softmax", "gqa", "low-precision",
+             "validate-dtype-device"}
+    result = grade(path, only=items)
+    assert not result.grader_broke
+    assert {(i.id, i.status) for i in result.items} == {(i, "pass") for i in items}, \
+        [i.message for i in result.items if i.status != "pass"]
