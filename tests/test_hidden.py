@@ -23,6 +23,8 @@ from graders.mutation import PAGED_REFERENCE, REFERENCE, Mutant
 from graders.tracks import DENSE, SERVING
 from tests.seeds import SEEDS
 
+pytestmark = pytest.mark.slow  # whole grades: `pytest -m "not slow"` is the quick loop
+
 PARALLEL = 3
 HIDDEN_ITEMS = {g.item for g in kata_graders(hidden=True)}
 PUBLIC_ITEMS = {g.item for g in kata_graders(hidden=False)}

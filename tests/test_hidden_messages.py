@@ -29,6 +29,8 @@ from tests.test_hidden import MUTANTS
 from tests.seeds import SUITE_SEED
 from tests.wrong import everything
 
+pytestmark = pytest.mark.slow  # whole grades: `pytest -m "not slow"` is the quick loop
+
 BROAD = ("no-scale", "attends-over-capacity", "appends-on-heads")  # fail most dense items
 SEED_AND_KIND = re.compile(r"seed \d+ \([^)]*\w")
 TENSOR_REPR = re.compile(r"tensor\(")

@@ -65,6 +65,7 @@ def test_seed_without_hidden_is_a_usage_error():
     assert result.exit_code == 2 and "use it with --hidden" in result.output
 
 
+@pytest.mark.slow
 def test_grade_all_gives_every_submission_the_same_seed_and_says_which(tmp_path):
     for name in ("alice", "bob"):
         (tmp_path / "in" / name).mkdir(parents=True)
