@@ -316,12 +316,14 @@ def _grade_and_report(implementation: Path, tests: Path | None, *, shown: str,
     from dataclasses import replace
 
     from graders import tracks
+    from graders.rubric import selected
     from graders.workers import GradeWorkers
 
     # The workers first: each imports torch while this process imports the judge, which does too.
     track = tracks.get(options["track"])
-    workers = GradeWorkers.start(implementation, tests if track.tests else None, track.module,
-                                 options["sandbox"], options["import_timeout"])
+    chosen = {item.id for item in selected(track, options["only"], options["up_to"])}
+    workers = GradeWorkers.start(implementation, tests if track.runs_tests(chosen) else None,
+                                 track.module, options["sandbox"], options["import_timeout"])
     from graders.formats import report
     from graders.grade import grade as run_grade
     from graders.workflows import last_failed

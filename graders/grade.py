@@ -214,15 +214,16 @@ def grade(implementation: Path, tests: Path | None = None, *, track: str = DENSE
         path = Path(implementation).absolute()
         # Read before the candidate's code runs: in the process fallback it can rewrite its file.
         borrowed = similarity(path, chosen) if judged_hidden else None
-        tests = Path(tests).absolute() if tests and chosen.tests else None
+        items = _run_order(rubric_data.selected(chosen, only, up_to), first or set())
+        runs_tests = chosen.runs_tests({item.id for item in items})
+        tests = Path(tests).absolute() if tests and runs_tests else None
         workers = workers or GradeWorkers.start(path, tests, chosen.module, sandbox, import_timeout)
         torch.set_num_threads(1)
         with hidden_cases.run_seed(seed) if judged_hidden else nullcontext():
             candidate = Candidate(workers.implementation, timeout, workers.tests,
                                   workers.test_worker)
-            result = _grade(candidate, str(implementation),
-                            _run_order(rubric_data.selected(chosen, only, up_to), first or set()), graders,
-                            judged_hidden, exitfirst, on_item, chosen)
+            result = _grade(candidate, str(implementation), items, graders, judged_hidden,
+                            exitfirst, on_item, chosen)
     finally:
         if workers:
             workers.close()

@@ -26,10 +26,17 @@ class Track:
     levels: bool
     section: str | None = None
 
+    def runs_tests(self, item_ids) -> bool:
+        """Whether grading the items `item_ids` runs the candidate's own tests: only the
+        own-tests item does, so a run without it starts no worker for them."""
+        return self.tests is not None and TESTS_ITEM in item_ids
+
     def owns(self, item_level: str) -> bool:
         """Whether a rubric item whose `level` field reads `item_level` belongs to this track."""
         return item_level == self.section if self.section else item_level not in SECTIONS
 
+
+TESTS_ITEM = "own-tests"  # the rubric item that runs the candidate's own tests
 
 DENSE = Track("dense", "the levels", "kv_cache", "kv_cache.py", "test_kv_cache.py", levels=True)
 SERVING = Track("serving", "serving track", "paged_kv_cache", "paged_kv_cache.py", None,
