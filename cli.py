@@ -164,14 +164,15 @@ def grade(
 ) -> None:
     """Grade an implementation and print a rubric-scored report."""
     from graders.isolation import SandboxUnavailable
+    from graders.workflows import target
 
-    shown = path  # the report names the file as the user typed it
-    command = _regrade_command(path, tests, track)
-    path, tests, graders = _here(path), _here(tests), _here(graders)
-    json_path, markdown, junit = _here(json_path), _here(markdown), _here(junit)
     chosen = _track(track)
-    implementation, tests = _grade_target(path, tests, chosen)
-    _check_selection(chosen, item or [], level)
+    shown = path  # the report names the file as the user typed it
+    command = target.regrade_command(path, tests, chosen)
+    graders = _here(graders)
+    json_path, markdown, junit = _here(json_path), _here(markdown), _here(junit)
+    implementation, tests = _checked(target.grade_target, Path.cwd(), path, tests, chosen)
+    _checked(target.check_selection, chosen, item or [], level)
     if graders is not None:
         _check_private_graders(graders, hidden, chosen)
     _check_seed(seed, hidden)
@@ -205,15 +206,6 @@ def grade(
         watch_files([p for p in (implementation, tests) if p], run_once)
     except SandboxUnavailable as exc:
         _usage_error(str(exc))
-
-
-def _regrade_command(path: Path | None, tests: Path | None, track: str) -> str:
-    """How the report tells the user to grade the same file again: `kata grade` with the PATH,
-    --tests and --track they typed."""
-    words = ["kata", "grade", *([str(path)] if path else []),
-             *(["--tests", str(tests)] if tests else []),
-             *(["--track", track] if track != DENSE.id else [])]
-    return shlex.join(words)
 
 
 def _check_report_flags(verbose: bool, quiet: bool, hidden: bool, follow_failures: bool) -> None:
@@ -267,40 +259,6 @@ def _check_private_graders(folder: Path, hidden: bool, track) -> None:
         private_graders(folder, track)
     except PrivateGraderError as exc:
         _usage_error(f"--graders: {exc}")
-
-
-def _grade_target(path: Path | None, tests: Path | None, track) -> tuple[Path, Path | None]:
-    """What to grade: PATH (or the workspace's file) and --tests (or test_<name>.py beside it;
-    none for a track without own-tests). A one-line error, exit 2, for a file that is not there."""
-    if path is None:
-        path, default_tests = _default_target(track)
-        tests = tests or default_tests
-    implementation = _python_file(path, "implementation")
-    tests = _python_file(tests, "test file") if tests else _beside(implementation)
-    return implementation, tests if track.tests else None
-
-
-def _check_selection(track, items: list[str], level: str | None) -> None:
-    """--item ids of the track's rubric and a --level it has; a one-line error, exit 2, if not."""
-    from graders.rubric import load
-
-    rubric = load()
-    known = {i.id for i in rubric.track(track)}
-    for unknown in set(items) - known:
-        _usage_error(f"no rubric item {unknown!r} in the {track.id} track (kata rubric lists them)")
-    if level is not None and level not in rubric.levels:
-        _usage_error(f"no level {level!r}: choose one of {', '.join(rubric.levels)}")
-
-
-def _default_target(track) -> tuple[Path, Path | None]:
-    """What `kata grade` without PATH grades here; a one-line error, exit 2, when nothing."""
-    from graders.workflows.workspace import default_target
-
-    found = default_target(Path.cwd(), track)
-    if found is None:
-        _usage_error(f"no {track.implementation} here ({Path.cwd()}): make a workspace with "
-                     "`kata init DIR` and grade inside it, or name the file: `kata grade PATH`")
-    return found
 
 
 def _grade_and_report(implementation: Path, tests: Path | None, *, shown: str,
@@ -669,15 +627,20 @@ def _show_bench(result, console: Console, json_path: Path | None, plot: Path | N
                 console.print(Text(line))
 
 
+def _checked(check, *args):
+    """`check(*args)` (a graders.workflows.target function); its one-line error, exit 2, when it
+    raises."""
+    try:
+        return check(*args)
+    except (FileNotFoundError, ValueError) as exc:
+        _usage_error(str(exc))
+
+
 def _python_file(path: Path, what: str) -> Path:
     """`path` if it is an existing .py file; otherwise a one-line error and exit code 2."""
-    if not path.exists():
-        _usage_error(f"{what} {path} does not exist")
-    if path.is_dir():
-        _usage_error(f"{what} {path} is a directory, not a Python file")
-    if path.suffix != ".py":
-        _usage_error(f"{what} {path} is not a Python file (.py)")
-    return path
+    from graders.workflows.target import python_file
+
+    return _checked(python_file, path, what)
 
 
 def _check_output_folder(option: str, folder: Path, names: list[str]) -> None:
@@ -696,12 +659,6 @@ def _check_output_folder(option: str, folder: Path, names: list[str]) -> None:
 def _relative(path: Path) -> str:
     """`path` (absolute) relative to the folder the command runs in when it is inside it."""
     return str(path.relative_to(Path.cwd())) if path.is_relative_to(Path.cwd()) else str(path)
-
-
-def _beside(implementation: Path) -> Path | None:
-    """The candidate's tests by the contract's naming: test_<name>.py beside the file."""
-    tests = implementation.with_name(f"test_{implementation.name}")
-    return tests if tests.is_file() else None
 
 
 if __name__ == "__main__":

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import io
 import os
-import shlex
 from pathlib import Path
 
 __all__ = ["Grade", "grade"]
@@ -126,35 +125,17 @@ def grade(path: str | os.PathLike | None = None, *, tests: str | os.PathLike | N
     from graders import tracks
     from graders.grade import grade as run_grade
     from graders.isolation import GIB, Sandbox
-    from graders.rubric import load
-    from graders.workflows import last_failed
-    from graders.workflows.workspace import default_target
+    from graders.workflows import last_failed, target
 
     try:
         chosen = tracks.get(track)
     except KeyError as exc:
         raise ValueError(f"track: {exc.args[0]}") from None
-    shown = None if path is None else str(path)
-    if path is None:
-        found = default_target(Path.cwd(), chosen)
-        if found is None:
-            raise FileNotFoundError(f"no {chosen.implementation} in {Path.cwd()}: give a path")
-        implementation, beside = found
-    else:
-        implementation, beside = _python_file(path, "implementation"), None
-    tests_path = _python_file(tests, "test file") if tests is not None else beside
-    if tests_path is None:
-        candidate = implementation.with_name(f"test_{implementation.name}")
-        tests_path = candidate if candidate.is_file() else None
-    if not chosen.tests:
-        tests_path = None
+    cwd = Path.cwd()
+    implementation, tests_path = target.grade_target(
+        cwd, None if path is None else Path(path), None if tests is None else Path(tests), chosen)
     items = [items] if isinstance(items, str) else items
-    known = {item.id for item in load().track(chosen)}
-    unknown = sorted(set(items or ()) - known)
-    if unknown:
-        raise ValueError(f"items: {', '.join(unknown)} not in the {chosen.id} track's rubric")
-    if level is not None and level not in load().levels:
-        raise ValueError(f"level {level!r}: one of {', '.join(load().levels)}")
+    target.check_selection(chosen, items or [], level)
     if (seed is not None or graders is not None) and not hidden:
         raise ValueError("seed and graders choose hidden cases: use them with hidden=True")
     if sandbox not in ("auto", "require", "process"):
@@ -163,7 +144,7 @@ def grade(path: str | os.PathLike | None = None, *, tests: str | os.PathLike | N
         raise ValueError(f"detail {detail!r}: one of {', '.join(DETAILS)}")
     extra = None
     if graders is not None:
-        extra = Path.cwd() / graders
+        extra = cwd / graders
         if not extra.is_dir():
             raise FileNotFoundError(f"graders: {extra} is not a folder")
 
@@ -175,20 +156,6 @@ def grade(path: str | os.PathLike | None = None, *, tests: str | os.PathLike | N
                            sandbox=Sandbox(mode=sandbox, memory=int(memory * GIB)), seed=seed)
     finally:
         torch.set_num_threads(threads)  # the judge sets one thread: a notebook keeps its own
-    result.implementation = shown or str(implementation)
+    result.implementation = str(path) if path is not None else str(implementation)
     last_failed.record(implementation, result)
-    command = ["kata", "grade", *([shown] if shown else []),
-               *(["--tests", str(tests)] if tests is not None else []),
-               *(["--track", chosen.id] if chosen.id != tracks.DENSE.id else [])]
-    return Grade(result, shlex.join(command), detail)
-
-
-def _python_file(path: str | os.PathLike, what: str) -> Path:
-    """`path`, relative to the current folder, made absolute; FileNotFoundError when it is not
-    there, ValueError when it is not a .py file."""
-    found = Path.cwd() / path
-    if not found.exists():
-        raise FileNotFoundError(f"{what} {path} does not exist")
-    if found.is_dir() or found.suffix != ".py":
-        raise ValueError(f"{what} {path} is not a Python file (.py)")
-    return found
+    return Grade(result, target.regrade_command(path, tests, chosen), detail)

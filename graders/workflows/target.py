@@ -1,0 +1,71 @@
+"""What `kata grade` grades, and how to ask for it again: shared by the CLI and `kvkata.grade`.
+
+Each check raises with one line that names the problem: FileNotFoundError for a file that is not
+there, ValueError for anything else. The CLI prints that line and exits 2; `kvkata.grade` lets it
+propagate. Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+from graders.rubric import load
+from graders.tracks import DENSE, Track
+from graders.workflows.workspace import default_target
+
+
+def python_file(path: Path, what: str) -> Path:
+    """`path` when it is an existing .py file."""
+    if not path.exists():
+        raise FileNotFoundError(f"{what} {path} does not exist")
+    if path.is_dir():
+        raise ValueError(f"{what} {path} is a directory, not a Python file")
+    if path.suffix != ".py":
+        raise ValueError(f"{what} {path} is not a Python file (.py)")
+    return path
+
+
+def grade_target(cwd: Path, path: Path | None, tests: Path | None,
+                 track: Track) -> tuple[Path, Path | None]:
+    """(implementation, tests) that `kata grade [PATH] [--tests TESTS]` grades from `cwd`, paths
+    relative to it: PATH, or the workspace's file (workspace.default_target); TESTS, or
+    test_<name>.py beside the implementation when it exists; no tests for a track without
+    own-tests."""
+    if path is None:
+        found = default_target(cwd, track)
+        if found is None:
+            raise FileNotFoundError(
+                f"no {track.implementation} here ({cwd}): make a workspace with `kata init DIR` "
+                "and grade inside it, or name the file: `kata grade PATH`")
+        path, default_tests = found
+        tests = tests or default_tests
+    implementation = python_file(cwd / path, "implementation")
+    tests = python_file(cwd / tests, "test file") if tests else _beside(implementation)
+    return implementation, tests if track.tests else None
+
+
+def check_selection(track: Track, items: list[str], level: str | None) -> None:
+    """Item ids of the track's rubric, and a level the rubric has."""
+    rubric = load()
+    unknown = sorted(set(items) - {item.id for item in rubric.track(track)})
+    if unknown:
+        raise ValueError(f"no rubric item {unknown[0]!r} in the {track.id} track "
+                         "(kata rubric lists them)")
+    if level is not None and level not in rubric.levels:
+        raise ValueError(f"no level {level!r}: choose one of {', '.join(rubric.levels)}")
+
+
+def regrade_command(path: Path | str | None, tests: Path | str | None, track: Track) -> str:
+    """How a report tells the user to grade the same file again: `kata grade` with the PATH,
+    --tests and --track they gave."""
+    words = ["kata", "grade", *([str(path)] if path else []),
+             *(["--tests", str(tests)] if tests else []),
+             *(["--track", track.id] if track != DENSE else [])]
+    return shlex.join(words)
+
+
+def _beside(implementation: Path) -> Path | None:
+    """The candidate's tests by the contract's naming: test_<name>.py beside the file."""
+    tests = implementation.with_name(f"test_{implementation.name}")
+    return tests if tests.is_file() else None
