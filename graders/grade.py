@@ -14,6 +14,7 @@ import re
 import secrets
 import sys
 import traceback
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from functools import cache
@@ -193,7 +194,8 @@ def grade(implementation: Path, tests: Path | None = None, *, track: str = DENSE
     stops after the first item that does not pass (the rest are left out of the result).
     `first` names items to run before the others (`kata grade --ff`): the items run in rubric
     order within each of the two groups, `on_item` hears of each as it ends, and the result
-    lists them in rubric order. The order changes no item's checks or cases (each draws its
+    lists them in rubric order. The candidate's own tests run from the start, beside the other
+    items, and are heard of last (unless `exitfirst`: then in their turn). The order changes no item's checks or cases (each draws its
     own, from its own seeds); it decides only which items `exitfirst` leaves out, and which the
     budget of MAX_TIMEOUTS hangs leaves unrun.
     `import_timeout` limits the import of the file, `timeout` each batch of calls. `sandbox`
@@ -259,29 +261,35 @@ def _grade(candidate: Candidate, name: str, items: list[rubric_data.Item], grade
            track: tracks.Track) -> GradeResult:
     rubric = rubric_data.load()
     results, broke, unavailable, timeouts = [], False, None, 0
-    for item in items:
-        item_graders = [g for g in graders if g.item == item.id]
-        if unavailable is not None:
-            result = _not_run(item, unavailable)
-        elif timeouts >= MAX_TIMEOUTS:
-            result = _result(item, "timeout",
-                             f"not run: the implementation already hung in {timeouts} items")
-        else:
-            try:
-                result = _result(item, *_run_item(item_graders, candidate))
-            except WorkerUnavailable as exc:
-                unavailable = exc
-                result = _not_run(item, exc)
-            except Exception:  # a bug in a grader, never the candidate's fault
-                broke = True
-                result = _result(item, "error",
-                                 "internal grader error: " + traceback.format_exc(limit=-3))
-        timeouts += result.status == "timeout"
-        results.append(result)
-        if on_item:
-            on_item(result)
-        if exitfirst and result.status != "pass":
-            break
+    with ThreadPoolExecutor(1) as beside:
+        early = _start_tests_early(items, graders, candidate, beside, exitfirst)
+        if early:  # its outcome is taken last, when the other items are done
+            items = sorted(items, key=lambda item: item.id == tracks.TESTS_ITEM)
+        for item in items:
+            item_graders = [g for g in graders if g.item == item.id]
+            ran_beside = early is not None and item.id == tracks.TESTS_ITEM
+            if unavailable is not None:
+                result = _not_run(item, unavailable)
+            elif timeouts >= MAX_TIMEOUTS and not ran_beside:  # hangs of the implementation
+                result = _result(item, "timeout",
+                                 f"not run: the implementation already hung in {timeouts} items")
+            else:
+                try:
+                    outcome = early.result() if ran_beside else _run_item(item_graders, candidate)
+                    result = _result(item, *outcome)
+                except WorkerUnavailable as exc:
+                    unavailable = exc
+                    result = _not_run(item, exc)
+                except Exception:  # a bug in a grader, never the candidate's fault
+                    broke = True
+                    result = _result(item, "error",
+                                     "internal grader error: " + traceback.format_exc(limit=-3))
+            timeouts += result.status == "timeout"
+            results.append(result)
+            if on_item:
+                on_item(result)
+            if exitfirst and result.status != "pass":
+                break
     in_rubric = [item.id for item in rubric.track(track)]
     results.sort(key=lambda result: in_rubric.index(result.id))  # whatever order they ran in
     partial = len(results) < len(in_rubric)
@@ -293,6 +301,23 @@ def _grade(candidate: Candidate, name: str, items: list[rubric_data.Item], grade
     level, capped_by = (None, []) if partial else _level(rubric, results, tells)
     return GradeResult(name, level, results, tells, hidden, broke, capped_by, track.id,
                        partial=partial)
+
+
+def _start_tests_early(items: list[rubric_data.Item], graders: list[Grader], candidate: Candidate,
+                       beside: ThreadPoolExecutor, exitfirst: bool) -> Future | None:
+    """Start the candidate's own tests in `beside` when they are to run, so that they run in
+    their worker while the other items run in the implementation's (the judge and that worker
+    take turns, one core between them). Their outcome is the item's, in its rubric place in the
+    result; `on_item` hears of it last.
+    Not with `exitfirst`, whose run may end before the item is reached, nor with an
+    interviewer's grader for the item, which may use the implementation's worker too. The kata's
+    grader runs the tests against the bundled reference and mistakes only, never the
+    candidate's implementation: no other item's outcome changes theirs."""
+    own = [g for g in graders if g.item == tracks.TESTS_ITEM]
+    kata_own = [g for g in (*kata_graders(False), *kata_graders(True)) if g in own]
+    if exitfirst or tracks.TESTS_ITEM not in {item.id for item in items} or own != kata_own:
+        return None
+    return beside.submit(_run_item, own, candidate)
 
 
 def _result(item: rubric_data.Item, status: str, message: str,

@@ -3,6 +3,10 @@ and which tensors a cache's inventory finds."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
+import pytest
 import torch
 
 from graders.worker.ops import Allocations, reachable_tensors
@@ -59,3 +63,31 @@ class Cache:
 def test_reachable_tensors_walk_attributes_lists_and_dicts_once_each_to_a_depth():
     found = dict(reachable_tensors(Cache()))
     assert set(found) == {"cache.keys", "cache.blocks[0]", "cache.blocks[1]['scale']"}, found
+
+
+def test_the_workers_torch_set_up_and_the_counter_leave_torch_dynamo_unimported():
+    """Importing torch._dynamo costs a worker about 1 s at start and doubles what each forked
+    child costs: neither the NaN fill of fresh memory nor the counter may pull it in."""
+    code = ("import sys, torch\n"
+            "from graders.worker.ops import Allocations\n"
+            "from graders.worker.serve import fill_uninitialized_memory\n"
+            "fill_uninitialized_memory(torch)\n"
+            "assert torch.empty(3).isnan().all() and torch.are_deterministic_algorithms_enabled()\n"
+            "x = torch.zeros(2)\n"
+            "with Allocations() as counted:\n"
+            "    torch.cat([x, x])\n"
+            "assert counted.count == 1, counted.count\n"
+            "assert 'torch._dynamo' not in sys.modules, 'torch._dynamo imported'\n")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+
+
+@pytest.mark.slow
+def test_code_compiled_with_torch_compile_is_counted_too():
+    @torch.compile(backend="eager")
+    def grow(x):
+        return torch.cat([x, torch.zeros_like(x)])
+
+    with Allocations() as counted:
+        y = grow(torch.ones(4))
+    assert y.shape == (8,) and counted.count >= 1 and counted.bytes >= 32

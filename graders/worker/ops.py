@@ -147,6 +147,14 @@ class Allocations(TorchDispatchMode):
 
     LARGEST = 3
 
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        """False: torch would otherwise wrap `__torch_dispatch__` in torch._dynamo.disable, and
+        the first dispatch would import torch._dynamo: 1 s of the worker's start, and modules
+        that make every forked child about twice as costly to fork and to end (its heap). Code
+        the candidate compiles still runs under this mode (tested)."""
+        return False
+
     def __init__(self, kept: list | None = None):
         super().__init__()
         self.count = self.bytes = 0

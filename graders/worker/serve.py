@@ -50,8 +50,6 @@ def main() -> None:
     if hello["mode"] == "implementation":
         from graders.worker import ops
 
-        with ops.Allocations():  # the first dispatch mode imports torch._dynamo: once, here
-            torch.zeros(1)
         limits.guard_imports(hello["kata_roots"])
         module, reply = _load_implementation(hello["path"], hello["module"])
         wire.write_frame(proto_out, reply)
@@ -97,9 +95,16 @@ def fill_uninitialized_memory(torch) -> None:
     warns (once per call site) instead of raising; of the indexing, scatter, sort and attention
     operators a cache uses, on CPU only `put_` without accumulate does. Set before the
     candidate's file is imported, and inherited by every forked child.
+
+    `torch.use_deterministic_algorithms` would also set torch._inductor's `deterministic`,
+    importing torch._inductor and torch._dynamo to do so: 1 s of the worker's start, and a
+    heap that makes every forked child twice as costly. The same two settings are made without
+    them: the flag through torch._C, inductor's through its environment variable, read if the
+    candidate's code ever compiles.
     """
-    torch.use_deterministic_algorithms(True, warn_only=True)
-    torch.utils.deterministic.fill_uninitialized_memory = True
+    os.environ["TORCHINDUCTOR_DETERMINISTIC"] = "1"
+    torch._C._set_deterministic_algorithms(True, warn_only=True)
+    torch._C._set_deterministic_fill_uninitialized_memory(True)
 
 
 def import_file(path: str | Path, module_name: str):
