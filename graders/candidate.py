@@ -52,6 +52,9 @@ class Raised:
         return name in self.lineage
 
 
+STATE = ("keys", "values", "lengths", "capacity")  # the cache attributes a state op copies
+
+
 class Plan:
     """Operations for the worker to run in order (run by `graders.worker.ops`); each method returns the
     index of its operation, to look its result up in the `Results`."""
@@ -75,8 +78,10 @@ class Plan:
         return self._add("attend", cache=cache, query=query, may_raise=may_raise,
                          return_inputs=return_inputs)
 
-    def state(self, cache: str = "c") -> int:
-        return self._add("state", cache=cache)
+    def state(self, cache: str = "c", names: tuple[str, ...] = STATE) -> int:
+        """A snapshot of the cache's attributes `names`, copied when the op runs (a later op may
+        write into a view); an attribute the cache lacks comes back as Missing."""
+        return self._add("state", cache=cache, names=list(names))
 
     def reset(self, cache: str = "c") -> int:
         return self._add("reset", cache=cache)

@@ -207,7 +207,7 @@ def _measure(candidate: Candidate, run: Run, seed: int, label: str) -> Measured:
     plan.new("c", capacity=run.capacity)
     appends = [plan.append("c", k[:, :, i * t : (i + 1) * t], v[:, :, i * t : (i + 1) * t],
                            measure=True) for i in range(run.appends)]
-    state = plan.state("c")
+    state = plan.state("c", names=("lengths",))  # not the keys and values: MiBs
     results = candidate.run(plan)
     groups: dict[tuple, int] = {}  # (dtype, shape, bytes each) -> count, over the whole run
     for i in appends:

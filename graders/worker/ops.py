@@ -10,7 +10,7 @@ Operations (every one may carry ``"may_raise": true``; otherwise the first excep
     new          cache, capacity            KVCache() or KVCache(capacity=N)
     append       cache, key, value, counts
     attend       cache, query               -> output
-    state        cache                      -> keys, values, lengths, capacity
+    state        cache, names               -> {name: a copy of the attribute}
     reset        cache
     release      cache, index
     layer        layer, weights{wq,wk,wv,wo}, n_heads, n_kv_heads, head_dim, rope_base
@@ -163,9 +163,12 @@ class Allocations(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         result = func(*args, **(kwargs or {}))
+        if func.is_view or func._schema.is_mutable:  # a view or an in-place write: nothing new
+            return result
+        outputs = [result] if isinstance(result, torch.Tensor) else list(_flatten(result))
         inputs = {t.untyped_storage().data_ptr() for t in _flatten((args, kwargs))
                   if isinstance(t, torch.Tensor) and t.device.type != "meta"}
-        for out in _flatten(result):
+        for out in outputs:
             if isinstance(out, torch.Tensor) and out.device.type != "meta":
                 storage = out.untyped_storage()
                 nbytes = storage.nbytes()
@@ -199,7 +202,7 @@ def _state(state: _State, op: dict):
     """A snapshot: tensors are copied now, since a later operation may write into a view."""
     cache = state.caches[op["cache"]]
     return {name: _snapshot(getattr(cache, name, Missing))
-            for name in ("keys", "values", "lengths", "capacity")}
+            for name in op["names"]}
 
 
 def _snapshot(value):
