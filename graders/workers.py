@@ -101,8 +101,9 @@ class Worker:
         self._ensure_ready()
         deadline = time.monotonic() + timeout * len(requests) / parallel + timeout + SLACK_SECONDS
         try:
-            _codec().write_frame(self._in,
-                             {"requests": requests, "timeout": timeout, "parallel": parallel})
+            frames.write_json(self._in, {"count": len(requests), "timeout": timeout,
+                                         "parallel": parallel})
+            _codec().write_frame(self._in, {"requests": requests})
             replies = [self._read_reply(deadline) for _ in requests]
         except (TimeoutError, frames.WireError, OSError) as exc:
             how = "stopped answering" if isinstance(exc, TimeoutError) else "died"

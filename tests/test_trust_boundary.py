@@ -111,3 +111,10 @@ def test_the_untouched_starter_is_not_attempted_everywhere():
     assert {i.status for i in result.items} == {"not_attempted"}, result.items
     assert all("Traceback" not in i.message for i in result.items)
     assert result.level == "below L4" and result.score == 0
+
+
+def test_a_call_that_kills_the_child_forked_for_the_next_call_costs_nothing(tmp_path):
+    items = by_id(grade_hostile("kills_its_siblings", tmp_path,
+                                only={"attend-shape", "prefix-equivalence", "ragged-batch"}))
+    for item in items.values():
+        assert item.status == "pass", item

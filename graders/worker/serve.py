@@ -8,9 +8,11 @@ descriptors at start-up; the candidate's own prints land in stderr. It imports t
 the candidate's file (mode "implementation") or pytest (mode "tests"), and from then on acts as a
 zygote: every request runs in a forked child, so a request that hangs, crashes, exits or wrecks
 the interpreter costs that request only. The zygote kills a child at its deadline, with the
-child's whole process group.
+child's whole process group. Each child is forked ahead of its request (`Spares`).
 
-Replies: a status frame ``{"status": "done" | "timeout" | "crashed", ...}``; after "done", the
+A batch of requests is two frames: ``{"count", "timeout", "parallel"}``, then
+``{"requests": [...]}``, which the zygote hands on undecoded: each child decodes it and runs its
+own request. Replies: a status frame ``{"status": "done" | "timeout" | "crashed", ...}``; after "done", the
 child's own result frame, relayed byte for byte (the zygote does not decode it).
 """
 
@@ -22,6 +24,7 @@ import os
 import selectors
 import signal
 import socket
+import struct
 import sys
 import time
 import traceback
@@ -57,7 +60,7 @@ def main() -> None:
             return
 
         def job(request):
-            return lambda: {"results": ops.execute(module, request["plan"])}
+            return {"results": ops.execute(module, request["plan"])}
     else:
         import pytest  # noqa: F401 - imported once here, so forked children start with it loaded
 
@@ -66,19 +69,21 @@ def main() -> None:
         limits.guard_imports(hello["kata_roots"])
 
         def job(request):
-            return lambda: pytest_runner.run(request["test_path"], request["implementation"],
-                                             request.get("exitfirst", False))
+            return pytest_runner.run(request["test_path"], request["implementation"],
+                                     request.get("exitfirst", False))
 
     # Everything imported so far is shared by every forked child: move it out of the collector's
     # sight, so a child's gc.collect() (pytest runs several) does not walk all of torch.
     gc.freeze()
+    spares = Spares(job)
     while True:
         try:
-            request = wire.decode(frames.read_frame(proto_in))
+            batch = wire.decode(frames.read_frame(proto_in))
+            requests = frames.read_frame(proto_in)  # decoded by each child, for its own request
         except frames.WireError:  # the judge closed the pipe: it is done with us
             return
-        jobs = [job(r) for r in request["requests"]]
-        for status, frame in supervise(jobs, request["timeout"], request.get("parallel", 1)):
+        for status, frame in supervise(spares, requests, batch["count"], batch["timeout"],
+                                       batch.get("parallel", 1)):
             wire.write_frame(proto_out, status)
             if frame is not None:
                 frames.write_all(proto_out, frame)
@@ -131,19 +136,20 @@ def _load_implementation(path: str, module_name: str):
     return module, {"status": "loaded"}
 
 
-def supervise(jobs, timeout: float, parallel: int):
-    """Run each job in a forked child, at most `parallel` at once; yield (status, frame) in order."""
+def supervise(spares: "Spares", requests: bytes, count: int, timeout: float, parallel: int):
+    """Run the `count` requests of the frame `requests` each in a child of `spares`, at most
+    `parallel` at once; yield (status, frame) in order."""
     reap_answered()
-    pending = list(enumerate(jobs))
+    pending = list(range(count))
     running: dict[int, _Child] = {}
     done: dict[int, tuple[dict, bytes | None]] = {}
     selector = selectors.DefaultSelector()
     next_to_yield = 0
     while pending or running:
         while pending and len(running) < parallel:
-            index, job = pending.pop(0)
+            index = pending.pop(0)
             try:
-                child = _Child.start(index, job, timeout)
+                child = spares.take().hand(index, requests, timeout)
             except OSError as exc:  # fork failed: the process limit, most likely
                 done[index] = {"status": "crashed", "stderr": "",
                                "how": f"could not start a process for the call ({exc.strerror})"}, None
@@ -151,6 +157,7 @@ def supervise(jobs, timeout: float, parallel: int):
             running[child.pid] = child
             selector.register(child.fd, selectors.EVENT_READ, child.read_answer)
             selector.register(child.output_fd, selectors.EVENT_READ, child.read_output)
+        spares.refill()  # while the children work: the next request need not wait for a fork
         if running:
             wait = max(0.0, min(c.deadline for c in running.values()) - time.monotonic())
             for key, _ in selector.select(timeout=wait):
@@ -167,35 +174,82 @@ def supervise(jobs, timeout: float, parallel: int):
             next_to_yield += 1
 
 
+class Spares:
+    """A child forked ahead of its request, waiting for it: the fork (several ms for a process
+    that has imported torch) is made while the previous request runs, not when the next comes.
+    A spare is forked from the zygote as it is between requests, so what a request finds is the
+    same whether it got a spare or a child forked on the spot."""
+
+    def __init__(self, job):
+        self.job = job
+        self.spare: _Child | None = None
+        self.refill()
+
+    def take(self) -> "_Child":
+        """The spare, or a child forked now; OSError when no process can be started."""
+        child, self.spare = self.spare, None
+        return child if child is not None and child.alive() else _Child.fork(self.job)
+
+    def refill(self) -> None:
+        if self.spare is None:
+            try:
+                self.spare = _Child.fork(self.job)
+            except OSError:  # the process limit: the next request forks its own, or says why
+                pass
+
+
 class _Child:
-    """One forked child: its result pipe, the tail of what it printed, and its deadline."""
+    """One forked child: its result pipe, the tail of what it printed, and its deadline (set
+    when it is handed its request)."""
 
     @classmethod
-    def start(cls, index: int, job, timeout: float) -> "_Child":
+    def fork(cls, job) -> "_Child":
+        """A child waiting for its request, which it runs with `job`."""
+        job_r, job_w = os.pipe()
         read_fd, write_fd = os.pipe()
         output_r, output_w = os.pipe()
         try:
             pid = _fork()
         except OSError:
-            for fd in (read_fd, write_fd, output_r, output_w):
+            for fd in (job_r, job_w, read_fd, write_fd, output_r, output_w):
                 os.close(fd)
             raise
         if pid == 0:
-            _run_child(job, read_fd, write_fd, output_w)
-        os.close(write_fd)
-        os.close(output_w)
+            os.close(job_w)
+            _run_child(job, job_r, read_fd, write_fd, output_w)
+        for fd in (job_r, write_fd, output_w):
+            os.close(fd)
         try:
             os.setpgid(pid, pid)
         except OSError:
             pass  # the child already did it, or already exited
-        return cls(index, pid, read_fd, output_r, time.monotonic() + timeout, timeout)
+        return cls(pid, job_w, read_fd, output_r)
 
-    def __init__(self, index, pid, fd, output_fd, deadline, timeout):
-        self.index, self.pid, self.fd, self.output_fd = index, pid, fd, output_fd
-        self.deadline, self.timeout = deadline, timeout
+    def __init__(self, pid, job_fd, fd, output_fd):
+        self.pid, self.job_fd, self.fd, self.output_fd = pid, job_fd, fd, output_fd
+        self.index, self.deadline, self.timeout = -1, 0.0, 0.0
         self.buffer = bytearray()
         self.output = bytearray()
         self.eof = False
+
+    def alive(self) -> bool:
+        """Still waiting for its request (a spare can be killed by an earlier request's code)."""
+        if _waitpid(self.pid, os.WNOHANG) == (0, 0):
+            return True
+        for fd in (self.job_fd, self.fd, self.output_fd):
+            os.close(fd)
+        return False
+
+    def hand(self, index: int, requests: bytes, timeout: float) -> "_Child":
+        """Give the child request `index` of the frame `requests`; its deadline starts now."""
+        self.index, self.timeout = index, timeout
+        self.deadline = time.monotonic() + timeout
+        try:
+            frames.write_all(self.job_fd, JOB.pack(index) + requests)
+        except OSError:
+            pass  # it died meanwhile: its result pipe says so (end of file, "crashed")
+        os.close(self.job_fd)
+        return self
 
     def read_answer(self) -> None:
         chunk = os.read(self.fd, 1 << 20)
@@ -235,6 +289,7 @@ class _Child:
         return {"status": "crashed", "how": _how_it_ended(status), "stderr": stderr}, None
 
 
+JOB = struct.Struct(">Q")  # what a child is handed: the index of its request, then the frame
 _ANSWERED: list[int] = []  # children killed after they answered, not reaped yet
 
 
@@ -244,8 +299,9 @@ def reap_answered() -> None:
         _waitpid(_ANSWERED.pop(), 0)
 
 
-def _run_child(job, read_fd: int, write_fd: int, output_fd: int) -> None:
-    """In the forked child: run the job, send one frame, leave without cleanup handlers."""
+def _run_child(job, job_fd: int, read_fd: int, write_fd: int, output_fd: int) -> None:
+    """In the forked child: wait for the request, run `job` on it, send one frame, leave
+    without cleanup handlers."""
     try:
         os.setpgid(0, 0)
         os.close(read_fd)
@@ -253,7 +309,13 @@ def _run_child(job, read_fd: int, write_fd: int, output_fd: int) -> None:
         os.dup2(output_fd, 2)
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         try:
-            frame = wire.encode(job())
+            (index,) = JOB.unpack(frames.read_exactly(job_fd, JOB.size))
+            request = wire.decode(frames.read_frame(job_fd))["requests"][index]
+        except frames.WireError:  # the zygote ended before handing a request: nothing to do
+            return
+        os.close(job_fd)
+        try:
+            frame = wire.encode(job(request))
             if len(frame) > frames.MAX_FRAME_BYTES:
                 frame = wire.encode({"error": f"the result is {len(frame) >> 20} MiB, more than "
                                               f"the {frames.MAX_FRAME_BYTES >> 20} MiB a reply may carry"})
