@@ -67,34 +67,52 @@ class Worker:
         self._in = self._out = -1  # our ends of its stdin and stdout
         self._ready = False
         self._output = OutputTail()
+        self._host: Worker | None = None  # the worker whose process forked this one, if any
 
-    def start(self) -> "Worker":
+    def start(self, companion: "Worker | None" = None) -> "Worker":
+        """Start the process; with `companion`, start that worker too, forked by this one's
+        process once it has imported torch (in this worker's sandbox, which must hold the
+        companion's files as well): one torch import for both."""
         isolation.guard_judge()
+        ends = self._open()
+        if _SPAWNER is not None and self.isolation == "process":
+            self._pid, self._proc = _SPAWNER.spawn(ends), None
+            kata_roots = isolation.kata_roots()
+            if companion:  # the spawner has imported torch already: it forks the companion too
+                companion.start()
+                companion = None
+        else:
+            companion_ends = companion._open() if companion else []
+            self._launch = isolation.launch(self.isolation, "graders.worker", self.files)
+            self._proc = isolation.start(
+                self._launch.argv, stdin=ends[0], stdout=ends[1], stderr=ends[2],
+                env=self._launch.env, cwd=self._launch.cwd,
+                pass_fds=(*self._launch.pass_fds, *companion_ends), start_new_session=True)
+            self._launch.close_fds()
+            self._pid, kata_roots = self._proc.pid, self._launch.kata_roots
+            ends += companion_ends
+        for fd in ends:
+            os.close(fd)
+        self._hello(kata_roots, companion_ends if companion else None)
+        if companion:
+            companion._host = self
+            companion._hello(kata_roots)
+        return self
+
+    def _open(self) -> list[int]:
+        """Make this worker's pipes; the process's ends: stdin, stdout, stderr."""
         self._output = OutputTail()
         stdin_r, self._in = os.pipe()
         self._out, stdout_w = os.pipe()
         stderr_r, stderr_w = os.pipe()
-        ends = [stdin_r, stdout_w, stderr_w]
-        kata_roots: list[str] = []
-        if _SPAWNER is not None and self.isolation == "process":
-            self._pid, self._proc = _SPAWNER.spawn(ends), None
-            kata_roots = isolation.kata_roots()
-        else:
-            self._launch = isolation.launch(self.isolation, "graders.worker", self.files)
-            self._proc = isolation.start(
-                self._launch.argv, stdin=stdin_r, stdout=stdout_w, stderr=stderr_w,
-                env=self._launch.env, cwd=self._launch.cwd, pass_fds=self._launch.pass_fds,
-                start_new_session=True)
-            self._launch.close_fds()
-            self._pid, kata_roots = self._proc.pid, self._launch.kata_roots
-        for fd in ends:
-            os.close(fd)
         self._output.drain(stderr_r)
+        self._ready = False
+        return [stdin_r, stdout_w, stderr_w]
+
+    def _hello(self, kata_roots: list[str], companion: list[int] | None = None) -> None:
         frames.write_json(self._in, {"mode": self.mode, "path": self.path, "module": self.module,
                                     "limits": self.limits.to_dict(),
-                                    "kata_roots": kata_roots})
-        self._ready = False
-        return self
+                                    "kata_roots": kata_roots, "companion": companion})
 
     def run(self, requests: list[dict], timeout: float, parallel: int = 1) -> list[Reply]:
         """Send `requests` as one batch; one Reply each, in order."""
@@ -127,7 +145,7 @@ class Worker:
         return Reply("crashed", detail=f"{status['how']}{_last_lines(status['stderr'])}")
 
     def _ensure_ready(self) -> None:
-        if self._pid is None:
+        if self._pid is None and self._host is None:
             self.start()
         if self._ready:
             return
@@ -153,13 +171,16 @@ class Worker:
         self._ready = True
 
     def _discard(self) -> None:
-        """Kill the worker and everything it started; the next request starts a fresh one."""
-        if self._pid is None:
+        """Kill the worker and everything it started; the next request starts a fresh one. A
+        companion is left to end with its host's process (it ends by itself once its pipes
+        close), with what it started."""
+        if self._pid is None and self._host is None:
             return
-        try:
-            os.killpg(self._pid, signal.SIGKILL)
-        except OSError:
-            pass
+        if self._pid is not None:
+            try:
+                os.killpg(self._pid, signal.SIGKILL)
+            except OSError:
+                pass
         if self._proc is not None:
             self._proc.wait()  # a spawner's worker is reaped by the spawner
             isolation.forget(self._pid)
@@ -169,7 +190,7 @@ class Worker:
             self._launch = None
         for fd in (self._in, self._out):
             os.close(fd)
-        self._pid, self._proc, self._ready = None, None, False
+        self._pid, self._proc, self._ready, self._host = None, None, False, None
 
     def _stderr_tail(self) -> str:
         return _last_lines(self._output.text())
@@ -195,11 +216,12 @@ class GradeWorkers:
         # Inside warm_workers() (the test suite, trusted batches) "auto" takes the process
         # fallback, whose workers fork from a warm process; "require" still means bubblewrap.
         mode = "process" if sandbox.mode == "auto" and warm() else sandbox.resolve()
+        test_worker = (Worker("tests", isolation=mode, limits=sandbox.limits(), files=[tests])
+                       if tests else None)
         worker = Worker("implementation", str(implementation), import_timeout=import_timeout,
                         module=module, isolation=mode, limits=sandbox.limits(),
-                        files=[implementation]).start()
-        test_worker = (Worker("tests", isolation=mode, limits=sandbox.limits(), files=[tests]).start()
-                       if tests else None)
+                        files=list(dict.fromkeys([implementation, *([tests] if tests else [])])))
+        worker.start(companion=test_worker)
         return cls(worker, tests, test_worker, mode)
 
     def close(self) -> None:

@@ -19,7 +19,7 @@ import pytest
 
 from graders.formats import report
 from graders.grade import grade
-from graders.isolation import KATA, Sandbox, SandboxUnavailable, bwrap_problem
+from graders.isolation import KATA, Sandbox, SandboxUnavailable, _children, bwrap_problem
 from graders.mutation import REFERENCE
 
 pytestmark = pytest.mark.slow  # whole grades: `pytest -m "not slow"` is the quick loop
@@ -216,3 +216,23 @@ def test_require_refuses_to_grade_without_bubblewrap_and_auto_falls_back(monkeyp
         Sandbox("require").resolve()
     assert Sandbox("auto").resolve() == "process"
     assert Sandbox("process").resolve() == "process"
+
+
+@pytest.mark.parametrize("mode", [BWRAP, PROCESS])
+def test_the_tests_run_in_the_implementations_sandbox_forked_after_its_torch_import(mode,
+                                                                                   monkeypatch):
+    """One process (one sandbox) a grade: its tests worker is forked by the implementation's
+    worker once torch is imported, so a grade pays for one torch import in its sandbox, not two;
+    nothing of either is left afterwards."""
+    monkeypatch.setattr("graders.workers._SPAWNER", None)  # as `kata grade` starts them
+    launched: list[list[int]] = []
+
+    def on_item(item):  # the workers are alive while items run
+        launched.append([pid for pid in _children(os.getpid()) if pid not in before])
+
+    before = set(_children(os.getpid()))
+    result = grade_file(REFERENCE, mode, tests=KATA / "solutions" / "test_kv_cache.py",
+                        only={"own-tests", "prefix-equivalence"}, on_item=on_item)
+    assert [i.status for i in result.items] == ["pass", "pass"], result.items
+    assert launched and all(len(pids) == 1 for pids in launched), launched
+    assert not set(_children(os.getpid())) - before, "a worker outlived the grade"
