@@ -42,6 +42,7 @@ SOLUTIONS = {  # in the order a learner reads them
     "concat": bundled.SOLUTIONS / "concat_kv_cache.py",
     "preallocated": bundled.SOLUTIONS / "kv_cache.py",
     "paged": bundled.SOLUTIONS / "paged_kv_cache.py",
+    "tiled": bundled.TILED_ATTENTION,
     "fused": bundled.FUSED_ATTENTION,
     "tests": bundled.SOLUTIONS / "test_kv_cache.py",
 }
@@ -424,26 +425,29 @@ def _step_diff(old: str, new: str) -> str:
                                         tofile=f"{new} ({new_label})"))
 
 
+ATTENTION_STEPS = {"tiled": "tiled_attention", "fused": "fused_attention"}  # step: its function
+
+
 def _step_source(name: str) -> tuple[str, str]:
-    """(what the step is, its whole file). Every step is its file, except `fused`, which is a
-    function, not a cache: its step is the preallocated solution whose `attend` validates as
-    before and then returns `fused_attention` on the cache's views, the function defined right
-    after it (as the bench runs it)."""
+    """(what the step is, its whole file). Every step is its file, except the attention steps
+    (`tiled`, `fused`), each a function, not a cache: its step is the preallocated solution
+    whose `attend` validates as before and then returns that function on the cache's views, the
+    function defined right after it (as the bench runs it)."""
     import ast
 
-    if name != "fused":
+    if name not in ATTENTION_STEPS:
         return SOLUTIONS[name].name, SOLUTIONS[name].read_text()
-    cache, fused = SOLUTIONS["preallocated"].read_text(), SOLUTIONS["fused"].read_text()
+    cache, step = SOLUTIONS["preallocated"].read_text(), SOLUTIONS[name].read_text()
     attend = _top_level_function(cache, "attend")
     # attend's math starts at its first statement that reads the cache's views; before it, checks.
     first = next(statement for statement in attend.body
                  if any(isinstance(node, ast.Attribute) and node.attr == "keys"
                         for node in ast.walk(statement)))
-    function = _top_level_function(fused, "fused_attention")
+    function = _top_level_function(step, ATTENTION_STEPS[name])
     lines = cache.splitlines(keepends=True)
-    call = "    return fused_attention(query, cache.keys, cache.values, cache.lengths)\n"
-    body = fused.splitlines(keepends=True)[function.lineno - 1:function.end_lineno]
-    label = f"{SOLUTIONS['preallocated'].name}, attend's math in {SOLUTIONS['fused'].name}"
+    call = f"    return {function.name}(query, cache.keys, cache.values, cache.lengths)\n"
+    body = step.splitlines(keepends=True)[function.lineno - 1:function.end_lineno]
+    label = f"{SOLUTIONS['preallocated'].name}, attend's math in {SOLUTIONS[name].name}"
     return label, "".join([*lines[:first.lineno - 1], call, "\n\n", *body,
                            *lines[attend.end_lineno:]])
 

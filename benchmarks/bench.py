@@ -37,7 +37,7 @@ class SubjectSpec:
     id: str
     kind: str  # "solution", "candidate", "floor" or "peer"
     label: str
-    builder: str  # how the runner builds it: "contract", "fused", "bare", "read", "hf-dynamic", ...
+    builder: str  # how the runner builds it: "contract", "tiled", "fused", "bare", "hf-dynamic", ...
     path: str | None = None
     quantize: str | None = None
 
@@ -46,6 +46,8 @@ BUNDLED = [
     SubjectSpec("concat", "solution", "concat (solutions/concat_kv_cache.py)", "contract",
                 str(SOLUTIONS / "concat_kv_cache.py")),
     SubjectSpec("preallocated", "solution", "preallocated (solutions/kv_cache.py)", "contract",
+                str(SOLUTIONS / "kv_cache.py")),
+    SubjectSpec("tiled", "solution", "preallocated + tiled attention", "tiled",
                 str(SOLUTIONS / "kv_cache.py")),
     SubjectSpec("fused", "solution", "preallocated + fused attention (torch.compile)", "fused",
                 str(SOLUTIONS / "kv_cache.py")),

@@ -10,7 +10,8 @@ Subjects:
                       solutions, or a candidate's) or a serving file (PagedKVCache), used only
                       through the contract. A dense cache gets no capacity hint, as a decoder that
                       does not know its final length would call it.
-    fused             the preallocated solution's cache with `fused_attention` compiled.
+    tiled, fused      the preallocated solution's cache with `tiled_attention`, or with
+                      `fused_attention` compiled.
     floors            bare attention over contiguous K and V (no cache around it) and the pure
                       read of K and V: what the machine does with no cache work at all.
     peers             Hugging Face transformers' DynamicCache and StaticCache with its own
@@ -193,7 +194,19 @@ def fused(module) -> Callable[[History], Stepper]:
     torch.compile does not work (no C++ compiler, an unsupported platform)."""
     from benchmarks.fused_attention import compiled_attention
 
-    attention = compiled_attention()
+    return attend_with(module, compiled_attention())
+
+
+def tiled(module) -> Callable[[History], Stepper]:
+    """The dense cache of `module` with `tiled_attention` as its attend's math."""
+    from benchmarks.tiled_attention import tiled_attention
+
+    return attend_with(module, tiled_attention)
+
+
+def attend_with(module, attention) -> Callable[[History], Stepper]:
+    """The dense cache of `module`, attended by `attention(query, keys, values, lengths)` on its
+    views (what its `attend` does once the query is validated)."""
 
     def build(history: History) -> Stepper:
         cache = module.KVCache()

@@ -17,6 +17,7 @@ DATA = _WHEEL_DATA if _WHEEL_DATA.is_dir() else PACKAGES  # holds starter/, solu
 STARTER = DATA / "starter"
 SOLUTIONS = DATA / "solutions"
 RUBRIC = DATA / "rubric" / "rubric.toml"
+TILED_ATTENTION = PACKAGES / "benchmarks" / "tiled_attention.py"
 FUSED_ATTENTION = PACKAGES / "benchmarks" / "fused_attention.py"
 
 
@@ -29,7 +30,7 @@ def required_files() -> list[Path]:
     return [*(STARTER / name for name in ("kv_cache.py", "test_kv_cache.py", "paged_kv_cache.py")),
             *(SOLUTIONS / name for name in ("kv_cache.py", "concat_kv_cache.py",
                                             "paged_kv_cache.py", "test_kv_cache.py")),
-            RUBRIC, FUSED_ATTENTION]
+            RUBRIC, TILED_ATTENTION, FUSED_ATTENTION]
 
 
 def check() -> None:

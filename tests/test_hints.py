@@ -29,7 +29,7 @@ def _squeezed(text: str) -> str:
 def solution_code_lines() -> set[str]:
     """Every line of code (comments and docstrings removed) of the solutions, without whitespace,
     of at least MIN_CODE_LINE characters."""
-    files = [*sorted(bundled.SOLUTIONS.glob("*.py")), bundled.FUSED_ATTENTION]
+    files = [*sorted(bundled.SOLUTIONS.glob("*.py")), bundled.TILED_ATTENTION, bundled.FUSED_ATTENTION]
     lines = {_squeezed(line) for path in files
              for line in strip_prose(path.read_text()).splitlines()}
     return {line for line in lines if len(line) >= MIN_CODE_LINE}
