@@ -91,3 +91,15 @@ def test_code_compiled_with_torch_compile_is_counted_too():
     with Allocations() as counted:
         y = grow(torch.ones(4))
     assert y.shape == (8,) and counted.count >= 1 and counted.bytes >= 32
+
+
+def test_a_resize_that_moves_the_storage_is_a_new_allocation_of_its_new_size():
+    kept, cache = [], {"k": torch.zeros(4, 8)}  # made before: not counted
+    with Allocations(kept) as grown:
+        cache["k"].resize_(64, 8)  # 2 KiB, in new memory
+        cache["k"].resize_(2, 8)  # smaller: stays where it is
+    assert (grown.count, grown.bytes) == (1, 64 * 8 * 4)
+    assert grown.held() == 64 * 8 * 4
+    with Allocations(kept) as again:
+        cache["k"].resize_(128, 8)  # the same storage, moved again: held once, at its new size
+    assert (again.count, again.held()) == (1, 128 * 8 * 4)

@@ -134,8 +134,10 @@ class Allocations(TorchDispatchMode):
     """Counts the storages that operations create, and their bytes; names the largest.
 
     An operator's output whose storage none of its inputs owns is new memory (`empty`, `cat`,
-    `clone`, `zeros`, a gather); an in-place write or a view is not. Any storage design is measured
-    alike: one big buffer, doubling, 1.5x growth, a list of fixed blocks.
+    `clone`, `zeros`, a gather); an in-place write or a view is not, unless it moved a tensor's
+    storage to new memory (`resize_` past its size: counted at its new size). Any storage design
+    is measured alike: one big buffer, doubling, 1.5x growth, a list of fixed blocks. Not seen:
+    `untyped_storage().resize_()`, which no operator dispatches.
 
     `kept`: a list that gets a weak reference to each new storage; pass one list to the
     Allocations of successive calls and `held()` is the bytes of all their storages still alive
@@ -152,7 +154,8 @@ class Allocations(TorchDispatchMode):
         """False: torch would otherwise wrap `__torch_dispatch__` in torch._dynamo.disable, and
         the first dispatch would import torch._dynamo: 1 s of the worker's start, and modules
         that make every forked child about twice as costly to fork and to end (its heap). Code
-        the candidate compiles still runs under this mode (tested)."""
+        the candidate compiles is still counted: while torch.compile traces, the counting is
+        hidden from it (`_untraced_count`) and runs as the code does (tested)."""
         return False
 
     def __init__(self, kept: list | None = None):
@@ -162,8 +165,15 @@ class Allocations(TorchDispatchMode):
         self.groups: dict[tuple[str, tuple[int, ...], int], int] = {}  # (dtype, shape, bytes): n
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        result = func(*args, **(kwargs or {}))
-        if func.is_view or func._schema.is_mutable:  # a view or an in-place write: nothing new
+        if torch.compiler.is_compiling():  # torch.compile tracing: counted as it runs, untraced
+            return _untraced_count()(self, func, args, kwargs or {})
+        return self._count(func, args, kwargs or {})
+
+    def _count(self, func, args, kwargs):
+        if func._schema.is_mutable:  # in place: new memory only where it moved a tensor's storage
+            return self._in_place(func, args, kwargs)
+        result = func(*args, **kwargs)
+        if func.is_view:
             return result
         outputs = [result] if isinstance(result, torch.Tensor) else list(_flatten(result))
         inputs = {t.untyped_storage().data_ptr() for t in _flatten((args, kwargs))
@@ -171,19 +181,36 @@ class Allocations(TorchDispatchMode):
         for out in outputs:
             if isinstance(out, torch.Tensor) and out.device.type != "meta":
                 storage = out.untyped_storage()
-                nbytes = storage.nbytes()
-                if storage.data_ptr() not in inputs and nbytes:
+                if storage.data_ptr() not in inputs and storage.nbytes():
                     inputs.add(storage.data_ptr())
-                    self.count += 1
-                    self.bytes += nbytes
-                    group = (str(out.dtype).removeprefix("torch."), tuple(out.shape), nbytes)
-                    self.groups[group] = self.groups.get(group, 0) + 1
-                    self.kept.append((StorageWeakRef(storage), nbytes))
+                    self._new(storage, out)
         return result
+
+    def _in_place(self, func, args, kwargs):
+        """Run an in-place op (`resize_`, `out=`, a write); a tensor whose storage it moved to new
+        memory (a resize past its size) counts as a new storage of its new size."""
+        tensors = [t for t in _flatten((args, kwargs))
+                   if isinstance(t, torch.Tensor) and t.device.type != "meta"]
+        before = [t.untyped_storage().data_ptr() for t in tensors]
+        result = func(*args, **kwargs)
+        for t, pointer in zip(tensors, before):
+            storage = t.untyped_storage()
+            if storage.data_ptr() != pointer and storage.nbytes():
+                self._new(storage, t)
+        return result
+
+    def _new(self, storage, tensor: torch.Tensor) -> None:
+        nbytes = storage.nbytes()
+        self.count += 1
+        self.bytes += nbytes
+        group = (str(tensor.dtype).removeprefix("torch."), tuple(tensor.shape), nbytes)
+        self.groups[group] = self.groups.get(group, 0) + 1
+        self.kept.append((StorageWeakRef(storage), nbytes))
 
     def held(self) -> int:
         """Bytes of the storages in `kept` still alive (the freed ones leave the list)."""
-        self.kept[:] = [(ref, nbytes) for ref, nbytes in self.kept if not ref.expired()]
+        alive = {ref: (ref, nbytes) for ref, nbytes in self.kept if not ref.expired()}
+        self.kept[:] = alive.values()  # a storage resized since: once, at its last size
         return sum(nbytes for _, nbytes in self.kept)
 
     def largest(self) -> list[list]:
@@ -191,6 +218,14 @@ class Allocations(TorchDispatchMode):
         each]."""
         top = sorted(self.groups.items(), key=lambda g: (-g[0][2], -g[1]))[: self.LARGEST]
         return [[dtype, list(shape), count, nbytes] for (dtype, shape, nbytes), count in top]
+
+
+def _untraced_count():
+    """Allocations._count hidden from torch.compile, which has imported torch._dynamo by the
+    time it traces (not cached: torch.compile would trace through a cache, with a warning)."""
+    import torch._dynamo
+
+    return torch._dynamo.disable(Allocations._count)
 
 
 def _attend(state: _State, op: dict):
