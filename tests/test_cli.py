@@ -225,3 +225,28 @@ def test_solution_prints_the_exact_source_when_not_a_terminal(name, path):
     result = runner.invoke(app, ["solution", name])
     assert result.exit_code == 0
     assert result.stdout_bytes == (ROOT / path).read_bytes()
+
+
+class _Exited(Exception):
+    pass
+
+
+@pytest.mark.parametrize("argv, code", [(["rubric"], 0), (["grade", "missing.py"], 2)],
+                         ids=["done", "usage-error"])
+def test_the_command_leaves_with_the_apps_exit_code_its_output_flushed(argv, code, monkeypatch,
+                                                                       tmp_path, capfd):
+    """`kata` (cli.main) ends with os._exit, skipping the interpreter's teardown: the exit code
+    must be the app's, and everything it printed must be out first."""
+    import cli
+
+    def exit_now(status):
+        raise _Exited(status)
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("sys.argv", ["kata", *argv])
+    monkeypatch.setattr(cli.os, "_exit", exit_now)
+    with pytest.raises(_Exited) as exited:
+        cli.main()
+    assert exited.value.args == (code,)
+    out, err = capfd.readouterr()
+    assert (out + err).strip(), "nothing printed before the exit"
