@@ -29,6 +29,7 @@ import math
 import torch
 from torch import Tensor
 
+
 def tiled_attention(query: Tensor, keys: Tensor, values: Tensor, lengths: Tensor) -> Tensor:
     """The contract's attend, as math only: [B, Hq, 1, D] over [B, Hkv, T, D] -> [B, Hq, 1, D].
 

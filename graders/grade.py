@@ -195,9 +195,9 @@ def grade(implementation: Path, tests: Path | None = None, *, track: str = DENSE
     `first` names items to run before the others (`kata grade --ff`): the items run in rubric
     order within each of the two groups, `on_item` hears of each as it ends, and the result
     lists them in rubric order. The candidate's own tests run from the start, beside the other
-    items, and are heard of last (unless `exitfirst`: then in their turn). The order changes no item's checks or cases (each draws its
-    own, from its own seeds); it decides only which items `exitfirst` leaves out, and which the
-    budget of MAX_TIMEOUTS hangs leaves unrun.
+    items, and are heard of last (unless `exitfirst`: then in their turn). The order changes no
+    item's checks or cases (each draws its own, from its own seeds); it decides only which items
+    `exitfirst` leaves out, and which the budget of MAX_TIMEOUTS hangs leaves unrun.
     `import_timeout` limits the import of the file, `timeout` each batch of calls. `sandbox`
     chooses the isolation (SandboxUnavailable when it cannot be had) and the memory limit.
     `workers`: the workers already started for these files (GradeWorkers.start, by a caller that
@@ -314,8 +314,8 @@ def _start_tests_early(items: list[rubric_data.Item], graders: list[Grader], can
     grader runs the tests against the bundled reference and mistakes only, never the
     candidate's implementation: no other item's outcome changes theirs."""
     own = [g for g in graders if g.item == tracks.TESTS_ITEM]
-    kata_own = [g for g in (*kata_graders(False), *kata_graders(True)) if g in own]
-    if exitfirst or tracks.TESTS_ITEM not in {item.id for item in items} or own != kata_own:
+    interviewers = set(own) - {*kata_graders(False), *kata_graders(True)}
+    if exitfirst or tracks.TESTS_ITEM not in {item.id for item in items} or interviewers:
         return None
     return beside.submit(_run_item, own, candidate)
 

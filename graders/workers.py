@@ -74,7 +74,7 @@ class Worker:
         process once it has imported torch (in this worker's sandbox, which must hold the
         companion's files as well): one torch import for both."""
         isolation.guard_judge()
-        ends = self._open()
+        ends, companion_ends = self._open(), []
         if _SPAWNER is not None and self.isolation == "process":
             self._pid, self._proc = _SPAWNER.spawn(ends), None
             kata_roots = isolation.kata_roots()
@@ -93,7 +93,7 @@ class Worker:
             ends += companion_ends
         for fd in ends:
             os.close(fd)
-        self._hello(kata_roots, companion_ends if companion else None)
+        self._hello(kata_roots, companion_ends or None)
         if companion:
             companion._host = self
             companion._hello(kata_roots)

@@ -12,8 +12,8 @@ child's whole process group. Each child is forked ahead of its request (`Spares`
 
 A batch of requests is two frames: ``{"count", "timeout", "parallel"}``, then
 ``{"requests": [...]}``, which the zygote hands on undecoded: each child decodes it and runs its
-own request. Replies: a status frame ``{"status": "done" | "timeout" | "crashed", ...}``; after "done", the
-child's own result frame, relayed byte for byte (the zygote does not decode it).
+own request. Replies: a status frame ``{"status": "done" | "timeout" | "crashed", ...}``; after
+"done", the child's own result frame, relayed byte for byte (the zygote does not decode it).
 """
 
 from __future__ import annotations
