@@ -12,6 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.bench import BENCH_CODE
+from graders import isolation
+from graders.isolation import WORKER_ENV
+
 GRADERS = Path(__file__).resolve().parent.parent / "graders"
 WORKER_SIDE = sorted((GRADERS / "worker").glob("*.py"))
 JUDGE_SIDE = sorted(p for p in GRADERS.rglob("*.py") if "worker" not in p.relative_to(GRADERS).parts)
@@ -48,3 +52,21 @@ def test_the_judge_never_loads_a_file_in_its_own_process(path):
     found = (calls & LOADERS) - allowed.get(path.name, set())
     assert not found, f"{path.relative_to(GRADERS)} loads code with {sorted(found)}"
 
+
+
+@pytest.mark.parametrize("mode", ["bwrap", "process"])
+def test_workers_ask_for_a_heap_on_huge_pages_and_the_bench_runner_does_not(mode):
+    """A worker forks a child a call: its heap on huge pages makes that fork cheap. The bench's
+    runner keeps the C library's defaults, so that its figures are PyTorch's as users run it."""
+
+    def environment(module: str, code: tuple[str, ...]) -> dict[str, str]:
+        launched = isolation.launch(mode, module, [], code=code)
+        launched.close_fds()
+        launched.cleanup()
+        if mode == "process":
+            return launched.env
+        argv = launched.argv
+        return {argv[i + 1]: argv[i + 2] for i, arg in enumerate(argv) if arg == "--setenv"}
+
+    assert environment("graders.worker", ("graders.worker",)).items() >= WORKER_ENV.items()
+    assert "GLIBC_TUNABLES" not in environment("benchmarks.runner", BENCH_CODE)
