@@ -45,6 +45,7 @@ SOLUTIONS = {  # in the order a learner reads them
     "paged": bundled.SOLUTIONS / "paged_kv_cache.py",
     "tiled": bundled.TILED_ATTENTION,
     "fused": bundled.FUSED_ATTENTION,
+    "fused-paged": bundled.FUSED_PAGED_ATTENTION,
     "tests": bundled.SOLUTIONS / "test_kv_cache.py",
 }
 TRACK_HELP = " or ".join(f"'{t.id}' ({t.title}, {t.implementation})" for t in TRACKS.values()) + "."
@@ -426,39 +427,18 @@ def _step_diff(old: str, new: str) -> str:
                                         tofile=f"{new} ({new_label})"))
 
 
-ATTENTION_STEPS = {"tiled": "tiled_attention", "fused": "fused_attention"}  # step: its function
-
-
 def _step_source(name: str) -> tuple[str, str]:
     """(what the step is, its whole file). Every step is its file, except the attention steps
-    (`tiled`, `fused`), each a function, not a cache: its step is the preallocated solution
-    whose `attend` validates as before and then returns that function on the cache's views, the
-    function defined right after it (as the bench runs it)."""
-    import ast
+    (benchmarks/attention_steps.py), each a function, not a cache: its step is the solution it
+    starts from with attend's math replaced by a call to that function."""
+    from benchmarks import attention_steps
 
-    if name not in ATTENTION_STEPS:
+    step = attention_steps.STEPS.get(name)
+    if step is None:
         return SOLUTIONS[name].name, SOLUTIONS[name].read_text()
-    cache, step = SOLUTIONS["preallocated"].read_text(), SOLUTIONS[name].read_text()
-    attend = _top_level_function(cache, "attend")
-    # attend's math starts at its first statement that reads the cache's views; before it, checks.
-    first = next(statement for statement in attend.body
-                 if any(isinstance(node, ast.Attribute) and node.attr == "keys"
-                        for node in ast.walk(statement)))
-    function = _top_level_function(step, ATTENTION_STEPS[name])
-    lines = cache.splitlines(keepends=True)
-    call = f"    return {function.name}(query, cache.keys, cache.values, cache.lengths)\n"
-    body = step.splitlines(keepends=True)[function.lineno - 1:function.end_lineno]
-    label = f"{SOLUTIONS['preallocated'].name}, attend's math in {SOLUTIONS[name].name}"
-    return label, "".join([*lines[:first.lineno - 1], call, "\n\n", *body,
-                           *lines[attend.end_lineno:]])
-
-
-def _top_level_function(source: str, name: str):
-    """The ast.FunctionDef of the top-level function `name` of `source`."""
-    import ast
-
-    return next(node for node in ast.parse(source).body
-                if isinstance(node, ast.FunctionDef) and node.name == name)
+    start = SOLUTIONS[step.start]
+    return (f"{start.name}, attend's math in {step.file.name}",
+            attention_steps.step_file(name, start.read_text()))
 
 
 @app.command("grade-all")
@@ -533,7 +513,9 @@ def bench(
     timeout: Annotated[float, typer.Option(
         help="Seconds one call into a subject may take.", min=0.1)] = 120.0,
     sandbox: Annotated[SandboxMode, typer.Option(help=SANDBOX_HELP)] = SandboxMode.auto,
-    memory: Annotated[float, typer.Option(help=MEMORY_HELP, min=0.1)] = 4.0,
+    memory: Annotated[float, typer.Option(
+        help="GiB of memory the bench process may use: it holds every subject's cache of a cell "
+        "at once, about 3 GiB at T=16384 with the bundled subjects.", min=0.1)] = 8.0,  # benchmarks.bench.Settings
 ) -> None:
     """Measure ms per decode step (append one token, then attend) and memory held, against bare
     attention, the pure read of K and V, and Hugging Face's caches."""

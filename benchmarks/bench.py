@@ -19,7 +19,7 @@ from typing import Callable
 
 from benchmarks.timing import Summary
 from graders import bundled, isolation
-from graders.isolation import Sandbox
+from graders.isolation import GIB, Sandbox
 from graders.workers import OutputTail
 from graders.worker import frames, wire
 
@@ -37,7 +37,7 @@ class SubjectSpec:
     id: str
     kind: str  # "solution", "candidate", "floor" or "peer"
     label: str
-    builder: str  # how the runner builds it: "contract", "tiled", "fused", "bare", "hf-dynamic", ...
+    builder: str  # how the runner builds it: "contract", "tiled", "fused", "fused-paged", "bare", ...
     path: str | None = None
     quantize: str | None = None
 
@@ -55,6 +55,10 @@ BUNDLED = [
                 str(SOLUTIONS / "paged_kv_cache.py")),
     SubjectSpec("paged-int8", "solution", "paged, int8 storage", "contract",
                 str(SOLUTIONS / "paged_kv_cache.py"), quantize="int8"),
+    SubjectSpec("fused-paged", "solution", "paged + fused paged attention (torch.compile)",
+                "fused-paged", str(SOLUTIONS / "paged_kv_cache.py")),
+    SubjectSpec("fused-paged-int8", "solution", "paged, int8, fused paged attention",
+                "fused-paged", str(SOLUTIONS / "paged_kv_cache.py"), quantize="int8"),
     SubjectSpec("bare", "floor", "bare attention (contiguous K, V; no cache)", "bare"),
     SubjectSpec("read", "floor", "pure read of K and V", "read"),
     SubjectSpec("hf-dynamic", "peer", "HF transformers DynamicCache + SDPA", "hf-dynamic"),
@@ -82,7 +86,9 @@ class Settings:
     warmup: int = 3
     reps: int = 15
     timeout: float = 120.0  # seconds one call into a subject may take
-    sandbox: Sandbox = Sandbox()  # how candidate files are walled off, and their memory limit
+    # How candidate files are walled off, and the bench process's memory limit: it holds every
+    # subject's cache of a cell at once (about 3 GiB at T=16384 with the bundled subjects).
+    sandbox: Sandbox = Sandbox(memory=8 * GIB)
 
     @property
     def cells(self) -> list[Cell]:

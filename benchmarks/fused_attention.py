@@ -59,22 +59,28 @@ def fused_attention(query: Tensor, keys: Tensor, values: Tensor, lengths: Tensor
 def compiled_attention():
     """`fused_attention` compiled for any cache length (dynamic shapes); Unavailable when
     torch.compile fails here or its result differs from eager PyTorch on a small case."""
-    # A bench compiles once per dtype and head grouping, and again for a few ranges of lengths:
-    # more than torch's default limit of 8 compilations of one function. Past the limit it
-    # would run the products above eagerly, a cache-sized temporary each, and report that as
-    # "fused"; with the limit raised, and failing when hit, a figure is always compiled code.
-    torch._dynamo.config.recompile_limit = 64
-    torch._dynamo.config.fail_on_recompile_limit_hit = True
-    compiled = torch.compile(fused_attention, dynamic=True)
     gen = torch.Generator().manual_seed(0)
     query = torch.randn(2, 4, 1, 8, generator=gen)
     keys, values = torch.randn(2, 2, 5, 8, generator=gen), torch.randn(2, 2, 5, 8, generator=gen)
-    lengths = torch.tensor([5, 3])
+    return compile_checked(fused_attention, (query, keys, values, torch.tensor([5, 3])),
+                           dynamic=True)
+
+
+def compile_checked(function, example: tuple, dynamic: bool | None):
+    """`function` compiled (`dynamic` as torch.compile takes it); Unavailable when
+    torch.compile fails here or its result on `example` differs from eager PyTorch."""
+    # A bench compiles once per dtype and head grouping, and again for a few ranges of lengths:
+    # more than torch's default limit of 8 compilations of one function. Past the limit it
+    # would run the products above eagerly, a cache-sized temporary each, and report that as
+    # compiled; with the limit raised, and failing when hit, a figure is always compiled code.
+    torch._dynamo.config.recompile_limit = 64
+    torch._dynamo.config.fail_on_recompile_limit_hit = True
+    compiled = torch.compile(function, dynamic=dynamic)
     try:
-        got = compiled(query, keys, values, lengths)
+        got = compiled(*example)
     except Exception as exc:  # noqa: BLE001 - a missing compiler surfaces as many exception types
         raise Unavailable(f"torch.compile does not work here: {type(exc).__name__}: "
                           f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''}") from None
-    if not torch.allclose(got, fused_attention(query, keys, values, lengths), atol=1e-5):
+    if not torch.allclose(got, function(*example), atol=1e-5):
         raise Unavailable("torch.compile gives a different result from eager PyTorch here")
     return compiled

@@ -12,6 +12,7 @@ Subjects:
                       does not know its final length would call it.
     tiled, fused      the preallocated solution's cache with `tiled_attention`, or with
                       `fused_attention` compiled.
+    fused-paged       the paged solution's pool with `fused_paged_attention` compiled.
     floors            bare attention over contiguous K and V (no cache around it) and the pure
                       read of K and V: what the machine does with no cache work at all.
     peers             Hugging Face transformers' DynamicCache and StaticCache with its own
@@ -171,6 +172,18 @@ def _dense(module, history: History) -> Stepper:
 
 
 def _paged(module, history: History, quantize: str | None) -> Stepper:
+    cache, sequences = _filled_pool(module, history, quantize)
+
+    def step():
+        for b in sequences:
+            cache.append(b, history.new_key[b], history.new_value[b])  # [Hkv, 1, D]
+        return cache.attend(sequences, history.query)
+
+    return Stepper(step, lambda: storage_bytes(cache), quantized=quantize is not None)
+
+
+def _filled_pool(module, history: History, quantize: str | None):
+    """A PagedKVCache of `module` holding the history, one sequence a row; (cache, seq ids)."""
     batch, kv_heads, _, head_dim = history.keys.shape
     blocks = batch * -(-history.capacity // BLOCK_SIZE)  # each sequence may fill its capacity
     options = {"quantize": quantize} if quantize else {}
@@ -180,13 +193,7 @@ def _paged(module, history: History, quantize: str | None) -> Stepper:
     for b in sequences:
         cache.add(b)
         cache.append(b, history.keys[b].clone(), history.values[b].clone())  # [Hkv, T, D]
-
-    def step():
-        for b in sequences:
-            cache.append(b, history.new_key[b], history.new_value[b])  # [Hkv, 1, D]
-        return cache.attend(sequences, history.query)
-
-    return Stepper(step, lambda: storage_bytes(cache), quantized=quantize is not None)
+    return cache, sequences
 
 
 def fused(module) -> Callable[[History], Stepper]:
@@ -217,6 +224,32 @@ def attend_with(module, attention) -> Callable[[History], Stepper]:
             return attention(history.query, cache.keys, cache.values, cache.lengths)
 
         return Stepper(step, lambda: storage_bytes(cache))
+
+    return build
+
+
+def fused_paged(module, quantize: str | None) -> Callable[[History], Stepper]:
+    """The paged cache of `module` with `fused_paged_attention` compiled as its attend's math;
+    Unavailable where torch.compile does not work."""
+    from benchmarks.fused_paged_attention import compiled_paged_attention
+
+    attention = compiled_paged_attention()
+
+    def build(history: History) -> Stepper:
+        cache, sequences = _filled_pool(module, history, quantize)
+
+        def step():
+            for b in sequences:
+                cache.append(b, history.new_key[b], history.new_value[b])  # [Hkv, 1, D]
+            # What the step's attend does once the query is validated: the padded tables.
+            tables = [cache.block_table(b) for b in sequences]
+            width = max(len(table) for table in tables)
+            blocks = torch.tensor([table + [0] * (width - len(table)) for table in tables])
+            lengths = torch.tensor([cache.length(b) for b in sequences])
+            return attention(history.query, cache.k_pool, cache.v_pool, cache.k_scale,
+                             cache.v_scale, blocks, lengths)
+
+        return Stepper(step, lambda: storage_bytes(cache), quantized=quantize is not None)
 
     return build
 

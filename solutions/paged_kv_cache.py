@@ -60,8 +60,8 @@ class PagedKVCache:
     - fork's dst has no reservation (it takes unreserved blocks). It counts as added at the fork,
       so `evict` takes it before its src; evicting it returns only the blocks it alone holds.
     - A free list used as a stack: the most recently freed block is reused first.
-    - `pool_bytes` counts the pools and their scales, not attend's scratch buffers: those are
-      workspace for the batch being attended, not storage of the pool (`kata bench` counts them
+    - `pool_bytes` counts the pools and their scales only, not what attend keeps between calls
+      (workspace for the batch being attended, not storage of the pool; `kata bench` counts it
       in the memory a cache holds).
     """
 

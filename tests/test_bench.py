@@ -24,7 +24,8 @@ ROOT = Path(__file__).resolve().parent.parent
 runner = CliRunner()
 TINY = ["--lengths", "16,40", "--dtypes", "float32,bfloat16", "--shapes", "mha,gqa",
         "--warmup", "1", "--reps", "3"]
-WITHOUT_FUSED = ",".join(i for i in BUNDLED_IDS if i != "fused")  # compiling has a test of its own
+COMPILED = {"fused", "fused-paged", "fused-paged-int8"}  # compiling has a test of its own
+WITHOUT_COMPILED = ",".join(i for i in BUNDLED_IDS if i not in COMPILED)
 
 
 def transformers_installed() -> bool:
@@ -38,7 +39,7 @@ def transformers_installed() -> bool:
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("bench")
-    result = runner.invoke(app, ["bench", *TINY, "--subjects", WITHOUT_FUSED,
+    result = runner.invoke(app, ["bench", *TINY, "--subjects", WITHOUT_COMPILED,
                                  "--json", str(out / "bench.json"), "--plot", str(out / "bench.png")])
     return result, json.loads((out / "bench.json").read_text()), out
 
@@ -56,7 +57,7 @@ def test_the_tiny_bench_exits_0_and_prints_a_table_per_shape_and_dtype(tiny_run)
 def test_every_subject_has_positive_figures_in_every_cell(tiny_run):
     _, report, _ = tiny_run
     statuses = {s["id"]: s["status"] for s in report["subjects"]}
-    expected_ok = {i for i in BUNDLED_IDS if i != "fused"}
+    expected_ok = {i for i in BUNDLED_IDS if i not in COMPILED}
     if not transformers_installed():
         expected_ok -= {"hf-dynamic", "hf-static"}
     assert {i for i, status in statuses.items() if status == "ok"} == expected_ok
@@ -130,19 +131,23 @@ def test_without_a_png_the_plot_is_drawn_in_text():
 
 
 @pytest.mark.slow
-def test_the_fused_path_is_measured_where_torch_compile_works_and_said_unavailable_elsewhere(tmp_path):
+def test_the_fused_paths_are_measured_where_torch_compile_works_and_said_unavailable_elsewhere(tmp_path):
     out = tmp_path / "bench.json"
     result = runner.invoke(app, ["bench", "--lengths", "16", "--dtypes", "float32", "--shapes", "gqa",
-                                 "--warmup", "1", "--reps", "2", "--subjects", "fused,read",
-                                 "--json", str(out)])
+                                 "--warmup", "1", "--reps", "2", "--subjects",
+                                 ",".join([*sorted(COMPILED), "paged", "read"]), "--json", str(out)])
     assert result.exit_code == 0, result.output
     assert "gqa, float32: ms per step against T" in result.output  # no --plot: the text plot
     report = json.loads(out.read_text())
-    fused = next(s for s in report["subjects"] if s["id"] == "fused")
-    if fused["status"] == "ok":  # its first output was checked against float64 attention
-        assert report["cells"][0]["results"]["fused"]["ms"]["median"] > 0
-    else:
-        assert fused["status"] == "unavailable" and "torch.compile" in fused["message"]
+    results = report["cells"][0]["results"]
+    for subject in (s for s in report["subjects"] if s["id"] in COMPILED):
+        if subject["status"] == "ok":  # its first output was checked against float64 attention
+            assert results[subject["id"]]["ms"]["median"] > 0
+        else:
+            assert subject["status"] == "unavailable" and "torch.compile" in subject["message"]
+    if "fused-paged" in results:  # blocks read where they lie: no gather scratch beside the pool
+        assert results["fused-paged"]["held_bytes"] < results["paged"]["held_bytes"]
+        assert results["fused-paged-int8"]["held_bytes"] < results["fused-paged"]["held_bytes"]
 
 
 @pytest.mark.slow

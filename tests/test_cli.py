@@ -193,7 +193,7 @@ def test_import_timeout_reaches_the_judge(command, seen, monkeypatch, tmp_path):
 def test_the_defaults_are_the_judges(command, seen, monkeypatch, tmp_path):
     monkeypatch.chdir(ROOT)
     runner.invoke(app, [arg.format(tmp=tmp_path) for arg in COMMANDS[command]])
-    assert seen["sandbox"] == Sandbox()
+    assert seen["sandbox"] == (bench.Settings([], [], [], []).sandbox if command == "bench" else Sandbox())
     if command != "bench":
         assert seen["import_timeout"] == judge.DEFAULT_IMPORT_TIMEOUT
 
@@ -220,7 +220,8 @@ def test_a_missing_kata_file_exits_4_with_one_line(command, monkeypatch, tmp_pat
 
 @pytest.mark.parametrize("name, path", [("concat", "solutions/concat_kv_cache.py"),
                                         ("tiled", "benchmarks/tiled_attention.py"),
-                                        ("fused", "benchmarks/fused_attention.py")])
+                                        ("fused", "benchmarks/fused_attention.py"),
+                                        ("fused-paged", "benchmarks/fused_paged_attention.py")])
 def test_solution_prints_the_exact_source_when_not_a_terminal(name, path):
     result = runner.invoke(app, ["solution", name])
     assert result.exit_code == 0

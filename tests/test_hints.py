@@ -2,7 +2,7 @@
 
 Every item has at least three steps: first a question that points, then the concept, then the
 shape of the fix. No step is code: none contains a line of code of a solution (solutions/*.py and
-the fused step, benchmarks/fused_attention.py), compared without whitespace, of at least
+the attention steps in benchmarks/), compared without whitespace, of at least
 MIN_CODE_LINE characters.
 """
 
@@ -29,7 +29,8 @@ def _squeezed(text: str) -> str:
 def solution_code_lines() -> set[str]:
     """Every line of code (comments and docstrings removed) of the solutions, without whitespace,
     of at least MIN_CODE_LINE characters."""
-    files = [*sorted(bundled.SOLUTIONS.glob("*.py")), bundled.TILED_ATTENTION, bundled.FUSED_ATTENTION]
+    files = [*sorted(bundled.SOLUTIONS.glob("*.py")), bundled.TILED_ATTENTION, bundled.FUSED_ATTENTION,
+             bundled.FUSED_PAGED_ATTENTION]
     lines = {_squeezed(line) for path in files
              for line in strip_prose(path.read_text()).splitlines()}
     return {line for line in lines if len(line) >= MIN_CODE_LINE}

@@ -27,6 +27,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from typer.testing import CliRunner
 
 import cli
+from benchmarks import attention_steps
 from benchmarks.subjects import SHAPES
 from graders.mutation import strip_prose
 
@@ -173,8 +174,8 @@ def faster(slow: str, fast: str, column: str = "MHA fp32"):
     return lambda table: table[(slow, column)]["ms"] / table[(fast, column)]["ms"]
 
 
-def both(first, second):
-    return lambda table: (first(table), second(table))
+def both(*figures):
+    return lambda table: tuple(figure(table) for figure in figures)
 
 
 # (file, the phrase it quotes, the figures in the phrase, computed from the table)
@@ -203,6 +204,13 @@ QUOTED = [
      both(bare("tiled", "MHA bf16"), bare("preallocated", "MHA bf16"))),
     ("solutions/README.md", "in eager PyTorch. bf16 without copies of the whole cache: {:.2f}x bare, against {:.2f}x",
      both(bare("tiled", "MHA bf16"), bare("preallocated", "MHA bf16"))),
+    ("solutions/README.md", "No gather: {:.2f}x bare, against {:.2f}x; int8 dequantized as read: "
+     "{:.2f}x, against {:.2f}x", both(bare("fused-paged"), bare("paged"), bare("fused-paged-int8"),
+                                      bare("paged-int8"))),
+    ("solutions/README.md", "No gather and no scratch: {:.2f}x bare in float32", bare("fused-paged")),
+    ("solutions/README.md", "read, {:.2f}x bare: faster than bare float32 attention",
+     bare("fused-paged-int8")),
+    ("README.md", "No gather: {:.2f}x bare, not {:.2f}x", both(bare("fused-paged"), bare("paged"))),
 ]
 
 
@@ -284,10 +292,10 @@ def test_a_step_against_itself_is_no_diff():
     assert result.exit_code == 0 and result.stdout == ""
 
 
-ATTENTION_STEPS = ["tiled", "fused"]
+DENSE_ATTENTION_STEPS = ["tiled", "fused"]
 
 
-@pytest.mark.parametrize("step", ATTENTION_STEPS)
+@pytest.mark.parametrize("step", DENSE_ATTENTION_STEPS)
 def test_an_attention_step_is_the_preallocated_file_with_attends_math_swapped(step):
     label, source = cli._step_source(step)
     preallocated = (SOLUTIONS / "kv_cache.py").read_text()
@@ -302,20 +310,51 @@ def test_an_attention_step_is_the_preallocated_file_with_attends_math_swapped(st
     # Outside attend and the new function, not a line changes.
     removed = [line for line in difflib.ndiff(preallocated.splitlines(), source.splitlines())
                if line.startswith("- ")]
-    old_attend = cli._top_level_function(preallocated, "attend")
+    old_attend = attention_steps.top_level_function(preallocated, "attend")
     math_lines = preallocated.splitlines()[old_attend.body[0].lineno - 1:old_attend.end_lineno]
     assert all(line[2:] in math_lines for line in removed)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("step", ATTENTION_STEPS)
-def test_an_attention_step_grades(step, tmp_path):
-    """The printed step is a whole implementation: it passes every item, public and hidden."""
-    from graders.grade import grade
+def test_the_fused_paged_step_is_the_paged_file_with_attends_math_and_its_gather_swapped():
+    label, source = cli._step_source("fused-paged")
+    paged = (SOLUTIONS / "paged_kv_cache.py").read_text()
+    assert "fused_paged_attention.py" in label
+    tree = ast.parse(source)
+    assert [n.name for n in tree.body if isinstance(n, (ast.ClassDef, ast.FunctionDef))][-2:] == \
+        ["PagedKVCache", "fused_paged_attention"]
+    cache = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "PagedKVCache")
+    methods = {n.name: n for n in cache.body if isinstance(n, ast.FunctionDef)}
+    assert not {"_gather", "_scratch"} & set(methods), "the gather and its scratch go"
+    assert ast.unparse(methods["attend"].body[-1]) == ("return fused_paged_attention(query, "
+        "self.k_pool, self.v_pool, self.k_scale, self.v_scale, index, lengths)")
+    # Outside attend's math, the gather and its scratch, not a line changes.
+    old_cache = next(n for n in ast.parse(paged).body
+                     if isinstance(n, ast.ClassDef) and n.name == "PagedKVCache")
+    old = {n.name: n for n in old_cache.body if isinstance(n, ast.FunctionDef)}
+    lines = paged.splitlines()
+    math_lines = lines[old["attend"].body[0].lineno - 1:old["_scratch"].end_lineno]
+    buffers = [line for line in lines if "self._buffers" in line]
+    removed = [line[2:] for line in difflib.ndiff(lines, source.splitlines()) if line.startswith("- ")]
+    assert all(line in math_lines or line in buffers for line in removed)
+    assert "self._buffers" not in source and "_gather" not in source
 
-    path = tmp_path / "kv_cache.py"
+
+ATTENTION_STEPS = [("tiled", "dense"), ("fused", "dense"), ("fused-paged", "serving")]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("step, track", ATTENTION_STEPS, ids=[s for s, _ in ATTENTION_STEPS])
+def test_an_attention_step_grades(step, track, tmp_path):
+    """The printed step is a whole implementation: it passes every item of its track, public and
+    hidden."""
+    from graders.grade import grade
+    from graders.tracks import TRACKS
+
+    path = tmp_path / TRACKS[track].implementation
     path.write_text(cli._step_source(step)[1])
-    result = grade(path, SOLUTIONS / "test_kv_cache.py", hidden=True)
+    tests = SOLUTIONS / "test_kv_cache.py" if track == "dense" else None
+    result = grade(path, tests, track=track, hidden=True)
     assert not result.grader_broke
-    assert result.passed and result.level == "L6", \
+    assert result.passed and result.score == result.max_score, \
         [f"{i.id}: {i.message}" for i in result.items if i.status != "pass"]
+    assert track != "dense" or result.level == "L6"
