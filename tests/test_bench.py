@@ -132,22 +132,24 @@ def test_without_a_png_the_plot_is_drawn_in_text():
 
 @pytest.mark.slow
 def test_the_fused_paths_are_measured_where_torch_compile_works_and_said_unavailable_elsewhere(tmp_path):
+    """fused-paged's float32 graph is compiled by its check; the bench compiles the int8 one. At
+    T=40 the steps stay within 3 blocks: one compilation each, not a second for a new width."""
     out = tmp_path / "bench.json"
-    result = runner.invoke(app, ["bench", "--lengths", "16", "--dtypes", "float32", "--shapes", "gqa",
+    measured = ["fused", "fused-paged-int8"]
+    result = runner.invoke(app, ["bench", "--lengths", "40", "--dtypes", "float32", "--shapes", "gqa",
                                  "--warmup", "1", "--reps", "2", "--subjects",
-                                 ",".join([*sorted(COMPILED), "paged", "read"]), "--json", str(out)])
+                                 ",".join([*measured, "paged-int8", "read"]), "--json", str(out)])
     assert result.exit_code == 0, result.output
     assert "gqa, float32: ms per step against T" in result.output  # no --plot: the text plot
     report = json.loads(out.read_text())
     results = report["cells"][0]["results"]
-    for subject in (s for s in report["subjects"] if s["id"] in COMPILED):
+    for subject in (s for s in report["subjects"] if s["id"] in measured):
         if subject["status"] == "ok":  # its first output was checked against float64 attention
             assert results[subject["id"]]["ms"]["median"] > 0
         else:
             assert subject["status"] == "unavailable" and "torch.compile" in subject["message"]
-    if "fused-paged" in results:  # blocks read where they lie: no gather scratch beside the pool
-        assert results["fused-paged"]["held_bytes"] < results["paged"]["held_bytes"]
-        assert results["fused-paged-int8"]["held_bytes"] < results["fused-paged"]["held_bytes"]
+    if "fused-paged-int8" in results:  # blocks read where they lie: no gather scratch
+        assert results["fused-paged-int8"]["held_bytes"] < results["paged-int8"]["held_bytes"] / 2
 
 
 @pytest.mark.slow
