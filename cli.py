@@ -184,20 +184,31 @@ def grade(
     detail = "quiet" if quiet else "verbose" if verbose else "brief" if watch else "default"
     follow_failures = not hidden and (failed_first or last_failed or watch)
 
-    def run_once() -> int:
+    def planned() -> tuple:
+        """(the plan, the options) of a run now: with --watch, --ff or --lf, they follow the
+        items the last grade did not pass."""
         from graders.workflows.last_failed import Plan, plan
 
         only = set(item) if item else None
         order = (plan(implementation, chosen, only, level, last_failed=last_failed)
                  if follow_failures else Plan(only, set(), ""))
-        return _grade_and_report(implementation, tests, shown=str(shown or implementation),
-                                 track=track, hidden=hidden, extra_graders=graders,
-                                 only=order.only, first=order.first, up_to=level,
-                                 exitfirst=exitfirst, timeout=timeout,
-                                 import_timeout=import_timeout, sandbox=_sandbox(sandbox, memory),
-                                 seed=seed, json_path=json_path, output_format=output_format,
+        return order, dict(track=track, hidden=hidden, extra_graders=graders, only=order.only,
+                           first=order.first, up_to=level, exitfirst=exitfirst, timeout=timeout,
+                           import_timeout=import_timeout, sandbox=_sandbox(sandbox, memory),
+                           seed=seed)
+
+    ahead = []  # --watch: the next run's workers, started once a report is out
+
+    def run_once() -> int:
+        order, options = planned()
+        code = _grade_and_report(implementation, tests, shown=str(shown or implementation),
+                                 json_path=json_path, output_format=output_format,
                                  markdown=markdown, junit=junit, detail=detail, note=order.note,
-                                 command=command)
+                                 command=command, workers=_take(ahead, implementation, tests,
+                                                                options), **options)
+        if watch:  # torch imported in them while the files are edited, not after the save
+            ahead.append(_start_workers(implementation, tests, planned()[1], ahead=True))
+        return code
 
     try:
         if not watch:
@@ -209,6 +220,44 @@ def grade(
         watch_files([p for p in (implementation, tests) if p], run_once)
     except SandboxUnavailable as exc:
         _usage_error(str(exc))
+    finally:
+        for workers in ahead:
+            workers.close()
+
+
+def _start_workers(implementation: Path, tests: Path | None, options: dict, ahead: bool = False):
+    """The workers a grade with `options` needs (graders.workers.GradeWorkers.start)."""
+    from graders import tracks
+    from graders.workers import GradeWorkers
+
+    return GradeWorkers.start(implementation, _tests_run(tests, options),
+                              tracks.get(options["track"]).module, options["sandbox"],
+                              options["import_timeout"], ahead=ahead)
+
+
+def _tests_run(tests: Path | None, options: dict) -> Path | None:
+    """`tests` when an item a grade with `options` runs uses the candidate's tests, else None."""
+    from graders import tracks
+    from graders.rubric import selected
+
+    track = tracks.get(options["track"])
+    chosen = {item.id for item in selected(track, options["only"], options["up_to"])}
+    return tests if track.runs_tests(chosen) else None
+
+
+def _take(ahead: list, implementation: Path, tests: Path | None, options: dict):
+    """The workers started ahead for this run, let go on the files as they are now; None when
+    there are none, or they do not fit (the run needs a tests worker they lack, or the other
+    way round; a file is missing): then they are closed, and the run starts its own."""
+    if not ahead:
+        return None
+    workers = ahead.pop()
+    files = [implementation, *([workers.tests] if workers.tests else [])]
+    if workers.tests != _tests_run(tests, options) or not all(f.is_file() for f in files):
+        workers.close()
+        return None
+    workers.go()
+    return workers
 
 
 def _check_report_flags(verbose: bool, quiet: bool, hidden: bool, follow_failures: bool) -> None:
@@ -267,24 +316,17 @@ def _check_private_graders(folder: Path, hidden: bool, track) -> None:
 def _grade_and_report(implementation: Path, tests: Path | None, *, shown: str,
                       json_path: Path | None, output_format: str, markdown: Path | None,
                       junit: Path | None, detail: str, note: str, command: str,
-                      **options) -> int:
+                      workers=None, **options) -> int:
     """Grade, record which items did not pass (graders.workflows.last_failed), print a line
     naming the files and `note` (not for the "quiet" and "brief" details), then the report at
     `detail` (graders.formats.report.render), and write the files asked for.
 
     Every path is absolute; `shown` is how the report names the implementation, `command` how
-    to grade it again."""
+    to grade it again. `workers`: started ahead for this grade (None: started here)."""
     from dataclasses import replace
 
-    from graders import tracks
-    from graders.rubric import selected
-    from graders.workers import GradeWorkers
-
     # The workers first: each imports torch while this process imports the judge, which does too.
-    track = tracks.get(options["track"])
-    chosen = {item.id for item in selected(track, options["only"], options["up_to"])}
-    workers = GradeWorkers.start(implementation, tests if track.runs_tests(chosen) else None,
-                                 track.module, options["sandbox"], options["import_timeout"])
+    workers = workers or _start_workers(implementation, tests, options)
     from graders.formats import report
     from graders.grade import grade as run_grade
     from graders.workflows import last_failed

@@ -89,13 +89,21 @@ class Launch:
     env: dict
     cwd: str
     pass_fds: tuple[int, ...] = ()
-    scratch: str | None = None  # the process fallback's working directory, removed at the end
+    scratch: str | None = None  # a folder of the judge's for this process, removed at the end
     kata_roots: list[str] = field(default_factory=list)  # for the import guard in the worker
+    staged: list[tuple[Path, Path]] = field(default_factory=list)  # (file, the copy it sees)
 
     def close_fds(self) -> None:
         """Close the descriptors handed to bubblewrap (it has read them once started)."""
         for fd in self.pass_fds:
             os.close(fd)
+
+    def stage(self) -> None:
+        """A staged launch: copy each file's content now into the copy the sandbox sees at the
+        file's path (in place: the bind follows the copy's inode)."""
+        for path, copy in self.staged:
+            with open(path, "rb") as source, open(copy, "wb") as target:
+                shutil.copyfileobj(source, target)
 
     def cleanup(self) -> None:
         if self.scratch:
@@ -103,12 +111,17 @@ class Launch:
 
 
 def launch(isolation: str, module: str, files: list[Path],
-           code: tuple[str, ...] = ("graders.worker",), tmp_bytes: int = TMP_BYTES) -> Launch:
+           code: tuple[str, ...] = ("graders.worker",), tmp_bytes: int = TMP_BYTES,
+           staged: bool = False) -> Launch:
     """How to run `python -m module` under `isolation`, seeing `files` (read-only, at their own
     paths) and the kata's packages named in `code` ("graders.worker": the worker side alone),
-    with a private /tmp of `tmp_bytes`."""
+    with a private /tmp of `tmp_bytes`.
+
+    Bubblewrap shows `files` as they are at the launch; `staged`, as they are at each
+    `Launch.stage()` (a process started before a save reads the saved file). The process
+    fallback reads them where they lie, whenever it reads them."""
     if isolation == "bwrap":
-        return _bwrap_launch(module, files, code, tmp_bytes)
+        return _bwrap_launch(module, files, code, tmp_bytes, staged)
     scratch = tempfile.mkdtemp(prefix="kata-worker-")
     env = {key: value for key, value in os.environ.items()
            if key in PASSED_ON or key.startswith(("LC_", "PYTHON"))}
@@ -147,7 +160,8 @@ def bwrap_problem() -> str | None:
 _uids = itertools.count()
 
 
-def _bwrap_launch(module: str | None, files: list[Path], code, tmp_bytes: int) -> Launch:
+def _bwrap_launch(module: str | None, files: list[Path], code, tmp_bytes: int,
+                  staged: bool = False) -> Launch:
     args = ["bwrap", "--die-with-parent", "--new-session"]
     as_root = os.getuid() == 0 and shutil.which("setpriv") is not None
     if as_root:  # no user namespace: the worker drops to a user id of its own below
@@ -183,7 +197,13 @@ def _bwrap_launch(module: str | None, files: list[Path], code, tmp_bytes: int) -
                      f"{SANDBOX_CODE}/graders/__init__.py"]
         else:
             args += tree.bind(str(KATA / package), f"{SANDBOX_CODE}/{package}")
-    for path in files:
+    copies, scratch = [], tempfile.mkdtemp(prefix="kata-staged-") if staged else None
+    for number, path in enumerate(files):
+        if staged:  # a copy of the judge's, bound read-only: stage() rewrites it in place
+            copies.append((Path(path), Path(scratch, f"{number}-{Path(path).name}")))
+            copies[-1][1].touch(mode=0o644)
+            args += tree.parents(str(path)) + ["--ro-bind", str(copies[-1][1]), str(path)]
+            continue
         fd = os.open(path, os.O_RDONLY)
         fds.append(fd)
         args += tree.parents(str(path)) + ["--perms", "0444", "--ro-bind-data", str(fd), str(path)]
@@ -204,7 +224,7 @@ def _bwrap_launch(module: str | None, files: list[Path], code, tmp_bytes: int) -
                  "--inh-caps=-all", "--bounding-set=-all"]
     inner = ["-c", ""] if module is None else ["-P", "-m", module]
     return Launch(args + [sys.executable, *inner], {"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
-                  "/", tuple(fds))
+                  "/", tuple(fds), scratch=scratch, staged=copies)
 
 
 class _Tree:

@@ -56,10 +56,12 @@ class Worker:
 
     def __init__(self, mode: str, path: str | None = None, *, import_timeout: float = 60.0,
                  module: str = "kv_cache",
-                 isolation: str = "process", limits: Limits = Limits(), files=()):
-        """`path` is imported as `module`."""
+                 isolation: str = "process", limits: Limits = Limits(), files=(),
+                 ahead: bool = False):
+        """`path` is imported as `module`; with `ahead`, only once `go()` is called (the worker
+        is started before the files it reads are saved)."""
         self.mode, self.path, self.import_timeout = mode, path, import_timeout
-        self.module = module
+        self.module, self.ahead = module, ahead
         self.isolation, self.limits, self.files = isolation, limits, list(files)
         self._pid: int | None = None
         self._proc: subprocess.Popen | None = None  # None when forked by the spawner
@@ -83,7 +85,8 @@ class Worker:
                 companion = None
         else:
             companion_ends = companion._open() if companion else []
-            self._launch = isolation.launch(self.isolation, "graders.worker", self.files)
+            self._launch = isolation.launch(self.isolation, "graders.worker", self.files,
+                                            staged=self.ahead)
             self._proc = isolation.start(
                 self._launch.argv, stdin=ends[0], stdout=ends[1], stderr=ends[2],
                 env=self._launch.env, cwd=self._launch.cwd,
@@ -111,8 +114,15 @@ class Worker:
 
     def _hello(self, kata_roots: list[str], companion: list[int] | None = None) -> None:
         frames.write_json(self._in, {"mode": self.mode, "path": self.path, "module": self.module,
-                                    "limits": self.limits.to_dict(),
+                                    "limits": self.limits.to_dict(), "wait": self.ahead,
                                     "kata_roots": kata_roots, "companion": companion})
+
+    def go(self) -> None:
+        """A worker started `ahead`: show it the files as they are now, and let it import."""
+        if self._launch is not None:
+            self._launch.stage()
+        frames.write_json(self._in, {"go": True})
+        self.ahead = False  # a worker started again after a crash reads the files at its start
 
     def run(self, requests: list[dict], timeout: float, parallel: int = 1) -> list[Reply]:
         """Send `requests` as one batch; one Reply each, in order."""
@@ -209,10 +219,14 @@ class GradeWorkers:
 
     @classmethod
     def start(cls, implementation: Path, tests: Path | None, module: str,
-              sandbox: isolation.Sandbox, import_timeout: float) -> "GradeWorkers":
+              sandbox: isolation.Sandbox, import_timeout: float,
+              ahead: bool = False) -> "GradeWorkers":
         """Start the workers for `implementation` (imported as `module`) and `tests` (None: not
         run). Needs no torch: a caller that has not imported it yet starts the workers first,
-        and its own import overlaps theirs. SandboxUnavailable when `sandbox` cannot be had."""
+        and its own import overlaps theirs. SandboxUnavailable when `sandbox` cannot be had.
+
+        `ahead`: for a grade that has not begun (`kata grade --watch` starts the next grade's
+        workers while the files are edited); they read the files as they are at `go()`."""
         # Inside warm_workers() (the test suite, trusted batches) "auto" takes the process
         # fallback, whose workers fork from a warm process; "require" still means bubblewrap.
         mode = "process" if sandbox.mode == "auto" and warm() else sandbox.resolve()
@@ -220,9 +234,14 @@ class GradeWorkers:
                        if tests else None)
         worker = Worker("implementation", str(implementation), import_timeout=import_timeout,
                         module=module, isolation=mode, limits=sandbox.limits(),
-                        files=list(dict.fromkeys([implementation, *([tests] if tests else [])])))
+                        files=list(dict.fromkeys([implementation, *([tests] if tests else [])])),
+                        ahead=ahead)
         worker.start(companion=test_worker)
         return cls(worker, tests, test_worker, mode)
+
+    def go(self) -> None:
+        """Workers started `ahead`: their grade begins, with the files as they are now."""
+        self.implementation.go()
 
     def close(self) -> None:
         self.implementation.close()

@@ -21,6 +21,7 @@ from graders.formats import report
 from graders.grade import grade
 from graders.isolation import KATA, Sandbox, SandboxUnavailable, _children, bwrap_problem
 from graders.mutation import REFERENCE
+from graders.workers import GradeWorkers
 
 pytestmark = pytest.mark.slow  # whole grades: `pytest -m "not slow"` is the quick loop
 
@@ -236,3 +237,39 @@ def test_the_tests_run_in_the_implementations_sandbox_forked_after_its_torch_imp
     assert [i.status for i in result.items] == ["pass", "pass"], result.items
     assert launched and all(len(pids) == 1 for pids in launched), launched
     assert not set(_children(os.getpid())) - before, "a worker outlived the grade"
+
+
+@pytest.mark.parametrize("mode", [BWRAP, PROCESS])
+def test_workers_started_ahead_read_the_file_as_saved_when_they_go(mode, tmp_path):
+    """`kata grade --watch` starts the next grade's workers before the save: they import the
+    file as it is at go(), not as it was when they started."""
+    path = tmp_path / "kv_cache.py"
+    path.write_text("def attend(:\n")  # what lay there when the workers started
+    workers = GradeWorkers.start(path, None, "kv_cache", Sandbox(mode), 60.0, ahead=True)
+    path.write_text(REFERENCE.read_text())  # the save
+    workers.go()
+    result = grade_file(path, mode, workers=workers, only={"prefix-equivalence"})
+    assert [i.status for i in result.items] == ["pass"], why(result.items[0])
+
+
+@pytest.mark.parametrize("mode", [BWRAP])
+def test_a_worker_started_ahead_sees_its_files_read_only_and_nothing_beside(mode, tmp_path,
+                                                                            hostile_file):
+    """In bubblewrap the files are staged: copies of the judge's, bound read-only at their
+    paths and rewritten at go(). The sandbox sees what it sees when started at the grade: its
+    two files, read-only, no sibling; the copies are gone with the workers."""
+    path = hostile_file("looks_around_its_folder")
+    source = path.read_text()
+    tests = tmp_path / "test_kv_cache.py"
+    tests.write_text("def test_nothing():\n    pass\n")
+    (tmp_path / "notes.txt").write_text("not the candidate's to read")
+    staged_before = set(Path(tempfile.gettempdir()).glob("kata-staged-*"))
+    workers = GradeWorkers.start(path, tests, "kv_cache", Sandbox(mode), 60.0, ahead=True)
+    workers.go()
+    result = grade_file(path, mode, tests=tests, workers=workers, only={"prefix-equivalence"})
+    (item,) = result.items
+    assert "saw ['kv_cache.py', 'test_kv_cache.py'], wrote []" in why(item), why(item)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kv_cache.py", "notes.txt",
+                                                          "test_kv_cache.py"]
+    assert path.read_text() == source
+    assert set(Path(tempfile.gettempdir()).glob("kata-staged-*")) == staged_before

@@ -5,7 +5,8 @@
 
 It speaks `graders.worker.wire` frames on the stdin/stdout it was started with, moved to private file
 descriptors at start-up; the candidate's own prints land in stderr. It imports torch once, then
-the candidate's file (mode "implementation") or pytest (mode "tests"), and from then on acts as a
+the candidate's file (mode "implementation"; a worker started ahead of its grade, with "wait" in
+its hello, first waits for a "go" frame) or pytest (mode "tests"), and from then on acts as a
 zygote: every request runs in a forked child, so a request that hangs, crashes, exits or wrecks
 the interpreter costs that request only. The zygote kills a child at its deadline, with the
 child's whole process group. Each child is forked ahead of its request (`Spares`).
@@ -60,6 +61,8 @@ def serve(proto_in: int, proto_out: int) -> None:
     if hello["mode"] == "implementation":
         from graders.worker import ops
 
+        if hello.get("wait"):  # started ahead of its grade: the file is there once "go" comes
+            frames.read_frame(proto_in)
         limits.guard_imports(hello["kata_roots"])
         module, reply = _load_implementation(hello["path"], hello["module"])
         wire.write_frame(proto_out, reply)
