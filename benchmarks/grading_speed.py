@@ -6,22 +6,29 @@ for. Run from the kata's folder:
     python -m benchmarks.grading_speed --reps 9
 
 A grade cannot be faster than one torch import (the candidate's worker needs torch); the ratio
-says how much more it costs. No test asserts these figures: they are for reading.
+says how much more it costs. "re-grade in --watch" is the time from a save to the next report of
+a `kata grade --watch` left running (its workers started ahead, while no one saves). No test
+asserts these figures: they are for reading.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from benchmarks.timing import Summary, interleaved
 
 ROOT = Path(__file__).resolve().parent.parent
-GOALS = {"grade": 2.5, "grade --hidden": 3.5, "grade --item prefix-equivalence": 1.5}
+GOALS = {"grade": 2.5, "grade --hidden": 3.5, "grade --item prefix-equivalence": 1.5,
+         "re-grade in --watch": 1.0}
+SETTLE_SECONDS = 3.0  # after its first report, for a watch's next workers to import torch
 
 
 def commands() -> dict[str, list[str]]:
@@ -42,11 +49,15 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=5, help="repetitions of each command")
     reps = parser.parse_args().reps
     with tempfile.TemporaryDirectory(prefix="kata-grading-speed-") as folder:
-        workspace = Path(folder)
-        shutil.copy(ROOT / "solutions" / "kv_cache.py", workspace / "kv_cache.py")
-        shutil.copy(ROOT / "solutions" / "test_kv_cache.py", workspace / "test_kv_cache.py")
+        workspace, watched = Path(folder, "workspace"), Path(folder, "watched")
+        for place in (workspace, watched):
+            place.mkdir()
+            shutil.copy(ROOT / "solutions" / "kv_cache.py", place / "kv_cache.py")
+            shutil.copy(ROOT / "solutions" / "test_kv_cache.py", place / "test_kv_cache.py")
         runs = {label: _runner(argv, workspace) for label, argv in commands().items()}
-        seconds = interleaved(runs, reps)
+        with _Watch(watched) as watch:
+            runs["re-grade in --watch"] = watch.save_and_wait
+            seconds = interleaved(runs, reps)
     torch_import = Summary.of(seconds["import torch"]).median
     print(f"{'command':<34} {'median s':>9} {'spread':>7} {'x import torch':>15} {'goal':>6}")
     for label, times in seconds.items():
@@ -63,6 +74,40 @@ def _runner(argv: list[str], cwd: Path):
             raise SystemExit(f"{' '.join(argv)} exited {done.returncode}:\n{done.stdout.decode()}"
                              f"{done.stderr.decode()}")
     return run
+
+
+class _Watch:
+    """`kata grade kv_cache.py --watch` running in `folder`; `save_and_wait()` saves the file
+    and returns once the report of that save is out."""
+
+    def __init__(self, folder: Path):
+        self.file, self.log = folder / "kv_cache.py", folder.parent / "watch.log"
+        self.saves = 0
+
+    def __enter__(self) -> "_Watch":
+        self.process = subprocess.Popen([sys.executable, str(ROOT / "cli.py"), "grade",
+                                         "kv_cache.py", "--watch"], cwd=self.file.parent,
+                                        stdout=self.log.open("w"), stderr=subprocess.STDOUT,
+                                        start_new_session=True)
+        self._wait_for_report(1)
+        time.sleep(SETTLE_SECONDS)
+        return self
+
+    def save_and_wait(self) -> None:
+        self.saves += 1
+        with self.file.open("a") as file:
+            file.write(f"# save {self.saves}\n")
+        self._wait_for_report(self.saves + 1)
+
+    def _wait_for_report(self, count: int) -> None:
+        while self.log.read_text().count("Score:") < count:  # the last line of each report
+            if self.process.poll() is not None:
+                raise SystemExit(f"kata grade --watch exited:\n{self.log.read_text()}")
+            time.sleep(0.01)
+
+    def __exit__(self, *exc) -> None:
+        os.killpg(self.process.pid, signal.SIGINT)
+        self.process.wait()
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ from typing import Callable
 Snapshot = tuple[tuple[int, int] | None, ...]
 
 
-def watch(paths: list[Path], run: Callable[[], None], *, poll: float = 0.2,
+def watch(paths: list[Path], run: Callable[[], None], *, poll: float = 0.1,
           stop: Callable[[], bool] = lambda: False) -> int:
     """Call `run()` now, then again after every change to `paths`; return how many runs started.
 
