@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -130,6 +131,39 @@ def test_watch_regrades_with_a_short_summary(monkeypatch):
     assert result.output.count("Partial run: items append-time-dim, attend-shape pass") == 2
     assert "watching" in result.output
     assert "For the interviewer" not in result.output, "watch prints a summary, not the report"
+
+
+@pytest.mark.slow
+def test_watch_grades_each_save_with_workers_started_after_the_last_report(monkeypatch):
+    """Each run but the first takes the workers started once the report before it was out;
+    the ones started after the last run are closed when the watch ends."""
+    from graders.isolation import _children
+    from graders.workers import GradeWorkers
+
+    monkeypatch.setattr("graders.workers._SPAWNER", None)  # as `kata grade` starts them
+
+    started, went = [], []
+    start, go = GradeWorkers.start.__func__, GradeWorkers.go
+
+    def start_and_count(cls, *args, ahead=False, **kwargs):
+        started.append(ahead)
+        return start(cls, *args, ahead=ahead, **kwargs)
+
+    monkeypatch.setattr(GradeWorkers, "start", classmethod(start_and_count))
+    monkeypatch.setattr(GradeWorkers, "go", lambda self: (went.append(self), go(self)))
+
+    def run_three_times(paths, run, **kwargs):
+        for _ in range(3):
+            run()
+        return 3
+
+    monkeypatch.setattr("graders.workflows.watch.watch", run_three_times)
+    before = set(_children(os.getpid()))
+    result = runner.invoke(app, ["grade", str(REFERENCE), "--level", "L4", "--watch"])
+    assert result.exit_code == 0, result.output
+    assert result.output.count("Partial run: items append-time-dim, attend-shape pass") == 3
+    assert started == [False, True, True, True] and len(went) == 2
+    assert not set(_children(os.getpid())) - before, "workers outlived the watch"
 
 
 def test_grade_all_grades_every_submission(tmp_path):
