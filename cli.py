@@ -248,7 +248,8 @@ def _tests_run(tests: Path | None, options: dict) -> Path | None:
 def _take(ahead: list, implementation: Path, tests: Path | None, options: dict):
     """The workers started ahead for this run, let go on the files as they are now; None when
     there are none, or they do not fit (the run needs a tests worker they lack, or the other
-    way round; a file is missing): then they are closed, and the run starts its own."""
+    way round; a file is missing), or they died while waiting: then they are closed, and the
+    run starts its own."""
     if not ahead:
         return None
     workers = ahead.pop()
@@ -256,8 +257,7 @@ def _take(ahead: list, implementation: Path, tests: Path | None, options: dict):
     if workers.tests != _tests_run(tests, options) or not all(f.is_file() for f in files):
         workers.close()
         return None
-    workers.go()
-    return workers
+    return workers if workers.go() else None
 
 
 def _check_report_flags(verbose: bool, quiet: bool, hidden: bool, follow_failures: bool) -> None:

@@ -239,9 +239,15 @@ class GradeWorkers:
         worker.start(companion=test_worker)
         return cls(worker, tests, test_worker, mode)
 
-    def go(self) -> None:
-        """Workers started `ahead`: their grade begins, with the files as they are now."""
-        self.implementation.go()
+    def go(self) -> bool:
+        """Workers started `ahead`: their grade begins, with the files as they are now. False,
+        and closed, when they died while waiting: the grade must start its own."""
+        try:
+            self.implementation.go()
+        except OSError:
+            self.close()
+            return False
+        return True
 
     def close(self) -> None:
         self.implementation.close()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import select
 import socket
 import tempfile
 import time
@@ -273,3 +274,19 @@ def test_a_worker_started_ahead_sees_its_files_read_only_and_nothing_beside(mode
                                                           "test_kv_cache.py"]
     assert path.read_text() == source
     assert set(Path(tempfile.gettempdir()).glob("kata-staged-*")) == staged_before
+
+
+@pytest.mark.parametrize("mode", [BWRAP, PROCESS])
+def test_workers_started_ahead_that_died_waiting_are_closed_and_say_so(mode, tmp_path,
+                                                                       monkeypatch):
+    """A worker killed while it waits for its grade (out of memory, by hand): go() says False
+    and leaves nothing, and `kata grade --watch` starts fresh workers instead."""
+    monkeypatch.setattr("graders.workers._SPAWNER", None)  # as `kata grade` starts them
+    before = set(_children(os.getpid()))
+    workers = GradeWorkers.start(REFERENCE, None, "kv_cache", Sandbox(mode), 60.0, ahead=True)
+    os.killpg(workers.implementation._pid, 9)
+    poll = select.poll()  # the worker's stdin has no reader left once all of it is gone
+    poll.register(workers.implementation._in, select.POLLERR)
+    assert poll.poll(10_000), "the killed worker's stdin still has a reader after 10 s"
+    assert workers.go() is False
+    assert not set(_children(os.getpid())) - before, "a worker outlived go()"
