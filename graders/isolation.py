@@ -208,9 +208,10 @@ def _bwrap_launch(module: str | None, files: list[Path], code, tmp_bytes: int,
         fds.append(fd)
         args += tree.parents(str(path)) + ["--perms", "0444", "--ro-bind-data", str(fd), str(path)]
     args += ["--remount-ro", "/", "--chdir", "/tmp", "--clearenv"]
+    own = _judges_own_folders()
     extra_path = [p for p in sys.path if p and os.path.isdir(p)
                   and not any(_inside(p, folder) for folder in _prefixes())
-                  and os.path.realpath(p) != str(KATA)]
+                  and os.path.realpath(p) != str(KATA) and os.path.realpath(p) not in own]
     env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "TMPDIR": "/tmp",
            "LANG": "C.UTF-8", "USER": "kata", "LOGNAME": "kata", "PYTHONDONTWRITEBYTECODE": "1",
            "PYTHONPATH": os.pathsep.join([SANDBOX_CODE, *extra_path]), "OMP_NUM_THREADS": "1"}
@@ -273,16 +274,30 @@ def _prefixes() -> list[str]:
 
 def _python_dirs() -> list[str]:
     """The Python environment: its prefixes, and every folder on sys.path outside them that is
-    not the kata's own checkout (site-packages elsewhere, PYTHONPATH entries)."""
+    not the kata's own checkout nor one of the judge's own folders (site-packages elsewhere,
+    PYTHONPATH entries)."""
     folders = set(_prefixes())
     for name in ("stdlib", "platstdlib", "purelib", "platlib"):
         folders.add(os.path.realpath(sysconfig.get_paths()[name]))
+    own = _judges_own_folders()
     for entry in sys.path:
         real = os.path.realpath(entry) if entry else ""
-        if real and os.path.isdir(real) and real != str(KATA) and real != "/":
+        if real and os.path.isdir(real) and real not in (str(KATA), "/") and real not in own:
             folders.add(real)
     # Bind the outermost folders only: an inner one is already in view.
     return [f for f in sorted(folders) if not any(f != g and _inside(f, g) for g in folders)]
+
+
+def _judges_own_folders() -> set[str]:
+    """The folders Python put on sys.path for the judge's own sake: its working directory
+    (`python -m`) and its script's folder (`python script.py`). A worker imports nothing from
+    either, and either may be any folder of the user's (their home, other candidates' files):
+    a sandbox is never shown them, unless PYTHONPATH names them."""
+    own = {os.path.realpath(os.getcwd())}
+    if sys.argv and sys.argv[0] and os.path.isfile(sys.argv[0]):
+        own.add(os.path.realpath(os.path.dirname(os.path.abspath(sys.argv[0]))))
+    named = {os.path.realpath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p}
+    return own - named
 
 
 def _kata_paths() -> list[str]:

@@ -11,6 +11,8 @@ import json
 import os
 import select
 import socket
+import subprocess
+import sys
 import tempfile
 import time
 import uuid
@@ -290,3 +292,26 @@ def test_workers_started_ahead_that_died_waiting_are_closed_and_say_so(mode, tmp
     assert poll.poll(10_000), "the killed worker's stdin still has a reader after 10 s"
     assert workers.go() is False
     assert not set(_children(os.getpid())) - before, "a worker outlived go()"
+
+
+@pytest.mark.parametrize("mode", [BWRAP])
+@pytest.mark.parametrize("how", ["script", "module"])
+def test_the_judges_own_folders_are_out_of_sight(mode, how, tmp_path, token, hostile_file):
+    """Python puts the judge's script folder (`python script.py`) or its working directory
+    (`python -m`) on sys.path; the sandbox binds the Python path's folders for the worker's
+    imports, but never these: they may be any folder of the user's."""
+    judge = tmp_path / "judge"
+    judge.mkdir()
+    (judge / "secret.txt").write_text(token)
+    path = hostile_file("reads_a_file", PATH=judge / "secret.txt")
+    (judge / "grade_it.py").write_text(
+        "import sys\nfrom pathlib import Path\nfrom graders.grade import grade\n"
+        "from graders.isolation import Sandbox\n"
+        f"result = grade(Path({str(path)!r}), sandbox=Sandbox({mode!r}), only={{'attend-shape'}})\n"
+        "print(result.items[0].unavailable or result.items[0].message)\n")
+    argv = ([sys.executable, "grade_it.py"] if how == "script"
+            else [sys.executable, "-m", "grade_it"])
+    done = subprocess.run(argv, cwd=judge, capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, PYTHONPATH=str(KATA)))
+    assert "unreadable: FileNotFoundError" in done.stdout, done.stdout + done.stderr
+    assert token not in done.stdout
