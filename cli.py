@@ -555,9 +555,10 @@ def bench(
     timeout: Annotated[float, typer.Option(
         help="Seconds one call into a subject may take.", min=0.1)] = 120.0,
     sandbox: Annotated[SandboxMode, typer.Option(help=SANDBOX_HELP)] = SandboxMode.auto,
+    # The default is benchmarks.bench.Settings' (not imported here: it loads torch).
     memory: Annotated[float, typer.Option(
         help="GiB of memory the bench process may use: it holds every subject's cache of a cell "
-        "at once, about 3 GiB at T=16384 with the bundled subjects.", min=0.1)] = 8.0,  # benchmarks.bench.Settings
+        "at once, about 3 GiB at T=16384 with the bundled subjects.", min=0.1)] = 8.0,
 ) -> None:
     """Measure ms per decode step (append one token, then attend) and memory held, against bare
     attention, the pure read of K and V, and Hugging Face's caches."""

@@ -43,8 +43,9 @@ GATHER_METHODS, GATHER_BUFFERS = ("_gather", "_scratch"), "_buffers"
 def step_file(name: str, start_source: str) -> str:
     """The whole file of attention step `name`, from the source of the solution it starts from."""
     step = STEPS[name]
-    function = top_level_function(step.file.read_text(), step.function)
-    body = step.file.read_text().splitlines(keepends=True)[function.lineno - 1:function.end_lineno]
+    text = step.file.read_text()
+    function = top_level_function(text, step.function)
+    body = text.splitlines(keepends=True)[function.lineno - 1:function.end_lineno]
     if step.start == "paged":
         return _paged_step(start_source, step.function, body)
     return _dense_step(start_source, step.function, body)
