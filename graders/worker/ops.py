@@ -175,22 +175,23 @@ class Allocations(TorchDispatchMode):
         result = func(*args, **kwargs)
         if func.is_view:
             return result
-        outputs = [result] if isinstance(result, torch.Tensor) else list(_flatten(result))
-        inputs = {t.untyped_storage().data_ptr() for t in _flatten((args, kwargs))
-                  if isinstance(t, torch.Tensor) and t.device.type != "meta"}
+        outputs = [out for out in ([result] if isinstance(result, torch.Tensor) else _tensors(result))
+                   if out.device.type != "meta" and out.untyped_storage().nbytes()]
+        if not outputs:
+            return result
+        inputs = {t.untyped_storage().data_ptr() for t in _tensors((args, kwargs))
+                  if t.device.type != "meta"}
         for out in outputs:
-            if isinstance(out, torch.Tensor) and out.device.type != "meta":
-                storage = out.untyped_storage()
-                if storage.data_ptr() not in inputs and storage.nbytes():
-                    inputs.add(storage.data_ptr())
-                    self._new(storage, out)
+            storage = out.untyped_storage()
+            if storage.data_ptr() not in inputs:
+                inputs.add(storage.data_ptr())
+                self._new(storage, out)
         return result
 
     def _in_place(self, func, args, kwargs):
         """Run an in-place op (`resize_`, `out=`, a write); a tensor whose storage it moved to new
         memory (a resize past its size) counts as a new storage of its new size."""
-        tensors = [t for t in _flatten((args, kwargs))
-                   if isinstance(t, torch.Tensor) and t.device.type != "meta"]
+        tensors = [t for t in _tensors((args, kwargs)) if t.device.type != "meta"]
         before = [t.untyped_storage().data_ptr() for t in tensors]
         result = func(*args, **kwargs)
         for t, pointer in zip(tensors, before):
@@ -298,7 +299,7 @@ class _ProjectionRows(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         result = func(*args, **kwargs)
-        tensors = [a for a in _flatten((args, kwargs)) if isinstance(a, torch.Tensor)]
+        tensors = _tensors((args, kwargs))
         if len(tensors) < 2 or func in _VIEW_FUNCS:
             return result
         for name, weight in self.weights.items():
@@ -319,15 +320,19 @@ def _shares_storage(t: torch.Tensor, weight: torch.Tensor) -> bool:
     return t.untyped_storage().data_ptr() == weight.untyped_storage().data_ptr()
 
 
-def _flatten(value):
-    if isinstance(value, (list, tuple)):
-        for v in value:
-            yield from _flatten(v)
-    elif isinstance(value, dict):
-        for v in value.values():
-            yield from _flatten(v)
-    else:
-        yield value
+def _tensors(value) -> list[torch.Tensor]:
+    """The tensors in `value`, however deeply nested in lists, tuples and dicts (in no set
+    order)."""
+    found, pending = [], [value]
+    while pending:
+        value = pending.pop()
+        if isinstance(value, torch.Tensor):
+            found.append(value)
+        elif isinstance(value, (list, tuple)):
+            pending.extend(value)
+        elif isinstance(value, dict):
+            pending.extend(value.values())
+    return found
 
 
 def _reorder(state: _State, op: dict):
