@@ -9,6 +9,7 @@ import pytest
 
 from graders.grade import grade
 from graders.mistakes import MISTAKES
+from graders.workers import Worker
 
 ROOT = Path(__file__).resolve().parent.parent
 REFERENCE = ROOT / "solutions" / "kv_cache.py"
@@ -57,3 +58,41 @@ def test_a_test_file_that_exits_is_a_failure_with_a_reason():
 def test_no_tests_or_the_untouched_starter_tests_are_not_attempted(tests):
     item, _ = own_tests(tests)
     assert item.status == "not_attempted"
+
+
+@pytest.fixture
+def test_runs(monkeypatch) -> list[int]:
+    """The batches the tests worker is sent from now on: how many runs each."""
+    batches, run = [], Worker.run
+
+    def counted(worker, requests, *args, **kwargs):
+        if worker.mode == "tests":
+            batches.append(len(requests))
+        return run(worker, requests, *args, **kwargs)
+
+    monkeypatch.setattr(Worker, "run", counted)
+    return batches
+
+
+def test_a_test_file_judged_again_unchanged_is_not_run_again(tmp_path, test_runs):
+    """What a test file's runs gave is kept for the next grade that meets the same bytes (a
+    watch's grade after a save of kv_cache.py alone); once the file changes, its tests run
+    again and the verdict follows the file as it is now."""
+    tests = tmp_path / "test_kv_cache.py"
+    tests.write_text((ROOT / "solutions" / "test_kv_cache.py").read_text())
+    first, _ = own_tests(tests)
+    again, _ = own_tests(tests)
+    assert first.status == again.status == "pass", again.message
+    assert again.message == first.message
+    assert test_runs == [len(MISTAKES) + 1], "the second grade ran the tests again"
+    tests.write_text((OWN / "shape_only.py").read_text())
+    changed, tells = own_tests(tests)
+    assert test_runs == [len(MISTAKES) + 1] * 2
+    assert changed.status == "fail" and tells["shape-only-tests"].detected
+
+
+def test_runs_that_did_not_end_are_run_again(test_runs):
+    for _ in range(2):
+        item, _ = own_tests(OWN / "exits.py")
+        assert item.status == "fail" and "exited with code 3" in item.message
+    assert test_runs == [len(MISTAKES) + 1] * 2

@@ -5,9 +5,20 @@ The candidate's test file runs in the tests worker (pytest, in a forked child pe
 (`graders.mistakes`). A test suite that passes on the reference and fails on every mistake
 compares outputs, prefix by prefix; one that catches none of the mistakes whose outputs have
 the right shape checks shapes only (the `shape-only-tests` tell).
+
+The item judges the tests, not the implementation being graded: what its runs give depends on
+the test file (its path, and its bytes as the worker read them) and on the implementations they
+run against. A grade that meets the same of both as the last runs in this process takes their
+outcomes instead of running them again: `kata grade --watch` after a save of kv_cache.py alone,
+a batch of implementations graded with one test file. Runs that did not all end (a hang, a
+crash) are not kept.
 """
 
 from __future__ import annotations
+
+import hashlib
+import json
+from typing import NamedTuple
 
 from graders import bundled
 from graders.candidate import Candidate, CandidateError, Fail, NotAttempted
@@ -23,6 +34,19 @@ TEST_TIMEOUT = 60.0
 PARALLEL = 2
 
 
+
+class _Runs(NamedTuple):
+    """The replies of the runs of one test file: `tests` the digest of its bytes as the worker
+    read them, `against` that of the requests (the implementations, in order)."""
+
+    tests: str
+    against: str
+    replies: list[Reply]
+
+
+_LAST_RUNS: dict[str, _Runs] = {}  # by the test file's path
+
+
 def grade(candidate: Candidate) -> str:
     if candidate.tests is None:
         raise NotAttempted("no test file: write test_kv_cache.py beside your implementation "
@@ -33,11 +57,7 @@ def grade(candidate: Candidate) -> str:
         {"source": m.source(), "name": m.name} for m in MISTAKES]
     requests = [{"test_path": str(candidate.tests), "implementation": impl, "exitfirst": i > 0}
                 for i, impl in enumerate(implementations)]
-    try:
-        replies = candidate.test_worker.run(requests, TEST_TIMEOUT, PARALLEL)
-    except WorkerUnavailable as exc:
-        raise CandidateError(f"the tests could not be run: {exc.reason}") from None
-
+    replies = _runs(candidate, requests)
     on_reference = _outcome(replies[0], "on the reference solution")
     if on_reference["passed"] == 0 and not on_reference["failed"]:
         raise Fail("no test ran: the file collects no tests (names must start with test_)")
@@ -57,6 +77,28 @@ def grade(candidate: Candidate) -> str:
                    f"caught {', '.join(caught) or 'none'}")
     return (f"{on_reference['passed']} tests pass on the reference and catch all "
             f"{len(MISTAKES)} bundled mistakes ({', '.join(caught)})")
+
+
+def _runs(candidate: Candidate, requests: list[dict]) -> list[Reply]:
+    """A Reply for each of `requests`: those of the last runs of the same test file against the
+    same implementations, else the test worker's."""
+    path, against = str(candidate.tests), _digest(json.dumps(requests).encode())
+    last = _LAST_RUNS.get(path)
+    if last and last.against == against and last.tests == _digest(candidate.tests.read_bytes()):
+        return last.replies
+    try:
+        replies = candidate.test_worker.run(requests, TEST_TIMEOUT, PARALLEL)
+    except WorkerUnavailable as exc:
+        raise CandidateError(f"the tests could not be run: {exc.reason}") from None
+    read = {reply.body.get("tests_sha256") if reply.status == "done" else None
+            for reply in replies}
+    if len(read) == 1 and None not in read:  # every run ended, all on the same bytes
+        _LAST_RUNS[path] = _Runs(read.pop(), against, replies)
+    return replies
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
 
 
 def _passed(reply: Reply) -> bool:

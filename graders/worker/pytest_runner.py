@@ -8,6 +8,7 @@ it), so the worker needs no file of the kata's solutions.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import os
 import sys
@@ -47,10 +48,12 @@ class _Outcomes:
 
 
 def run(test_path: str, implementation: dict, exitfirst: bool = False) -> dict:
-    """Run the tests at `test_path` with `implementation` as `kv_cache`; counts of what happened.
+    """Run the tests at `test_path` with `implementation` as `kv_cache`; counts of what happened,
+    and the digest of the test file's bytes as read just before pytest (`tests_sha256`).
 
     `exitfirst` stops at the first failure: enough when all we ask is whether the tests catch it.
     """
+    tests_sha256 = hashlib.sha256(Path(test_path).read_bytes()).hexdigest()
     sys.dont_write_bytecode = True
     # Scanning every installed package for pytest plugins costs more than the tests themselves;
     # a candidate's tests get plain pytest (hypothesis still works as a library).
@@ -72,6 +75,7 @@ def run(test_path: str, implementation: dict, exitfirst: bool = False) -> dict:
         "failed": outcomes.failed,
         "errors": outcomes.errors,
         "first_failure": outcomes.first_failure,
+        "tests_sha256": tests_sha256,
     }
 
 
