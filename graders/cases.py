@@ -2,13 +2,27 @@
 
 A case never depends on the candidate's outputs, so a failure replays exactly. Besides tensors,
 hidden cases draw their shapes and schedules here (`randint`, `choice`, `chunks`).
+
+A judge that grades many times in one process (`kata grade --watch`, `kata grade-all`, the test
+suite) draws the same public cases each time: `randn` keeps its draws, by the generator's state
+before the draw and the draw's arguments, up to KEPT_BYTES (the least recently used go first). A
+draw met again puts the generator in its state after that draw and returns a copy of it: the
+same values, the same generator, as drawing again would give.
 """
 
 from __future__ import annotations
 
 import math
+import threading
+from collections import OrderedDict
 
 import torch
+
+KEPT_BYTES = 128 << 20
+
+_kept: OrderedDict[tuple, tuple[torch.Tensor, torch.Tensor]] = OrderedDict()
+_kept_bytes = 0
+_kept_lock = threading.Lock()  # a batch grades in threads
 
 
 def generator(seed: int) -> torch.Generator:
@@ -17,7 +31,33 @@ def generator(seed: int) -> torch.Generator:
 
 def randn(g: torch.Generator, *shape: int, dtype: torch.dtype = torch.float32,
           scale: float = 1.0) -> torch.Tensor:
-    return (torch.randn(*shape, generator=g, dtype=torch.float64) * scale).to(dtype)
+    """Standard normal values drawn in float64 from `g`, times `scale`, in `dtype`."""
+    key = (g.get_state().numpy().tobytes(), shape, dtype, scale)
+    with _kept_lock:
+        kept = _kept.get(key)
+        if kept is not None:
+            _kept.move_to_end(key)
+    if kept is None:
+        kept = (torch.randn(*shape, generator=g, dtype=torch.float64) * scale).to(dtype), g.get_state()
+        _keep(key, kept)
+    else:
+        g.set_state(kept[1])
+    return kept[0].clone()
+
+
+def _keep(key: tuple, drawn: tuple[torch.Tensor, torch.Tensor]) -> None:
+    global _kept_bytes
+    with _kept_lock:
+        if key not in _kept:
+            _kept[key] = drawn
+            _kept_bytes += _size(key, drawn)
+        while _kept_bytes > KEPT_BYTES:
+            _kept_bytes -= _size(*_kept.popitem(last=False))
+
+
+def _size(key: tuple, drawn: tuple[torch.Tensor, torch.Tensor]) -> int:
+    tensor, state = drawn
+    return len(key[0]) + tensor.untyped_storage().nbytes() + state.numel()
 
 
 def sequence(g: torch.Generator, B: int, Hq: int, Hkv: int, T: int, D: int,
