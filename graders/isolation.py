@@ -208,10 +208,8 @@ def _bwrap_launch(module: str | None, files: list[Path], code, tmp_bytes: int,
         fds.append(fd)
         args += tree.parents(str(path)) + ["--perms", "0444", "--ro-bind-data", str(fd), str(path)]
     args += ["--remount-ro", "/", "--chdir", "/tmp", "--clearenv"]
-    own = _judges_own_folders()
-    extra_path = [p for p in sys.path if p and os.path.isdir(p)
-                  and not any(_inside(p, folder) for folder in _prefixes())
-                  and os.path.realpath(p) != str(KATA) and os.path.realpath(p) not in own]
+    extra_path = [entry for entry in _shown_path_entries()  # what the prefixes do not hold
+                  if not any(_inside(os.path.realpath(entry), prefix) for prefix in _prefixes())]
     env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "TMPDIR": "/tmp",
            "LANG": "C.UTF-8", "USER": "kata", "LOGNAME": "kata", "PYTHONDONTWRITEBYTECODE": "1",
            "PYTHONPATH": os.pathsep.join([SANDBOX_CODE, *extra_path]), "OMP_NUM_THREADS": "1"}
@@ -273,19 +271,22 @@ def _prefixes() -> list[str]:
 
 
 def _python_dirs() -> list[str]:
-    """The Python environment: its prefixes, and every folder on sys.path outside them that is
-    not the kata's own checkout nor one of the judge's own folders (site-packages elsewhere,
-    PYTHONPATH entries)."""
+    """The Python environment: its prefixes, its install paths, and the folders of
+    `_shown_path_entries` (site-packages elsewhere, PYTHONPATH entries); the outermost only, as
+    an inner one is in view already."""
     folders = set(_prefixes())
     for name in ("stdlib", "platstdlib", "purelib", "platlib"):
         folders.add(os.path.realpath(sysconfig.get_paths()[name]))
-    own = _judges_own_folders()
-    for entry in sys.path:
-        real = os.path.realpath(entry) if entry else ""
-        if real and os.path.isdir(real) and real not in (str(KATA), "/") and real not in own:
-            folders.add(real)
-    # Bind the outermost folders only: an inner one is already in view.
+    folders.update(os.path.realpath(entry) for entry in _shown_path_entries())
     return [f for f in sorted(folders) if not any(f != g and _inside(f, g) for g in folders)]
+
+
+def _shown_path_entries() -> list[str]:
+    """The entries of the judge's sys.path that a sandbox shows: existing folders, but neither
+    the root, the kata's own checkout, nor one of the judge's own folders."""
+    hidden = {"/", str(KATA), *_judges_own_folders()}
+    return [entry for entry in sys.path
+            if entry and os.path.isdir(entry) and os.path.realpath(entry) not in hidden]
 
 
 def _judges_own_folders() -> set[str]:
