@@ -34,6 +34,7 @@ import hashlib
 import io
 import keyword
 import tokenize
+from functools import lru_cache
 from pathlib import Path
 
 from graders import bundled
@@ -80,11 +81,21 @@ def _own(candidate_source: str, starter_source: str) -> set[int]:
     tokens = _tokens(candidate_source)
     if tokens is None:
         return set()
-    return _winnow(_hashes(tokens)) - set(_hashes(_tokens(starter_source)))
+    return _winnow(_hashes(tokens)) - _every_hash(starter_source)
 
 
 def _share(own: set[int], solution_source: str) -> float:
-    return len(own & _winnow(_hashes(_tokens(solution_source)))) / len(own) if own else 0.0
+    return len(own & _fingerprints(solution_source)) / len(own) if own else 0.0
+
+
+@lru_cache(maxsize=8)  # the starters' and the solutions': the same sources every grade
+def _every_hash(source: str) -> frozenset[int]:
+    return frozenset(_hashes(_tokens(source)))
+
+
+@lru_cache(maxsize=8)
+def _fingerprints(source: str) -> frozenset[int]:
+    return frozenset(_winnow(_hashes(_tokens(source))))
 
 
 def _tokens(source: str) -> list[str] | None:
