@@ -38,7 +38,8 @@ def randn(g: torch.Generator, *shape: int, dtype: torch.dtype = torch.float32,
         if kept is not None:
             _kept.move_to_end(key)
     if kept is None:
-        kept = (torch.randn(*shape, generator=g, dtype=torch.float64) * scale).to(dtype), g.get_state()
+        drawn = (torch.randn(*shape, generator=g, dtype=torch.float64) * scale).to(dtype)
+        kept = drawn, g.get_state()
         _keep(key, kept)
     else:
         g.set_state(kept[1])

@@ -34,7 +34,6 @@ TEST_TIMEOUT = 60.0
 PARALLEL = 2
 
 
-
 class _Runs(NamedTuple):
     """The replies of the runs of one test file: `tests` the digest of its bytes as the worker
     read them, `against` that of the requests (the implementations, in order)."""

@@ -175,7 +175,7 @@ class Allocations(TorchDispatchMode):
         result = func(*args, **kwargs)
         if func.is_view:
             return result
-        outputs = [out for out in ([result] if isinstance(result, torch.Tensor) else _tensors(result))
+        outputs = [out for out in _tensors(result)
                    if out.device.type != "meta" and out.untyped_storage().nbytes()]
         if not outputs:
             return result
@@ -321,17 +321,16 @@ def _shares_storage(t: torch.Tensor, weight: torch.Tensor) -> bool:
 
 
 def _tensors(value) -> list[torch.Tensor]:
-    """The tensors in `value`, however deeply nested in lists, tuples and dicts (in no set
-    order)."""
-    found, pending = [], [value]
+    """The tensors in `value`, however deeply nested in lists, tuples and dicts, in order."""
+    found, pending = [], [value]  # pending: a stack, its next value last
     while pending:
         value = pending.pop()
         if isinstance(value, torch.Tensor):
             found.append(value)
         elif isinstance(value, (list, tuple)):
-            pending.extend(value)
+            pending.extend(reversed(value))
         elif isinstance(value, dict):
-            pending.extend(value.values())
+            pending.extend(reversed(value.values()))
     return found
 
 
