@@ -74,7 +74,18 @@ class Worker:
     def start(self, companion: "Worker | None" = None) -> "Worker":
         """Start the process; with `companion`, start that worker too, forked by this one's
         process once it has imported torch (in this worker's sandbox, which must hold the
-        companion's files as well): one torch import for both."""
+        companion's files as well): one torch import for both. Interrupted (Ctrl-C, or a signal
+        `kata grade --watch` turns into one), it leaves nothing started: no process, no staged
+        copy of the files."""
+        try:
+            return self._start(companion)
+        except BaseException:
+            if companion:
+                companion._discard()
+            self._discard()
+            raise
+
+    def _start(self, companion: "Worker | None") -> "Worker":
         isolation.guard_judge()
         ends, companion_ends = self._open(), []
         if _SPAWNER is not None and self.isolation == "process":
@@ -183,8 +194,8 @@ class Worker:
     def _discard(self) -> None:
         """Kill the worker and everything it started; the next request starts a fresh one. A
         companion is left to end with its host's process (it ends by itself once its pipes
-        close), with what it started."""
-        if self._pid is None and self._host is None:
+        close), with what it started. A worker half started is discarded as far as it got."""
+        if self._pid is None and self._host is None and self._launch is None and self._in < 0:
             return
         if self._pid is not None:
             try:
@@ -199,7 +210,9 @@ class Worker:
             self._launch.cleanup()
             self._launch = None
         for fd in (self._in, self._out):
-            os.close(fd)
+            if fd >= 0:
+                os.close(fd)
+        self._in = self._out = -1
         self._pid, self._proc, self._ready, self._host = None, None, False, None
 
     def _stderr_tail(self) -> str:

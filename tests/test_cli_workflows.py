@@ -5,6 +5,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
+import subprocess
+import sys
+import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -164,6 +168,33 @@ def test_watch_grades_each_save_with_workers_started_after_the_last_report(monke
     assert result.output.count("Partial run: items append-time-dim, attend-shape pass") == 3
     assert started == [False, True, True, True] and len(went) == 2
     assert not set(_children(os.getpid())) - before, "workers outlived the watch"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_a_watch_killed_or_left_by_its_terminal_leaves_nothing(tmp_path, signum):
+    """`kill` or a closed terminal ends `kata grade --watch` as Ctrl-C does: the workers it
+    started ahead and their staged copies of the candidate's files are gone."""
+    (tmp_path / "tmp").mkdir()
+    shutil.copy(REFERENCE, tmp_path / "kv_cache.py")
+    log = tmp_path / "watch.log"
+    watching = subprocess.Popen(
+        [sys.executable, str(ROOT / "cli.py"), "grade", "kv_cache.py", "--level", "L4", "--watch"],
+        cwd=tmp_path, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True,
+        env=dict(os.environ, TMPDIR=str(tmp_path / "tmp")))
+    try:
+        deadline = time.monotonic() + 120
+        while "isolation:" not in log.read_text() or not list((tmp_path / "tmp").glob("kata-staged-*")):
+            assert watching.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.1)
+        watching.send_signal(signum)
+        assert watching.wait(timeout=30) == 0, log.read_text()
+    finally:
+        if watching.poll() is None:
+            os.killpg(watching.pid, signal.SIGKILL)
+    assert not list((tmp_path / "tmp").iterdir()), "the watch left files in its temp folder"
+    leftover = subprocess.run(["pgrep", "-s", str(watching.pid)], capture_output=True, text=True)
+    assert not leftover.stdout.strip(), f"processes of the watch outlived it: {leftover.stdout}"
 
 
 def test_grade_all_grades_every_submission(tmp_path):

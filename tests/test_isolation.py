@@ -24,7 +24,7 @@ from graders.formats import report
 from graders.grade import grade
 from graders.isolation import KATA, Sandbox, SandboxUnavailable, _children, bwrap_problem
 from graders.mutation import REFERENCE
-from graders.workers import GradeWorkers
+from graders.workers import GradeWorkers, Worker
 
 pytestmark = pytest.mark.slow  # whole grades: `pytest -m "not slow"` is the quick loop
 
@@ -292,6 +292,26 @@ def test_workers_started_ahead_that_died_waiting_are_closed_and_say_so(mode, tmp
     assert poll.poll(10_000), "the killed worker's stdin still has a reader after 10 s"
     assert workers.go() is False
     assert not set(_children(os.getpid())) - before, "a worker outlived go()"
+
+
+@pytest.mark.parametrize("mode", [BWRAP, PROCESS])
+def test_workers_interrupted_while_starting_leave_nothing(mode, tmp_path, monkeypatch):
+    """Ctrl-C (or the SIGTERM a watch turns into one) while a grade's workers start, after
+    their processes and staged copies exist: both are gone when the interrupt propagates."""
+    monkeypatch.setattr("graders.workers._SPAWNER", None)  # as `kata grade` starts them
+    tests = tmp_path / "test_kv_cache.py"
+    tests.write_text("def test_nothing():\n    pass\n")
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Worker, "_hello", interrupted)
+    staged_before = set(Path(tempfile.gettempdir()).glob("kata-staged-*"))
+    before = set(_children(os.getpid()))
+    with pytest.raises(KeyboardInterrupt):
+        GradeWorkers.start(REFERENCE, tests, "kv_cache", Sandbox(mode), 60.0, ahead=True)
+    assert not set(_children(os.getpid())) - before, "a worker outlived the interrupt"
+    assert set(Path(tempfile.gettempdir()).glob("kata-staged-*")) == staged_before
 
 
 @pytest.mark.parametrize("mode", [BWRAP])

@@ -2,10 +2,13 @@
 each run's summary opens with a rule and the time, and wraps its messages rather than cut them."""
 
 import io
+import os
 import re
+import signal
 import threading
 import time
 
+import pytest
 from rich.console import Console
 
 from graders.grade import GradeResult, ItemResult
@@ -84,3 +87,14 @@ def test_the_summary_says_once_why_items_were_not_run():
              for name in ("append-time-dim", "attend-shape")]
     text = summary(*items)
     assert text.count("SyntaxError") == 1 and "append-time-dim" not in text, text
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_a_kill_or_a_closed_terminal_stops_it_as_ctrl_c_does(tmp_path, signum):
+    """The run under way ends with KeyboardInterrupt, for the caller's cleanup to run, and the
+    signal's handler from before the watch is back afterwards."""
+    path = tmp_path / "kv_cache.py"
+    path.write_text("x = 1\n")
+    before = signal.getsignal(signum)
+    assert watch([path], lambda: os.kill(os.getpid(), signum), poll=0.01) == 1
+    assert signal.getsignal(signum) is before

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import signal
+import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable
 
@@ -17,25 +20,45 @@ def watch(paths: list[Path], run: Callable[[], None], *, poll: float = 0.1,
     counts as a state of its own). A change is run only once the files have stayed unchanged for
     one poll interval, so a save still being written is not run half-done. A change made while
     `run()` is running triggers another run. The loop ends when `stop()` (asked once a poll)
-    returns true, or on KeyboardInterrupt, even during a run. Other exceptions from `run`
+    returns true, or on KeyboardInterrupt, SIGTERM or SIGHUP (a `kill`, a closed terminal), even
+    during a run, so that the caller's cleanup runs as after Ctrl-C. Other exceptions from `run`
     propagate.
     """
     runs = 0
     try:
-        seen = ran = _snapshot(paths)
-        runs += 1
-        run()
-        while not stop():
-            time.sleep(poll)
-            now = _snapshot(paths)
-            if now == seen and now != ran:
-                ran = now
-                runs += 1
-                run()
-            seen = now
+        with _interrupted_by(signal.SIGTERM, signal.SIGHUP):
+            seen = ran = _snapshot(paths)
+            runs += 1
+            run()
+            while not stop():
+                time.sleep(poll)
+                now = _snapshot(paths)
+                if now == seen and now != ran:
+                    ran = now
+                    runs += 1
+                    run()
+                seen = now
     except KeyboardInterrupt:
         pass
     return runs
+
+
+@contextmanager
+def _interrupted_by(*signals: signal.Signals):
+    """Within the block, each of `signals` raises KeyboardInterrupt; nothing changes outside the
+    main thread, where Python cannot take a signal."""
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = {number: signal.signal(number, interrupt) for number in signals}
+    try:
+        yield
+    finally:
+        for number, handler in before.items():
+            signal.signal(number, handler)
 
 
 def _snapshot(paths: list[Path]) -> Snapshot:
