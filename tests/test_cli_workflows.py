@@ -173,8 +173,9 @@ def test_watch_grades_each_save_with_workers_started_after_the_last_report(monke
 @pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
 def test_a_watch_killed_or_left_by_its_terminal_leaves_nothing(tmp_path, signum):
-    """`kill` or a closed terminal ends `kata grade --watch` as Ctrl-C does: the workers it
-    started ahead and their staged copies of the candidate's files are gone."""
+    """`kill` or a closed terminal ends `kata grade --watch` (once the grade under way, here the
+    start of the next grade's workers, is over): the workers it started ahead and their staged
+    copies of the candidate's files are gone."""
     (tmp_path / "tmp").mkdir()
     shutil.copy(REFERENCE, tmp_path / "kv_cache.py")
     log = tmp_path / "watch.log"

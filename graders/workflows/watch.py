@@ -20,20 +20,20 @@ def watch(paths: list[Path], run: Callable[[], None], *, poll: float = 0.1,
     counts as a state of its own). A change is run only once the files have stayed unchanged for
     one poll interval, so a save still being written is not run half-done. A change made while
     `run()` is running triggers another run. The loop ends when `stop()` (asked once a poll)
-    returns true, or on KeyboardInterrupt, SIGTERM or SIGHUP (a `kill`, a closed terminal), even
-    during a run, so that the caller's cleanup runs as after Ctrl-C. Other exceptions from `run`
-    propagate.
+    returns true; on KeyboardInterrupt (Ctrl-C), even during a run; on SIGTERM or SIGHUP (a
+    `kill`, a closed terminal) once the run under way is over, so that nothing it started is
+    left half-registered for the caller's cleanup. Other exceptions from `run` propagate.
     """
-    runs = 0
+    runs, ended = 0, []
     try:
-        with _interrupted_by(signal.SIGTERM, signal.SIGHUP):
+        with _noted(ended, signal.SIGTERM, signal.SIGHUP):
             seen = ran = _snapshot(paths)
             runs += 1
             run()
-            while not stop():
+            while not ended and not stop():
                 time.sleep(poll)
                 now = _snapshot(paths)
-                if now == seen and now != ran:
+                if now == seen and now != ran and not ended:
                     ran = now
                     runs += 1
                     run()
@@ -44,16 +44,14 @@ def watch(paths: list[Path], run: Callable[[], None], *, poll: float = 0.1,
 
 
 @contextmanager
-def _interrupted_by(*signals: signal.Signals):
-    """Within the block, each of `signals` raises KeyboardInterrupt; nothing changes outside the
-    main thread, where Python cannot take a signal."""
-    def interrupt(signum, frame):
-        raise KeyboardInterrupt
-
+def _noted(ended: list, *signals: signal.Signals):
+    """Within the block, each of `signals` is appended to `ended` instead of ending the process;
+    nothing changes outside the main thread, where Python cannot take a signal."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    before = {number: signal.signal(number, interrupt) for number in signals}
+    before = {number: signal.signal(number, lambda signum, frame: ended.append(signum))
+              for number in signals}
     try:
         yield
     finally:
