@@ -182,7 +182,8 @@ def _bwrap_launch(module: str | None, files: list[Path], code, tmp_bytes: int,
                  "/sys/devices/system/cpu"):  # what the C library, torch and the bench read
         if os.path.exists(path):
             args += tree.bind(path, path)
-    python_dirs = _python_dirs()
+    shown = _shown_path_entries()
+    python_dirs = _python_dirs(shown)
     for folder in python_dirs:
         args += tree.bind(folder, folder)
     for hidden in _kata_paths():  # the kata, where it lies inside the Python environment
@@ -208,7 +209,7 @@ def _bwrap_launch(module: str | None, files: list[Path], code, tmp_bytes: int,
         fds.append(fd)
         args += tree.parents(str(path)) + ["--perms", "0444", "--ro-bind-data", str(fd), str(path)]
     args += ["--remount-ro", "/", "--chdir", "/tmp", "--clearenv"]
-    extra_path = [entry for entry in _shown_path_entries()  # what the prefixes do not hold
+    extra_path = [entry for entry in shown  # what the prefixes do not hold
                   if not any(_inside(os.path.realpath(entry), prefix) for prefix in _prefixes())]
     env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "TMPDIR": "/tmp",
            "LANG": "C.UTF-8", "USER": "kata", "LOGNAME": "kata", "PYTHONDONTWRITEBYTECODE": "1",
@@ -270,14 +271,14 @@ def _prefixes() -> list[str]:
                                                  sys.base_exec_prefix)})
 
 
-def _python_dirs() -> list[str]:
-    """The Python environment: its prefixes, its install paths, and the folders of
-    `_shown_path_entries` (site-packages elsewhere, PYTHONPATH entries); the outermost only, as
-    an inner one is in view already."""
+def _python_dirs(shown: list[str]) -> list[str]:
+    """The Python environment: its prefixes, its install paths, and the folders of the sys.path
+    entries `shown` (`_shown_path_entries`: site-packages elsewhere, PYTHONPATH entries); the
+    outermost only, as an inner one is in view already."""
     folders = set(_prefixes())
     for name in ("stdlib", "platstdlib", "purelib", "platlib"):
         folders.add(os.path.realpath(sysconfig.get_paths()[name]))
-    folders.update(os.path.realpath(entry) for entry in _shown_path_entries())
+    folders.update(os.path.realpath(entry) for entry in shown)
     return [f for f in sorted(folders) if not any(f != g and _inside(f, g) for g in folders)]
 
 

@@ -74,9 +74,8 @@ class Worker:
     def start(self, companion: "Worker | None" = None) -> "Worker":
         """Start the process; with `companion`, start that worker too, forked by this one's
         process once it has imported torch (in this worker's sandbox, which must hold the
-        companion's files as well): one torch import for both. Interrupted (Ctrl-C, or a signal
-        `kata grade --watch` turns into one), it leaves nothing started: no process, no staged
-        copy of the files."""
+        companion's files as well): one torch import for both. Interrupted (Ctrl-C), it leaves
+        nothing started: no process, no staged copy of the files."""
         try:
             return self._start(companion)
         except BaseException:

@@ -296,8 +296,8 @@ def test_workers_started_ahead_that_died_waiting_are_closed_and_say_so(mode, tmp
 
 @pytest.mark.parametrize("mode", [BWRAP, PROCESS])
 def test_workers_interrupted_while_starting_leave_nothing(mode, tmp_path, monkeypatch):
-    """Ctrl-C (or the SIGTERM a watch turns into one) while a grade's workers start, after
-    their processes and staged copies exist: both are gone when the interrupt propagates."""
+    """Ctrl-C while a grade's workers start, after their processes and staged copies exist:
+    both are gone when the interrupt propagates."""
     monkeypatch.setattr("graders.workers._SPAWNER", None)  # as `kata grade` starts them
     tests = tmp_path / "test_kv_cache.py"
     tests.write_text("def test_nothing():\n    pass\n")

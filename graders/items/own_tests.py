@@ -50,13 +50,14 @@ def grade(candidate: Candidate) -> str:
     if candidate.tests is None:
         raise NotAttempted("no test file: write test_kv_cache.py beside your implementation "
                            "(or pass --tests FILE)")
-    if candidate.tests.read_bytes() == STARTER_TESTS.read_bytes():
+    tests = candidate.tests.read_bytes()
+    if tests == STARTER_TESTS.read_bytes():
         raise NotAttempted("the test file is still the starter's example: write your own tests")
     implementations = [{"source": REFERENCE.read_text(), "name": "reference"}] + [
         {"source": m.source(), "name": m.name} for m in MISTAKES]
     requests = [{"test_path": str(candidate.tests), "implementation": impl, "exitfirst": i > 0}
                 for i, impl in enumerate(implementations)]
-    replies = _runs(candidate, requests)
+    replies = _runs(candidate, tests, requests)
     on_reference = _outcome(replies[0], "on the reference solution")
     if on_reference["passed"] == 0 and not on_reference["failed"]:
         raise Fail("no test ran: the file collects no tests (names must start with test_)")
@@ -78,12 +79,12 @@ def grade(candidate: Candidate) -> str:
             f"{len(MISTAKES)} bundled mistakes ({', '.join(caught)})")
 
 
-def _runs(candidate: Candidate, requests: list[dict]) -> list[Reply]:
-    """A Reply for each of `requests`: those of the last runs of the same test file against the
-    same implementations, else the test worker's."""
+def _runs(candidate: Candidate, tests: bytes, requests: list[dict]) -> list[Reply]:
+    """A Reply for each of `requests`: those of the last runs of the same test file (`tests`, its
+    bytes as the judge read them) against the same implementations, else the test worker's."""
     path, against = str(candidate.tests), _digest(json.dumps(requests).encode())
     last = _LAST_RUNS.get(path)
-    if last and last.against == against and last.tests == _digest(candidate.tests.read_bytes()):
+    if last and last.against == against and last.tests == _digest(tests):
         return last.replies
     try:
         replies = candidate.test_worker.run(requests, TEST_TIMEOUT, PARALLEL)
