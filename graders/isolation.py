@@ -85,10 +85,10 @@ class Sandbox:
 class Launch:
     """How to start one sandboxed process: Popen's arguments, and what to clean up after it."""
 
-    argv: list[str]
-    env: dict
-    cwd: str
-    pass_fds: tuple[int, ...] = ()
+    argv: list[str] = field(default_factory=list)
+    env: dict = field(default_factory=dict)
+    cwd: str = "/"
+    pass_fds: list[int] = field(default_factory=list)
     scratch: str | None = None  # a folder of the judge's for this process, removed at the end
     kata_roots: list[str] = field(default_factory=list)  # for the import guard in the worker
     staged: list[tuple[Path, Path]] = field(default_factory=list)  # (file, the copy it sees)
@@ -110,27 +110,40 @@ class Launch:
             shutil.rmtree(self.scratch, ignore_errors=True)
 
 
-def launch(isolation: str, module: str, files: list[Path],
+def launch(isolation: str, module: str | None, files: list[Path],
            code: tuple[str, ...] = ("graders.worker",), tmp_bytes: int = TMP_BYTES,
            staged: bool = False) -> Launch:
-    """How to run `python -m module` under `isolation`, seeing `files` (read-only, at their own
-    paths) and the kata's packages named in `code` ("graders.worker": the worker side alone),
-    with a private /tmp of `tmp_bytes`.
+    """How to run `python -m module` (None: `python -c ''`, bubblewrap only) under `isolation`,
+    seeing `files` (read-only, at their own paths) and the kata's packages named in `code`
+    ("graders.worker": the worker side alone), with a private /tmp of `tmp_bytes`.
 
     Bubblewrap shows `files` as they are at the launch; `staged`, as they are at each
     `Launch.stage()` (a process started before a save reads the saved file). The process
     fallback reads them where they lie, whenever it reads them."""
-    if isolation == "bwrap":
-        return _bwrap_launch(module, files, code, tmp_bytes, staged)
-    scratch = tempfile.mkdtemp(prefix="kata-worker-")
+    made = Launch()  # owns each descriptor and folder as it is made: an interrupt leaves none
+    try:
+        if isolation == "bwrap":
+            _bwrap_launch(made, module, files, code, tmp_bytes, staged)
+        else:
+            _process_launch(made, module)
+    except BaseException:
+        made.close_fds()
+        made.cleanup()
+        raise
+    return made
+
+
+def _process_launch(made: Launch, module: str) -> None:
+    """`made`, filled for the process fallback: a plain child with a scratch folder as its home."""
+    made.scratch = tempfile.mkdtemp(prefix="kata-worker-")
     env = {key: value for key, value in os.environ.items()
            if key in PASSED_ON or key.startswith(("LC_", "PYTHON"))}
-    env.update(HOME=scratch, TMPDIR=scratch, PYTHONPATH=os.pathsep.join(
+    env.update(HOME=made.scratch, TMPDIR=made.scratch, PYTHONPATH=os.pathsep.join(
         p for p in (str(KATA), os.environ.get("PYTHONPATH")) if p))
     if module == "graders.worker":
         env.update(WORKER_ENV)
-    return Launch([sys.executable, "-P", "-m", module], env, scratch, scratch=scratch,
-                  kata_roots=kata_roots())
+    made.argv, made.env, made.cwd = [sys.executable, "-P", "-m", module], env, made.scratch
+    made.kata_roots = kata_roots()
 
 
 def kata_roots() -> list[str]:
@@ -144,7 +157,7 @@ def bwrap_problem() -> str | None:
     """Why bubblewrap cannot run a worker here, or None when it can (tried once a process)."""
     if shutil.which("bwrap") is None:
         return "bwrap is not installed"
-    trial = _bwrap_launch(None, [], ("graders.worker",), TMP_BYTES)
+    trial = launch("bwrap", None, [])
     try:
         done = subprocess.run(trial.argv, env=trial.env, cwd=trial.cwd, pass_fds=trial.pass_fds,
                               capture_output=True, text=True, timeout=60)
@@ -160,8 +173,10 @@ def bwrap_problem() -> str | None:
 _uids = itertools.count()
 
 
-def _bwrap_launch(module: str | None, files: list[Path], code, tmp_bytes: int,
-                  staged: bool = False) -> Launch:
+def _bwrap_launch(made: Launch, module: str | None, files: list[Path], code, tmp_bytes: int,
+                  staged: bool) -> None:
+    """`made`, filled for bubblewrap: its arguments, and the descriptors and staged copies
+    they name."""
     args = ["bwrap", "--die-with-parent", "--new-session"]
     as_root = os.getuid() == 0 and shutil.which("setpriv") is not None
     if as_root:  # no user namespace: the worker drops to a user id of its own below
@@ -189,25 +204,25 @@ def _bwrap_launch(module: str | None, files: list[Path], code, tmp_bytes: int,
     for hidden in _kata_paths():  # the kata, where it lies inside the Python environment
         if any(_inside(hidden, folder) for folder in python_dirs):
             args += tree.mask(hidden)
-    fds = []
     for package in code:
         if package == "graders.worker":  # the worker side alone, in an empty graders package
-            fds.append(_empty_file())
+            made.pass_fds.append(_empty_file())
             args += tree.bind(str(WORKER_SIDE), f"{SANDBOX_CODE}/graders/worker")
-            args += ["--perms", "0444", "--ro-bind-data", str(fds[-1]),
+            args += ["--perms", "0444", "--ro-bind-data", str(made.pass_fds[-1]),
                      f"{SANDBOX_CODE}/graders/__init__.py"]
         else:
             args += tree.bind(str(KATA / package), f"{SANDBOX_CODE}/{package}")
-    copies, scratch = [], tempfile.mkdtemp(prefix="kata-staged-") if staged else None
+    if staged:
+        made.scratch = tempfile.mkdtemp(prefix="kata-staged-")
     for number, path in enumerate(files):
         if staged:  # a copy of the judge's, bound read-only: stage() rewrites it in place
-            copies.append((Path(path), Path(scratch, f"{number}-{Path(path).name}")))
-            copies[-1][1].touch(mode=0o644)
-            args += tree.parents(str(path)) + ["--ro-bind", str(copies[-1][1]), str(path)]
+            made.staged.append((Path(path), Path(made.scratch, f"{number}-{Path(path).name}")))
+            made.staged[-1][1].touch(mode=0o644)
+            args += tree.parents(str(path)) + ["--ro-bind", str(made.staged[-1][1]), str(path)]
             continue
-        fd = os.open(path, os.O_RDONLY)
-        fds.append(fd)
-        args += tree.parents(str(path)) + ["--perms", "0444", "--ro-bind-data", str(fd), str(path)]
+        made.pass_fds.append(os.open(path, os.O_RDONLY))
+        args += tree.parents(str(path)) + ["--perms", "0444", "--ro-bind-data",
+                                           str(made.pass_fds[-1]), str(path)]
     args += ["--remount-ro", "/", "--chdir", "/tmp", "--clearenv"]
     extra_path = [entry for entry in shown  # what the prefixes do not hold
                   if not any(_inside(os.path.realpath(entry), prefix) for prefix in _prefixes())]
@@ -223,8 +238,8 @@ def _bwrap_launch(module: str | None, files: list[Path], code, tmp_bytes: int,
         args += ["/usr/bin/setpriv", "--reuid", uid, "--regid", uid, "--clear-groups",
                  "--inh-caps=-all", "--bounding-set=-all"]
     inner = ["-c", ""] if module is None else ["-P", "-m", module]
-    return Launch(args + [sys.executable, *inner], {"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
-                  "/", tuple(fds), scratch=scratch, staged=copies)
+    made.argv = args + [sys.executable, *inner]
+    made.env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
 
 
 class _Tree:

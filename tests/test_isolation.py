@@ -314,6 +314,37 @@ def test_workers_interrupted_while_starting_leave_nothing(mode, tmp_path, monkey
     assert set(Path(tempfile.gettempdir()).glob("kata-staged-*")) == staged_before
 
 
+@pytest.mark.parametrize("isolation, staged", [
+    pytest.param("bwrap", True, id="bwrap-staged", marks=BWRAP.marks),
+    pytest.param("bwrap", False, id="bwrap", marks=BWRAP.marks),
+    pytest.param("process", False, id="process")])
+def test_a_launch_interrupted_midway_leaves_nothing(isolation, staged, tmp_path, monkeypatch):
+    """Ctrl-C inside `launch`, after it made descriptors or a folder and before it returns
+    them: it closes and removes what it made before the interrupt propagates."""
+    from graders import isolation as module
+
+    candidate = tmp_path / "kv_cache.py"
+    candidate.write_text("")
+    parents = module._Tree.parents
+
+    def interrupted_at_the_candidate(tree, dest):  # once the file's descriptor or copy exists
+        if dest == str(candidate):
+            raise KeyboardInterrupt
+        return parents(tree, dest)
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(module._Tree, "parents", interrupted_at_the_candidate)
+    monkeypatch.setattr(module, "kata_roots", interrupted)  # the process launch's last step
+    folders = lambda: set(Path(tempfile.gettempdir()).glob("kata-*"))  # noqa: E731
+    folders_before, fds_before = folders(), set(os.listdir("/proc/self/fd"))
+    with pytest.raises(KeyboardInterrupt):
+        module.launch(isolation, "graders.worker", [candidate], staged=staged)
+    assert folders() == folders_before, "a launch's folder outlived the interrupt"
+    assert set(os.listdir("/proc/self/fd")) == fds_before, "a launch's descriptor stayed open"
+
+
 @pytest.mark.parametrize("mode", [BWRAP])
 @pytest.mark.parametrize("how", ["script", "module"])
 def test_the_judges_own_folders_are_out_of_sight(mode, how, tmp_path, token, hostile_file):
