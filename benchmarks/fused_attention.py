@@ -39,19 +39,37 @@ def fused_attention(query: Tensor, keys: Tensor, values: Tensor, lengths: Tensor
 
     Row b attends over positions 0 .. lengths[b] - 1 (int64 [B]); float32 scores and softmax; a
     row of length 0 gives zeros; the output has the query's dtype.
+
+    weights·V is summed over T in two stages, `chunk` positions first. Written as one sum over
+    T, Inductor generates T as the inner loop and D outside it in steps of 8 lanes: it walks
+    down all of a head's rows of V once per step, 16 times for D = 128, and by the next walk
+    those rows have left the L1 and L2 caches. Summed a chunk at a time, the 16 walks stay in
+    `chunk` rows, which the L1 cache holds. The T % chunk positions after the last whole chunk
+    are summed from the last `chunk` rows, those already summed masked out: a slice whose size
+    does not depend on T, so that torch.compile does not compile again for a remainder of 0, of
+    1 or of more.
     """
+    chunk = 64  # positions: 64 rows of D = 128 in float32 are 32 KiB, an L1 cache
     batch, q_heads, _, head_dim = query.shape
     kv_heads, length = keys.shape[1], keys.shape[2]
     groups = q_heads // kv_heads
     q = query.reshape(batch, kv_heads, groups, 1, head_dim).float()  # [B, Hkv, G, 1, D]
     past_end = torch.arange(length, device=keys.device) >= lengths[:, None]  # [B, T]
+    last_rows = torch.arange(length - chunk, length, device=keys.device)  # [chunk]: positions
+    in_whole_chunk = last_rows < length - length % chunk  # [chunk]: summed with their chunk
     outs = []
     for g in range(groups):  # unrolled when compiled: G reductions over the same rows of K, V
         scores = (keys.float() * q[:, :, g]).sum(-1) / math.sqrt(head_dim)  # [B, Hkv, T]
         scores = scores.masked_fill(past_end[:, None, :], float("-inf"))
         weights = torch.softmax(scores, dim=-1)
         weights = weights.masked_fill((lengths == 0)[:, None, None], 0.0)  # no NaN for length 0
-        outs.append((weights[..., None] * values.float()).sum(-2))  # [B, Hkv, D]
+        weighted = weights[..., None] * values.float()  # [B, Hkv, T, D], never materialised
+        if length < chunk:
+            outs.append(weighted.sum(2))  # [B, Hkv, D]
+            continue
+        chunks = weighted.unfold(2, chunk, chunk)  # [B, Hkv, T // chunk, D, chunk]: whole ones
+        rest = weighted[:, :, length - chunk:].masked_fill(in_whole_chunk[:, None], 0.0)
+        outs.append(chunks.sum(-1).sum(2) + rest.sum(2))  # [B, Hkv, D]
     out = torch.stack(outs, dim=2)  # [B, Hkv, G, D]: head h = kv * G + g
     return out.reshape(batch, q_heads, 1, head_dim).to(query.dtype)
 
@@ -61,8 +79,9 @@ def compiled_attention():
     torch.compile fails here or its result differs from eager PyTorch on a small case."""
     gen = torch.Generator().manual_seed(0)
     query = torch.randn(2, 4, 1, 8, generator=gen)
-    keys, values = torch.randn(2, 2, 5, 8, generator=gen), torch.randn(2, 2, 5, 8, generator=gen)
-    return compile_checked(fused_attention, (query, keys, values, torch.tensor([5, 3])),
+    # Long enough for the chunked sum and a remainder: the graph that long caches run.
+    keys, values = torch.randn(2, 2, 2, 150, 8, generator=gen)  # [B, Hkv, T, D] each
+    return compile_checked(fused_attention, (query, keys, values, torch.tensor([150, 37])),
                            dynamic=True)
 
 

@@ -61,7 +61,9 @@ def fused_paged_attention(query: Tensor, k_pool: Tensor, v_pool: Tensor, k_scale
         exp = torch.exp(scores - top)
         weights = exp / exp.sum(dim=(1, 3), keepdim=True)
         weights = weights.masked_fill((lengths == 0).view(n, 1, 1, 1), 0.0)  # no NaN for length 0
-        outs.append((weights[..., None] * values).sum(dim=(1, 3)))  # [N, Hkv, D]
+        # A block's slots first, then the blocks: one sum over both walks down all of a head's
+        # rows once per 8 columns of D; a block at a time, the walks stay in its 16 rows.
+        outs.append((weights[..., None] * values).sum(3).sum(1))  # [N, Hkv, D]
     out = torch.stack(outs, dim=2)  # [N, Hkv, G, D]: head h = kv * G + g
     return out.reshape(n, q_heads, 1, head_dim).to(query.dtype)
 
