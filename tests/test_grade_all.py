@@ -1,6 +1,6 @@
 """Batch grading: a folder of submissions graded in parallel, each isolated, summarised as CSV and
 Markdown. One batch of five (correct, toy, hangs at import, exits at import, untouched starter,
-one of them nested) is graded once and shared by the tests.
+one of them nested) is graded once and shared by the tests marked slow.
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ def _submit(root: Path, name: str, implementation: Path | str, tests: Path | Non
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory):
+def root(tmp_path_factory) -> Path:
+    """A folder of the five submissions, and a folder that is not one."""
     root = tmp_path_factory.mktemp("submissions")
     _submit(root, "alice", SOLUTIONS / "kv_cache.py", SOLUTIONS / "test_kv_cache.py")
     # own-tests is an L5 item: without tests the toy would stop at L4, before its tell could cap it
@@ -42,30 +43,34 @@ def run(tmp_path_factory):
     _submit(root, "dave", "import os\nos._exit(3)\n")
     _submit(root, "team/erin", ROOT / "starter" / "kv_cache.py")
     (root / "notes").mkdir()  # no kv_cache.py: not a submission
+    return root
 
-    submissions = find_submissions(root)
+
+@pytest.fixture(scope="module")
+def run(root):
     done = []
     start = time.monotonic()
     # Calls keep the default timeout: under load bob's measured appends (concat, counted by the
     # allocation probe) once took more than 2 s, and his tell went unseen.
-    outcomes = grade_all(submissions, jobs=2, import_timeout=FAST, on_done=done.append)
+    outcomes = grade_all(find_submissions(root), jobs=2, import_timeout=FAST, on_done=done.append)
     elapsed = time.monotonic() - start
     write_summary(outcomes, root / "summary.csv", root / "summary.md")
-    return {"submissions": submissions, "outcomes": outcomes, "done": done, "elapsed": elapsed,
-            "csv": root / "summary.csv", "md": root / "summary.md"}
+    return {"outcomes": outcomes, "done": done, "elapsed": elapsed, "csv": root / "summary.csv",
+            "md": root / "summary.md"}
 
 
 def results(run) -> dict:
     return {o.submission.name: o.result for o in run["outcomes"]}
 
 
-def test_every_folder_with_a_kv_cache_py_is_a_submission_nested_ones_too(run):
-    subs = run["submissions"]
+def test_every_folder_with_a_kv_cache_py_is_a_submission_nested_ones_too(root):
+    subs = find_submissions(root)
     assert [s.name for s in subs] == NAMES
     assert subs[0].tests == subs[0].implementation.with_name("test_kv_cache.py")
     assert subs[2].tests is None
 
 
+@pytest.mark.slow
 def test_every_outcome_comes_back_in_order_in_bounded_time(run):
     assert [o.submission.name for o in run["outcomes"]] == NAMES
     assert all(o.error is None and o.result is not None for o in run["outcomes"])
@@ -73,6 +78,7 @@ def test_every_outcome_comes_back_in_order_in_bounded_time(run):
     assert run["elapsed"] < 60, f"grading five submissions took {run['elapsed']:.1f} s"
 
 
+@pytest.mark.slow
 def test_each_submission_gets_its_own_grade(run):
     graded = results(run)
     assert graded["alice"].level == "L6" and graded["alice"].passed
@@ -83,6 +89,7 @@ def test_each_submission_gets_its_own_grade(run):
     assert {i.status for i in graded["team/erin"].items} == {"not_attempted"}
 
 
+@pytest.mark.slow
 def test_the_csv_has_a_row_per_submission_with_its_level_statuses_and_tells(run):
     with run["csv"].open(newline="") as f:
         rows = {row["submission"]: row for row in csv.DictReader(f)}
@@ -94,6 +101,7 @@ def test_the_csv_has_a_row_per_submission_with_its_level_statuses_and_tells(run)
     assert all(r["error"] == "" for r in rows.values())
 
 
+@pytest.mark.slow
 def test_the_markdown_has_a_row_per_submission(run):
     lines = run["md"].read_text().splitlines()
     rows = [line for line in lines[2:] if line.startswith("| ")]
