@@ -306,12 +306,14 @@ def test_workers_interrupted_while_starting_leave_nothing(mode, tmp_path, monkey
         raise KeyboardInterrupt
 
     monkeypatch.setattr(Worker, "_hello", interrupted)
-    staged_before = set(Path(tempfile.gettempdir()).glob("kata-staged-*"))
+    scratch = tmp_path / "tmp"  # this test's own: other tests' grades make folders in /tmp
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
     before = set(_children(os.getpid()))
     with pytest.raises(KeyboardInterrupt):
         GradeWorkers.start(REFERENCE, tests, "kv_cache", Sandbox(mode), 60.0, ahead=True)
     assert not set(_children(os.getpid())) - before, "a worker outlived the interrupt"
-    assert set(Path(tempfile.gettempdir()).glob("kata-staged-*")) == staged_before
+    assert not list(scratch.iterdir()), "a staged folder outlived the interrupt"
 
 
 @pytest.mark.parametrize("isolation, staged", [
@@ -337,11 +339,13 @@ def test_a_launch_interrupted_midway_leaves_nothing(isolation, staged, tmp_path,
 
     monkeypatch.setattr(module._Tree, "parents", interrupted_at_the_candidate)
     monkeypatch.setattr(module, "kata_roots", interrupted)  # the process launch's last step
-    folders = lambda: set(Path(tempfile.gettempdir()).glob("kata-*"))  # noqa: E731
-    folders_before, fds_before = folders(), set(os.listdir("/proc/self/fd"))
+    scratch = tmp_path / "tmp"  # this test's own: other tests' grades make folders in /tmp
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    fds_before = set(os.listdir("/proc/self/fd"))
     with pytest.raises(KeyboardInterrupt):
         module.launch(isolation, "graders.worker", [candidate], staged=staged)
-    assert folders() == folders_before, "a launch's folder outlived the interrupt"
+    assert not list(scratch.iterdir()), "a launch's folder outlived the interrupt"
     assert set(os.listdir("/proc/self/fd")) == fds_before, "a launch's descriptor stayed open"
 
 
