@@ -256,8 +256,8 @@ def test_workers_started_ahead_read_the_file_as_saved_when_they_go(mode, tmp_pat
 
 
 @pytest.mark.parametrize("mode", [BWRAP])
-def test_a_worker_started_ahead_sees_its_files_read_only_and_nothing_beside(mode, tmp_path,
-                                                                            hostile_file):
+def test_a_worker_started_ahead_sees_its_files_read_only_and_nothing_beside(
+        mode, tmp_path, tmp_path_factory, hostile_file, monkeypatch):
     """In bubblewrap the files are staged: copies of the judge's, bound read-only at their
     paths and rewritten at go(). The sandbox sees what it sees when started at the grade: its
     two files, read-only, no sibling; the copies are gone with the workers."""
@@ -266,7 +266,8 @@ def test_a_worker_started_ahead_sees_its_files_read_only_and_nothing_beside(mode
     tests = tmp_path / "test_kv_cache.py"
     tests.write_text("def test_nothing():\n    pass\n")
     (tmp_path / "notes.txt").write_text("not the candidate's to read")
-    staged_before = set(Path(tempfile.gettempdir()).glob("kata-staged-*"))
+    scratch = tmp_path_factory.mktemp("tmp")  # this test's own: other tests' grades use /tmp
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
     workers = GradeWorkers.start(path, tests, "kv_cache", Sandbox(mode), 60.0, ahead=True)
     workers.go()
     result = grade_file(path, mode, tests=tests, workers=workers, only={"prefix-equivalence"})
@@ -275,7 +276,7 @@ def test_a_worker_started_ahead_sees_its_files_read_only_and_nothing_beside(mode
     assert sorted(p.name for p in tmp_path.iterdir()) == ["kv_cache.py", "notes.txt",
                                                           "test_kv_cache.py"]
     assert path.read_text() == source
-    assert set(Path(tempfile.gettempdir()).glob("kata-staged-*")) == staged_before
+    assert not list(scratch.iterdir()), "the staged copies outlived their workers"
 
 
 @pytest.mark.parametrize("mode", [BWRAP, PROCESS])
