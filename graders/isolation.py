@@ -239,7 +239,7 @@ def _bwrap_launch(made: Launch, module: str | None, files: list[Path], code, tmp
                  "--inh-caps=-all", "--bounding-set=-all"]
     inner = ["-c", ""] if module is None else ["-P", "-m", module]
     made.argv = args + [sys.executable, *inner]
-    made.env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    made.env, made.cwd = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}, "/"
 
 
 class _Tree:
