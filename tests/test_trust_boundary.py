@@ -19,14 +19,17 @@ pytestmark = pytest.mark.slow  # whole grades: `pytest -m "not slow"` is the qui
 
 HOSTILE = Path(__file__).parent / "hostile"
 STARTER = Path(__file__).parent.parent / "starter"
-FAST = 2.0  # seconds a batch of calls may take; the hostile files' correct parts need far less
+# Seconds a batch of calls (or the import) may take where a file hangs on purpose. Files that do
+# not hang keep the default limit: on a loaded machine their correct parts can take seconds, and
+# a limit only costs time when something hangs.
+FAST = 2.0
 
 
 def grade_hostile(name: str, tmp_path: Path, **kwargs):
     shutil.copy(REFERENCE, tmp_path / "kv_cache_base.py")
     path = tmp_path / "kv_cache.py"
     shutil.copy(HOSTILE / f"{name}.py", path)
-    return grade(path, timeout=FAST, **kwargs)
+    return grade(path, **kwargs)
 
 
 def by_id(result) -> dict:
@@ -48,7 +51,7 @@ def test_a_lying_tensor_subclass_is_not_accepted_as_output(tmp_path):
 
 def test_a_hang_fails_the_items_that_hang_and_the_grade_ends_in_bounded_time(tmp_path):
     start = time.monotonic()
-    result = grade_hostile("hangs_in_attend", tmp_path)
+    result = grade_hostile("hangs_in_attend", tmp_path, timeout=FAST)
     elapsed = time.monotonic() - start
     items = by_id(result)
     assert items["append-time-dim"].status == "pass", "items that never call attend still pass"
@@ -107,7 +110,7 @@ def test_missing_names_are_errors_of_the_items_that_need_them(tmp_path):
 
 
 def test_the_untouched_starter_is_not_attempted_everywhere():
-    result = grade(STARTER / "kv_cache.py", STARTER / "test_kv_cache.py", timeout=FAST)
+    result = grade(STARTER / "kv_cache.py", STARTER / "test_kv_cache.py")
     assert {i.status for i in result.items} == {"not_attempted"}, result.items
     assert all("Traceback" not in i.message for i in result.items)
     assert result.level == "below L4" and result.score == 0
