@@ -19,7 +19,9 @@ POLL = 0.05
 WORDS = " ".join(f"w{n}" for n in range(80))
 
 
-def wait_for(condition, timeout=1.0):
+def wait_for(condition, timeout=5.0):
+    """Whether `condition` holds within `timeout` s: returns as soon as it does, so a loaded
+    machine costs the wait only where it is slow."""
     deadline = time.monotonic() + timeout
     while not condition() and time.monotonic() < deadline:
         time.sleep(POLL / 5)
