@@ -45,6 +45,7 @@ SOLUTIONS = {  # in the order a learner reads them
     "paged": bundled.SOLUTIONS / "paged_kv_cache.py",
     "tiled": bundled.TILED_ATTENTION,
     "fused": bundled.FUSED_ATTENTION,
+    "tiled-paged": bundled.TILED_PAGED_ATTENTION,
     "fused-paged": bundled.FUSED_PAGED_ATTENTION,
     "tests": bundled.SOLUTIONS / "test_kv_cache.py",
 }

@@ -7,7 +7,8 @@ what the bench runs (benchmarks/subjects.py) and what the learners' tests grade.
 
     tiled, fused   solutions/kv_cache.py: `attend` validates the query as before, then returns
                    the function on the cache's views; the function follows `attend`.
-    fused-paged    solutions/paged_kv_cache.py: `attend` validates and builds the batch's
+    tiled-paged,   solutions/paged_kv_cache.py: `attend` validates and builds the batch's
+    fused-paged
                    padded tables and lengths as before, then returns the function on the pools;
                    the gather and its scratch buffers go; the function follows the class.
 """
@@ -31,12 +32,13 @@ class AttentionStep:
 STEPS = {
     "tiled": AttentionStep("preallocated", bundled.TILED_ATTENTION, "tiled_attention"),
     "fused": AttentionStep("preallocated", bundled.FUSED_ATTENTION, "fused_attention"),
+    "tiled-paged": AttentionStep("paged", bundled.TILED_PAGED_ATTENTION, "tiled_paged_attention"),
     "fused-paged": AttentionStep("paged", bundled.FUSED_PAGED_ATTENTION, "fused_paged_attention"),
 }
 DENSE_CALL = "    return {function}(query, cache.keys, cache.values, cache.lengths)\n"
 PAGED_CALL = ("        return {function}(query, self.k_pool, self.v_pool, self.k_scale,\n"
               "{indent}self.v_scale, index, lengths)\n")
-# The paged attend's gather into scratch buffers kept between calls: what fused-paged drops.
+# The paged attend's gather into scratch buffers kept between calls: what the paged steps drop.
 GATHER_METHODS, GATHER_BUFFERS = ("_gather", "_scratch"), "_buffers"
 
 

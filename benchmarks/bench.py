@@ -37,7 +37,7 @@ class SubjectSpec:
     id: str
     kind: str  # "solution", "candidate", "floor" or "peer"
     label: str
-    builder: str  # how the runner builds it: "contract", "tiled", "fused", "fused-paged", "bare", ...
+    builder: str  # how the runner builds it: "contract", "tiled", "fused", "tiled-paged", "bare", ...
     path: str | None = None
     quantize: str | None = None
 
@@ -55,6 +55,10 @@ BUNDLED = [
                 str(SOLUTIONS / "paged_kv_cache.py")),
     SubjectSpec("paged-int8", "solution", "paged, int8 storage", "contract",
                 str(SOLUTIONS / "paged_kv_cache.py"), quantize="int8"),
+    SubjectSpec("tiled-paged", "solution", "paged + tiled paged attention", "tiled-paged",
+                str(SOLUTIONS / "paged_kv_cache.py")),
+    SubjectSpec("tiled-paged-int8", "solution", "paged, int8, tiled paged attention",
+                "tiled-paged", str(SOLUTIONS / "paged_kv_cache.py"), quantize="int8"),
     SubjectSpec("fused-paged", "solution", "paged + fused paged attention (torch.compile)",
                 "fused-paged", str(SOLUTIONS / "paged_kv_cache.py")),
     SubjectSpec("fused-paged-int8", "solution", "paged, int8, fused paged attention",

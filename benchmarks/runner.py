@@ -88,8 +88,8 @@ def _builder(spec: dict):
     module = import_file(spec["path"], "kata_bench_" + re.sub(r"\W", "_", spec["id"]))
     if kind in ("tiled", "fused"):
         return getattr(subjects, kind)(module)
-    if kind == "fused-paged":
-        return subjects.fused_paged(module, spec.get("quantize"))
+    if kind in ("tiled-paged", "fused-paged"):
+        return getattr(subjects, kind.replace("-", "_"))(module, spec.get("quantize"))
     return subjects.contract_cache(module, spec.get("quantize"))
 
 

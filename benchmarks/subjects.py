@@ -12,7 +12,8 @@ Subjects:
                       does not know its final length would call it.
     tiled, fused      the preallocated solution's cache with `tiled_attention`, or with
                       `fused_attention` compiled.
-    fused-paged       the paged solution's pool with `fused_paged_attention` compiled.
+    tiled-paged,      the paged solution's pool with `tiled_paged_attention`, or with
+    fused-paged       `fused_paged_attention` compiled.
     floors            bare attention over contiguous K and V (no cache around it) and the pure
                       read of K and V: what the machine does with no cache work at all.
     peers             Hugging Face transformers' DynamicCache and StaticCache with its own
@@ -228,12 +229,25 @@ def attend_with(module, attention) -> Callable[[History], Stepper]:
     return build
 
 
+def tiled_paged(module, quantize: str | None) -> Callable[[History], Stepper]:
+    """The paged cache of `module` with `tiled_paged_attention` as its attend's math."""
+    from benchmarks.tiled_paged_attention import tiled_paged_attention
+
+    return paged_with(module, tiled_paged_attention, quantize)
+
+
 def fused_paged(module, quantize: str | None) -> Callable[[History], Stepper]:
     """The paged cache of `module` with `fused_paged_attention` compiled as its attend's math;
     Unavailable where torch.compile does not work."""
     from benchmarks.fused_paged_attention import compiled_paged_attention
 
-    attention = compiled_paged_attention()
+    return paged_with(module, compiled_paged_attention(), quantize)
+
+
+def paged_with(module, attention, quantize: str | None) -> Callable[[History], Stepper]:
+    """The paged cache of `module` (int8 pools with `quantize`), attended by `attention(query,
+    k_pool, v_pool, k_scale, v_scale, blocks, lengths)` on its pools (what its `attend` does
+    once the query is validated)."""
 
     def build(history: History) -> Stepper:
         cache, sequences = _filled_pool(module, history, quantize)

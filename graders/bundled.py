@@ -19,6 +19,7 @@ SOLUTIONS = DATA / "solutions"
 RUBRIC = DATA / "rubric" / "rubric.toml"
 TILED_ATTENTION = PACKAGES / "benchmarks" / "tiled_attention.py"
 FUSED_ATTENTION = PACKAGES / "benchmarks" / "fused_attention.py"
+TILED_PAGED_ATTENTION = PACKAGES / "benchmarks" / "tiled_paged_attention.py"
 FUSED_PAGED_ATTENTION = PACKAGES / "benchmarks" / "fused_paged_attention.py"
 
 
@@ -31,7 +32,7 @@ def required_files() -> list[Path]:
     return [*(STARTER / name for name in ("kv_cache.py", "test_kv_cache.py", "paged_kv_cache.py")),
             *(SOLUTIONS / name for name in ("kv_cache.py", "concat_kv_cache.py",
                                             "paged_kv_cache.py", "test_kv_cache.py")),
-            RUBRIC, TILED_ATTENTION, FUSED_ATTENTION, FUSED_PAGED_ATTENTION]
+            RUBRIC, TILED_ATTENTION, FUSED_ATTENTION, TILED_PAGED_ATTENTION, FUSED_PAGED_ATTENTION]
 
 
 def check() -> None:

@@ -221,6 +221,7 @@ def test_a_missing_kata_file_exits_4_with_one_line(command, monkeypatch, tmp_pat
 @pytest.mark.parametrize("name, path", [("concat", "solutions/concat_kv_cache.py"),
                                         ("tiled", "benchmarks/tiled_attention.py"),
                                         ("fused", "benchmarks/fused_attention.py"),
+                                        ("tiled-paged", "benchmarks/tiled_paged_attention.py"),
                                         ("fused-paged", "benchmarks/fused_paged_attention.py")])
 def test_solution_prints_the_exact_source_when_not_a_terminal(name, path):
     result = runner.invoke(app, ["solution", name])

@@ -220,6 +220,13 @@ QUOTED = [
     ("solutions/README.md", "(float32: {:.2f}x bare against eager's {:.2f}x; MHA {:.2f}x)",
      both(bare("fused", "GQA 32/8 fp32"), bare("preallocated", "GQA 32/8 fp32"), bare("fused"))),
     ("README.md", "No gather: {:.2f}x bare, not {:.2f}x", both(bare("fused-paged"), bare("paged"))),
+    ("README.md", "int8 without a float32 copy of the cache: {:.2f}x bare, not {:.2f}x",
+     both(bare("tiled-paged-int8"), bare("paged-int8"))),
+    ("solutions/README.md", "int8 upcast a tile at a time: {:.2f}x bare, against {:.2f}x",
+     both(bare("tiled-paged-int8"), bare("paged-int8"))),
+    ("solutions/README.md", "{:.2f}x bare in int8 (66 MiB held), against paged's {:.2f}x, and "
+     "{:.2f}x against {:.2f}x in float32", both(bare("tiled-paged-int8"), bare("paged-int8"),
+                                                bare("tiled-paged"), bare("paged"))),
 ]
 
 
@@ -324,17 +331,22 @@ def test_an_attention_step_is_the_preallocated_file_with_attends_math_swapped(st
     assert all(line[2:] in math_lines for line in removed)
 
 
-def test_the_fused_paged_step_is_the_paged_file_with_attends_math_and_its_gather_swapped():
-    label, source = cli._step_source("fused-paged")
+PAGED_ATTENTION_STEPS = ["tiled-paged", "fused-paged"]
+
+
+@pytest.mark.parametrize("step", PAGED_ATTENTION_STEPS)
+def test_a_paged_attention_step_is_the_paged_file_with_attends_math_and_its_gather_swapped(step):
+    label, source = cli._step_source(step)
     paged = (SOLUTIONS / "paged_kv_cache.py").read_text()
-    assert "fused_paged_attention.py" in label
+    function = step.replace("-", "_") + "_attention"
+    assert f"{function}.py" in label
     tree = ast.parse(source)
     assert [n.name for n in tree.body if isinstance(n, (ast.ClassDef, ast.FunctionDef))][-2:] == \
-        ["PagedKVCache", "fused_paged_attention"]
+        ["PagedKVCache", function]
     cache = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "PagedKVCache")
     methods = {n.name: n for n in cache.body if isinstance(n, ast.FunctionDef)}
     assert not {"_gather", "_scratch"} & set(methods), "the gather and its scratch go"
-    assert ast.unparse(methods["attend"].body[-1]) == ("return fused_paged_attention(query, "
+    assert ast.unparse(methods["attend"].body[-1]) == (f"return {function}(query, "
         "self.k_pool, self.v_pool, self.k_scale, self.v_scale, index, lengths)")
     # Outside attend's math, the gather and its scratch, not a line changes.
     old_cache = next(n for n in ast.parse(paged).body
@@ -348,7 +360,8 @@ def test_the_fused_paged_step_is_the_paged_file_with_attends_math_and_its_gather
     assert "self._buffers" not in source and "_gather" not in source
 
 
-ATTENTION_STEPS = [("tiled", "dense"), ("fused", "dense"), ("fused-paged", "serving")]
+ATTENTION_STEPS = [("tiled", "dense"), ("fused", "dense"), ("tiled-paged", "serving"),
+                   ("fused-paged", "serving")]
 
 
 @pytest.mark.slow
