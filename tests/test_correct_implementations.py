@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from graders.grade import GradeResult, grade, kata_graders
+from graders.mutation import REFERENCE
 from graders.rubric import load
 from graders.tracks import DENSE, SERVING
 from tests.seeds import SEEDS
@@ -90,3 +91,19 @@ def test_the_serving_starter_is_not_attempted():
     result = grade(ROOT / "starter" / "paged_kv_cache.py", track="serving")
     assert {i.status for i in result.items} == {"not_attempted"}, result.items
     assert result.level == "none"
+
+
+def test_code_under_torch_compile_is_graded_as_it_runs_eagerly(tmp_path):
+    """torch.compile is off in the worker: every call runs in a freshly forked child, where a
+    compiled function would compile again and a correct file would time out (module_bthd.py
+    compiles its attention, as gpt-fast does). This attend answers zeros only when traced."""
+    path = tmp_path / "kv_cache.py"
+    path.write_text(REFERENCE.read_text() + (
+        "\n\n_eager_attend = attend\n\n\n"
+        "@torch.compile(backend='eager')\n"
+        "def attend(cache, query):\n"
+        "    if torch.compiler.is_compiling():  # true only while torch.compile traces\n"
+        "        return torch.zeros_like(query)\n"
+        "    return _eager_attend(cache, query)\n"))
+    (item,) = grade(path, only={"prefix-equivalence"}).items
+    assert item.status == "pass", item.message
