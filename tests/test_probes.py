@@ -1,5 +1,5 @@
 """The worker's probes (graders.worker.ops): what the allocation counter counts, holds and names,
-and which tensors a cache's inventory finds."""
+which tensors a cache's inventory finds, and how many rows decode_step's projections multiply."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ import sys
 
 import pytest
 import torch
+import torch.nn.functional as F
 
-from graders.worker.ops import Allocations, reachable_tensors
+from graders.worker.ops import Allocations, _Layer, _ProjectionRows, reachable_tensors
 
 
 def test_new_storages_count_and_writes_and_views_do_not():
@@ -50,6 +51,50 @@ def test_largest_names_the_biggest_storages_by_dtype_and_shape_in_a_few_numbers(
     assert counted.largest() == [["bool", [64, 64], 2, 4096], ["int64", [8], 1, 64],
                                  ["float32", [3, 3], 100, 36]]
     assert counted.count == 104 and mask.shape == (64, 64) and len(small) == 100
+
+
+def projection_layer(d_model: int = 8) -> _Layer:
+    """Two query heads and one kv head of head_dim 4: wq is [8, 8], wk and wv [4, 8]."""
+    weights = {name: torch.randn(out, d_model) for name, out in
+               (("wq", 8), ("wk", 4), ("wv", 4), ("wo", d_model))}
+    return _Layer(weights, n_heads=2, n_kv_heads=1, head_dim=4, rope_base=10000.0)
+
+
+def fused(layer: _Layer) -> torch.Tensor:
+    return torch.cat([layer.wq.weight, layer.wk.weight, layer.wv.weight])  # [16, 8]: gpt-fast's wqkv
+
+
+@pytest.mark.parametrize("project", [
+    lambda layer, x: (layer.wq(x), layer.wk(x), layer.wv(x)),
+    lambda layer, x: (F.linear(x, layer.wq.weight), x @ layer.wk.weight.T, x @ layer.wv.weight.t()),
+    lambda layer, x: F.linear(x, fused(layer)),
+    lambda layer, x: x @ fused(layer).T.contiguous(),
+], ids=["modules", "weights", "fused-wqkv", "fused-transposed-copy"])
+def test_each_projection_counts_the_rows_it_multiplies_fused_or_not(project):
+    layer, x = projection_layer(), torch.randn(3, 1, 8)  # 3 new tokens
+    with _ProjectionRows(layer, {}) as counter:
+        project(layer, x)
+    assert counter.rows == {"wq": 3, "wk": 3, "wv": 3}
+
+
+def test_a_fused_weight_kept_from_an_earlier_step_still_counts():
+    layer, derived = projection_layer(), {}
+    with _ProjectionRows(layer, derived) as first:
+        wqkv = fused(layer)  # kept by the candidate's file
+        F.linear(torch.randn(2, 1, 8), wqkv)
+    with _ProjectionRows(layer, derived) as second:
+        F.linear(torch.randn(2, 5, 8), wqkv)  # five positions a row: the prefix projected again
+    assert first.rows == {"wq": 2, "wk": 2, "wv": 2}
+    assert second.rows == {"wq": 10, "wk": 10, "wv": 10}
+
+
+def test_fusing_the_weights_projects_nothing_and_outputs_stand_for_no_weight():
+    layer = projection_layer()
+    with _ProjectionRows(layer, {}) as counter:
+        wkv = torch.cat([layer.wk.weight, layer.wv.weight]).float()
+        q = layer.wq(torch.randn(2, 1, 8))  # [2, 1, 8]
+        torch.cat([q, q]) * 2.0, wkv.sum()  # q is a product with x, not a weight
+    assert counter.rows == {"wq": 2, "wk": 0, "wv": 0}
 
 
 class Cache:

@@ -76,6 +76,7 @@ class _State:
         self.caches: dict[str, object] = {}
         self.layers: dict[str, torch.nn.Module] = {}
         self.kept: dict[str, list] = {}  # cache name -> `Allocations.kept` of its measured appends
+        self.derived: dict[str, dict] = {}  # layer name -> `_ProjectionRows.derived`
 
     def fn(self, name):
         try:
@@ -275,7 +276,7 @@ def _layer(state: _State, op: dict):
 def _decode_step(state: _State, op: dict):
     _resolve_inputs(op)
     layer = state.layers[op["layer"]]
-    counter = _ProjectionRows(layer)
+    counter = _ProjectionRows(layer, state.derived.setdefault(op["layer"], {}))
     args = (layer, state.caches[op["cache"]], op["x"])
     counts = op.get("counts")
     with counter:
@@ -287,26 +288,47 @@ class _ProjectionRows(TorchFunctionMode):
     """Counts the input rows each of wq, wk, wv multiplies, however the candidate calls it.
 
     `layer.wk(x)`, `F.linear(x, layer.wk.weight)` and `x @ layer.wk.weight.T` all reach a torch
-    function with the weight (or a view of it) as an argument; the other tensor argument's size
-    divided by d_model is the number of token rows projected.
+    function with the weight (or a view of it) as an argument; the other tensor arguments' size
+    divided by d_model is the number of token rows projected. A tensor computed from weights
+    alone stands for the weights it holds: `torch.cat` of wq, wk and wv into one fused weight (as
+    gpt-fast's `wqkv`), a transposed or converted copy. `F.linear(x, wqkv)` then projects x's
+    rows once for each of wq, wk and wv. `derived` keeps those tensors for the layer across
+    calls, so a fused weight made at the first step and kept still counts at the later ones.
     """
 
-    def __init__(self, layer: torch.nn.Module):
+    def __init__(self, layer: torch.nn.Module, derived: dict):
         super().__init__()
         self.weights = {name: getattr(layer, name).weight for name in PROJECTIONS}
+        self.derived = derived  # storage address -> (StorageWeakRef, names of the weights in it)
         self.rows = {name: 0 for name in PROJECTIONS}
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         result = func(*args, **kwargs)
         tensors = _tensors((args, kwargs))
-        if len(tensors) < 2 or func in _VIEW_FUNCS:
+        held = [self._weights_in(t) for t in tensors]
+        names = frozenset().union(*held)
+        if not names:
             return result
-        for name, weight in self.weights.items():
-            others = [t for t in tensors if not _shares_storage(t, weight)]
-            if len(others) < len(tensors):
-                self.rows[name] += sum(t.numel() for t in others) // weight.shape[1]
+        others = [t for t, weights in zip(tensors, held) if not weights]
+        if others and func not in _VIEW_FUNCS:  # weights times something else: a projection
+            for name in names:
+                self.rows[name] += sum(t.numel() for t in others) // self.weights[name].shape[1]
+        else:  # made of weights alone: what it returns stands for them
+            for out in _tensors(result):
+                if out.device.type != "meta" and out.untyped_storage().nbytes():
+                    storage = out.untyped_storage()
+                    self.derived[storage.data_ptr()] = (StorageWeakRef(storage), names)
         return result
+
+    def _weights_in(self, t: torch.Tensor) -> frozenset[str]:
+        """The projections whose weights `t` reads or was computed from alone."""
+        found = frozenset(name for name, weight in self.weights.items()
+                          if _shares_storage(t, weight))
+        if t.device.type == "meta":
+            return found
+        ref, names = self.derived.get(t.untyped_storage().data_ptr(), (None, frozenset()))
+        return found | names if ref is not None and not ref.expired() else found
 
 
 # Functions that only look at the weight; they project nothing even when given a second tensor.

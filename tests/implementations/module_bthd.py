@@ -8,7 +8,8 @@ row is one contiguous [Hkv, D] slab. `keys` / `values` are transposed views of t
 row would overflow, capacity doubles. attend validates, then calls its math, compiled with
 `torch.compile` as gpt-fast compiles its decode step: one einsum per product, in float32, grouped
 query heads read through a reshape. The grader runs it eagerly (torch.compile is off in the
-worker), so compiling never counts against the time limits. fork is `copy.deepcopy` of the module.
+worker), so compiling never counts against the time limits. decode_step projects q, k and v in
+one matmul through wq, wk and wv concatenated (gpt-fast's `wqkv`). fork is `copy.deepcopy`.
 """
 
 from __future__ import annotations
@@ -68,7 +69,8 @@ def _validate(cache: KVCache, key: Tensor, value: Tensor, counts) -> list[int]:
     if cache.k_cache is not None:
         have_batch, _, have_heads, have_dim = cache.k_cache.shape
         for name, got, want in (("batch", batch, have_batch), ("kv_heads", heads, have_heads),
-                                ("head_dim", dim, have_dim), ("dtype", key.dtype, cache.k_cache.dtype),
+                                ("head_dim", dim, have_dim),
+                                ("dtype", key.dtype, cache.k_cache.dtype),
                                 ("device", key.device, cache.k_cache.device)):
             if got != want:
                 raise ValueError(f"{name}: the cache has {want}, the append {got}")
@@ -183,9 +185,11 @@ def fork(cache: KVCache) -> KVCache:
 def decode_step(layer, cache: KVCache, x: Tensor, counts: Tensor | None = None) -> Tensor:
     batch = x.shape[0]
     heads, kv_heads, dim = layer.n_heads, layer.n_kv_heads, layer.head_dim
-    q = layer.wq(x).view(batch, 1, heads, dim).transpose(1, 2)  # [B, Hq, 1, D]
-    k = layer.wk(x).view(batch, 1, kv_heads, dim).transpose(1, 2)  # [B, Hkv, 1, D]
-    v = layer.wv(x).view(batch, 1, kv_heads, dim).transpose(1, 2)
+    wqkv = torch.cat([layer.wq.weight, layer.wk.weight, layer.wv.weight])  # one fused projection
+    q, k, v = nn.functional.linear(x, wqkv).split([heads * dim, kv_heads * dim, kv_heads * dim], -1)
+    q = q.view(batch, 1, heads, dim).transpose(1, 2)  # [B, Hq, 1, D]
+    k = k.view(batch, 1, kv_heads, dim).transpose(1, 2)  # [B, Hkv, 1, D]
+    v = v.view(batch, 1, kv_heads, dim).transpose(1, 2)
     positions = (cache.lengths if cache.k_cache is not None
                  else torch.zeros(batch, dtype=torch.int64, device=x.device))[:, None]  # [B, 1]
     append(cache, apply_rope(k, positions, layer.rope_base), v, counts)
