@@ -11,6 +11,7 @@ the whole grade. What a worker prints is kept in memory, its last `OUTPUT_TAIL` 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -178,7 +179,8 @@ class Worker:
                     self._discard()
                     limit = isolation.limit_reached(loaded["error"], self.limits)
                     raise WorkerUnavailable(f"{limit + ': ' if limit else ''}"
-                                            f"the file does not import: {loaded['error']}")
+                                            f"the file does not import: {loaded['error']}"
+                                            f"{_beside(loaded['error'], self.path)}")
         except TimeoutError:
             self._discard()
             raise WorkerUnavailable(
@@ -287,6 +289,20 @@ class OutputTail:
     def text(self) -> str:
         with self._lock:
             return self._data.decode(errors="replace")
+
+
+def _beside(error: str, path: str) -> str:
+    """What to say when the module a file could not import lies beside it: a sandbox shows the
+    worker the candidate's one file, as the contract grades one file."""
+    found = re.search(r"No module named '([A-Za-z_][\w]*)", error)
+    if found is None:
+        return ""
+    name, folder = found.group(1), Path(path).parent
+    helper = next((f for f in (f"{name}.py", name) if (folder / f).exists()), None)
+    if helper is None:
+        return ""
+    return (f". {helper} is beside it, but a grade sees the one file alone (the contract grades "
+            f"one file): put what it needs from {helper} in {Path(path).name}")
 
 
 def _last_lines(text: str, n: int = 3) -> str:

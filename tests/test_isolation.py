@@ -24,7 +24,7 @@ from graders.formats import report
 from graders.grade import grade
 from graders.isolation import KATA, Sandbox, SandboxUnavailable, _children, bwrap_problem
 from graders.mutation import REFERENCE
-from graders.workers import GradeWorkers, Worker
+from graders.workers import GradeWorkers, Worker, _beside
 
 pytestmark = pytest.mark.slow  # whole grades: `pytest -m "not slow"` is the quick loop
 
@@ -277,6 +277,36 @@ def test_a_worker_started_ahead_sees_its_files_read_only_and_nothing_beside(
                                                           "test_kv_cache.py"]
     assert path.read_text() == source
     assert not list(scratch.iterdir()), "the staged copies outlived their workers"
+
+
+@pytest.mark.parametrize("mode", [BWRAP])
+def test_a_module_beside_the_file_is_out_of_sight_and_the_message_says_where_it_is(mode, tmp_path):
+    """The contract grades one file: a sandbox shows the worker that file alone, so an import of
+    a helper beside it fails, and the message says the helper is there but not seen."""
+    path = tmp_path / "kv_cache.py"
+    path.write_text("from rope_helpers import rotate\n" + REFERENCE.read_text())
+    (tmp_path / "rope_helpers.py").write_text("def rotate(x):\n    return x\n")
+    result = grade_file(path, mode, only={"attend-shape"})
+    (item,) = result.items
+    assert item.status == "error"
+    assert why(item).endswith("No module named 'rope_helpers' (line 1). rope_helpers.py is beside "
+                              "it, but a grade sees the one file alone (the contract grades one "
+                              "file): put what it needs from rope_helpers.py in kv_cache.py"), why(item)
+
+
+@pytest.mark.parametrize("error, beside", [
+    ("ModuleNotFoundError: No module named 'rope_helpers'", "rope_helpers.py"),
+    ("ModuleNotFoundError: No module named 'tools.rope'", "tools"),
+    ("ModuleNotFoundError: No module named 'numpyx'", None),
+    ("ImportError: cannot import name 'rotate' from 'rope_helpers'", None),
+], ids=["module", "package", "nothing-beside", "not-a-missing-module"])
+def test_the_import_message_names_a_helper_only_when_it_is_beside_the_file(tmp_path, error, beside):
+    (tmp_path / "rope_helpers.py").write_text("")
+    (tmp_path / "tools").mkdir()
+    said = _beside(error, str(tmp_path / "kv_cache.py"))
+    assert said == ("" if beside is None else f". {beside} is beside it, but a grade sees the one "
+                    f"file alone (the contract grades one file): put what it needs from {beside} "
+                    "in kv_cache.py")
 
 
 @pytest.mark.parametrize("mode", [BWRAP, PROCESS])
