@@ -180,7 +180,7 @@ class Worker:
                     limit = isolation.limit_reached(loaded["error"], self.limits)
                     raise WorkerUnavailable(f"{limit + ': ' if limit else ''}"
                                             f"the file does not import: {loaded['error']}"
-                                            f"{_beside(loaded['error'], self.path)}")
+                                            f"{unseen_beside(loaded['error'], self.path)}")
         except TimeoutError:
             self._discard()
             raise WorkerUnavailable(
@@ -291,18 +291,22 @@ class OutputTail:
             return self._data.decode(errors="replace")
 
 
-def _beside(error: str, path: str) -> str:
-    """What to say when the module a file could not import lies beside it: a sandbox shows the
-    worker the candidate's one file, as the contract grades one file."""
-    found = re.search(r"No module named '([A-Za-z_][\w]*)", error)
-    if found is None:
-        return ""
-    name, folder = found.group(1), Path(path).parent
-    helper = next((f for f in (f"{name}.py", name) if (folder / f).exists()), None)
+def unseen_beside(error: str, path: str) -> str:
+    """What to add to `error` when it comes from a file beside `path` that a sandbox does not
+    show: a module the file imports, or the conftest.py holding its tests' fixtures (a grade
+    sees the graded file alone, as the contract grades one file). "" otherwise."""
+    folder, name = Path(path).parent, Path(path).name
+    module = re.search(r"No module named '([A-Za-z_]\w*)", error)
+    if module:
+        helper = next((f for f in (f"{module.group(1)}.py", module.group(1))
+                       if (folder / f).exists()), None)
+    else:
+        fixture = re.search(r"fixture '[^']+' not found", error)
+        helper = "conftest.py" if fixture and (folder / "conftest.py").exists() else None
     if helper is None:
         return ""
-    return (f". {helper} is beside it, but a grade sees the one file alone (the contract grades "
-            f"one file): put what it needs from {helper} in {Path(path).name}")
+    return (f". {helper} lies beside {name}, but a grade shows {name} alone (the contract: one "
+            f"file): move what it needs from {helper} into {name}")
 
 
 def _last_lines(text: str, n: int = 3) -> str:

@@ -24,7 +24,7 @@ from graders.formats import report
 from graders.grade import grade
 from graders.isolation import KATA, Sandbox, SandboxUnavailable, _children, bwrap_problem
 from graders.mutation import REFERENCE
-from graders.workers import GradeWorkers, Worker, _beside
+from graders.workers import GradeWorkers, Worker, unseen_beside
 
 pytestmark = pytest.mark.slow  # whole grades: `pytest -m "not slow"` is the quick loop
 
@@ -280,18 +280,30 @@ def test_a_worker_started_ahead_sees_its_files_read_only_and_nothing_beside(
 
 
 @pytest.mark.parametrize("mode", [BWRAP])
-def test_a_module_beside_the_file_is_out_of_sight_and_the_message_says_where_it_is(mode, tmp_path):
-    """The contract grades one file: a sandbox shows the worker that file alone, so an import of
-    a helper beside it fails, and the message says the helper is there but not seen."""
+def test_files_beside_the_graded_ones_are_out_of_sight_and_the_messages_say_where_they_are(
+        mode, tmp_path):
+    """The contract grades one file and one test file: a sandbox shows each worker its file
+    alone, so a helper module beside the implementation, or a conftest.py beside the tests, is
+    not there, and the message says it lies beside the file but is not shown."""
     path = tmp_path / "kv_cache.py"
     path.write_text("from rope_helpers import rotate\n" + REFERENCE.read_text())
     (tmp_path / "rope_helpers.py").write_text("def rotate(x):\n    return x\n")
-    result = grade_file(path, mode, only={"attend-shape"})
-    (item,) = result.items
+    (item,) = grade_file(path, mode, only={"attend-shape"}).items
     assert item.status == "error"
-    assert why(item).endswith("No module named 'rope_helpers' (line 1). rope_helpers.py is beside "
-                              "it, but a grade sees the one file alone (the contract grades one "
-                              "file): put what it needs from rope_helpers.py in kv_cache.py"), why(item)
+    assert why(item).endswith("No module named 'rope_helpers' (line 1). rope_helpers.py lies "
+                              "beside kv_cache.py, but a grade shows kv_cache.py alone (the "
+                              "contract: one file): move what it needs from rope_helpers.py into "
+                              "kv_cache.py"), why(item)
+
+    tests = tmp_path / "test_kv_cache.py"
+    tests.write_text("def test_reads_a_fixture_of_conftest(kv):\n    assert kv\n")
+    (tmp_path / "conftest.py").write_text(
+        "import pytest\n\n@pytest.fixture\ndef kv():\n    return 1\n")
+    (item,) = grade_file(REFERENCE, mode, tests=tests, only={"own-tests"}).items
+    assert item.status == "fail" and "fixture 'kv' not found" in item.message
+    assert item.message.endswith("conftest.py lies beside test_kv_cache.py, but a grade shows "
+                                 "test_kv_cache.py alone (the contract: one file): move what it "
+                                 "needs from conftest.py into test_kv_cache.py"), item.message
 
 
 @pytest.mark.parametrize("error, beside", [
@@ -299,14 +311,18 @@ def test_a_module_beside_the_file_is_out_of_sight_and_the_message_says_where_it_
     ("ModuleNotFoundError: No module named 'tools.rope'", "tools"),
     ("ModuleNotFoundError: No module named 'numpyx'", None),
     ("ImportError: cannot import name 'rotate' from 'rope_helpers'", None),
-], ids=["module", "package", "nothing-beside", "not-a-missing-module"])
-def test_the_import_message_names_a_helper_only_when_it_is_beside_the_file(tmp_path, error, beside):
+    ("E       fixture 'kv' not found", "conftest.py"),
+], ids=["module", "package", "nothing-beside", "not-a-missing-module", "fixture"])
+def test_a_message_names_a_file_only_when_it_lies_beside_the_graded_one(tmp_path, error, beside):
     (tmp_path / "rope_helpers.py").write_text("")
     (tmp_path / "tools").mkdir()
-    said = _beside(error, str(tmp_path / "kv_cache.py"))
-    assert said == ("" if beside is None else f". {beside} is beside it, but a grade sees the one "
-                    f"file alone (the contract grades one file): put what it needs from {beside} "
-                    "in kv_cache.py")
+    (tmp_path / "conftest.py").write_text("")
+    said = unseen_beside(error, str(tmp_path / "kv_cache.py"))
+    assert said == ("" if beside is None else f". {beside} lies beside kv_cache.py, but a grade "
+                    "shows kv_cache.py alone (the contract: one file): move what it needs from "
+                    f"{beside} into kv_cache.py")
+    (tmp_path / "conftest.py").unlink()
+    assert unseen_beside("E       fixture 'kv' not found", str(tmp_path / "kv_cache.py")) == ""
 
 
 @pytest.mark.parametrize("mode", [BWRAP, PROCESS])

@@ -49,6 +49,16 @@ def test_tests_that_fail_on_the_reference_cannot_judge_anything():
     assert item.status == "fail" and "fail on the reference solution" in item.message
 
 
+def test_tests_that_error_before_they_run_are_not_said_to_be_missing(tmp_path):
+    """A test whose fixture is nowhere (or whose file does not import) was collected: the
+    message is pytest's error, not "collects no tests"."""
+    tests = tmp_path / "test_kv_cache.py"
+    tests.write_text("def test_uses_a_fixture_that_is_nowhere(kv):\n    assert kv\n")
+    item, _ = own_tests(tests)
+    assert item.status == "fail" and "fail on the reference solution" in item.message, item.message
+    assert "fixture 'kv' not found" in item.message and "collects no tests" not in item.message
+
+
 def test_a_test_file_that_exits_is_a_failure_with_a_reason():
     item, _ = own_tests(OWN / "exits.py")
     assert item.status == "fail" and "crashed" in item.message and "exited with code 3" in item.message

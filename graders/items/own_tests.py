@@ -24,7 +24,7 @@ from graders import bundled
 from graders.candidate import Candidate, CandidateError, Fail, NotAttempted
 from graders.mistakes import MISTAKES, SHAPE_MISTAKES
 from graders.mutation import REFERENCE
-from graders.workers import Reply, WorkerUnavailable
+from graders.workers import Reply, WorkerUnavailable, unseen_beside
 
 ITEM = "own-tests"
 
@@ -59,11 +59,13 @@ def grade(candidate: Candidate) -> str:
                 for i, impl in enumerate(implementations)]
     replies = _runs(candidate, tests, requests)
     on_reference = _outcome(replies[0], "on the reference solution")
-    if on_reference["passed"] == 0 and not on_reference["failed"]:
+    if not (on_reference["passed"] or on_reference["failed"] or on_reference["errors"]):
         raise Fail("no test ran: the file collects no tests (names must start with test_)")
     if on_reference["exit_code"] != 0:
+        failure = on_reference["first_failure"]
         raise Fail(f"your tests fail on the reference solution, so they cannot judge others: "
-                   f"{on_reference['first_failure'] or 'pytest exit code ' + str(on_reference['exit_code'])}")
+                   f"{failure or 'pytest exit code ' + str(on_reference['exit_code'])}"
+                   f"{unseen_beside(failure or '', str(candidate.tests))}")
 
     caught = [m.name for m, r in zip(MISTAKES, replies[1:]) if not _passed(r)]
     missed = [m for m in MISTAKES if m.name not in caught]
