@@ -69,7 +69,8 @@ def fused(layer: _Layer) -> torch.Tensor:
     lambda layer, x: (F.linear(x, layer.wq.weight), x @ layer.wk.weight.T, x @ layer.wv.weight.t()),
     lambda layer, x: F.linear(x, fused(layer)),
     lambda layer, x: x @ fused(layer).T.contiguous(),
-], ids=["modules", "weights", "fused-wqkv", "fused-transposed-copy"])
+    lambda layer, x: [F.linear(x, getattr(layer, w).weight.clone()) for w in ("wq", "wk", "wv")],
+], ids=["modules", "weights", "fused-wqkv", "fused-transposed-copy", "copies"])
 def test_each_projection_counts_the_rows_it_multiplies_fused_or_not(project):
     layer, x = projection_layer(), torch.randn(3, 1, 8)  # 3 new tokens
     with _ProjectionRows(layer, {}) as counter:
@@ -95,6 +96,15 @@ def test_fusing_the_weights_projects_nothing_and_outputs_stand_for_no_weight():
         q = layer.wq(torch.randn(2, 1, 8))  # [2, 1, 8]
         torch.cat([q, q]) * 2.0, wkv.sum()  # q is a product with x, not a weight
     assert counter.rows == {"wq": 2, "wk": 0, "wv": 0}
+
+
+def test_a_tensor_converted_like_a_weight_is_not_one():
+    """`x.to(w)` takes w's dtype and device; what it returns is x, still counted when projected."""
+    layer = projection_layer()
+    with _ProjectionRows(layer, {}) as counter:
+        hidden = torch.randn(2, 5, 8).to(layer.wq.weight)
+        layer.wk(hidden), layer.wv(hidden[:, -1:])
+    assert counter.rows == {"wq": 0, "wk": 10, "wv": 2}
 
 
 class Cache:

@@ -305,21 +305,29 @@ class _ProjectionRows(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         result = func(*args, **kwargs)
+        if func in _VIEW_FUNCS:  # a view or copy of its first argument, whatever else it is given
+            first = args[0] if args and isinstance(args[0], torch.Tensor) else None
+            self._derive(result, frozenset() if first is None else self._weights_in(first))
+            return result
         tensors = _tensors((args, kwargs))
         held = [self._weights_in(t) for t in tensors]
         names = frozenset().union(*held)
-        if not names:
-            return result
         others = [t for t, weights in zip(tensors, held) if not weights]
-        if others and func not in _VIEW_FUNCS:  # weights times something else: a projection
+        if names and others:  # weights times something else: a projection
             for name in names:
                 self.rows[name] += sum(t.numel() for t in others) // self.weights[name].shape[1]
-        else:  # made of weights alone: what it returns stands for them
-            for out in _tensors(result):
-                if out.device.type != "meta" and out.untyped_storage().nbytes():
-                    storage = out.untyped_storage()
-                    self.derived[storage.data_ptr()] = (StorageWeakRef(storage), names)
+        else:  # made of weights alone (or of none): what it returns stands for them
+            self._derive(result, names)
         return result
+
+    def _derive(self, result, names: frozenset[str]) -> None:
+        """Remember that the tensors in `result` are made of the weights `names` alone."""
+        if not names:
+            return
+        for out in _tensors(result):
+            if out.device.type != "meta" and out.untyped_storage().nbytes():
+                storage = out.untyped_storage()
+                self.derived[storage.data_ptr()] = (StorageWeakRef(storage), names)
 
     def _weights_in(self, t: torch.Tensor) -> frozenset[str]:
         """The projections whose weights `t` reads or was computed from alone."""
@@ -331,7 +339,8 @@ class _ProjectionRows(TorchFunctionMode):
         return found | names if ref is not None and not ref.expired() else found
 
 
-# Functions that only look at the weight; they project nothing even when given a second tensor.
+# Functions whose result is a view or copy of their first argument alone; they project nothing
+# even when given a second tensor (an index, or the tensor whose dtype `.to` takes).
 _VIEW_FUNCS = {torch.Tensor.__getitem__, torch.Tensor.view, torch.Tensor.reshape, torch.Tensor.to}
 
 
