@@ -61,7 +61,7 @@ def projection_layer(d_model: int = 8) -> _Layer:
 
 
 def fused(layer: _Layer) -> torch.Tensor:
-    return torch.cat([layer.wq.weight, layer.wk.weight, layer.wv.weight])  # [16, 8]: gpt-fast's wqkv
+    return torch.cat([layer.wq.weight, layer.wk.weight, layer.wv.weight])  # [16, 8]: a wqkv
 
 
 @pytest.mark.parametrize("project", [
