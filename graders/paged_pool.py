@@ -16,7 +16,7 @@ import torch
 
 from graders import cases, reference
 from graders.candidate import Fail, Plan, tensor
-from graders.compare import Tolerance, close, first_divergence, require_shape
+from graders.compare import UNWRITTEN_SLOTS, Tolerance, close, first_divergence, require_shape
 
 
 class Read(NamedTuple):
@@ -95,11 +95,15 @@ class Pool:
         if wrong is None:
             return
         read, row = self.reads[wrong.step], wrong.row
-        label = (likely or likely_mistake)(self, got, wrong.step, tol)
+        if wrong.nonfinite and read.lengths[row]:  # ordinary inputs: a slot it should not read
+            error = f"{wrong.error()}: {UNWRITTEN_SLOTS}"
+        else:
+            label = (likely or likely_mistake)(self, got, wrong.step, tol)
+            error = (f"max abs error {wrong.max_abs:.2e} (tolerance {tol})"
+                     + (f". Likely mistake: {label}" if label else ""))
         raise Fail(f"{case}, after {read.after}: row {row} (sequence {read.seq_ids[row]}, length "
                    f"{read.lengths[row]}), head {wrong.head} is not attention over that "
-                   f"sequence's own positions: max abs error {wrong.max_abs:.2e} (tolerance "
-                   f"{tol})" + (f". Likely mistake: {label}" if label else ""))
+                   f"sequence's own positions: {error}")
 
 
 VARIANTS = (("query head h reads KV head h % Hkv, not h // (Hq // Hkv)", "modulo", True),

@@ -15,7 +15,7 @@ import torch
 
 from graders import cases, reference
 from graders.candidate import Fail, Plan, Raised, Results
-from graders.compare import TOLERANCE, close, first_divergence
+from graders.compare import TOLERANCE, UNWRITTEN_SLOTS, close, first_divergence
 from graders.paged_model import Book, Full
 
 TOL = TOLERANCE[torch.float32]
@@ -279,9 +279,12 @@ class Attention:
         if problem:
             return problem
         d = first_divergence([got], [self.expected], TOL)
-        return None if d is None else (
-            f"attend row {d.row} (sequence {self.seqs[d.row]!r}), head {d.head} is not attention "
-            f"over that sequence's own positions: max abs error {d.max_abs:.2e} (tolerance {TOL})")
+        if d is None:
+            return None
+        error = (f"{d.error()}: {UNWRITTEN_SLOTS}" if d.nonfinite  # no row is empty here
+                 else f"max abs error {d.max_abs:.2e} (tolerance {TOL})")
+        return (f"attend row {d.row} (sequence {self.seqs[d.row]!r}), head {d.head} is not "
+                f"attention over that sequence's own positions: {error}")
 
 
 @dataclass(frozen=True)
@@ -301,6 +304,11 @@ class Unchanged:
         problem = _output_problem(before, self.shape) or _output_problem(after, self.shape)
         if problem:
             return problem
+        broken = (~torch.isfinite(before)).nonzero()  # ordinary inputs: a slot it should not read
+        if len(broken):
+            return (f"the attention of sequence {self.seqs[int(broken[0, 0])]!r} is not finite "
+                    "even before the append that raised CacheFull, so whether that append changed "
+                    f"it cannot be told: {UNWRITTEN_SLOTS}")
         wrong = (~close(after, before, TOL)).nonzero()
         return None if not len(wrong) else (
             f"the attention of sequence {self.seqs[int(wrong[0, 0])]!r} is not what it was before "

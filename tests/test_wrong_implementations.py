@@ -73,6 +73,20 @@ def test_reads_of_unwritten_slots_fail_alike_every_run_and_are_named(tmp_path):
         assert "max abs error" not in message, item
 
 
+def test_padding_read_by_a_paged_cache_is_named_as_such(tmp_path):
+    """NaN from the never-written block that pads a block table is a read past the sequence's
+    length, on the serving track too: named so, not as an error of inf or a CacheFull problem."""
+    wrong = _by_name("paged-padding-read")
+    result = grade(wrong.write(tmp_path), track="serving",
+                   only={"paged-equivalence", "paged-block-table", "paged-cow", "paged-free"})
+    messages = {i.id: i.message for i in result.items}
+    for item in ("paged-equivalence", "paged-block-table", "paged-cow"):
+        assert "non-finite output (NaN) where the float64 reference is finite: uninitialized or " \
+               "stale cache slots likely reached attention" in messages[item], messages[item]
+        assert "max abs error" not in messages[item] and "length 0" not in messages[item]
+    assert "is not finite even before the append that raised CacheFull" in messages["paged-free"]
+
+
 def test_writes_dropped_past_capacity_are_named(tmp_path):
     result = grade(_by_name("drops-writes-past-capacity").write(tmp_path),
                    only={"length-vs-capacity"}, hidden=True)

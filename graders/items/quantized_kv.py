@@ -164,8 +164,9 @@ def _check(results, pools: dict) -> None:
             if err > BOUND:
                 read = pools[case][0].reads[step]
                 label = (". Likely mistake: int8 values used without their scale?" if huge
-                         else ". The output holds NaN or inf (an all-zero token's scale of 0, "
-                         "then 0 / 0?)" if err == float("inf") else "")
+                         else ". The output holds NaN or inf: an all-zero token's scale of 0, "
+                         "then 0 / 0? Or slots past the sequence's length read (a masked slot "
+                         "gets weight 0, and 0 * NaN = NaN)?" if err == float("inf") else "")
                 raise Fail(f"{case}, after {read.after}: row {row}'s attention is off by "
                            f"{err:.2e} of its values' magnitude, past the int8 bound {BOUND:.0e}"
                            + label)

@@ -1,13 +1,20 @@
 """Wrong paged caches: how attend reads the pool, where append writes, and int8 storage.
 
-Each is solutions/paged_kv_cache.py with one mistake candidates make; `fails` lists exactly the
-serving items it fails (all seven are graded). paged-cow, paged-free and admission show up only
+Each is solutions/paged_kv_cache.py (or, where named, tests/implementations/paged_vllm.py) with
+one mistake candidates make; `fails` lists exactly the serving items it fails (all seven are graded). paged-cow, paged-free and admission show up only
 where the mistake breaks what they check too (their scripts send all-zero keys, so attention
 there is a plain average and blind to scaling and head mapping).
 """
 
+from pathlib import Path
+
 from graders.mutation import PAGED_REFERENCE, Mutant
 from tests.wrong import wrong_serving
+
+# tests/implementations/paged_vllm.py gathers padded block tables: block 0 stands in for blocks a
+# row does not have, and what it holds (NaN, where never written) must be zeroed before use.
+PAGED_VLLM = Path(__file__).resolve().parent.parent / "implementations" / "paged_vllm.py"
+ZEROED_PADDING = "        values = torch.where(valid[:, :, None, None], values, 0.0)\n"
 
 # Lines of solutions/paged_kv_cache.py that the mutants change.
 PADDED = "padded = [t + [0] * (width - len(t)) for t in tables]"
@@ -100,4 +107,10 @@ WRONG = [
         "int8-no-dequant-scale", "attend uses the int8 values without multiplying by their scales",
         (DEQUANT, "            pass  # the int8 values are used as they are")),
         fails={"quantized-kv"}),
+    wrong_serving(Mutant(
+        "paged-padding-read", "attend gathers padded block tables and masks the scores, but "
+        "multiplies the padding's values (block 0, never written: NaN) by their weights of 0",
+        replace=((ZEROED_PADDING, ""),), base=PAGED_VLLM),
+        fails={"paged-equivalence", "paged-block-table", "paged-cow", "paged-free",
+               "quantized-kv"}),
 ]
