@@ -49,14 +49,18 @@ def test_tests_that_fail_on_the_reference_cannot_judge_anything():
     assert item.status == "fail" and "fail on the reference solution" in item.message
 
 
-def test_tests_that_error_before_they_run_are_not_said_to_be_missing(tmp_path):
-    """A test whose fixture is nowhere (or whose file does not import) was collected: the
-    message is pytest's error, not "collects no tests"."""
+@pytest.mark.parametrize("source, shows", [
+    ("def test_uses_a_fixture_that_is_nowhere(kv):\n    assert kv\n", "fixture 'kv' not found"),
+    ("import kv_helpers\n\n\ndef test_x():\n    pass\n", "No module named 'kv_helpers'"),
+], ids=["missing-fixture", "does-not-import"])
+def test_tests_that_error_before_they_run_are_not_said_to_be_missing(tmp_path, source, shows):
+    """A test whose fixture is nowhere, or a test file that does not import, is an error of
+    pytest's: the message shows it, not "collects no tests"."""
     tests = tmp_path / "test_kv_cache.py"
-    tests.write_text("def test_uses_a_fixture_that_is_nowhere(kv):\n    assert kv\n")
+    tests.write_text(source)
     item, _ = own_tests(tests)
     assert item.status == "fail" and "fail on the reference solution" in item.message, item.message
-    assert "fixture 'kv' not found" in item.message and "collects no tests" not in item.message
+    assert shows in item.message and "collects no tests" not in item.message
 
 
 def test_a_test_file_that_exits_is_a_failure_with_a_reason():
