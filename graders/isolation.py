@@ -20,6 +20,7 @@ from __future__ import annotations
 import ctypes
 import itertools
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -434,7 +435,25 @@ def _descendants(roots: list[int]) -> set[int]:
     return found
 
 
-# --- what a limit looks like when it is reached ------------------------------------------------
+# --- what a worker's error says of its sandbox: a file it was not shown, a limit reached -------
+
+def unseen_beside(error: str, path: str) -> str:
+    """What to add to `error` when it comes from a file beside `path` that a sandbox does not
+    show: a module the file imports, or the conftest.py holding its tests' fixtures (a grade
+    sees the graded file alone, as the contract grades one file). "" otherwise."""
+    folder, name = Path(path).parent, Path(path).name
+    module = re.search(r"No module named '([A-Za-z_]\w*)", error)
+    if module:
+        helper = next((f for f in (f"{module.group(1)}.py", module.group(1))
+                       if (folder / f).exists()), None)
+    else:
+        fixture = re.search(r"fixture '[^']+' not found", error)
+        helper = "conftest.py" if fixture and (folder / "conftest.py").exists() else None
+    if helper is None:
+        return ""
+    return (f". {helper} lies beside {name}, but a grade shows {name} alone (the contract: one "
+            f"file): move what it needs from {helper} into {name}")
+
 
 def limit_reached(text: str, limits: Limits) -> str | None:
     """Which limit `text` (an exception or how a process ended) shows was reached, as a phrase

@@ -11,7 +11,6 @@ the whole grade. What a worker prints is kept in memory, its last `OUTPUT_TAIL` 
 from __future__ import annotations
 
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -180,7 +179,7 @@ class Worker:
                     limit = isolation.limit_reached(loaded["error"], self.limits)
                     raise WorkerUnavailable(f"{limit + ': ' if limit else ''}"
                                             f"the file does not import: {loaded['error']}"
-                                            f"{unseen_beside(loaded['error'], self.path)}")
+                                            f"{isolation.unseen_beside(loaded['error'], self.path)}")
         except TimeoutError:
             self._discard()
             raise WorkerUnavailable(
@@ -289,24 +288,6 @@ class OutputTail:
     def text(self) -> str:
         with self._lock:
             return self._data.decode(errors="replace")
-
-
-def unseen_beside(error: str, path: str) -> str:
-    """What to add to `error` when it comes from a file beside `path` that a sandbox does not
-    show: a module the file imports, or the conftest.py holding its tests' fixtures (a grade
-    sees the graded file alone, as the contract grades one file). "" otherwise."""
-    folder, name = Path(path).parent, Path(path).name
-    module = re.search(r"No module named '([A-Za-z_]\w*)", error)
-    if module:
-        helper = next((f for f in (f"{module.group(1)}.py", module.group(1))
-                       if (folder / f).exists()), None)
-    else:
-        fixture = re.search(r"fixture '[^']+' not found", error)
-        helper = "conftest.py" if fixture and (folder / "conftest.py").exists() else None
-    if helper is None:
-        return ""
-    return (f". {helper} lies beside {name}, but a grade shows {name} alone (the contract: one "
-            f"file): move what it needs from {helper} into {name}")
 
 
 def _last_lines(text: str, n: int = 3) -> str:

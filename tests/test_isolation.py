@@ -22,9 +22,10 @@ import pytest
 
 from graders.formats import report
 from graders.grade import grade
-from graders.isolation import KATA, Sandbox, SandboxUnavailable, _children, bwrap_problem
+from graders.isolation import (KATA, Sandbox, SandboxUnavailable, _children, bwrap_problem,
+                               unseen_beside)
 from graders.mutation import REFERENCE
-from graders.workers import GradeWorkers, Worker, unseen_beside
+from graders.workers import GradeWorkers, Worker
 
 pytestmark = pytest.mark.slow  # whole grades: `pytest -m "not slow"` is the quick loop
 

@@ -22,9 +22,10 @@ from typing import NamedTuple
 
 from graders import bundled
 from graders.candidate import Candidate, CandidateError, Fail, NotAttempted
+from graders.isolation import unseen_beside
 from graders.mistakes import MISTAKES, SHAPE_MISTAKES
 from graders.mutation import REFERENCE
-from graders.workers import Reply, WorkerUnavailable, unseen_beside
+from graders.workers import Reply, WorkerUnavailable
 
 ITEM = "own-tests"
 

@@ -1,9 +1,10 @@
 """Wrong paged caches: how attend reads the pool, where append writes, and int8 storage.
 
 Each is solutions/paged_kv_cache.py (or, where named, tests/implementations/paged_vllm.py) with
-one mistake candidates make; `fails` lists exactly the serving items it fails (all seven are graded). paged-cow, paged-free and admission show up only
-where the mistake breaks what they check too (their scripts send all-zero keys, so attention
-there is a plain average and blind to scaling and head mapping).
+one mistake candidates make; `fails` lists exactly the serving items it fails (all seven are
+graded). paged-cow, paged-free and admission show up only where the mistake breaks what they
+check too (their scripts send all-zero keys, so attention there is a plain average and blind to
+scaling and head mapping).
 """
 
 from pathlib import Path
