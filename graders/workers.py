@@ -22,7 +22,7 @@ from pathlib import Path
 
 from graders import isolation
 from graders.worker import frames
-from graders.worker.limits import Limits
+from graders.worker.limits import WALL_PER_CPU, Limits
 
 TORCH_IMPORT_SECONDS = 120.0
 SLACK_SECONDS = 5.0
@@ -137,7 +137,8 @@ class Worker:
     def run(self, requests: list[dict], timeout: float, parallel: int = 1) -> list[Reply]:
         """Send `requests` as one batch; one Reply each, in order."""
         self._ensure_ready()
-        deadline = time.monotonic() + timeout * len(requests) / parallel + timeout + SLACK_SECONDS
+        wall = timeout * WALL_PER_CPU  # what the zygote allows a child on the clock
+        deadline = time.monotonic() + wall * len(requests) / parallel + wall + SLACK_SECONDS
         try:
             frames.write_json(self._in, {"count": len(requests), "timeout": timeout,
                                          "parallel": parallel})
@@ -161,7 +162,7 @@ class Worker:
         if status["status"] == "done":
             return Reply("done", _codec().decode(frames.read_frame(fd, deadline)))
         if status["status"] == "timeout":
-            return Reply("timeout", detail=f"no answer within {status['seconds']:g} s")
+            return Reply("timeout", detail=_timeout_detail(status))
         return Reply("crashed", detail=f"{status['how']}{_last_lines(status['stderr'])}")
 
     def _ensure_ready(self) -> None:
@@ -288,6 +289,15 @@ class OutputTail:
     def text(self) -> str:
         with self._lock:
             return self._data.decode(errors="replace")
+
+
+def _timeout_detail(status: dict) -> str:
+    """How a request ran out of time, as a predicate: of CPU time (it computed all along), or on
+    the clock while using little CPU (it slept or waited)."""
+    if "wall" in status:
+        return (f"did not finish within {status['wall']:g} s, though it used only "
+                f"{status['cpu']:.1f} s of CPU time (waiting for something that never comes?)")
+    return f"used {status['seconds']:g} s of CPU time without finishing (a loop that never ends?)"
 
 
 def _last_lines(text: str, n: int = 3) -> str:

@@ -6,6 +6,7 @@ reference solution (`kv_cache_base.py`) that it builds on.
 
 from __future__ import annotations
 
+import re
 import shutil
 import time
 from pathlib import Path
@@ -56,9 +57,23 @@ def test_a_hang_fails_the_items_that_hang_and_the_grade_ends_in_bounded_time(tmp
     items = by_id(result)
     assert items["append-time-dim"].status == "pass", "items that never call attend still pass"
     assert items["prefix-equivalence"].status == "timeout"
-    assert "did not answer within" in items["prefix-equivalence"].message
+    assert ("used 2 s of CPU time without finishing (a loop that never ends?)"
+            in items["prefix-equivalence"].message)
     assert elapsed < 8 * FAST + 15, f"grading a hanging file took {elapsed:.1f} s"
     assert result.exit_code() == 1
+
+
+def test_a_call_that_waits_forever_is_stopped_on_the_clock_and_the_message_says_it_waited(
+        tmp_path):
+    start = time.monotonic()
+    items = by_id(grade_hostile("sleeps_in_attend", tmp_path, timeout=1.0,
+                                only={"prefix-equivalence"}))
+    elapsed = time.monotonic() - start
+    assert items["prefix-equivalence"].status == "timeout"
+    assert re.search(r"did not finish within 3 s, though it used only 0\.\d s of CPU time "
+                     r"\(waiting for something that never comes\?\)",
+                     items["prefix-equivalence"].message), items["prefix-equivalence"].message
+    assert elapsed < 3 + 15, f"grading a file that sleeps took {elapsed:.1f} s"
 
 
 def test_a_hang_at_import_times_out_every_item_under_the_import_limit(tmp_path):

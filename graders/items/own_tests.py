@@ -111,7 +111,7 @@ def _passed(reply: Reply) -> bool:
 
 def _outcome(reply: Reply, where: str) -> dict:
     if reply.status == "timeout":
-        raise Fail(f"your tests did not finish within {TEST_TIMEOUT:g} s {where}")
+        raise Fail(f"your tests {reply.detail} {where}")
     if reply.status == "crashed":
         raise Fail(f"running your tests {where} crashed: {reply.detail}")
     if "error" in reply.body:

@@ -1,19 +1,22 @@
 """What a worker may use, applied to itself before any candidate code runs.
 
 `Limits` travels in the worker's hello frame; `apply` turns it into rlimits, which every process
-the candidate starts inherits. `guard_imports` keeps the kata's own modules (the judge, the
+the candidate starts inherits. `limit_cpu` gives one request its time: CPU time, so that how busy
+the machine is does not decide whether a call finishes in time. `guard_imports` keeps the kata's own modules (the judge, the
 hidden cases, the solutions) out of the candidate's reach, for the process fallback where their
 files are on the disk the worker sees; under bubblewrap they are not there at all.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import resource
 import sys
 from dataclasses import asdict, dataclass
 
 MIB = 1 << 20
+WALL_PER_CPU = 3  # a request that uses little CPU (it sleeps, waits) is stopped at 3x its time
 
 
 @dataclass(frozen=True)
@@ -39,6 +42,20 @@ def apply(limits: Limits) -> None:
     _set(resource.RLIMIT_CORE, 0)
     # RLIMIT_NPROC counts every process of this user, so the limit is what runs now plus ours.
     _set(resource.RLIMIT_NPROC, _processes_of(os.getuid()) + limits.processes)
+
+
+def limit_cpu(seconds: float) -> None:
+    """Let this process use `seconds` more CPU time (rounded up to whole seconds, as rlimits
+    count): the kernel then sends SIGXCPU, and SIGKILL one second later if that is caught.
+    Time waiting for a core does not count, so the same code is stopped at the same point of
+    its work however many other processes share the machine."""
+    used = sum(os.times()[:2])  # user and system time of this process, every thread
+    soft = math.ceil(used + seconds)
+    _, hard = resource.getrlimit(resource.RLIMIT_CPU)
+    if hard != resource.RLIM_INFINITY:
+        soft = min(soft, hard)
+    resource.setrlimit(resource.RLIMIT_CPU, (soft, soft + 1 if hard == resource.RLIM_INFINITY
+                                             else min(soft + 1, hard)))
 
 
 def _set(which: int, value: int) -> None:

@@ -8,8 +8,11 @@ descriptors at start-up; the candidate's own prints land in stderr. It imports t
 the candidate's file (mode "implementation"; a worker started ahead of its grade, with "wait" in
 its hello, first waits for a "go" frame) or pytest (mode "tests"), and from then on acts as a
 zygote: every request runs in a forked child, so a request that hangs, crashes, exits or wrecks
-the interpreter costs that request only. The zygote kills a child at its deadline, with the
-child's whole process group. Each child is forked ahead of its request (`Spares`).
+the interpreter costs that request only. A request's time is CPU time (`limits.limit_cpu`: the
+kernel stops a child that used it up), so a busy machine does not change where a call stops;
+the zygote kills a child that has not answered after WALL_PER_CPU times as long on the clock
+(it sleeps, or waits for something), with the child's whole process group. Each child is forked
+ahead of its request (`Spares`).
 
 A batch of requests is two frames: ``{"count", "timeout", "parallel"}``, then
 ``{"requests": [...]}``, which the zygote hands on undecoded: each child decodes it and runs its
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import gc
 import importlib.util
+import math
 import os
 import selectors
 import signal
@@ -35,7 +39,7 @@ from graders.worker import frames, limits, wire
 
 STDERR_TAIL = 1500
 
-_fork, _exit, _killpg, _waitpid = os.fork, os._exit, os.killpg, os.waitpid
+_fork, _exit, _killpg, _waitpid, _wait4 = os.fork, os._exit, os.killpg, os.waitpid, os.wait4
 
 
 def main() -> None:
@@ -273,11 +277,12 @@ class _Child:
         return False
 
     def hand(self, index: int, requests: bytes, timeout: float) -> "_Child":
-        """Give the child request `index` of the frame `requests`; its deadline starts now."""
+        """Give the child request `index` of the frame `requests` and `timeout` seconds of CPU
+        time; its deadline on the clock starts now."""
         self.index, self.timeout = index, timeout
-        self.deadline = time.monotonic() + timeout
+        self.deadline = time.monotonic() + timeout * limits.WALL_PER_CPU
         try:
-            frames.write_all(self.job_fd, JOB.pack(index) + requests)
+            frames.write_all(self.job_fd, JOB.pack(index, timeout) + requests)
         except OSError:
             pass  # it died meanwhile: its result pipe says so (end of file, "crashed")
         os.close(self.job_fd)
@@ -314,14 +319,18 @@ class _Child:
         if self.answered:
             _ANSWERED.append(self.pid)
             return {"status": "done"}, bytes(self.buffer)
-        _, status = _waitpid(self.pid, 0)
+        _, status, usage = _wait4(self.pid, 0)
         stderr = self.output.decode(errors="replace")
-        if timed_out:
+        cpu = usage.ru_utime + usage.ru_stime
+        if timed_out:  # on the clock, with CPU time to spare
+            return {"status": "timeout", "seconds": self.timeout, "wall": self.timeout *
+                    limits.WALL_PER_CPU, "cpu": round(cpu, 1), "stderr": stderr}, None
+        if _used_its_cpu(status, cpu, self.timeout):
             return {"status": "timeout", "seconds": self.timeout, "stderr": stderr}, None
         return {"status": "crashed", "how": _how_it_ended(status), "stderr": stderr}, None
 
 
-JOB = struct.Struct(">Q")  # what a child is handed: the index of its request, then the frame
+JOB = struct.Struct(">Qd")  # what a child is handed: its request's index and seconds, the frame
 _ANSWERED: list[int] = []  # children killed after they answered, not reaped yet
 
 
@@ -341,11 +350,12 @@ def _run_child(job, job_fd: int, read_fd: int, write_fd: int, output_fd: int) ->
         os.dup2(output_fd, 2)
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         try:
-            (index,) = JOB.unpack(frames.read_exactly(job_fd, JOB.size))
+            index, seconds = JOB.unpack(frames.read_exactly(job_fd, JOB.size))
             request = wire.decode(frames.read_frame(job_fd))["requests"][index]
         except frames.WireError:  # the zygote ended before handing a request: nothing to do
             return
         os.close(job_fd)
+        limits.limit_cpu(seconds)
         try:
             frame = wire.encode(job(request))
             if len(frame) > frames.MAX_FRAME_BYTES:
@@ -356,6 +366,15 @@ def _run_child(job, job_fd: int, read_fd: int, write_fd: int, output_fd: int) ->
         frames.write_all(write_fd, frame)
     finally:
         _exit(0)
+
+
+def _used_its_cpu(status: int, cpu: float, seconds: float) -> bool:
+    """Did the kernel stop the child for its CPU time: SIGXCPU, or the SIGKILL that follows
+    when SIGXCPU is caught?"""
+    if not os.WIFSIGNALED(status):
+        return False
+    return (os.WTERMSIG(status) == signal.SIGXCPU
+            or (os.WTERMSIG(status) == signal.SIGKILL and cpu >= math.ceil(seconds)))
 
 
 def _how_it_ended(status: int) -> str:

@@ -1,0 +1,146 @@
+"""A call's time limit is CPU time: the same file gets the same grade on a busy machine.
+
+The worker's zygote (graders.worker.serve) runs each request in a forked child that may use
+`timeout` seconds of CPU time (`limits.limit_cpu`); time spent waiting for a core does not
+count. A child that uses little CPU but never answers (it sleeps, it waits) is stopped on the
+clock at WALL_PER_CPU times the limit. These tests run `supervise` itself, with jobs that stand
+for a candidate's code, in children forked from this process.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+
+import pytest
+import torch
+
+from graders.candidate import Candidate, CandidateTimeout, Plan
+from graders.worker import wire
+from graders.worker.limits import WALL_PER_CPU
+from graders.worker.serve import Spares, reap_answered, supervise
+from graders.workers import Reply
+
+TIMEOUT = 1.0  # seconds of CPU time a request may use
+WORK = 0.5  # seconds of CPU time the job that finishes uses: half its limit
+BUSY = "while True: pass"
+
+
+def burn(seconds: float) -> None:
+    """Compute until this process has used `seconds` more CPU time."""
+    start = time.process_time()
+    while time.process_time() - start < seconds:
+        pass
+
+
+def run_one(job, timeout: float = TIMEOUT) -> dict:
+    """Run `job` on one request as the worker does; the request's status frame."""
+    spares = Spares(job)
+    requests = wire.encode({"requests": [{}]})
+    [(status, _)] = list(supervise(spares, requests, 1, timeout, 1))
+    spare = spares.take()  # forked for a next request: told there is none, and reaped
+    os.close(spare.job_fd)
+    spare.finish()
+    reap_answered()
+    return status
+
+
+@contextmanager
+def one_core_shared_with(busy_loops: int):
+    """Pin this process (and the children it forks) to one core, beside `busy_loops` processes
+    that compute forever on the same core: a machine busier than any CI runner."""
+    before = os.sched_getaffinity(0)
+    core = {min(before)}
+    os.sched_setaffinity(0, core)
+    hogs = [subprocess.Popen([sys.executable, "-c", BUSY], preexec_fn=lambda: os.sched_setaffinity(0, core))
+            for _ in range(busy_loops)]
+    try:
+        yield
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+        os.sched_setaffinity(0, before)
+
+
+def finishes(request):
+    burn(WORK)
+    return {"finished": True}
+
+
+def computes_forever(request):
+    while True:
+        pass
+
+
+def sleeps_forever(request):
+    time.sleep(3600)
+
+
+def ignores_its_cpu_limit(request):
+    signal.signal(signal.SIGXCPU, signal.SIG_IGN)
+    while True:
+        pass
+
+
+@pytest.mark.slow  # computes for 3 processes' seconds
+def test_a_call_that_needs_half_its_cpu_time_finishes_on_a_core_shared_three_ways():
+    start = time.monotonic()
+    with one_core_shared_with(busy_loops=2):
+        status = run_one(finishes)
+    elapsed = time.monotonic() - start
+    assert status == {"status": "done"}, status
+    # The point of the test: on the clock it took longer than its limit, so a limit on the
+    # clock would have stopped it.
+    assert elapsed > TIMEOUT, f"{WORK} s of CPU took only {elapsed:.1f} s: the core was not shared"
+
+
+@pytest.mark.slow  # computes until stopped
+@pytest.mark.parametrize("job", [computes_forever, ignores_its_cpu_limit],
+                         ids=["computes-forever", "ignores-SIGXCPU"])
+def test_a_call_that_computes_forever_is_stopped_by_its_cpu_time(job):
+    start = time.monotonic()
+    status = run_one(job)
+    elapsed = time.monotonic() - start
+    assert status["status"] == "timeout" and "wall" not in status, status
+    assert status["seconds"] == TIMEOUT
+    # SIGXCPU at 1 s of CPU; a child that ignores it gets SIGKILL one second later
+    assert elapsed < TIMEOUT * WALL_PER_CPU, f"stopped after {elapsed:.1f} s, on the clock"
+
+
+def test_a_call_that_sleeps_forever_is_stopped_on_the_clock():
+    start = time.monotonic()
+    status = run_one(sleeps_forever, timeout=0.5)
+    elapsed = time.monotonic() - start
+    assert status["status"] == "timeout", status
+    assert status["wall"] == 0.5 * WALL_PER_CPU and status["cpu"] < 0.5, status
+    assert 0.5 * WALL_PER_CPU <= elapsed < 0.5 * WALL_PER_CPU + 2, f"stopped after {elapsed:.1f} s"
+
+
+class RecordingWorker:
+    """Stands for a worker: records the time each batch is given, and says it ran out."""
+
+    def __init__(self):
+        self.timeouts: list[float] = []
+
+    def run(self, requests, timeout, parallel=1):
+        self.timeouts.append(timeout)
+        return [Reply("timeout", detail=f"used {timeout:g} s of CPU time without finishing")]
+
+
+@pytest.mark.parametrize("measure, allowed", [(False, 10.0), (True, 30.0)],
+                         ids=["plain", "measured"])
+def test_a_plan_whose_appends_are_measured_gets_more_time(measure, allowed):
+    """prealloc's probe runs Python at every torch operation of an append: a correct append
+    that loops over positions takes 13 s measured for the hidden run, 0.9 s unmeasured."""
+    worker = RecordingWorker()
+    plan = Plan()
+    plan.new("c")
+    plan.append("c", torch.zeros(1, 1, 1, 2), torch.zeros(1, 1, 1, 2), measure=measure or None)
+    with pytest.raises(CandidateTimeout, match=f"used {allowed:g} s of CPU time"):
+        Candidate(worker, timeout=10.0).run(plan)
+    assert worker.timeouts == [allowed]
