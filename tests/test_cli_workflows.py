@@ -223,6 +223,7 @@ def test_the_serving_track_is_graded_as_its_own_track(tmp_path):
     assert "serving track" in runner.invoke(app, ["rubric"]).output
 
 
+@pytest.mark.slow  # the CLI as a process
 def test_reports_stay_readable_in_an_ascii_terminal_without_colour():
     import os
     import subprocess

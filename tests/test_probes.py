@@ -120,6 +120,7 @@ def test_reachable_tensors_walk_attributes_lists_and_dicts_once_each_to_a_depth(
     assert set(found) == {"cache.keys", "cache.blocks[0]", "cache.blocks[1]['scale']"}, found
 
 
+@pytest.mark.slow  # a fresh process imports torch
 def test_the_workers_torch_set_up_and_the_counter_leave_torch_dynamo_unimported():
     """Importing torch._dynamo costs a worker about 1 s at start and doubles what each forked
     child costs: neither the NaN fill of fresh memory nor the counter may pull it in."""

@@ -160,6 +160,7 @@ def test_each_kata_command_of_the_workspace_readme_grades_what_it_says(command, 
     assert {i["status"] for i in report["items"]} == {"not_attempted"}, "the stubs, not errors"
 
 
+@pytest.mark.slow  # runs pytest as a process, which imports torch
 @pytest.mark.parametrize("command", sorted({starter_test_command()} | {
     c for c in readme_commands() if c.startswith("python ")}))
 def test_the_documented_pytest_command_runs_the_starter_tests_in_a_workspace(command, workspace):
