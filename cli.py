@@ -158,8 +158,8 @@ def grade(
     junit: Annotated[Optional[Path], typer.Option(
         "--junit", help="Also write JUnit XML, for CI systems.")] = None,
     timeout: Annotated[float, typer.Option(
-        help="Seconds of CPU time one batch of the candidate's calls may take (a batch that "
-        "uses little CPU is stopped at 3x that on the clock).", min=0.1)] = 10.0,
+        help="Seconds of CPU time one batch of the candidate's calls may take, whole seconds "
+        "(a batch that uses little CPU is stopped at 3x that on the clock).", min=0.1)] = 10.0,
     import_timeout: Annotated[float, typer.Option(
         help="Seconds the candidate's file may take to import (apart from --timeout, which "
         "limits each batch of calls).", min=0.1)] = DEFAULT_IMPORT_TIMEOUT,
@@ -492,8 +492,8 @@ def grade_all(
     hidden: Annotated[bool, typer.Option("--hidden", help="Add the hidden graders.")] = False,
     out: Annotated[Path, typer.Option(help="Where summary.csv and summary.md go.")] = Path("."),
     timeout: Annotated[float, typer.Option(
-        help="Seconds of CPU time one batch of a candidate's calls may take (a batch that uses "
-        "little CPU is stopped at 3x that on the clock).", min=0.1)] = 10.0,
+        help="Seconds of CPU time one batch of a candidate's calls may take, whole seconds (a "
+        "batch that uses little CPU is stopped at 3x that on the clock).", min=0.1)] = 10.0,
     import_timeout: Annotated[float, typer.Option(
         help="Seconds a candidate's file may take to import (apart from --timeout, which "
         "limits each batch of calls).", min=0.1)] = DEFAULT_IMPORT_TIMEOUT,

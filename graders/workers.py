@@ -22,7 +22,7 @@ from pathlib import Path
 
 from graders import isolation
 from graders.worker import frames
-from graders.worker.limits import WALL_PER_CPU, Limits
+from graders.worker.limits import WALL_PER_CPU, Limits, cpu_seconds
 
 TORCH_IMPORT_SECONDS = 120.0
 SLACK_SECONDS = 5.0
@@ -137,7 +137,7 @@ class Worker:
     def run(self, requests: list[dict], timeout: float, parallel: int = 1) -> list[Reply]:
         """Send `requests` as one batch; one Reply each, in order."""
         self._ensure_ready()
-        wall = timeout * WALL_PER_CPU  # what the zygote allows a child on the clock
+        wall = cpu_seconds(timeout) * WALL_PER_CPU  # what the zygote allows a child on the clock
         deadline = time.monotonic() + wall * len(requests) / parallel + wall + SLACK_SECONDS
         try:
             frames.write_json(self._in, {"count": len(requests), "timeout": timeout,

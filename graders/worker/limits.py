@@ -44,13 +44,19 @@ def apply(limits: Limits) -> None:
     _set(resource.RLIMIT_NPROC, _processes_of(os.getuid()) + limits.processes)
 
 
-def limit_cpu(seconds: float) -> None:
-    """Let this process use `seconds` more CPU time (rounded up to whole seconds, as rlimits
-    count): the kernel then sends SIGXCPU, and SIGKILL one second later if that is caught.
-    Time waiting for a core does not count, so the same code is stopped at the same point of
-    its work however many other processes share the machine."""
-    used = sum(os.times()[:2])  # user and system time of this process, every thread
-    soft = math.ceil(used + seconds)
+def cpu_seconds(timeout: float) -> int:
+    """The CPU time a request given `timeout` seconds may use: whole seconds, as rlimits count,
+    rounded up."""
+    return max(1, math.ceil(timeout))
+
+
+def limit_cpu(seconds: int) -> None:
+    """Let this process use `seconds` more CPU time: the kernel then sends SIGXCPU, and SIGKILL
+    one second later if that is caught. Time waiting for a core does not count, so the same
+    code is stopped at the same point of its work however many other processes share the
+    machine."""
+    used = int(sum(os.times()[:2]))  # user and system time of this process, every thread
+    soft = used + seconds
     _, hard = resource.getrlimit(resource.RLIMIT_CPU)
     if hard != resource.RLIM_INFINITY:
         soft = min(soft, hard)

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import gc
 import importlib.util
-import math
 import os
 import selectors
 import signal
@@ -278,11 +277,11 @@ class _Child:
 
     def hand(self, index: int, requests: bytes, timeout: float) -> "_Child":
         """Give the child request `index` of the frame `requests` and `timeout` seconds of CPU
-        time; its deadline on the clock starts now."""
-        self.index, self.timeout = index, timeout
-        self.deadline = time.monotonic() + timeout * limits.WALL_PER_CPU
+        time (`limits.cpu_seconds`); its deadline on the clock starts now."""
+        self.index, self.timeout = index, limits.cpu_seconds(timeout)
+        self.deadline = time.monotonic() + self.timeout * limits.WALL_PER_CPU
         try:
-            frames.write_all(self.job_fd, JOB.pack(index, timeout) + requests)
+            frames.write_all(self.job_fd, JOB.pack(index, self.timeout) + requests)
         except OSError:
             pass  # it died meanwhile: its result pipe says so (end of file, "crashed")
         os.close(self.job_fd)
@@ -330,7 +329,7 @@ class _Child:
         return {"status": "crashed", "how": _how_it_ended(status), "stderr": stderr}, None
 
 
-JOB = struct.Struct(">Qd")  # what a child is handed: its request's index and seconds, the frame
+JOB = struct.Struct(">QI")  # what a child is handed: its request's index and seconds, the frame
 _ANSWERED: list[int] = []  # children killed after they answered, not reaped yet
 
 
@@ -368,13 +367,13 @@ def _run_child(job, job_fd: int, read_fd: int, write_fd: int, output_fd: int) ->
         _exit(0)
 
 
-def _used_its_cpu(status: int, cpu: float, seconds: float) -> bool:
+def _used_its_cpu(status: int, cpu: float, seconds: int) -> bool:
     """Did the kernel stop the child for its CPU time: SIGXCPU, or the SIGKILL that follows
     when SIGXCPU is caught?"""
     if not os.WIFSIGNALED(status):
         return False
     return (os.WTERMSIG(status) == signal.SIGXCPU
-            or (os.WTERMSIG(status) == signal.SIGKILL and cpu >= math.ceil(seconds)))
+            or (os.WTERMSIG(status) == signal.SIGKILL and cpu >= seconds))
 
 
 def _how_it_ended(status: int) -> str:
