@@ -294,9 +294,12 @@ class OutputTail:
 def _timeout_detail(status: dict) -> str:
     """How a request ran out of time, as a predicate: of CPU time (it computed all along), or on
     the clock while using little CPU (it slept or waited)."""
-    if "wall" in status:
+    if "wall" in status and status["cpu"] < status["seconds"] / 2:
         return (f"did not finish within {status['wall']:g} s, though it used only "
                 f"{status['cpu']:.1f} s of CPU time (waiting for something that never comes?)")
+    if "wall" in status:  # it computed, but got little of the machine
+        return (f"did not finish within {status['wall']:g} s, having used {status['cpu']:.1f} s "
+                f"of its {status['seconds']:g} s of CPU time (a machine too busy to grade on?)")
     return f"used {status['seconds']:g} s of CPU time without finishing (a loop that never ends?)"
 
 

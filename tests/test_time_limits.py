@@ -23,7 +23,7 @@ from graders.candidate import Candidate, CandidateTimeout, Plan
 from graders.worker import wire
 from graders.worker.limits import WALL_PER_CPU
 from graders.worker.serve import Spares, reap_answered, supervise
-from graders.workers import Reply
+from graders.workers import Reply, _timeout_detail
 
 TIMEOUT = 1.0  # seconds of CPU time a request may use
 WORK = 0.5  # seconds of CPU time the job that finishes uses: half its limit
@@ -145,3 +145,16 @@ def test_a_plan_whose_appends_are_measured_gets_more_time(measure, allowed):
     with pytest.raises(CandidateTimeout, match=f"used {allowed:g} s of CPU time"):
         Candidate(worker, timeout=10.0).run(plan)
     assert worker.timeouts == [allowed]
+
+
+@pytest.mark.parametrize("status, says", [
+    ({"seconds": 10}, "used 10 s of CPU time without finishing (a loop that never ends?)"),
+    ({"seconds": 10, "wall": 30, "cpu": 0.04},
+     "did not finish within 30 s, though it used only 0.0 s of CPU time (waiting for something "
+     "that never comes?)"),
+    ({"seconds": 10, "wall": 30, "cpu": 8.96},
+     "did not finish within 30 s, having used 9.0 s of its 10 s of CPU time (a machine too busy "
+     "to grade on?)"),
+], ids=["cpu", "clock-idle", "clock-busy"])
+def test_a_timeout_says_whether_the_call_computed_or_waited(status, says):
+    assert _timeout_detail({"status": "timeout", **status}) == says

@@ -2,9 +2,10 @@
 
 `Limits` travels in the worker's hello frame; `apply` turns it into rlimits, which every process
 the candidate starts inherits. `limit_cpu` gives one request its time: CPU time, so that how busy
-the machine is does not decide whether a call finishes in time. `guard_imports` keeps the kata's own modules (the judge, the
-hidden cases, the solutions) out of the candidate's reach, for the process fallback where their
-files are on the disk the worker sees; under bubblewrap they are not there at all.
+the machine is does not decide whether a call finishes in time. `guard_imports` keeps the kata's
+own modules (the judge, the hidden cases, the solutions) out of the candidate's reach, for the
+process fallback where their files are on the disk the worker sees; under bubblewrap they are
+not there at all.
 """
 
 from __future__ import annotations
