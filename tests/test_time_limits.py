@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from graders.candidate import Candidate, CandidateTimeout, Plan
-from graders.worker import wire
+from graders.worker import limits, wire
 from graders.worker.limits import WALL_PER_CPU
 from graders.worker.serve import Spares, reap_answered, supervise
 from graders.workers import Reply, _timeout_detail
@@ -56,7 +56,8 @@ def one_core_shared_with(busy_loops: int):
     before = os.sched_getaffinity(0)
     core = {min(before)}
     os.sched_setaffinity(0, core)
-    hogs = [subprocess.Popen([sys.executable, "-c", BUSY], preexec_fn=lambda: os.sched_setaffinity(0, core))
+    pin = lambda: os.sched_setaffinity(0, core)  # noqa: E731 - run in each child before exec
+    hogs = [subprocess.Popen([sys.executable, "-c", BUSY], preexec_fn=pin)
             for _ in range(busy_loops)]
     try:
         yield
@@ -102,14 +103,13 @@ def test_a_call_that_needs_half_its_cpu_time_finishes_on_a_core_shared_three_way
 @pytest.mark.slow  # computes until stopped
 @pytest.mark.parametrize("job", [computes_forever, ignores_its_cpu_limit],
                          ids=["computes-forever", "ignores-SIGXCPU"])
-def test_a_call_that_computes_forever_is_stopped_by_its_cpu_time(job):
-    start = time.monotonic()
+def test_a_call_that_computes_forever_is_stopped_by_its_cpu_time(job, monkeypatch):
+    # SIGXCPU at 1 s of CPU; a child that ignores it gets SIGKILL one second later. The clock's
+    # deadline is moved out of the way, so that a busy machine cannot stop the child first.
+    monkeypatch.setattr(limits, "WALL_PER_CPU", 20)
     status = run_one(job)
-    elapsed = time.monotonic() - start
     assert status["status"] == "timeout" and "wall" not in status, status
     assert status["seconds"] == TIMEOUT
-    # SIGXCPU at 1 s of CPU; a child that ignores it gets SIGKILL one second later
-    assert elapsed < TIMEOUT * WALL_PER_CPU, f"stopped after {elapsed:.1f} s, on the clock"
 
 
 def test_a_call_that_sleeps_forever_is_stopped_on_the_clock():
@@ -137,7 +137,7 @@ class RecordingWorker:
                          ids=["plain", "measured"])
 def test_a_plan_whose_appends_are_measured_gets_more_time(measure, allowed):
     """prealloc's probe runs Python at every torch operation of an append: a correct append
-    that loops over positions takes 13 s measured for the hidden run, 0.9 s unmeasured."""
+    that loops over positions in Python took 13 s on prealloc's hidden run."""
     worker = RecordingWorker()
     plan = Plan()
     plan.new("c")
