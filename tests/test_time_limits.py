@@ -20,6 +20,8 @@ import pytest
 import torch
 
 from graders.candidate import Candidate, CandidateTimeout, Plan
+from graders.grade import grade
+from graders.mutation import REFERENCE
 from graders.worker import limits, wire
 from graders.worker.limits import WALL_PER_CPU
 from graders.worker.serve import Spares, reap_answered, supervise
@@ -158,3 +160,29 @@ def test_a_plan_whose_appends_are_measured_gets_more_time(measure, allowed):
 ], ids=["cpu", "clock-idle", "clock-busy"])
 def test_a_timeout_says_whether_the_call_computed_or_waited(status, says):
     assert _timeout_detail({"status": "timeout", **status}) == says
+
+
+POSITION_LOOPS = '''
+
+def append(cache, new_key, new_value, counts=None):
+    """Correct, if slow: one Python iteration a position, where the reference writes them all in
+    one indexed assignment."""
+    counts = _validate_append(cache, new_key, new_value, counts)
+    lengths = cache.lengths if cache.lengths is not None else counts.new_zeros(len(counts))
+    _reserve(cache, int((lengths + counts).max()), new_key)
+    for b in range(len(counts)):
+        for i in range(int(counts[b])):
+            cache.k_storage[b, :, int(lengths[b]) + i] = new_key[b, :, i]
+            cache.v_storage[b, :, int(lengths[b]) + i] = new_value[b, :, i]
+    cache.lengths = lengths + counts
+'''
+
+
+@pytest.mark.slow  # prealloc, public and hidden: 30 s of the loops, measured
+def test_an_append_that_loops_over_positions_passes_prealloc_in_its_time(tmp_path):
+    """Measured by the allocation probe, its hidden run takes 13 s of CPU, over the 10 s of a
+    plain plan (it appends the same positions in 0.9 s unmeasured)."""
+    path = tmp_path / "kv_cache.py"
+    path.write_text(REFERENCE.read_text() + POSITION_LOOPS)
+    [result] = grade(path, only={"prealloc"}, hidden=True, seed=1).items
+    assert result.status == "pass", result.message
