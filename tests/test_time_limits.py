@@ -20,12 +20,13 @@ import pytest
 import torch
 
 from graders.candidate import Candidate, CandidateTimeout, Plan
-from graders.grade import grade
+from graders import hidden_cases
+from graders.items import prealloc
 from graders.mutation import REFERENCE
 from graders.worker import limits, wire
 from graders.worker.limits import WALL_PER_CPU
 from graders.worker.serve import Spares, reap_answered, supervise
-from graders.workers import Reply, _timeout_detail
+from graders.workers import Reply, Worker, _timeout_detail
 
 TIMEOUT = 1.0  # seconds of CPU time a request may use
 WORK = 0.5  # seconds of CPU time the job that finishes uses: half its limit
@@ -162,27 +163,34 @@ def test_a_timeout_says_whether_the_call_computed_or_waited(status, says):
     assert _timeout_detail({"status": "timeout", **status}) == says
 
 
-POSITION_LOOPS = '''
+SLICE_LOOPS = '''
 
 def append(cache, new_key, new_value, counts=None):
-    """Correct, if slow: one Python iteration a position, where the reference writes them all in
-    one indexed assignment."""
+    """Correct, if slow: one Python iteration per 4 positions of a row, where the reference
+    writes every position in one indexed assignment."""
     counts = _validate_append(cache, new_key, new_value, counts)
     lengths = cache.lengths if cache.lengths is not None else counts.new_zeros(len(counts))
     _reserve(cache, int((lengths + counts).max()), new_key)
-    for b in range(len(counts)):
-        for i in range(int(counts[b])):
-            cache.k_storage[b, :, int(lengths[b]) + i] = new_key[b, :, i]
-            cache.v_storage[b, :, int(lengths[b]) + i] = new_value[b, :, i]
+    for b, (start, count) in enumerate(zip(lengths.tolist(), counts.tolist())):
+        for i in range(0, count, 4):
+            n = min(4, count - i)
+            cache.k_storage[b, :, start + i : start + i + n] = new_key[b, :, i : i + n]
+            cache.v_storage[b, :, start + i : start + i + n] = new_value[b, :, i : i + n]
     cache.lengths = lengths + counts
 '''
 
 
-@pytest.mark.slow  # prealloc, public and hidden: 30 s of the loops, measured
-def test_an_append_that_loops_over_positions_passes_prealloc_in_its_time(tmp_path):
-    """Measured by the allocation probe, its hidden run takes 13 s of CPU, over the 10 s of a
-    plain plan (it appends the same positions in 0.9 s unmeasured)."""
+@pytest.mark.slow  # a worker, and 3 s of the loops, measured
+def test_an_append_that_loops_in_python_passes_prealloc_s_hidden_run_in_its_measured_time(
+        tmp_path):
+    """Measured by the allocation probe, the loops of prealloc's hidden run take about 3 s of
+    CPU: more than the 2 s of a plain plan, less than the 6 s of a measured one (the same append
+    one position at a time: 18 s measured, against --timeout 10's 30)."""
     path = tmp_path / "kv_cache.py"
-    path.write_text(REFERENCE.read_text() + POSITION_LOOPS)
-    [result] = grade(path, only={"prealloc"}, hidden=True, seed=1).items
-    assert result.status == "pass", result.message
+    path.write_text(REFERENCE.read_text() + SLICE_LOOPS)
+    worker = Worker("implementation", str(path), files=[path]).start()
+    try:
+        with hidden_cases.run_seed(1):
+            prealloc.grade_hidden(Candidate(worker, timeout=2.0))  # Fail or timeout: raises
+    finally:
+        worker.close()
