@@ -293,7 +293,8 @@ class OutputTail:
 
 def _timeout_detail(status: dict) -> str:
     """How a request ran out of time, as a predicate: of CPU time (it computed all along), or on
-    the clock while using little CPU (it slept or waited)."""
+    the clock, having used little CPU (it slept or waited) or much of it (the machine was too
+    busy to give it its time)."""
     if "wall" in status and status["cpu"] < status["seconds"] / 2:
         return (f"did not finish within {status['wall']:g} s, though it used only "
                 f"{status['cpu']:.1f} s of CPU time (waiting for something that never comes?)")

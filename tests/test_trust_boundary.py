@@ -57,8 +57,11 @@ def test_a_hang_fails_the_items_that_hang_and_the_grade_ends_in_bounded_time(tmp
     items = by_id(result)
     assert items["append-time-dim"].status == "pass", "items that never call attend still pass"
     assert items["prefix-equivalence"].status == "timeout"
-    assert ("used 2 s of CPU time without finishing (a loop that never ends?)"
-            in items["prefix-equivalence"].message)
+    # Stopped by its CPU time; on a CI machine too busy to give it 2 s of CPU in 6 s on the
+    # clock, by the clock, and the message says it computed all along either way.
+    assert re.search(r"used 2 s of CPU time without finishing \(a loop that never ends\?\)"
+                     r"|having used [\d.]+ s of its 2 s of CPU time",
+                     items["prefix-equivalence"].message), items["prefix-equivalence"].message
     assert elapsed < 8 * FAST + 15, f"grading a hanging file took {elapsed:.1f} s"
     assert result.exit_code() == 1
 
