@@ -161,8 +161,8 @@ def grade(
         help="Seconds of CPU time one batch of the candidate's calls may take, whole seconds "
         "(a batch that uses little CPU is stopped at 3x that on the clock).", min=0.1)] = 10.0,
     import_timeout: Annotated[float, typer.Option(
-        help="Seconds the candidate's file may take to import (apart from --timeout, which "
-        "limits each batch of calls).", min=0.1)] = DEFAULT_IMPORT_TIMEOUT,
+        help="Seconds of CPU time the candidate's file may take to import (apart from "
+        "--timeout, which limits each batch of calls).", min=0.1)] = DEFAULT_IMPORT_TIMEOUT,
     sandbox: Annotated[SandboxMode, typer.Option(help=SANDBOX_HELP)] = SandboxMode.auto,
     memory: Annotated[float, typer.Option(help=MEMORY_HELP, min=0.1)] = 4.0,
     seed: Annotated[Optional[int], typer.Option(help=SEED_HELP, min=0)] = None,
@@ -495,8 +495,8 @@ def grade_all(
         help="Seconds of CPU time one batch of a candidate's calls may take, whole seconds (a "
         "batch that uses little CPU is stopped at 3x that on the clock).", min=0.1)] = 10.0,
     import_timeout: Annotated[float, typer.Option(
-        help="Seconds a candidate's file may take to import (apart from --timeout, which "
-        "limits each batch of calls).", min=0.1)] = DEFAULT_IMPORT_TIMEOUT,
+        help="Seconds of CPU time a candidate's file may take to import (apart from "
+        "--timeout, which limits each batch of calls).", min=0.1)] = DEFAULT_IMPORT_TIMEOUT,
     sandbox: Annotated[SandboxMode, typer.Option(help=SANDBOX_HELP)] = SandboxMode.auto,
     memory: Annotated[float, typer.Option(help=MEMORY_HELP, min=0.1)] = 4.0,
     seed: Annotated[Optional[int], typer.Option(help=SEED_HELP, min=0)] = None,

@@ -125,6 +125,7 @@ class Worker:
     def _hello(self, kata_roots: list[str], companion: list[int] | None = None) -> None:
         frames.write_json(self._in, {"mode": self.mode, "path": self.path, "module": self.module,
                                     "limits": self.limits.to_dict(), "wait": self.ahead,
+                                    "import_seconds": self.import_timeout,
                                     "kata_roots": kata_roots, "companion": companion})
 
     def go(self) -> None:
@@ -171,10 +172,17 @@ class Worker:
         if self._ready:
             return
         fd = self._out
+        wall = cpu_seconds(self.import_timeout) * WALL_PER_CPU  # for an import that waits
         try:
             _codec().decode(frames.read_frame(fd, time.monotonic() + TORCH_IMPORT_SECONDS))
             if self.mode == "implementation":
-                loaded = _codec().decode(frames.read_frame(fd, time.monotonic() + self.import_timeout))
+                loaded = _codec().decode(frames.read_frame(fd, time.monotonic() + wall))
+                if loaded["status"] == "import-timeout":
+                    self._discard()
+                    raise WorkerUnavailable(
+                        f"importing the file used {cpu_seconds(self.import_timeout)} s of CPU time "
+                        "without finishing (the import limit; raise it with --import-timeout)",
+                        "timeout")
                 if loaded["status"] == "import-error":
                     self._discard()
                     limit = isolation.limit_reached(loaded["error"], self.limits)
@@ -184,8 +192,9 @@ class Worker:
         except TimeoutError:
             self._discard()
             raise WorkerUnavailable(
-                f"importing the file did not finish within {self.import_timeout:g} s "
-                "(the import limit; raise it with --import-timeout)", "timeout") from None
+                f"importing the file did not finish within {wall:g} s on the clock (3x the "
+                f"import limit of {cpu_seconds(self.import_timeout)} s of CPU time, for a file "
+                "that waits; raise it with --import-timeout)", "timeout") from None
         except (frames.WireError, OSError):
             tail = self._stderr_tail()
             self._discard()

@@ -10,6 +10,7 @@ for a candidate's code, in children forked from this process.
 from __future__ import annotations
 
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -123,6 +124,32 @@ def test_a_call_that_sleeps_forever_is_stopped_on_the_clock():
     assert status["seconds"] == 1 and status["wall"] == WALL_PER_CPU, status
     assert status["cpu"] < 0.5, status
     assert WALL_PER_CPU <= elapsed < WALL_PER_CPU + 2, f"stopped after {elapsed:.1f} s"
+
+
+def in_a_child(body) -> int:
+    """Run `body` in a forked child (its rlimits and signal handlers are its own); its exit code."""
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            code = body()
+        finally:
+            os._exit(code)
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+
+
+@pytest.mark.slow  # computes until stopped
+def test_an_import_that_computes_forever_is_stopped_by_its_cpu_time_and_the_limit_restored():
+    def body():
+        before = resource.getrlimit(resource.RLIMIT_CPU)
+        try:
+            with limits.cpu_for_import(1):
+                computes_forever(None)
+        except limits.ImportTimeLimit:
+            return 3 if resource.getrlimit(resource.RLIMIT_CPU) == before else 4
+        return 5
+
+    assert in_a_child(body) == 3, "3: stopped and restored; 4: not restored"
 
 
 class RecordingWorker:

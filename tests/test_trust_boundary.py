@@ -84,7 +84,10 @@ def test_a_hang_at_import_times_out_every_item_under_the_import_limit(tmp_path):
     result = grade_hostile("hangs_at_import", tmp_path, import_timeout=FAST)
     assert time.monotonic() - start < FAST + 15
     assert {i.status for i in result.items} == {"timeout"}
-    assert "importing the file did not finish within 2 s" in result.unavailable
+    # Stopped by its CPU time, or on a CI machine too busy to give it 2 s of CPU in 6 s, on the
+    # clock; either way the message names the limit and how to raise it.
+    assert re.search(r"importing the file (used 2 s of CPU time without finishing|did not "
+                     r"finish within 6 s on the clock)", result.unavailable), result.unavailable
     assert "--import-timeout" in result.unavailable, "the message says how to raise the limit"
 
 

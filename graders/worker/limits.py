@@ -1,8 +1,9 @@
 """What a worker may use, applied to itself before any candidate code runs.
 
 `Limits` travels in the worker's hello frame; `apply` turns it into rlimits, which every process
-the candidate starts inherits. `limit_cpu` gives one request its time: CPU time, so that how busy
-the machine is does not decide whether a call finishes in time. `guard_imports` keeps the kata's
+the candidate starts inherits. `limit_cpu` gives one request its time and `cpu_for_import` the
+import of the candidate's file its own: CPU time, so that how busy the machine is does not decide
+whether they finish in time. `guard_imports` keeps the kata's
 own modules (the judge, the hidden cases, the solutions) out of the candidate's reach, for the
 process fallback where their files are on the disk the worker sees; under bubblewrap they are
 not there at all.
@@ -13,7 +14,9 @@ from __future__ import annotations
 import math
 import os
 import resource
+import signal
 import sys
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 
 MIB = 1 << 20
@@ -49,6 +52,33 @@ def cpu_seconds(timeout: float) -> int:
     """The CPU time a request given `timeout` seconds may use: whole seconds, as rlimits count,
     rounded up."""
     return max(1, math.ceil(timeout))
+
+
+class ImportTimeLimit(BaseException):
+    """Raised where the candidate's import is when it has used its CPU time (`cpu_for_import`)."""
+
+
+@contextmanager
+def cpu_for_import(seconds: int):
+    """While the block runs, this process may use `seconds` more CPU time: then SIGXCPU raises
+    ImportTimeLimit wherever the import is (and again each second while it is caught). Afterwards
+    the limit is what it was: the process goes on to fork the children that run the calls."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_CPU)
+    limit = int(sum(os.times()[:2])) + seconds
+    previous = signal.signal(signal.SIGXCPU, _import_time_limit)
+    resource.setrlimit(resource.RLIMIT_CPU, (limit if hard == resource.RLIM_INFINITY
+                                             else min(limit, hard), hard))
+    try:
+        yield
+    finally:
+        _, hard = resource.getrlimit(resource.RLIMIT_CPU)  # the import may have lowered it
+        resource.setrlimit(resource.RLIMIT_CPU, (soft if hard == resource.RLIM_INFINITY
+                                                 else min(soft, hard), hard))
+        signal.signal(signal.SIGXCPU, previous)
+
+
+def _import_time_limit(signum, frame):
+    raise ImportTimeLimit
 
 
 def limit_cpu(seconds: int) -> None:

@@ -9,10 +9,10 @@ the candidate's file (mode "implementation"; a worker started ahead of its grade
 its hello, first waits for a "go" frame) or pytest (mode "tests"), and from then on acts as a
 zygote: every request runs in a forked child, so a request that hangs, crashes, exits or wrecks
 the interpreter costs that request only. A request's time is CPU time (`limits.limit_cpu`: the
-kernel stops a child that used it up), so a busy machine does not change where a call stops;
-the zygote kills a child that has not answered after WALL_PER_CPU times as long on the clock
-(it sleeps, or waits for something), with the child's whole process group. Each child is forked
-ahead of its request (`Spares`).
+kernel stops a child that used it up), and so is the import's (`limits.cpu_for_import`), so a
+busy machine does not change where a call stops; the zygote kills a child that has not answered
+after WALL_PER_CPU times as long on the clock (it sleeps, or waits for something), with the
+child's whole process group. Each child is forked ahead of its request (`Spares`).
 
 A batch of requests is two frames: ``{"count", "timeout", "parallel"}``, then
 ``{"requests": [...]}``, which the zygote hands on undecoded: each child decodes it and runs its
@@ -67,7 +67,8 @@ def serve(proto_in: int, proto_out: int) -> None:
         if hello.get("wait"):  # started ahead of its grade: the file is there once "go" comes
             frames.read_frame(proto_in)
         limits.guard_imports(hello["kata_roots"])
-        module, reply = _load_implementation(hello["path"], hello["module"])
+        with limits.cpu_for_import(limits.cpu_seconds(hello["import_seconds"])):
+            module, reply = _load_implementation(hello["path"], hello["module"])
         wire.write_frame(proto_out, reply)
         if module is None:
             return
@@ -163,6 +164,8 @@ def _load_implementation(path: str, module_name: str):
     (module or None, the reply for the judge)."""
     try:
         module = import_file(path, module_name)
+    except limits.ImportTimeLimit:
+        return None, {"status": "import-timeout"}
     except BaseException as exc:  # noqa: BLE001 - SyntaxError, ImportError, SystemExit, anything
         lines = traceback.format_exception_only(type(exc), exc)
         where = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == str(Path(path))]
