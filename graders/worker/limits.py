@@ -3,10 +3,9 @@
 `Limits` travels in the worker's hello frame; `apply` turns it into rlimits, which every process
 the candidate starts inherits. `limit_cpu` gives one request its time and `cpu_for_import` the
 import of the candidate's file its own: CPU time, so that how busy the machine is does not decide
-whether they finish in time. `guard_imports` keeps the kata's
-own modules (the judge, the hidden cases, the solutions) out of the candidate's reach, for the
-process fallback where their files are on the disk the worker sees; under bubblewrap they are
-not there at all.
+whether they finish in time. `guard_imports` keeps the kata's own modules (the judge, the hidden
+cases, the solutions) out of the candidate's reach, for the process fallback where their files
+are on the disk the worker sees; under bubblewrap they are not there at all.
 """
 
 from __future__ import annotations
@@ -64,16 +63,13 @@ def cpu_for_import(seconds: int):
     ImportTimeLimit wherever the import is (and again each second while it is caught). Afterwards
     the limit is what it was: the process goes on to fork the children that run the calls."""
     soft, hard = resource.getrlimit(resource.RLIMIT_CPU)
-    limit = int(sum(os.times()[:2])) + seconds
     previous = signal.signal(signal.SIGXCPU, _import_time_limit)
-    resource.setrlimit(resource.RLIMIT_CPU, (limit if hard == resource.RLIM_INFINITY
-                                             else min(limit, hard), hard))
+    resource.setrlimit(resource.RLIMIT_CPU, (_capped(_cpu_used() + seconds, hard), hard))
     try:
         yield
     finally:
         _, hard = resource.getrlimit(resource.RLIMIT_CPU)  # the import may have lowered it
-        resource.setrlimit(resource.RLIMIT_CPU, (soft if hard == resource.RLIM_INFINITY
-                                                 else min(soft, hard), hard))
+        resource.setrlimit(resource.RLIMIT_CPU, (_capped(soft, hard), hard))
         signal.signal(signal.SIGXCPU, previous)
 
 
@@ -86,19 +82,24 @@ def limit_cpu(seconds: int) -> None:
     one second later if that is caught. Time waiting for a core does not count, so the same
     code is stopped at the same point of its work however many other processes share the
     machine."""
-    used = int(sum(os.times()[:2]))  # user and system time of this process, every thread
-    soft = used + seconds
     _, hard = resource.getrlimit(resource.RLIMIT_CPU)
-    if hard != resource.RLIM_INFINITY:
-        soft = min(soft, hard)
-    resource.setrlimit(resource.RLIMIT_CPU, (soft, soft + 1 if hard == resource.RLIM_INFINITY
-                                             else min(soft + 1, hard)))
+    soft = _capped(_cpu_used() + seconds, hard)
+    resource.setrlimit(resource.RLIMIT_CPU, (soft, _capped(soft + 1, hard)))
+
+
+def _cpu_used() -> int:
+    """Whole seconds of CPU time this process has used, user and system, every thread."""
+    return int(sum(os.times()[:2]))
+
+
+def _capped(value: int, hard: int) -> int:
+    """`value`, or the hard limit `hard` if lower: no process may set a limit past its hard one."""
+    return value if hard == resource.RLIM_INFINITY else min(value, hard)
 
 
 def _set(which: int, value: int) -> None:
     _, hard = resource.getrlimit(which)
-    if hard != resource.RLIM_INFINITY:
-        value = min(value, hard)
+    value = _capped(value, hard)
     resource.setrlimit(which, (value, value))
 
 
