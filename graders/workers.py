@@ -172,7 +172,8 @@ class Worker:
         if self._ready:
             return
         fd = self._out
-        wall = cpu_seconds(self.import_timeout) * WALL_PER_CPU  # for an import that waits
+        seconds = cpu_seconds(self.import_timeout)  # of CPU time, as the worker counts them
+        wall = seconds * WALL_PER_CPU  # for an import that waits
         try:
             _codec().decode(frames.read_frame(fd, time.monotonic() + TORCH_IMPORT_SECONDS))
             if self.mode == "implementation":
@@ -180,8 +181,8 @@ class Worker:
                 if loaded["status"] == "import-timeout":
                     self._discard()
                     raise WorkerUnavailable(
-                        f"importing the file used {cpu_seconds(self.import_timeout)} s of CPU time "
-                        "without finishing (the import limit; raise it with --import-timeout)",
+                        f"importing the file used {seconds} s of CPU time without finishing "
+                        "(the import limit; raise it with --import-timeout)",
                         "timeout")
                 if loaded["status"] == "import-error":
                     self._discard()
@@ -192,9 +193,9 @@ class Worker:
         except TimeoutError:
             self._discard()
             raise WorkerUnavailable(
-                f"importing the file did not finish within {wall:g} s on the clock (3x the "
-                f"import limit of {cpu_seconds(self.import_timeout)} s of CPU time, for a file "
-                "that waits; raise it with --import-timeout)", "timeout") from None
+                f"importing the file did not finish within {wall:g} s on the clock "
+                f"({WALL_PER_CPU}x the import limit of {seconds} s of CPU time, for a file that "
+                "waits; raise it with --import-timeout)", "timeout") from None
         except (frames.WireError, OSError):
             tail = self._stderr_tail()
             self._discard()
