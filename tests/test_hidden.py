@@ -208,6 +208,13 @@ MUTANTS = [
         functions={"fork": FORK_RETURNING_EMPTY},
     ), "rope-fork-offset"),
     hidden_only(Mutant(
+        "fork-shares-lengths", "fork copies the storage but hands the fork the original's lengths "
+        "tensor, and release zeroes a row of it in place: a release on either shows in both",
+        replace=(("        copy.lengths = cache.lengths.clone()\n",
+                  "        copy.lengths = cache.lengths\n"),
+                 ("    cache.lengths = cache.lengths.clone()\n", "")),
+    ), "rope-fork-offset"),
+    hidden_only(Mutant(
         "expands-one-row-as-view", "reorder gives one row to every beam as an expanded view (no "
         "copy): the next in-place write into the shared memory raises",
         functions={"reorder": EXPANDING_REORDER},

@@ -17,8 +17,11 @@ own sequence, and each branch's lengths checked at the end:
   tokens: a fork that, with nothing to copy, hands back the same cache (or shares the storage
   it will allocate) mixes the two sequences;
 - a chain: the original decodes with ragged counts in a `KVCache()` that grows as it goes, is
-  forked, both take turns; the fork is forked in turn, and all three take turns. Each fork must
-  continue at the copied lengths, in storage of its own, however it got them.
+  forked, both take turns; the fork is forked in turn, the fork of the fork releases a row at
+  once (parallel samples of one prompt, one of them ended), and all three take turns. Each fork
+  must continue at the copied lengths, in storage of its own, however it got them, and a release
+  on one cache ends that row in it alone: a fork that shares its source's lengths tensor with a
+  `release` that zeroes it in place ends the row in both.
 """
 
 from __future__ import annotations
@@ -38,7 +41,8 @@ PREFIX = [(1, 1), (1, 0), (1, 1), (1, 1), (1, 1)]  # counts before the fork: len
 AFTER = 4  # steps of each branch after the fork
 TOL = TOLERANCE[torch.float32]
 
-# The hidden cases: events ("fork", src, dst) or ("step", branch, counts), on a smaller layer.
+# The hidden cases: events ("fork", src, dst), ("step", branch, counts) or ("release", branch,
+# row), on a smaller layer.
 HIDDEN_D_MODEL, HIDDEN_HEAD_DIM, HIDDEN_T = 16, 8, 12
 EMPTY_SEED, CHAIN_SEED = 1600, 1610
 EMPTY = [("fork", "original", "fork")] + [("step", branch, (1, 1))
@@ -46,7 +50,7 @@ EMPTY = [("fork", "original", "fork")] + [("step", branch, (1, 1))
 CHAIN = ([("step", "original", counts) for counts in ((1, 1), (0, 1), (1, 1), (1, 0))]
          + [("fork", "original", "fork")]
          + [("step", b, (1, 1)) for _ in range(3) for b in ("original", "fork")]
-         + [("fork", "fork", "fork of the fork")]
+         + [("fork", "fork", "fork of the fork"), ("release", "fork of the fork", 0)]
          + [("step", b, (1, 1)) for _ in range(3)
             for b in ("original", "fork", "fork of the fork")])
 
@@ -104,9 +108,11 @@ def grade_hidden(candidate: Candidate) -> str:
     _check_events(candidate, hidden_cases.seed(EMPTY_SEED),
                   "a cache forked while empty, then both decoding in turns", EMPTY)
     _check_events(candidate, hidden_cases.seed(CHAIN_SEED),
-                  "ragged steps, a fork, turns, a fork of the fork, turns of all three", CHAIN)
-    return (f"a fork of an empty cache and a fork of a fork: every branch equals a full RoPE "
-            f"forward over its own sequence (within {TOL}) and keeps its own lengths")
+                  "ragged steps, a fork, turns, a fork of the fork that releases a row, turns of "
+                  "all three", CHAIN)
+    return (f"a fork of an empty cache and a fork of a fork that releases a row: every branch "
+            f"equals a full RoPE forward over its own sequence (within {TOL}) and keeps its own "
+            "lengths")
 
 
 _HINT = {
@@ -138,18 +144,20 @@ def _check_state(branch: str, state: dict, full: dict, lengths: torch.Tensor) ->
 
 class Step(NamedTuple):
     """One decode_step of a hidden case: its branch, its number on that branch, its index, each
-    row's position and whether the row took a token ([B] each)."""
+    row's position and whether the row took a token ([B] each), and the tokens it reads (a key
+    of `x` in `_play`: the branch's, or the ones it took when it released a row)."""
 
     branch: str
     number: int
     index: int
     positions: torch.Tensor
     active: torch.Tensor
+    tokens: str
 
 
 def _check_events(candidate: Candidate, seed: int, what: str, events: list) -> None:
-    """Play `events` (forks and steps); Fail unless every branch's outputs equal a full forward
-    over its own sequence and its lengths are its own at the end."""
+    """Play `events` (forks, steps, releases); Fail unless every branch's outputs equal a full
+    forward over its own sequences and its lengths are its own at the end."""
     case = hidden_cases.name(seed, what)
     g = cases.generator(seed)
     weights = cases.layer_weights(g, HIDDEN_D_MODEL, HEADS, HEADS, HIDDEN_HEAD_DIM)
@@ -158,51 +166,63 @@ def _check_events(candidate: Candidate, seed: int, what: str, events: list) -> N
     plan.layer("L", weights, HEADS, HEADS, HIDDEN_HEAD_DIM, BASE)
     plan.new("original")
     steps, lengths = _play(plan, g, events, x)
-    states = {branch: plan.state(branch) for branch in x}
+    states = {branch: plan.state(branch) for branch in lengths}
     results = hidden_cases.run(candidate, plan, case)
 
-    full = {branch: reference.attention_layer(seq, weights, HEADS, HEADS, BASE)["out"]
-            for branch, seq in x.items()}
+    full = {tokens: reference.attention_layer(seq, weights, HEADS, HEADS, BASE)["out"]
+            for tokens, seq in x.items()}
     rows = torch.arange(B)
-    for branch, number, index, positions, active in steps:
+    for branch, number, index, positions, active, tokens in steps:
         where = f"{case}: the {branch}'s decode step {number}"
         got = tensor(results[index]["output"], f"{where}, output")
         require_shape(got, (B, 1, HIDDEN_D_MODEL), f"{where}, output")
         mask = active.bool()[:, None, None]
-        want = full[branch][rows, positions][:, None]
+        want = full[tokens][rows, positions][:, None]
         divergence = first_divergence([got.double().where(mask, 0.0)[:, None]],
                                       [want.where(mask, 0.0)[:, None]], TOL)
         if divergence:
             raise Fail(f"{where}: the output at row {divergence.row} differs from a full forward "
                        f"over the {branch}'s own sequence ({divergence.error(TOL)}): "
                        + (UNWRITTEN_SLOTS if divergence.nonfinite else "each cache continues its "
-                          "rows at their own lengths, in storage no other cache writes"))
+                          "rows at their own lengths, which only its own appends and releases "
+                          "change, in storage no other cache writes"))
     for branch, state in states.items():
         got = tensor(results[state]["lengths"], f"{case}: the {branch}'s cache.lengths").tolist()
         if got != lengths[branch].tolist():
             raise Fail(f"{case}: at the end, the {branch}'s cache.lengths are not its own: a fork "
-                       "copies the lengths, then each cache counts its own appends")
+                       "copies the lengths, then each cache counts its own appends and releases")
 
 
 def _play(plan: Plan, g: torch.Generator, events: list,
           x: dict[str, torch.Tensor]) -> tuple[list[Step], dict[str, torch.Tensor]]:
-    """The events into `plan`. A fork shares each row's prefix, then takes tokens of its own
-    (added to `x`, [B, T, d_model] per branch). Returns the steps and each branch's lengths."""
+    """The events into `plan`. A fork shares each row's prefix, then takes tokens of its own;
+    a released row starts a new sequence of its own at position 0. Each branch's tokens are in
+    `x` ([B, T, d_model], named by the branch; after a release, by the branch and the row).
+    Returns the steps and each branch's lengths."""
     lengths = {"original": torch.zeros(B, dtype=torch.int64)}
+    tokens = {"original": "original"}  # the key of each branch's tokens in x
     rows, steps = torch.arange(B), []
     for kind, branch, arg in events:
         if kind == "fork":
             plan.fork(branch, arg)
-            lengths[arg] = lengths[branch].clone()
-            x[arg] = x[branch].clone()
+            lengths[arg], tokens[arg] = lengths[branch].clone(), arg
+            x[arg] = x[tokens[branch]].clone()
             for b in range(B):
                 n = int(lengths[arg][b])
                 x[arg][b, n:] = cases.randn(g, HIDDEN_T - n, HIDDEN_D_MODEL)
-            continue
-        counts = torch.tensor(arg)
-        index = plan.decode_step("L", branch, x[branch][rows, lengths[branch]][:, None],
-                                 None if all(arg) else counts)
-        number = sum(s.branch == branch for s in steps)
-        steps.append(Step(branch, number, index, lengths[branch], counts))
-        lengths[branch] = lengths[branch] + counts
+        elif kind == "release":
+            plan.release(branch, arg)
+            lengths[branch] = lengths[branch].clone()
+            lengths[branch][arg] = 0
+            released = f"{branch}, row {arg} released"
+            x[released] = x[tokens[branch]].clone()
+            x[released][arg] = cases.randn(g, HIDDEN_T, HIDDEN_D_MODEL)
+            tokens[branch] = released
+        else:
+            counts = torch.tensor(arg)
+            index = plan.decode_step("L", branch, x[tokens[branch]][rows, lengths[branch]][:, None],
+                                     None if all(arg) else counts)
+            number = sum(s.branch == branch for s in steps)
+            steps.append(Step(branch, number, index, lengths[branch], counts, tokens[branch]))
+            lengths[branch] = lengths[branch] + counts
     return steps, lengths
