@@ -158,6 +158,11 @@ MUTANTS = [
         replace=((SOFTMAX, "    weights = torch.softmax(scores.clamp(-1e4, 1e4), dim=-1)"),),
     ), "stable-softmax"),
     hidden_only(Mutant(
+        "masks-with-minus-1e4", "attend masks the slots past each row's length with -1e4 (older "
+        "fp16 code's mask) instead of -inf: a row whose logits lie below it attends to them",
+        replace=((MASK, MASK.replace('float("-inf")', "-1e4")),),
+    ), "stable-softmax"),
+    hidden_only(Mutant(
         "reset-wipes-storage", "reset zeroes the stored keys and values before dropping them, "
         "which fails on a cache that has none",
         functions={"reset": WIPING_RESET},

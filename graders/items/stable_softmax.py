@@ -14,15 +14,20 @@ reference:
 The rows' different ranges also catch a maximum taken over the whole batch instead of per row.
 
 Hidden, seeded: the public logits stay within a few thousand, and their aligned cases put every
-head of a row near the same logit. Here each head of a row sits at its own offset, thousands
-apart, from about -30000 to +30000 (some rows with both signs): anything but each (row, head)'s
-own maximum subtracted underflows or overflows somewhere, and a guard that clamps the logits to
-some "safe" range (±1e4, say) flattens them into uniform weights. Positions come in chunks of up
-to 40, 150 to 300 in all, compared after every append. The keys and queries are small integers
-but for one large coordinate, and head_dim is 16, so every logit (q . k / 4) is exact in float32
-whatever the order of the sums or the place of the scaling: correct implementations agree with
-the float64 reference within 5e-7 however large the logits, and the public tolerance applies
-with room to spare.
+head of a row near the same logit. Here each head of a row sits at its own offset, thousands apart,
+from about -30000 to +30000 (some rows with both signs): anything but each (row, head)'s own
+maximum subtracted underflows or overflows somewhere, and a guard that clamps the logits to some
+"safe" range (±1e4, say) flattens them into uniform weights. Positions come in chunks of up to 40,
+150 to 300 in all, compared after every append. The rows have different lengths: the first append
+is a prompt of 40 positions with counts, row 0 keeping all of them, every other row 1 to 39, so the
+shorter rows' slots past their lengths are masked at every step, and the last row's first head sits
+below -15000. Those slots must get weight 0 however low the row's logits: a mask by a finite value
+(-1e4, the mask of older fp16 code) lies above them and takes all the weight. The keys and queries
+are small integers but for one large coordinate, and head_dim is 16, so every logit (q . k / 4) is
+exact in float32 whatever the order of the sums or the place of the scaling: correct
+implementations agree with the float64 reference within 9e-7 however large the logits (measured
+over 20 seeds: the reference, the concat baseline, and tests/implementations' sdpa, block_chunked
+and growth_1_5), and the public tolerance applies with room to spare.
 """
 
 from __future__ import annotations
@@ -50,6 +55,7 @@ STABLE_TOLERANCE = LARGE_LOGITS_FLOAT32
 
 HIDDEN_SEEDS = [600 + i for i in range(2)]
 LARGE = 128  # the hidden queries' large coordinate; the key's is about offset * 4 / LARGE
+PROMPT = 40  # the hidden cases' first append: row 0 keeps all of it, the other rows 1..39
 
 
 def grade(candidate: Candidate) -> str:
@@ -121,36 +127,55 @@ def _require_finite(out: torch.Tensor, seq: dict, step: int, name: str) -> None:
 
 
 def _check_hidden(candidate: Candidate, seed: int) -> None:
-    """Logits near one offset per (row, head), appended in chunks: every output finite and
-    within the tolerance."""
+    """Logits near one offset per (row, head), rows of different lengths, appended in chunks:
+    every output finite and within the tolerance of attention over the row's own positions."""
     g = cases.generator(seed)
     B, H = cases.randint(g, 2, 3), cases.randint(g, 2, 4)
-    appends = cases.chunks(g, cases.randint(g, 150, 300), 40)
+    appends = [PROMPT] + cases.chunks(g, cases.randint(g, 150, 300) - PROMPT, 40)
+    prompt = [PROMPT] + [cases.randint(g, 1, PROMPT - 1) for _ in range(B - 1)]  # its counts
     case = hidden_cases.name(seed, f"{hidden_cases.shape(B, H)}, logits in the tens of thousands, "
-                                   "each head of a row thousands apart, chunked appends")
+                                   "each head of a row thousands apart, rows of different "
+                                   "lengths, chunked appends")
     seq = _per_head_offsets(g, B, H, sum(appends))
     plan = Plan()
     plan.new("c")
-    steps = decode_loop.append_and_attend(plan, seq, appends)
+    plan.append("c", seq["k"][:, :, :PROMPT], seq["v"][:, :, :PROMPT], cases.counts(*prompt))
+    steps = [decode_loop.Step(plan.attend("c", seq["q"][:, :, PROMPT - 1 : PROMPT]), PROMPT)]
+    rest = {name: x[:, :, PROMPT:] for name, x in seq.items()}  # every row keeps all of it
+    steps += [step._replace(end=PROMPT + step.end)
+              for step in decode_loop.append_and_attend(plan, rest, appends[1:])]
     results = hidden_cases.run(candidate, plan, case)
 
     got = decode_loop.outputs(results, steps, (B, H, 1, D), lambda n, step: (
-        f"{case}: attend's output at prefix length {step.end}"))
-    for out, step in zip(got, steps):
+        f"{case}: attend's output at append {n + 1}"))
+    for n, out in enumerate(got):
         bad = (~torch.isfinite(out)).nonzero()
         if len(bad):
             row, head = int(bad[0][0]), int(bad[0][1])
-            raise Fail(f"{case}: attend's output at prefix length {step.end}: not finite at row "
-                       f"{row}, head {head}. Every exp underflowed or overflowed there: is the "
-                       "maximum subtracted per row AND head, over that row's positions only?")
-    require_close(got, decode_loop.expected(seq, steps), LARGE_LOGITS_FLOAT32, case=case,
-                  step_name="append", first_step=1)
+            raise Fail(f"{case}: attend's output at append {n + 1}: not finite at row {row}, "
+                       f"head {head}. Every exp underflowed or overflowed there: is the maximum "
+                       "subtracted per row AND head, over that row's positions only?")
+    require_close(got, [_own_positions(seq, prompt, step.end) for step in steps],
+                  LARGE_LOGITS_FLOAT32, case=case, step_name="append", first_step=1)
+
+
+def _own_positions(seq: dict[str, torch.Tensor], prompt: list[int], end: int) -> torch.Tensor:
+    """The float64 answer once `end` positions were sent: the query sent then, row b's over its
+    own positions (the first prompt[b] of the prompt and all sent after it). [B, H, 1, D]."""
+    rows = []
+    for b, kept in enumerate(prompt):
+        k, v = (torch.cat((x[b : b + 1, :, :kept], x[b : b + 1, :, PROMPT:end]), dim=2)
+                for x in (seq["k"], seq["v"]))  # [1, H, n, D]
+        rows.append(reference.causal_attention(seq["q"][b : b + 1, :, end - 1 : end], k, v))
+    return torch.cat(rows)  # [B, H, 1, D]
 
 
 def _per_head_offsets(g: torch.Generator, B: int, H: int, T: int) -> dict[str, torch.Tensor]:
     """Integer-valued q and k ([B, H, T, D]) whose logits sit near one offset per (row, head):
-    consecutive heads of a row 3000 to 10000 apart, from about -30000."""
+    consecutive heads of a row 3000 to 10000 apart, from about -30000; the last row's first
+    head below -15000."""
     start = torch.randint(-30000, 1, (B, 1), generator=g)
+    start[-1] = torch.randint(-30000, -15000, (1,), generator=g)
     gap = torch.randint(3000, 10001, (B, 1), generator=g)
     offsets = start + gap * torch.arange(H)  # [B, H]
 
