@@ -488,6 +488,7 @@ def _step_source(name: str) -> tuple[str, str]:
 @app.command("grade-all")
 def grade_all(
     directory: Annotated[Path, typer.Argument(help="A folder of submission folders.")],
+    track: Annotated[str, typer.Option("--track", help=TRACK_HELP)] = DENSE.id,
     jobs: Annotated[int, typer.Option(help="Submissions graded at once.", min=1)] = 2,
     hidden: Annotated[bool, typer.Option("--hidden", help="Add the hidden graders.")] = False,
     out: Annotated[Path, typer.Option(help="Where summary.csv and summary.md go.")] = Path("."),
@@ -501,18 +502,20 @@ def grade_all(
     memory: Annotated[float, typer.Option(help=MEMORY_HELP, min=0.1)] = 4.0,
     seed: Annotated[Optional[int], typer.Option(help=SEED_HELP, min=0)] = None,
 ) -> None:
-    """Grade every submission folder (one holding kv_cache.py) under DIRECTORY."""
+    """Grade every submission folder (one holding the track's file: kv_cache.py, or
+    paged_kv_cache.py with --track serving) under DIRECTORY."""
     from graders.workflows import batch
     from graders.isolation import SandboxUnavailable
     from graders.workers import warm_workers
 
+    chosen = _track(track)
     directory, out = _here(directory), _here(out)
     if not directory.is_dir():
         _usage_error(f"{directory} is not a folder")
     _check_seed(seed, hidden)
-    submissions = batch.find_submissions(directory)
+    submissions = batch.find_submissions(directory, chosen)
     if not submissions:
-        _usage_error(f"no folder under {directory} holds a kv_cache.py")
+        _usage_error(f"no folder under {directory} holds a {chosen.implementation}")
     _check_output_folder("--out", out, ["summary.csv", "summary.md"])
     console = _console()
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
@@ -523,13 +526,14 @@ def grade_all(
             isolation = _sandbox(sandbox, memory)
             # Process-isolated workers fork from one warm process; each sandbox starts its own.
             with warm_workers() if isolation.resolve() == "process" else nullcontext():
-                outcomes = batch.grade_all(submissions, jobs, hidden=hidden, timeout=timeout,
-                                           import_timeout=import_timeout, sandbox=isolation,
-                                           seed=seed, on_done=lambda outcome: progress.advance(task))
+                outcomes = batch.grade_all(submissions, jobs, track=chosen, hidden=hidden,
+                                           timeout=timeout, import_timeout=import_timeout,
+                                           sandbox=isolation, seed=seed,
+                                           on_done=lambda outcome: progress.advance(task))
         except SandboxUnavailable as exc:
             _usage_error(str(exc))
     out.mkdir(parents=True, exist_ok=True)
-    batch.write_summary(outcomes, out / "summary.csv", out / "summary.md")
+    batch.write_summary(outcomes, out / "summary.csv", out / "summary.md", chosen)
     console.print(Text((out / "summary.md").read_text()))
     console.print(Text(f"wrote {out / 'summary.csv'} and {out / 'summary.md'}"))
 

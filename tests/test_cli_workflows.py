@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import shutil
@@ -18,6 +19,7 @@ from typer.testing import CliRunner
 from cli import app
 from graders.mutation import Mutant
 from graders.rubric import load
+from graders.tracks import SERVING
 
 ROOT = Path(__file__).resolve().parent.parent
 REFERENCE = ROOT / "solutions" / "kv_cache.py"
@@ -209,6 +211,26 @@ def test_grade_all_grades_every_submission(tmp_path):
     summary = (tmp_path / "out" / "summary.md").read_text()
     assert "alice" in summary and "bob" in summary
     assert (tmp_path / "out" / "summary.csv").is_file()
+
+
+def test_grade_all_grades_a_batch_of_paged_caches_with_the_serving_items_alone(tmp_path):
+    for name in ("alice", "bob"):
+        (tmp_path / "in" / name).mkdir(parents=True)
+    shutil.copy(ROOT / "solutions" / "paged_kv_cache.py", tmp_path / "in" / "alice")
+    shutil.copy(ROOT / "starter" / "paged_kv_cache.py", tmp_path / "in" / "bob")
+    shutil.copy(REFERENCE, tmp_path / "in" / "bob" / "kv_cache.py")  # not the serving track's
+    result = runner.invoke(app, ["grade-all", str(tmp_path / "in"), "--track", "serving",
+                                 "--out", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    with (tmp_path / "out" / "summary.csv").open(newline="") as f:
+        rows = {row["submission"]: row for row in csv.DictReader(f)}
+    serving = [i.id for i in load().track(SERVING)]
+    assert list(rows["alice"]) == ["submission", "level", "score", "max_score", *serving,
+                                   "tells", "seed", "error"]
+    assert rows["alice"]["level"] == "serving" and {rows["alice"][i] for i in serving} == {"pass"}
+    assert rows["bob"]["level"] == "none" and {rows["bob"][i] for i in serving} == {"not_attempted"}
+    empty = runner.invoke(app, ["grade-all", str(tmp_path / "out"), "--track", "serving"])
+    assert empty.exit_code == 2 and "holds a paged_kv_cache.py" in empty.output
 
 
 def test_the_serving_track_is_graded_as_its_own_track(tmp_path):

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from graders.tracks import SERVING
 from graders.workflows import batch
 from graders.workflows.batch import Submission, find_submissions, grade_all, write_summary
 
@@ -68,6 +69,18 @@ def test_every_folder_with_a_kv_cache_py_is_a_submission_nested_ones_too(root):
     assert [s.name for s in subs] == NAMES
     assert subs[0].tests == subs[0].implementation.with_name("test_kv_cache.py")
     assert subs[2].tests is None
+
+
+def test_the_serving_track_s_submissions_are_the_folders_with_a_paged_kv_cache_py(tmp_path):
+    for name in ("dense-only", "paged", "team/paged"):
+        (tmp_path / name).mkdir(parents=True)
+        (tmp_path / name / "test_kv_cache.py").write_text("")
+    (tmp_path / "dense-only" / "kv_cache.py").write_text("")
+    for name in ("paged", "team/paged"):
+        (tmp_path / name / "paged_kv_cache.py").write_text("")
+    subs = find_submissions(tmp_path, SERVING)
+    assert [s.name for s in subs] == ["paged", "team/paged"]
+    assert all(s.implementation.name == "paged_kv_cache.py" and s.tests is None for s in subs)
 
 
 @pytest.mark.slow
@@ -138,8 +151,11 @@ def test_every_grade_gets_the_batchs_options(monkeypatch, tmp_path):
     subs = [Submission(n, tmp_path / n / "kv_cache.py", None) for n in ("a", "b")]
     sandbox = Sandbox(mode="process", memory=1 << 30)
     grade_all(subs, jobs=2, hidden=True, timeout=3.0, import_timeout=9.0, sandbox=sandbox, seed=8)
-    assert seen == [{"hidden": True, "timeout": 3.0, "import_timeout": 9.0, "sandbox": sandbox,
-                     "seed": 8}] * 2
+    assert seen == [{"track": "dense", "hidden": True, "timeout": 3.0, "import_timeout": 9.0,
+                     "sandbox": sandbox, "seed": 8}] * 2
+    seen.clear()
+    grade_all(subs, jobs=1, track=SERVING)
+    assert [kwargs["track"] for kwargs in seen] == ["serving", "serving"]
 
 
 def test_an_unavailable_sandbox_stops_the_batch_instead_of_failing_each_submission(

@@ -19,7 +19,7 @@ from graders.grade import DEFAULT_IMPORT_TIMEOUT, DEFAULT_TIMEOUT, GradeResult, 
 from graders.isolation import Sandbox, SandboxUnavailable
 from graders.output_files import write_atomically
 from graders.formats.report import STATUS_STYLE
-from graders.tracks import DENSE
+from graders.tracks import DENSE, Track
 
 
 
@@ -39,38 +39,43 @@ class Outcome:
     error: str | None = None
 
 
-def find_submissions(root: Path) -> list[Submission]:
-    """Every folder at or under `root` holding a `kv_cache.py` file, sorted by relative path.
+def find_submissions(root: Path, track: Track = DENSE) -> list[Submission]:
+    """Every folder at or under `root` holding the track's candidate file (`kv_cache.py`,
+    `paged_kv_cache.py`), sorted by relative path.
 
     Folders whose path has a part starting with "." (.git, .venv, ...) are skipped; symlinked
-    folders are not followed. Tests are `test_kv_cache.py` beside the implementation, if a file.
+    folders are not followed. Tests are the track's test file (`test_kv_cache.py`) beside the
+    implementation, if a file; a track without own-tests has none.
     """
     submissions = []
-    for implementation in root.rglob(DENSE.implementation):
+    for implementation in root.rglob(track.implementation):
         folder = implementation.parent.relative_to(root)
         if not implementation.is_file() or any(p.startswith(".") for p in folder.parts):
             continue
-        tests = implementation.with_name(DENSE.tests)
+        tests = implementation.with_name(track.tests) if track.tests else None
         submissions.append(Submission(folder.as_posix(), implementation,
-                                      tests if tests.is_file() else None))
+                                      tests if tests and tests.is_file() else None))
     return sorted(submissions, key=lambda s: _sort_key(s.name))
 
 
-def grade_all(submissions: list[Submission], jobs: int, *, hidden: bool = False,
-              timeout: float = DEFAULT_TIMEOUT, import_timeout: float = DEFAULT_IMPORT_TIMEOUT,
-              sandbox: Sandbox = Sandbox(), seed: int | None = None,
+def grade_all(submissions: list[Submission], jobs: int, *, track: Track = DENSE,
+              hidden: bool = False, timeout: float = DEFAULT_TIMEOUT,
+              import_timeout: float = DEFAULT_IMPORT_TIMEOUT, sandbox: Sandbox = Sandbox(),
+              seed: int | None = None,
               on_done: Callable[[Outcome], None] | None = None) -> list[Outcome]:
     """Grade `submissions` with `jobs` threads; one Outcome each, in the submissions' order.
 
-    `hidden`, `timeout`, `import_timeout` and `sandbox` are passed to every `grade`; in a hidden
-    run every submission meets the same hidden cases, drawn from `seed` (a fresh one when None).
+    `track` (by its id), `hidden`, `timeout`, `import_timeout` and `sandbox` are passed to every
+    `grade`; in a hidden run every submission meets the same hidden cases, drawn from `seed` (a
+    fresh one when None).
     `on_done(outcome)` is called in the calling thread as each grade finishes. A grade that
     raises becomes an Outcome with `error` and the others go on, except SandboxUnavailable
     (the sandbox asked for cannot run here, for any submission), which is raised. If the caller
     is interrupted (or `on_done` or a grade raises), grades not yet started are cancelled and
     running ones are waited for.
     """
-    options = {"hidden": hidden, "timeout": timeout, "import_timeout": import_timeout,
+    options = {"track": track.id, "hidden": hidden, "timeout": timeout,
+               "import_timeout": import_timeout,
                "sandbox": sandbox, "seed": (draw_seed() if seed is None else seed) if hidden else None}
     outcomes: list[Outcome | None] = [None] * len(submissions)
     pool = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="kata-grade")
@@ -94,15 +99,16 @@ def _grade_one(submission: Submission, options: dict) -> Outcome:
         return Outcome(submission, error="grading raised: " + traceback.format_exc(limit=-3))
 
 
-def write_summary(outcomes: list[Outcome], csv_path: Path, markdown_path: Path) -> None:
+def write_summary(outcomes: list[Outcome], csv_path: Path, markdown_path: Path,
+                  track: Track = DENSE) -> None:
     """Write one row per outcome, sorted by submission name, as CSV and as a Markdown table.
 
-    CSV columns: submission, level, score, max_score, one per rubric item id (its status), tells
-    (detected tell ids, ";"-separated), seed (of a hidden run's cases), error. Markdown: the same, statuses as PASS, FAIL, ERROR,
-    TIMEOUT or TODO. A grade whose grader broke says so in `error`; a grade that raised has
-    only `error` filled.
+    CSV columns: submission, level, score, max_score, one per item id of `track` (its status),
+    tells (detected tell ids, ";"-separated), seed (of a hidden run's cases), error. Markdown: the
+    same, statuses as PASS, FAIL, ERROR, TIMEOUT or TODO. A grade whose grader broke says so in
+    `error`; a grade that raised has only `error` filled.
     """
-    item_ids = [item.id for item in rubric_data.load().items]
+    item_ids = [item.id for item in rubric_data.load().track(track)]
     rows = [_row(o, item_ids) for o in sorted(outcomes, key=lambda o: _sort_key(o.submission.name))]
     header = ["submission", "level", "score", "max_score", *item_ids, "tells", "seed", "error"]
     table = io.StringIO(newline="")
