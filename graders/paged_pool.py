@@ -68,10 +68,13 @@ class Pool:
         old = self.seqs[seq]
         self.seqs[seq] = [torch.cat((old[0], key), 1), torch.cat((old[1], value), 1)]
 
-    def attend(self, seq_ids: list, after: str, q_scale: float = 1.0) -> None:
-        """One attend over `seq_ids` (repeats and empty sequences allowed) with a seeded query,
-        its answer recorded; `after` says when, in messages."""
-        query = (cases.randn(self.g, len(seq_ids), self.Hq, 1, self.D) * q_scale).to(self.dtype)
+    def attend(self, seq_ids: list, after: str, q_scale: float = 1.0,
+               query: torch.Tensor | None = None) -> None:
+        """One attend over `seq_ids` (repeats and empty sequences allowed) with `query` ([rows,
+        Hq, 1, D]; a seeded one times `q_scale` when not given), its answer recorded; `after`
+        says when, in messages."""
+        if query is None:
+            query = (cases.randn(self.g, len(seq_ids), self.Hq, 1, self.D) * q_scale).to(self.dtype)
         kv = [tuple(self.seqs[s]) for s in seq_ids]  # this step's keys and values of each row
         rows = [torch.zeros(1, self.Hq, 1, self.D, dtype=torch.float64) if not k.shape[1]
                 else reference.causal_attention(query[i : i + 1], k[None], v[None])

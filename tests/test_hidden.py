@@ -253,6 +253,13 @@ MUTANTS = [
         base=PAGED_REFERENCE,
     ), "paged-equivalence", "paged-block-table", "quantized-kv"),
     hidden_only(Mutant(
+        "paged-masks-with-minus-1e4", "attend masks the slots past each sequence's length with "
+        "-1e4 (older fp16 code's mask) instead of -inf: logits below it lose to them",
+        replace=(('scores.masked_fill(past_end[:, None, None, :], float("-inf"))',
+                  "scores.masked_fill(past_end[:, None, None, :], -1e4)"),),
+        base=PAGED_REFERENCE,
+    ), "paged-equivalence"),
+    hidden_only(Mutant(
         "paged-block-index-of-32", "attend gathers at most 32 blocks a sequence (a fixed-width "
         "block index, like a kernel's)",
         replace=(("        padded = [t + [0] * (width - len(t)) for t in tables]\n",
