@@ -197,12 +197,12 @@ def _play(plan: Plan, g: torch.Generator, events: list,
           x: dict[str, torch.Tensor]) -> tuple[list[Step], dict[str, torch.Tensor]]:
     """The events into `plan`. A fork shares each row's prefix, then takes tokens of its own;
     a released row starts a new sequence of its own at position 0. Each branch's tokens are in
-    `x` ([B, T, d_model], named by the branch; after a release, by the branch and the row).
+    `x` ([B, T, d_model], named by the branch; after a release, by the branch and the event).
     Returns the steps and each branch's lengths."""
     lengths = {"original": torch.zeros(B, dtype=torch.int64)}
     tokens = {"original": "original"}  # the key of each branch's tokens in x
     rows, steps = torch.arange(B), []
-    for kind, branch, arg in events:
+    for event, (kind, branch, arg) in enumerate(events):
         if kind == "fork":
             plan.fork(branch, arg)
             lengths[arg], tokens[arg] = lengths[branch].clone(), arg
@@ -214,7 +214,7 @@ def _play(plan: Plan, g: torch.Generator, events: list,
             plan.release(branch, arg)
             lengths[branch] = lengths[branch].clone()
             lengths[branch][arg] = 0
-            released = f"{branch}, row {arg} released"
+            released = f"{branch} after event {event}"  # each release, tokens of its own
             x[released] = x[tokens[branch]].clone()
             x[released][arg] = cases.randn(g, HIDDEN_T, HIDDEN_D_MODEL)
             tokens[branch] = released
