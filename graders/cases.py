@@ -139,3 +139,23 @@ def large_logits(g: torch.Generator, B: int, H: int, T: int, D: int, logit: floa
     k = k + jitter * randn(g, B, H, T, D).double()
     v = randn(g, B, H, T, D)
     return {"q": q.to(dtype), "k": k.to(dtype), "v": v.to(dtype)}
+
+
+EXACT_QUERY = 128  # the large coordinate of `exact_queries`
+
+
+def exact_queries(g: torch.Generator, *shape: int, D: int) -> torch.Tensor:
+    """Integer-valued queries [*shape, D], float32: EXACT_QUERY in the first coordinate, -2..2 in
+    the others. With `exact_keys`, every product q.k is an integer float32 holds exactly, so a
+    logit is exact whatever the order of the sums (and at D = 16, the scale 1/4 too)."""
+    return torch.cat((torch.full((*shape, 1), EXACT_QUERY),
+                      torch.randint(-2, 3, (*shape, D - 1), generator=g)), dim=-1).float()
+
+
+def exact_keys(g: torch.Generator, offsets: torch.Tensor, t: int, D: int) -> torch.Tensor:
+    """Integer-valued keys [*offsets.shape, t, D], float32, whose logits q.k / sqrt(D) with
+    `exact_queries` sit within a few units of `offsets` (one per head, say): the first coordinate
+    carries the offset, the others are -2..2."""
+    large = (offsets * math.sqrt(D) / EXACT_QUERY).round()[..., None, None]
+    small = torch.randint(-2, 3, (*offsets.shape, t, D - 1), generator=g)
+    return torch.cat((large.expand(*offsets.shape, t, 1), small), dim=-1).float()

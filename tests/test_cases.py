@@ -53,3 +53,17 @@ def test_draws_past_the_bound_are_forgotten_least_recently_used_first(monkeypatc
     assert kept == {0, 2}, kept
     want, _ = drawn_directly(0, 1024, dtype=torch.float64)
     assert torch.equal(cases.randn(cases.generator(0), 1024, dtype=torch.float64), want)
+
+
+def test_exact_logits_are_exact_in_float32_and_sit_at_their_offsets():
+    g = cases.generator(3)
+    offsets = torch.tensor([[-30000, -12000], [0, 25000]])  # [B, H]
+    q = cases.exact_queries(g, 2, 2, 1, D=16)  # [B, H, 1, D]
+    k = cases.exact_keys(g, offsets, 50, D=16)  # [B, H, T, D]
+    assert q.dtype == k.dtype == torch.float32 and k.shape == (2, 2, 50, 16)
+    logits = (q @ k.transpose(-1, -2)) / 4  # float32, as a candidate computes them
+    exact = (q.double() @ k.double().transpose(-1, -2)) / 4
+    assert torch.equal(logits.double(), exact), "a float32 logit was rounded"
+    # Off by the rounding of the large coordinate (half of 128 / 4), and 15 small products (1 each).
+    off = (exact[:, :, 0] - offsets[..., None]).abs()
+    assert (off <= 16 + 15).all(), f"a logit is {off.max():g} off its offset"

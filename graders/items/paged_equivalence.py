@@ -31,8 +31,6 @@ tiled-paged step are within 5.3e-7 of the float64 reference: the float32 toleran
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 from graders import cases, hidden_cases
@@ -61,7 +59,6 @@ LONG_SEED = 5010
 LONG_BLOCK_SIZE = 4
 FAR_SEED = 5020
 FAR_LAYOUT, FAR_D, FAR_BLOCK_SIZE = (4, 2), 16, 4
-LARGE = 128  # the far case's query coordinate along which every logit is made
 
 
 def grade(candidate: Candidate) -> str:
@@ -180,16 +177,10 @@ def _far_below_zero(candidate: Candidate, seed: int) -> None:
     plan = Plan()
     pool = Pool(plan, g, 16, bs, Hq, Hkv, D)
     offsets = torch.randint(-30000, -12000, (Hkv,), generator=g)  # each KV head's logits
-
-    def small(*shape):  # the other coordinates, in -2..2
-        return torch.randint(-2, 3, (*shape, D - 1), generator=g)
-
     for seq in range(3):
         t = cases.randint(g, 5, 15)
         t += t % bs == 0  # a last block partly written
-        large = (offsets * math.sqrt(D) / LARGE).round()[:, None, None].expand(Hkv, t, 1)
         pool.add(seq)
-        pool.append(seq, key=torch.cat((large, small(Hkv, t)), -1).float(), value=pool.kv(t))
-    query = torch.cat((torch.full((3, Hq, 1, 1), LARGE), small(3, Hq, 1)), -1).float()
-    pool.attend([0, 1, 2], "three appends", query=query)
+        pool.append(seq, key=cases.exact_keys(g, offsets, t, D), value=pool.kv(t))
+    pool.attend([0, 1, 2], "three appends", query=cases.exact_queries(g, 3, Hq, 1, D=D))
     pool.check(hidden_cases.run(candidate, plan, case), TOLERANCE[torch.float32], case)

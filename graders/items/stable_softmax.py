@@ -56,7 +56,6 @@ SPREAD = 3.0  # their spread around that offset
 STABLE_TOLERANCE = LARGE_LOGITS_FLOAT32
 
 HIDDEN_SEEDS = [600 + i for i in range(2)]
-LARGE = 128  # the hidden queries' large coordinate; the key's is about offset * 4 / LARGE
 PROMPT = 40  # the hidden cases' first append: row 0 keeps all of it, the other rows 1..39
 
 
@@ -176,18 +175,12 @@ def _own_positions(seq: dict[str, torch.Tensor], prompt: list[int], end: int) ->
 
 
 def _per_head_offsets(g: torch.Generator, B: int, H: int, T: int) -> dict[str, torch.Tensor]:
-    """Integer-valued q and k ([B, H, T, D]) whose logits sit near one offset per (row, head):
-    consecutive heads of a row 3000 to 10000 apart, from about -30000; the last row's first
-    head below -15000."""
+    """Integer-valued q and k ([B, H, T, D], `cases.exact_queries` and `exact_keys`) whose
+    logits sit near one offset per (row, head): consecutive heads of a row 3000 to 10000 apart,
+    from about -30000; the last row's first head below -15000."""
     start = torch.randint(-30000, 1, (B, 1), generator=g)
     start[-1] = torch.randint(-30000, -15000, (1,), generator=g)
     gap = torch.randint(3000, 10001, (B, 1), generator=g)
     offsets = start + gap * torch.arange(H)  # [B, H]
-
-    def small():  # the other D - 1 coordinates, in -2..2
-        return torch.randint(-2, 3, (B, H, T, D - 1), generator=g)
-
-    q = torch.cat((torch.full((B, H, T, 1), LARGE), small()), dim=-1)
-    k_large = (offsets * 4 / LARGE).round().long()[:, :, None, None].expand(B, H, T, 1)
-    k = torch.cat((k_large, small()), dim=-1)
-    return {"q": q.float(), "k": k.float(), "v": cases.randn(g, B, H, T, D)}
+    q = cases.exact_queries(g, B, H, T, D=D)
+    return {"q": q, "k": cases.exact_keys(g, offsets, T, D), "v": cases.randn(g, B, H, T, D)}
