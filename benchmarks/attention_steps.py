@@ -10,7 +10,8 @@ what the bench runs (benchmarks/subjects.py) and what the learners' tests grade.
     tiled-paged,   solutions/paged_kv_cache.py: `attend` validates and builds the batch's
     fused-paged
                    padded tables and lengths as before, then returns the function on the pools;
-                   the gather and its scratch buffers go; the function follows the class.
+                   the gather goes, and so do its scratch buffers unless the function takes
+                   them (tiled-paged's tiles); the function follows the class.
 """
 
 from __future__ import annotations
@@ -27,19 +28,22 @@ class AttentionStep:
     start: str  # the solution step it changes
     file: Path  # the module that defines `function`
     function: str
+    scratch: bool = False  # the function takes the paged cache's `_scratch`: buffers kept
 
 
 STEPS = {
     "tiled": AttentionStep("preallocated", bundled.TILED_ATTENTION, "tiled_attention"),
     "fused": AttentionStep("preallocated", bundled.FUSED_ATTENTION, "fused_attention"),
-    "tiled-paged": AttentionStep("paged", bundled.TILED_PAGED_ATTENTION, "tiled_paged_attention"),
+    "tiled-paged": AttentionStep("paged", bundled.TILED_PAGED_ATTENTION, "tiled_paged_attention",
+                                 scratch=True),
     "fused-paged": AttentionStep("paged", bundled.FUSED_PAGED_ATTENTION, "fused_paged_attention"),
 }
 DENSE_CALL = "    return {function}(query, cache.keys, cache.values, cache.lengths)\n"
 PAGED_CALL = ("        return {function}(query, self.k_pool, self.v_pool, self.k_scale,\n"
-              "{indent}self.v_scale, index, lengths)\n")
-# The paged attend's gather into scratch buffers kept between calls: what the paged steps drop.
-GATHER_METHODS, GATHER_BUFFERS = ("_gather", "_scratch"), "_buffers"
+              "{indent}self.v_scale, index, lengths{scratch})\n")
+# The paged attend's gather, and the scratch buffers it keeps between calls: what the paged
+# steps drop, the scratch only when their function does not take it.
+GATHER, SCRATCH, SCRATCH_BUFFERS = "_gather", "_scratch", "_buffers"
 
 
 def step_file(name: str, start_source: str) -> str:
@@ -49,7 +53,7 @@ def step_file(name: str, start_source: str) -> str:
     function = top_level_function(text, step.function)
     body = text.splitlines(keepends=True)[function.lineno - 1:function.end_lineno]
     if step.start == "paged":
-        return _paged_step(start_source, step.function, body)
+        return _paged_step(start_source, step, body)
     return _dense_step(start_source, step.function, body)
 
 
@@ -64,7 +68,7 @@ def _dense_step(source: str, function: str, body: list[str]) -> str:
                     *body, *lines[attend.end_lineno:]])
 
 
-def _paged_step(source: str, function: str, body: list[str]) -> str:
+def _paged_step(source: str, step: AttentionStep, body: list[str]) -> str:
     cache = next(node for node in ast.parse(source).body
                  if isinstance(node, ast.ClassDef) and node.name == "PagedKVCache")
     methods = {node.name: node for node in cache.body if isinstance(node, ast.FunctionDef)}
@@ -74,16 +78,19 @@ def _paged_step(source: str, function: str, body: list[str]) -> str:
                 if isinstance(statement, ast.Assign)
                 and any(isinstance(t, ast.Name) and t.id == "lengths" for t in statement.targets))
     math_lines = range(attend.body[made + 1].lineno, attend.end_lineno + 1)
-    dropped = [range(_first_line(methods[name]), methods[name].end_lineno + 1)
-               for name in GATHER_METHODS]
-    dropped += [range(statement.lineno, statement.end_lineno + 1)
-                for statement in methods["__init__"].body if _assigns(statement, GATHER_BUFFERS)]
+    gone = [GATHER] if step.scratch else [GATHER, SCRATCH]
+    dropped = [range(_first_line(methods[name]), methods[name].end_lineno + 1) for name in gone]
+    if not step.scratch:
+        dropped += [range(statement.lineno, statement.end_lineno + 1)
+                    for statement in methods["__init__"].body
+                    if _assigns(statement, SCRATCH_BUFFERS)]
     lines = source.splitlines(keepends=True)
     kept = []
     for number, line in enumerate(lines, start=1):
         if number == math_lines.start:
-            indent = " " * len(f"        return {function}(")
-            kept.append(PAGED_CALL.format(function=function, indent=indent))
+            indent = " " * len(f"        return {step.function}(")
+            kept.append(PAGED_CALL.format(function=step.function, indent=indent,
+                                          scratch=", self._scratch" if step.scratch else ""))
         if number in math_lines or any(number in gone for gone in dropped):
             continue
         kept.append(line)

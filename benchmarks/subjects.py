@@ -233,7 +233,7 @@ def tiled_paged(module, quantize: str | None) -> Callable[[History], Stepper]:
     """The paged cache of `module` with `tiled_paged_attention` as its attend's math."""
     from benchmarks.tiled_paged_attention import tiled_paged_attention
 
-    return paged_with(module, tiled_paged_attention, quantize)
+    return paged_with(module, tiled_paged_attention, quantize, scratch=True)
 
 
 def fused_paged(module, quantize: str | None) -> Callable[[History], Stepper]:
@@ -244,10 +244,11 @@ def fused_paged(module, quantize: str | None) -> Callable[[History], Stepper]:
     return paged_with(module, compiled_paged_attention(), quantize)
 
 
-def paged_with(module, attention, quantize: str | None) -> Callable[[History], Stepper]:
+def paged_with(module, attention, quantize: str | None,
+               scratch: bool = False) -> Callable[[History], Stepper]:
     """The paged cache of `module` (int8 pools with `quantize`), attended by `attention(query,
-    k_pool, v_pool, k_scale, v_scale, blocks, lengths)` on its pools (what its `attend` does
-    once the query is validated)."""
+    k_pool, v_pool, k_scale, v_scale, blocks, lengths)` on its pools, with the cache's
+    `_scratch` after them if `scratch` (what its `attend` does once the query is validated)."""
 
     def build(history: History) -> Stepper:
         cache, sequences = _filled_pool(module, history, quantize)
@@ -260,8 +261,9 @@ def paged_with(module, attention, quantize: str | None) -> Callable[[History], S
             width = max(len(table) for table in tables)
             blocks = torch.tensor([table + [0] * (width - len(table)) for table in tables])
             lengths = torch.tensor([cache.length(b) for b in sequences])
+            kept = (cache._scratch,) if scratch else ()
             return attention(history.query, cache.k_pool, cache.v_pool, cache.k_scale,
-                             cache.v_scale, blocks, lengths)
+                             cache.v_scale, blocks, lengths, *kept)
 
         return Stepper(step, lambda: storage_bytes(cache), quantized=quantize is not None)
 

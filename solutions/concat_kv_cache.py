@@ -23,7 +23,7 @@ Design:
   meets KV head h // G in a plain matmul: simple, and a copy of the cache at every step.
 
 What is wrong with it for production (`kata bench`, float32, B=1, 8 heads, head_dim 128,
-T=16384: 14.6x bare attention on contiguous K and V; 37.0x with GQA, 32 query heads over 8):
+T=16384: 14.6x bare attention on contiguous K and V; 25.4x with GQA, 32 query heads over 8):
 - Allocation. One token a step reallocates and copies the whole cache at every step: O(n^2)
   bytes copied for n tokens, and a fragmented allocator. The grader measures it (`prealloc`
   fails, the tell `concat-every-step` caps the level at L5). Doubling the capacity (kv_cache.py)

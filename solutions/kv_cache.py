@@ -26,7 +26,7 @@ repeated for every query head (`repeat_interleave`), and attention over the whol
 behind a mask. This cache grows, groups the query and reads only the valid prefix.
 
 Why a decode step costs about what bare attention does (`kata bench`, float32, B=1, 8 heads,
-head_dim 128, T=16384: 1.18x bare attention on contiguous K and V, 1.7x faster than
+head_dim 128, T=16384: 1.08x bare attention on contiguous K and V, 1.9x faster than
 transformers' StaticCache; the table is in solutions/README.md). A step at a long length is
 bound by reading K and V once, so the design avoids every extra pass over them and every
 cache-sized allocation (the OS hands a large allocation its memory a page at a time, which alone
@@ -35,7 +35,7 @@ costs more than the attention):
   slots, so the matmuls read only those. A cache that attends over its whole capacity with a mask
   (as StaticCache does) reads up to twice as much.
 - No float upcast when storage is already float32: `.float()` then returns the tensor itself.
-  For bf16/fp16 it is a float32 copy of K at every step (about 21x the pure read at T=16384),
+  For bf16/fp16 it is a float32 copy of K at every step (about 23x the pure read at T=16384),
   the price of float32 scores in eager PyTorch; benchmarks/tiled_attention.py copies a tile at
   a time instead, benchmarks/fused_attention.py none.
 - Grouped heads through a reshape of the query: K and V are never repeated per query head.

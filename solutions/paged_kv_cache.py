@@ -94,7 +94,7 @@ class PagedKVCache:
         self._tables: dict = {}
         self._lengths: dict = {}  # seq_id -> number of positions written
         self._reserved: dict = {}  # seq_id -> blocks still promised to an admitted sequence
-        self._buffers: dict = {}  # attend's scratch for gathered blocks, see _gather
+        self._buffers: dict = {}  # attend's scratch buffers, kept from call to call: see _scratch
 
     @property
     def num_free_blocks(self) -> int:

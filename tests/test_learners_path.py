@@ -224,7 +224,7 @@ QUOTED = [
      both(bare("tiled-paged-int8"), bare("paged-int8"))),
     ("solutions/README.md", "int8 upcast a tile at a time: {:.2f}x bare, against {:.2f}x",
      both(bare("tiled-paged-int8"), bare("paged-int8"))),
-    ("solutions/README.md", "{:.2f}x bare in int8 (66 MiB held), against paged's {:.2f}x, and "
+    ("solutions/README.md", "{:.2f}x bare in int8 (78 MiB held), against paged's {:.2f}x, and "
      "{:.2f}x against {:.2f}x in float32", both(bare("tiled-paged-int8"), bare("paged-int8"),
                                                 bare("tiled-paged"), bare("paged"))),
 ]
@@ -331,11 +331,13 @@ def test_an_attention_step_is_the_preallocated_file_with_attends_math_swapped(st
     assert all(line[2:] in math_lines for line in removed)
 
 
-PAGED_ATTENTION_STEPS = ["tiled-paged", "fused-paged"]
+PAGED_ATTENTION_STEPS = {"tiled-paged": True, "fused-paged": False}  # step: keeps the scratch
 
 
-@pytest.mark.parametrize("step", PAGED_ATTENTION_STEPS)
-def test_a_paged_attention_step_is_the_paged_file_with_attends_math_and_its_gather_swapped(step):
+@pytest.mark.parametrize("step, keeps_scratch", PAGED_ATTENTION_STEPS.items(),
+                         ids=PAGED_ATTENTION_STEPS)
+def test_a_paged_attention_step_is_the_paged_file_with_attends_math_and_its_gather_swapped(
+        step, keeps_scratch):
     label, source = cli._step_source(step)
     paged = (SOLUTIONS / "paged_kv_cache.py").read_text()
     function = step.replace("-", "_") + "_attention"
@@ -345,9 +347,11 @@ def test_a_paged_attention_step_is_the_paged_file_with_attends_math_and_its_gath
         ["PagedKVCache", function]
     cache = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "PagedKVCache")
     methods = {n.name: n for n in cache.body if isinstance(n, ast.FunctionDef)}
-    assert not {"_gather", "_scratch"} & set(methods), "the gather and its scratch go"
+    assert "_gather" not in methods, "the gather goes"
+    assert ("_scratch" in methods) == keeps_scratch, "its scratch goes unless the step takes it"
+    passed = ", self._scratch" if keeps_scratch else ""
     assert ast.unparse(methods["attend"].body[-1]) == (f"return {function}(query, "
-        "self.k_pool, self.v_pool, self.k_scale, self.v_scale, index, lengths)")
+        f"self.k_pool, self.v_pool, self.k_scale, self.v_scale, index, lengths{passed})")
     # Outside attend's math, the gather and its scratch, not a line changes.
     old_cache = next(n for n in ast.parse(paged).body
                      if isinstance(n, ast.ClassDef) and n.name == "PagedKVCache")
@@ -357,7 +361,10 @@ def test_a_paged_attention_step_is_the_paged_file_with_attends_math_and_its_gath
     buffers = [line for line in lines if "self._buffers" in line]
     removed = [line[2:] for line in difflib.ndiff(lines, source.splitlines()) if line.startswith("- ")]
     assert all(line in math_lines or line in buffers for line in removed)
-    assert "self._buffers" not in source and "_gather" not in source
+    assert "_gather" not in source
+    assert ("self._buffers" in source) == keeps_scratch
+    if keeps_scratch:
+        assert ast.unparse(methods["_scratch"]) == ast.unparse(old["_scratch"])
 
 
 ATTENTION_STEPS = [("tiled", "dense"), ("fused", "dense"), ("tiled-paged", "serving"),
