@@ -78,8 +78,9 @@ def _paged_step(source: str, step: AttentionStep, body: list[str]) -> str:
                 if isinstance(statement, ast.Assign)
                 and any(isinstance(t, ast.Name) and t.id == "lengths" for t in statement.targets))
     math_lines = range(attend.body[made + 1].lineno, attend.end_lineno + 1)
-    gone = [GATHER] if step.scratch else [GATHER, SCRATCH]
-    dropped = [range(_first_line(methods[name]), methods[name].end_lineno + 1) for name in gone]
+    methods_dropped = [GATHER] if step.scratch else [GATHER, SCRATCH]
+    dropped = [range(_first_line(methods[name]), methods[name].end_lineno + 1)
+               for name in methods_dropped]
     if not step.scratch:
         dropped += [range(statement.lineno, statement.end_lineno + 1)
                     for statement in methods["__init__"].body
