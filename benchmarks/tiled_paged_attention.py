@@ -31,7 +31,7 @@ solutions/README.md). Each tile costs a dozen PyTorch calls whatever its size, a
 are one small product per block and head, so small tiles are slow: 32 blocks took 2.1x bare
 float32 attention, 64 blocks 1.6x, 128 blocks 1.3-1.5x, and 256 (a 16 MiB float32 tile, half
 the L3 cache) 1.9x again. Keeping the buffers matters too: a tile made fresh is new memory,
-which the OS fills a page at a time (32 fresh 2 MiB tiles a step: 2.4x), and the two buffers
+which the OS fills a page at a time (32 fresh 2 MiB tiles a step: 2.1-2.7x), and the two buffers
 made fresh once a call cost about 1 ms a step more than kept ones, interleaved in one process.
 """
 
