@@ -1,6 +1,7 @@
 """The tiled paged step's math (benchmarks/tiled_paged_attention.py) against the judge's float64
 attention: the same output whatever tile and block a length ends in, with blocks in any order,
-stale slots holding NaN, and int8 pools scaled in the scores and weights instead of in the values."""
+stale slots holding NaN, and int8 pools scaled in the scores and weights instead of in the
+values."""
 
 from __future__ import annotations
 
