@@ -12,6 +12,7 @@ same values, the same generator, as drawing again would give.
 
 from __future__ import annotations
 
+import ctypes
 import math
 import threading
 from collections import OrderedDict
@@ -32,7 +33,7 @@ def generator(seed: int) -> torch.Generator:
 def randn(g: torch.Generator, *shape: int, dtype: torch.dtype = torch.float32,
           scale: float = 1.0) -> torch.Tensor:
     """Standard normal values drawn in float64 from `g`, times `scale`, in `dtype`."""
-    key = (g.get_state().numpy().tobytes(), shape, dtype, scale)
+    key = (_state_bytes(g), shape, dtype, scale)
     with _kept_lock:
         kept = _kept.get(key)
         if kept is not None:
@@ -44,6 +45,13 @@ def randn(g: torch.Generator, *shape: int, dtype: torch.dtype = torch.float32,
     else:
         g.set_state(kept[1])
     return kept[0].clone()
+
+
+def _state_bytes(g: torch.Generator) -> bytes:
+    """The generator's state as bytes: its ByteTensor [5056] read in place (0.5 us; `tolist`
+    takes 50 us, and `.numpy()` needs NumPy, which neither torch nor the kata depends on)."""
+    state = g.get_state()  # a fresh contiguous uint8 tensor on the CPU, ours alone
+    return ctypes.string_at(state.data_ptr(), state.numel())
 
 
 def _keep(key: tuple, drawn: tuple[torch.Tensor, torch.Tensor]) -> None:
