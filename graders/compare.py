@@ -37,14 +37,17 @@ class Tolerance:
         return f"{self.atol:.0e} + {self.rtol:.0e}*|expected|"
 
 
+# Pinned from both sides by tests/test_tolerances.py: an output 1.1x the bound away fails, 0.9x
+# passes, and the reference solution keeps the margin stated at each constant on the items' public
+# cases (the table above: the worst over 51 seeds). A 2x loosening or tightening fails there.
 TOLERANCE = {
-    torch.float32: Tolerance(atol=1e-5, rtol=1e-4),
-    torch.float64: Tolerance(atol=1e-5, rtol=1e-4),
-    torch.bfloat16: Tolerance(atol=3e-2, rtol=3e-2),
-    torch.float16: Tolerance(atol=4e-3, rtol=4e-3),
+    torch.float32: Tolerance(atol=1e-5, rtol=1e-4),  # prefix-equivalence, gqa: 80x
+    torch.float64: Tolerance(atol=1e-5, rtol=1e-4),  # reset's float64 batch: 39x
+    torch.bfloat16: Tolerance(atol=3e-2, rtol=3e-2),  # low-precision ordinary: 10x
+    torch.float16: Tolerance(atol=4e-3, rtol=4e-3),  # low-precision ordinary: 10x
 }
-LARGE_LOGITS_FLOAT32 = Tolerance(atol=5e-3, rtol=1e-3)
-LARGE_LOGITS_LOW_PRECISION = Tolerance(atol=5e-2, rtol=5e-2)
+LARGE_LOGITS_FLOAT32 = Tolerance(atol=5e-3, rtol=1e-3)  # stable-softmax: 32x
+LARGE_LOGITS_LOW_PRECISION = Tolerance(atol=5e-2, rtol=5e-2)  # bf16 11x, fp16 39x
 
 
 def close(got: torch.Tensor, expected: torch.Tensor, tol: Tolerance) -> torch.Tensor:
