@@ -68,6 +68,8 @@ SANDBOX_HELP = ("How the candidate's code is walled off: 'auto' (bubblewrap wher
                 "'process' (the fallback).")
 SEED_HELP = ("The seed the hidden cases are drawn from (with --hidden) \\[default: a fresh one each "
              "run, printed in the report]: the seed of a report replays its cases.")
+STRANGERS_SANDBOX_HELP = (" An interviewer's run grades a stranger's file: without bubblewrap it "
+                          "refuses (exit 2) unless told --sandbox process.")
 MEMORY_HELP = "GiB of memory each process the candidate's code runs in may use."
 
 
@@ -111,10 +113,15 @@ def _check_writable(option: str, path: Path | None) -> None:
         _usage_error(f"{option}: {exc}")
 
 
-def _sandbox(mode: SandboxMode, memory_gib: float):
-    """The graders.isolation.Sandbox of the --sandbox and --memory options."""
+def _sandbox(mode: SandboxMode | None, memory_gib: float, strangers: bool = False):
+    """The graders.isolation.Sandbox of the --sandbox and --memory options. Without --sandbox
+    (None): 'require' where the run grades strangers' files (`strangers`: `grade --hidden`,
+    `grade-all`), else 'auto' (docs/decisions.md, "Interviewers' runs require bubblewrap")."""
     from graders.isolation import GIB, Sandbox
 
+    if mode is None:
+        return Sandbox(mode="require" if strangers else "auto", memory=int(memory_gib * GIB),
+                       chosen=False)
     return Sandbox(mode=mode.value, memory=int(memory_gib * GIB))
 
 
@@ -163,7 +170,9 @@ def grade(
     import_timeout: Annotated[float, typer.Option(
         help="Seconds of CPU time the candidate's file may take to import (apart from "
         "--timeout, which limits each batch of calls).", min=0.1)] = DEFAULT_IMPORT_TIMEOUT,
-    sandbox: Annotated[SandboxMode, typer.Option(help=SANDBOX_HELP)] = SandboxMode.auto,
+    sandbox: Annotated[Optional[SandboxMode], typer.Option(
+        help=SANDBOX_HELP + " \\[default: 'auto'; 'require' with --hidden]."
+        + STRANGERS_SANDBOX_HELP, show_default=False)] = None,
     memory: Annotated[float, typer.Option(help=MEMORY_HELP, min=0.1)] = 4.0,
     seed: Annotated[Optional[int], typer.Option(help=SEED_HELP, min=0)] = None,
 ) -> None:
@@ -196,7 +205,8 @@ def grade(
                  if follow_failures else Plan(only, set(), ""))
         return order, dict(track=track, hidden=hidden, extra_graders=graders, only=order.only,
                            first=order.first, up_to=level, exitfirst=exitfirst, timeout=timeout,
-                           import_timeout=import_timeout, sandbox=_sandbox(sandbox, memory),
+                           import_timeout=import_timeout,
+                           sandbox=_sandbox(sandbox, memory, strangers=hidden),
                            seed=seed)
 
     ahead = []  # --watch: the next run's workers, started once a report is out
@@ -498,7 +508,9 @@ def grade_all(
     import_timeout: Annotated[float, typer.Option(
         help="Seconds of CPU time a candidate's file may take to import (apart from "
         "--timeout, which limits each batch of calls).", min=0.1)] = DEFAULT_IMPORT_TIMEOUT,
-    sandbox: Annotated[SandboxMode, typer.Option(help=SANDBOX_HELP)] = SandboxMode.auto,
+    sandbox: Annotated[Optional[SandboxMode], typer.Option(
+        help=SANDBOX_HELP + " \\[default: 'require']." + STRANGERS_SANDBOX_HELP,
+        show_default=False)] = None,
     memory: Annotated[float, typer.Option(help=MEMORY_HELP, min=0.1)] = 4.0,
     seed: Annotated[Optional[int], typer.Option(help=SEED_HELP, min=0)] = None,
 ) -> None:
@@ -523,7 +535,7 @@ def grade_all(
                   disable=not console.is_terminal) as progress:
         task = progress.add_task("grading submissions", total=len(submissions))
         try:
-            isolation = _sandbox(sandbox, memory)
+            isolation = _sandbox(sandbox, memory, strangers=True)
             # Process-isolated workers fork from one warm process; each sandbox starts its own.
             with warm_workers() if isolation.resolve() == "process" else nullcontext():
                 outcomes = batch.grade_all(submissions, jobs, track=chosen, hidden=hidden,

@@ -54,6 +54,14 @@ SANDBOX_UID = 1_000_000  # a root judge runs each sandbox as SANDBOX_UID + n: id
 WORKER_ENV = {"GLIBC_TUNABLES": "glibc.malloc.hugetlb=1", "TORCH_COMPILE_DISABLE": "1"}
 
 
+# What the process fallback leaves open, in one line: the report and the scorecard of a grade in
+# it say so, and so does the refusal that sends an interviewer to it (README: "Isolation").
+PROCESS_FALLBACK_GAPS = ("the process fallback does not stop the candidate's code from reading "
+                         "or writing this user's files or using the network, nor, as root, from "
+                         "reading the judge or forking without bound")
+PROCESS_FALLBACK_NOTE = f"Not sandboxed: {PROCESS_FALLBACK_GAPS} (bubblewrap does)."
+
+
 class SandboxUnavailable(Exception):
     """`--sandbox require` and bubblewrap cannot run here; the message says what to install."""
 
@@ -62,10 +70,13 @@ class SandboxUnavailable(Exception):
 class Sandbox:
     """What the user asked for: `mode` is "auto" (bubblewrap where it works, else the process
     fallback), "require" (bubblewrap or nothing) or "process"; `memory` is the data limit in
-    bytes of every process the candidate's code runs in."""
+    bytes of every process the candidate's code runs in. `chosen` is False where `mode` is a
+    command's default rather than the user's word (an interviewer's run requires bubblewrap
+    unless told otherwise): it changes only what a refusal says."""
 
     mode: str = "auto"
     memory: int = 4 * GIB
+    chosen: bool = field(default=True, compare=False)
 
     def resolve(self) -> str:
         """"bwrap" or "process"; SandboxUnavailable when "require" cannot be met."""
@@ -74,9 +85,15 @@ class Sandbox:
         problem = bwrap_problem()
         if problem is None:
             return "bwrap"
-        if self.mode == "require":
+        if self.mode == "require" and self.chosen:
             raise SandboxUnavailable(f"--sandbox require: bubblewrap cannot run here ({problem}); "
                                      "install the 'bubblewrap' package (apt-get install bubblewrap)")
+        if self.mode == "require":
+            raise SandboxUnavailable(
+                f"bubblewrap cannot run here ({problem}), and an interviewer's run (--hidden, "
+                "grade-all) grades a candidate's file only in its sandbox: install it (apt-get "
+                "install bubblewrap), or accept the process fallback with --sandbox process "
+                f"({PROCESS_FALLBACK_GAPS})")
         return "process"
 
     def limits(self, **others) -> Limits:

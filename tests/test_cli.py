@@ -145,8 +145,12 @@ def test_the_report_fits_a_screen_and_closes_with_what_does_not_pass(
 @pytest.fixture
 def seen(monkeypatch) -> dict:
     """Stand-ins for graders.grade.grade (as `kata grade` and batch.grade_all call it) and for
-    benchmarks.bench.run: each records its keyword arguments, then stops the command."""
+    benchmarks.bench.run: each records its keyword arguments, then stops the command. No worker
+    starts, and bubblewrap counts as there (grade-all checks its sandbox first): the stand-ins
+    are reached with or without it."""
     recorded = {}
+    monkeypatch.setattr("cli._start_workers", lambda *args, **kwargs: None)
+    monkeypatch.setattr("graders.isolation.bwrap_problem", lambda: None)
 
     def grade(implementation, tests, **kwargs):
         recorded.update(kwargs)
@@ -193,7 +197,9 @@ def test_import_timeout_reaches_the_judge(command, seen, monkeypatch, tmp_path):
 def test_the_defaults_are_the_judges(command, seen, monkeypatch, tmp_path):
     monkeypatch.chdir(ROOT)
     runner.invoke(app, [arg.format(tmp=tmp_path) for arg in COMMANDS[command]])
-    assert seen["sandbox"] == (bench.Settings([], [], [], []).sandbox if command == "bench" else Sandbox())
+    defaults = {"grade": Sandbox(), "grade-all": Sandbox("require"),  # grade-all: strangers' files
+                "bench": bench.Settings([], [], [], []).sandbox}
+    assert seen["sandbox"] == defaults[command]
     if command != "bench":
         assert seen["import_timeout"] == judge.DEFAULT_IMPORT_TIMEOUT
 

@@ -17,6 +17,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cli import app
+from graders.isolation import bwrap_problem
 from graders.mutation import Mutant
 from graders.rubric import load
 from graders.tracks import SERVING
@@ -102,7 +103,8 @@ def test_rubric_and_solutions_print():
 
 
 def test_private_graders_run_as_hidden_cases(tmp_path):
-    args = ["--item", "prefix-equivalence", "--hidden", "--graders", str(PRIVATE)]
+    args = ["--item", "prefix-equivalence", "--hidden", "--graders", str(PRIVATE),
+            "--sandbox", "process"]
     code, data = report(["grade", str(REFERENCE), *args], tmp_path)
     assert code == 0 and data["hidden"] is True
     mutant = tmp_path / "kv_cache.py"
@@ -173,6 +175,8 @@ def test_watch_grades_each_save_with_workers_started_after_the_last_report(monke
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(bwrap_problem() is not None,  # the staged copies are bubblewrap's
+                    reason=f"bubblewrap cannot run here: {bwrap_problem()}")
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
 def test_a_watch_killed_or_left_by_its_terminal_leaves_nothing(tmp_path, signum):
     """`kill` or a closed terminal ends `kata grade --watch` (once the grade under way, here the
@@ -206,7 +210,7 @@ def test_grade_all_grades_every_submission(tmp_path):
     shutil.copy(REFERENCE, tmp_path / "in" / "alice" / "kv_cache.py")
     (tmp_path / "in" / "bob" / "kv_cache.py").write_text("def attend(:\n")
     result = runner.invoke(app, ["grade-all", str(tmp_path / "in"), "--out", str(tmp_path / "out"),
-                                 "--jobs", "2"])
+                                 "--jobs", "2", "--sandbox", "process"])
     assert result.exit_code == 0, result.output
     summary = (tmp_path / "out" / "summary.md").read_text()
     assert "alice" in summary and "bob" in summary
@@ -220,7 +224,7 @@ def test_grade_all_grades_a_batch_of_paged_caches_with_the_serving_items_alone(t
     shutil.copy(ROOT / "starter" / "paged_kv_cache.py", tmp_path / "in" / "bob")
     shutil.copy(REFERENCE, tmp_path / "in" / "bob" / "kv_cache.py")  # not the serving track's
     result = runner.invoke(app, ["grade-all", str(tmp_path / "in"), "--track", "serving",
-                                 "--out", str(tmp_path / "out")])
+                                 "--out", str(tmp_path / "out"), "--sandbox", "process"])
     assert result.exit_code == 0, result.output
     with (tmp_path / "out" / "summary.csv").open(newline="") as f:
         rows = {row["submission"]: row for row in csv.DictReader(f)}

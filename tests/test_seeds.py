@@ -51,7 +51,8 @@ def test_the_same_seed_replays_the_same_verdicts_and_another_seed_other_cases(tm
 def test_the_seed_is_in_the_json_and_the_report(tmp_path):
     out = tmp_path / "r.json"
     result = runner.invoke(app, ["grade", str(REFERENCE), "--hidden", "--seed", "424242",
-                                 "--item", "attend-shape", "--json", str(out)])
+                                 "--item", "attend-shape", "--json", str(out), "--sandbox",
+                                 "process"])
     assert result.exit_code == 0, result.output
     assert json.loads(out.read_text())["seed"] == 424242
     assert "--seed 424242" in result.output

@@ -89,7 +89,7 @@ def test_graders_option_is_relative_to_the_folder(here):
     place(REFERENCE, here / "kv_cache.py")
     shutil.copytree(PRIVATE_GRADERS, here / "my_graders")
     result = kata("grade", "kv_cache.py", "--hidden", "--graders", "my_graders",
-                  "--item", "prefix-equivalence", "--json", "r.json")
+                  "--item", "prefix-equivalence", "--json", "r.json", "--sandbox", "process")
     assert result.exit_code == 0, result.output
     assert json.loads((here / "r.json").read_text())["hidden"] is True
 
@@ -115,7 +115,7 @@ def test_gradescope_results_default_to_the_folder(here):
 
 def test_grade_all_reads_and_writes_relative_folders(here):
     place(REFERENCE, here / "in" / "alice" / "kv_cache.py")
-    result = kata("grade-all", "in", "--out", "summary", "--jobs", "1")
+    result = kata("grade-all", "in", "--out", "summary", "--jobs", "1", "--sandbox", "process")
     assert result.exit_code == 0, result.output
     assert sorted(p.name for p in (here / "summary").iterdir()) == ["summary.csv", "summary.md"]
     assert "alice" in (here / "summary" / "summary.csv").read_text()
@@ -313,7 +313,7 @@ def test_every_report_of_grade_is_written_atomically(here, replaced):
 
 def test_the_summaries_of_grade_all_are_written_atomically(here, replaced):
     place(REFERENCE, here / "in" / "alice" / "kv_cache.py")
-    result = kata("grade-all", "in", "--out", "out", "--jobs", "1")
+    result = kata("grade-all", "in", "--out", "out", "--jobs", "1", "--sandbox", "process")
     assert result.exit_code == 0, result.output
     assert [p for p in replaced if p.parent == here / "out"] == [
         here / "out" / "summary.csv", here / "out" / "summary.md"]

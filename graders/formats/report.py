@@ -15,6 +15,7 @@ from rich.text import Text
 from graders import rubric as rubric_data
 from graders import tracks
 from graders.grade import GradeResult, ItemResult
+from graders.isolation import PROCESS_FALLBACK_NOTE
 
 STATUS_STYLE = {
     "pass": ("PASS", "green"),
@@ -218,6 +219,8 @@ def _summary(result: GradeResult) -> Text:
         text.append(f"    hidden cases of seed {result.seed} (--seed {result.seed} replays them)",
                     style="dim")
     text.append(f"    isolation: {result.isolation}", style="dim")
+    if result.isolation == "process":
+        text.append(f"\n{PROCESS_FALLBACK_NOTE}", style="yellow")
     if result.grader_broke:
         text.append("\nThe grader itself broke on some item (exit code 4): not the candidate's fault.",
                     style="bold red")

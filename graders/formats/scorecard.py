@@ -21,6 +21,7 @@ from pathlib import Path
 from graders import rubric as rubric_data
 from graders import tracks
 from graders.grade import GradeResult, ItemResult
+from graders.isolation import PROCESS_FALLBACK_NOTE
 from graders.output_files import write_atomically
 from graders.formats.report import partial_verdict, similarity_line
 
@@ -70,6 +71,8 @@ def _summary(result: GradeResult) -> str:
         parts.append(f"hidden cases of seed {result.seed} (`--seed {result.seed}` replays them)")
     parts.append(f"isolation: {ISOLATION[result.isolation]}")
     text = " · ".join(parts)
+    if result.isolation == "process":
+        text += f"\n\n> {PROCESS_FALLBACK_NOTE}"
     if result.unavailable:
         text += f"\n\n> **Items not run:** {_inline(result.unavailable)}"
     if result.grader_broke:
