@@ -16,6 +16,7 @@ import torch
 
 from graders.worker import wire
 from graders.isolation import limit_reached
+from graders.untrusted import clip
 from graders.worker.limits import Limits
 from graders.workers import Worker
 
@@ -29,7 +30,9 @@ class NotAttempted(Exception):
 
 
 class CandidateError(Exception):
-    """The candidate's code raised, crashed or exited where it should have answered."""
+    """The candidate's code raised, crashed or exited where it should have answered, or its
+    worker's reply was malformed (`graders.replies`: every reply is checked there, before it
+    reaches `Candidate.run`, and its texts clipped)."""
 
 
 class CandidateTimeout(Exception):
@@ -179,6 +182,8 @@ class Candidate:
         reply = self.worker.run([{"plan": {"ops": plan.ops}}], timeout)[0]
         if reply.status == "timeout":
             raise CandidateTimeout(f"the implementation {reply.detail}")
+        if reply.malformed:
+            raise CandidateError(reply.detail)
         if reply.status == "crashed":
             raise CandidateError(self._limit_first(
                 f"the process running the implementation {reply.detail}"))
@@ -242,4 +247,4 @@ def _without_data(value: wire.Opaque) -> str:
 def _last_candidate_line(traceback_text: str) -> str:
     lines = [line.strip() for line in traceback_text.splitlines() if line.strip().startswith("File ")]
     lines = [line for line in lines if "/graders/" not in line]  # the kata's own frames
-    return f" ({lines[-1]})" if lines else ""
+    return f" ({clip(lines[-1])})" if lines else ""

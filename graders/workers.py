@@ -11,6 +11,7 @@ the whole grade. What a worker prints is kept in memory, its last `OUTPUT_TAIL` 
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from graders import isolation
+from graders.untrusted import clip
 from graders.worker import frames
 from graders.worker.limits import WALL_PER_CPU, Limits, cpu_seconds
 
@@ -31,11 +33,14 @@ OUTPUT_TAIL = 1 << 20
 
 @dataclass
 class Reply:
-    """What became of one request: status "done" (with `body`), "timeout" or "crashed"."""
+    """What became of one request: status "done" (with `body`, checked by `graders.replies`),
+    "timeout" or "crashed". `malformed`: a crash of a kind of its own, the worker's reply was
+    not the reply to this request (`detail` says how)."""
 
     status: str
     body: object = None
     detail: str = ""
+    malformed: bool = False
 
 
 class WorkerUnavailable(Exception):
@@ -140,16 +145,25 @@ class Worker:
         self._ensure_ready()
         wall = cpu_seconds(timeout) * WALL_PER_CPU  # what the zygote allows a child on the clock
         deadline = time.monotonic() + wall * len(requests) / parallel + wall + SLACK_SECONDS
+        batch = secrets.token_hex(8)  # a fresh nonce: every reply to this batch names it
+        replies: list[Reply] = []
         try:
             frames.write_json(self._in, {"count": len(requests), "timeout": timeout,
-                                         "parallel": parallel})
-            _codec().write_frame(self._in, {"requests": requests})
-            replies = [self._read_reply(deadline) for _ in requests]
-        except (TimeoutError, frames.WireError, OSError) as exc:
+                                         "parallel": parallel, "batch": batch})
+            _replies().wire.write_frame(self._in, {"batch": batch, "requests": requests})
+            for index, request in enumerate(requests):
+                replies.append(self._read_reply(index, batch, request, deadline))
+        except (TimeoutError, frames.PipeClosed, OSError) as exc:
             how = "stopped answering" if isinstance(exc, TimeoutError) else "died"
             detail = f"the worker process {how}{self._stderr_tail()}"
             self._discard()
-            return [Reply("crashed", detail=detail) for _ in requests]
+            return replies + [Reply("crashed", detail=detail) for _ in requests[len(replies):]]
+        except _replies().MalformedReply as exc:  # out of step: nothing after it can be trusted
+            self._discard()
+            replies.append(_malformed(f"{exc} (the worker was restarted)"))
+            return replies + [Reply("crashed", detail="not run: the worker was restarted after "
+                                                      "a malformed reply to an earlier request")
+                              for _ in requests[len(replies):]]
         return replies
 
     def close(self) -> None:
@@ -157,13 +171,26 @@ class Worker:
         every process it started."""
         self._discard()
 
-    def _read_reply(self, deadline: float) -> Reply:
-        fd = self._out
-        status = _codec().decode(frames.read_frame(fd, deadline))
+    def _read_reply(self, index: int, batch: str, request: dict, deadline: float) -> Reply:
+        """The reply to request `index` of `batch`. MalformedReply when the worker's stream is
+        out of step (a status that is not this request's, a frame past its caps); a result
+        frame that is read whole but is not this request's reply is a malformed Reply."""
+        replies = _replies()
+        frame = replies.read(self._out, deadline, frames.STATUSES)
+        status = replies.status(replies.decode(frame), index, batch)
         if status["status"] == "done":
-            return Reply("done", _codec().decode(frames.read_frame(fd, deadline)))
+            frame = replies.read(self._out, deadline, frames.REPLIES)
+            try:
+                reply = replies.result(replies.decode(frame), index, batch)
+                if self.mode == "implementation":
+                    return Reply("done", replies.plan_reply(reply, request["plan"]["ops"]))
+                return Reply("done", replies.tests_reply(reply))
+            except replies.MalformedReply as exc:
+                return _malformed(str(exc))
         if status["status"] == "timeout":
             return Reply("timeout", detail=_timeout_detail(status))
+        if status["status"] == "malformed":
+            return _malformed(status["how"])
         return Reply("crashed", detail=f"{status['how']}{_last_lines(status['stderr'])}")
 
     def _ensure_ready(self) -> None:
@@ -174,10 +201,13 @@ class Worker:
         fd = self._out
         seconds = cpu_seconds(self.import_timeout)  # of CPU time, as the worker counts them
         wall = seconds * WALL_PER_CPU  # for an import that waits
+        replies = _replies()
         try:
-            _codec().decode(frames.read_frame(fd, time.monotonic() + TORCH_IMPORT_SECONDS))
+            replies.started(replies.decode(replies.read(
+                fd, time.monotonic() + TORCH_IMPORT_SECONDS, frames.STATUSES)))
             if self.mode == "implementation":
-                loaded = _codec().decode(frames.read_frame(fd, time.monotonic() + wall))
+                loaded = replies.loaded(replies.decode(replies.read(
+                    fd, time.monotonic() + wall, frames.STATUSES)))
                 if loaded["status"] == "import-timeout":
                     self._discard()
                     raise WorkerUnavailable(
@@ -196,6 +226,10 @@ class Worker:
                 f"importing the file did not finish within {wall:g} s on the clock "
                 f"({WALL_PER_CPU}x the import limit of {seconds} s of CPU time, for a file that "
                 "waits; raise it with --import-timeout)", "timeout") from None
+        except replies.MalformedReply as exc:
+            self._discard()
+            raise WorkerUnavailable(f"the worker's reply was malformed while it imported the "
+                                    f"file: {exc}") from None
         except (frames.WireError, OSError):
             tail = self._stderr_tail()
             self._discard()
@@ -227,7 +261,7 @@ class Worker:
         self._pid, self._proc, self._ready, self._host = None, None, False, None
 
     def _stderr_tail(self) -> str:
-        return _last_lines(self._output.text())
+        return clip(_last_lines(self._output.text()))
 
 
 @dataclass
@@ -314,6 +348,10 @@ def _timeout_detail(status: dict) -> str:
     return f"used {status['seconds']:g} s of CPU time without finishing (a loop that never ends?)"
 
 
+def _malformed(how: str) -> Reply:
+    return Reply("crashed", detail=f"the worker's reply was malformed: {how}", malformed=True)
+
+
 def _last_lines(text: str, n: int = 3) -> str:
     lines = [line for line in text.strip().splitlines() if line.strip()]
     return (": " + " | ".join(lines[-n:])) if lines else ""
@@ -376,10 +414,10 @@ def warm_workers():
         spawner.close()
 
 
-def _codec():
-    """graders.worker.wire, imported at first use: it imports torch, and a worker is started
-    (its first frame written with graders.worker.frames) before the judge imports torch, so that
-    the two imports overlap."""
-    from graders.worker import wire
+def _replies():
+    """graders.replies (and through it graders.worker.wire), imported at first use: they import
+    torch, and a worker is started (its first frame written with graders.worker.frames) before
+    the judge imports torch, so that the two imports overlap."""
+    from graders import replies
 
-    return wire
+    return replies

@@ -10,6 +10,12 @@ Public: two parts, both against the judge's float64 answers over whole sequences
   ones. This catches a reorder of keys only, or of keys and values but not lengths (rows of
   equal length hide that), a scatter (old row j to row beam_idx[j]) where a gather is meant, a
   copy in place that overwrites a row still to be read, and one that assumes B' == B.
+- Long caches: 1,100 positions in two rows grown by chunks of hundreds and by single tokens,
+  then reordered by a permutation and by duplicates; 1,050 positions in one row, expanded to
+  three rows and shrunk to two (B' != B); a step after each reorder. A
+  cache that keeps its old positions apart from the newest (fixed segments, a quantized prefix
+  and a residual, as transformers' QuantizedCache) must reorder all of them: one that reorders
+  only its newest part passes every short schedule, since no short cache has an old part.
 - A beam search (3 beams, 6 steps) through a 2-layer decoder, run in the worker by trusted code
   (graders/worker/beam_search.py) with the candidate's decode_step and reorder on every layer. The
   judge follows the search's choices with its own uncached forwards (graders/decoder.py): at
@@ -28,7 +34,10 @@ public ones are:
   beams and a step that writes into every beam in place;
 - then a dozen random events: steps with random counts 0/1 (never all 0) and reorders with
   random indices, duplicates and B' from 1 to 4 (one schedule reorders twice in a row, the other
-  collapses to a single beam and expands it again).
+  collapses to a single beam and expands it again);
+- a long schedule: 1,000 to 1,300 positions from B=1 or 2, grown by chunks of up to 300
+  positions and single-token steps, then a permutation of the rows and random reorders with
+  B' from 1 to 4 and steps, as above.
 """
 
 from __future__ import annotations
@@ -49,8 +58,9 @@ TOL = TOLERANCE[torch.float32]
 
 
 class Schedule(NamedTuple):
-    """Steps and reorders on two caches, from `batch` rows: events ("step", counts) or
-    ("reorder", beam_idx); every step's inputs drawn from `seed`."""
+    """Steps and reorders on two caches, from `batch` rows: events ("step", counts) (one token,
+    counts 0/1 per row), ("chunk", t) (t positions in every row) or ("reorder", beam_idx); every
+    step's inputs drawn from `seed`."""
 
     seed: int
     name: str
@@ -66,8 +76,18 @@ SCHEDULES = [
     Schedule(111, "one row expanded to three (B' != B), then shrunk to two", 1, [
         ("step", (1,)), ("step", (1,)), ("reorder", [0, 0, 0]), ("step", (1, 0, 1)),
         ("reorder", [2, 1]), ("step", (1, 1)), ("reorder", [1, 1, 0]), ("step", (1, 1, 1))]),
+    Schedule(112, "a 1,100-position cache grown by chunks and single tokens, then reordered", 2, [
+        ("chunk", 300), ("step", (1, 1)), ("step", (1, 1)), ("chunk", 500), ("step", (1, 0)),
+        ("chunk", 297), ("step", (1, 1)), ("reorder", [1, 0]), ("step", (1, 1)),
+        ("reorder", [1, 1]), ("step", (1, 1))]),
+    Schedule(113, "a 1,050-position row grown by chunks and single tokens, expanded to three "
+             "(B' != B), then shrunk to two", 1, [
+                 ("chunk", 600), ("step", (1,)), ("chunk", 448), ("step", (1,)),
+                 ("reorder", [0, 0, 0]), ("step", (1, 0, 1)), ("reorder", [2, 0]),
+                 ("step", (1, 1))]),
 ]
 HIDDEN_SEEDS = [1400 + i for i in range(2)]
+LONG_SEED = 1420
 
 
 def grade(candidate: Candidate) -> str:
@@ -80,12 +100,13 @@ def grade(candidate: Candidate) -> str:
 
 def grade_hidden(candidate: Candidate) -> str:
     steps = 0
-    for seed in hidden_cases.seeds(HIDDEN_SEEDS):
-        schedule = _hidden_schedule(seed)
+    schedules = [_hidden_schedule(seed) for seed in hidden_cases.seeds(HIDDEN_SEEDS)]
+    for schedule in [*schedules, _long_schedule(hidden_cases.seed(LONG_SEED))]:
         with hidden_cases.labelled(schedule.name):
             steps += _decode_schedule(candidate, schedule)
-    return (f"{len(HIDDEN_SEEDS)} seeded schedules, {steps} steps: after expansions of one row, "
-            "collapses and random reorders, every row equals attention over its own history")
+    return (f"{len(HIDDEN_SEEDS) + 1} seeded schedules, {steps} steps, one of them over more "
+            "than 1,000 positions: after expansions of one row, collapses and random reorders, "
+            "every row equals attention over its own history")
 
 
 def _hidden_schedule(seed: int) -> Schedule:
@@ -109,6 +130,32 @@ def _hidden_schedule(seed: int) -> Schedule:
     events.append(("step", (1,) * rows))
     name = hidden_cases.name(seed, f"{len(events)} events from B={batch}: one row expanded to "
                                    "every beam, then random steps and reorders")
+    return Schedule(seed, name, batch, events)
+
+
+def _long_schedule(seed: int) -> Schedule:
+    """1,000 to 1,300 positions from B=1 or 2 by chunks of up to 300 and single-token steps,
+    then a permutation (B=2) or an expansion (B=1), and 8 random steps and reorders."""
+    g = cases.generator(seed)
+    batch, target = cases.randint(g, 1, 2), cases.randint(g, 1000, 1300)
+    events, total = [], 0
+    while total < target:
+        t = cases.randint(g, 1, 300) if cases.randint(g, 0, 1) else 1
+        events.append(("chunk", t) if t > 1 else ("step", (1,) * batch))
+        total += t
+    first = [1, 0] if batch == 2 else [0] * cases.randint(g, 2, 4)
+    events += [("reorder", first), ("step", (1,) * len(first))]
+    rows = len(first)
+    for _ in range(8):
+        if cases.randint(g, 0, 1):
+            events.append(("step", (1,) * rows))
+        else:
+            new_rows = cases.randint(g, 1, 4)
+            events.append(("reorder", [cases.randint(g, 0, rows - 1) for _ in range(new_rows)]))
+            rows = new_rows
+    events.append(("step", (1,) * rows))
+    name = hidden_cases.name(seed, f"a long cache, {total} positions from B={batch} by chunks and "
+                                   "single tokens, then reordered (B' != B)")
     return Schedule(seed, name, batch, events)
 
 
@@ -165,25 +212,26 @@ def _plan(schedule: Schedule) -> tuple[Plan, list, list[Read]]:
                 plan.reorder(f"c{n}", torch.tensor(arg))
                 history[n] = [history[n][i] for i in arg]
             continue
+        t, counts = (arg, None) if kind == "chunk" else (1, cases.counts(*arg))
+        arg = (1,) * len(history[0]) if kind == "chunk" else arg
         active = torch.tensor(arg, dtype=torch.bool)
         for n in range(LAYERS):
-            new = cases.sequence(g, len(arg), HEADS, HEADS, 1, HEAD_DIM)
-            plan.append(f"c{n}", new["k"], new["v"], cases.counts(*arg))
-            index = plan.attend(f"c{n}", new["q"])
-            kv = torch.stack((new["k"], new["v"]), dim=1)  # [B, 2, H, 1, D]
+            new = cases.sequence(g, len(arg), HEADS, HEADS, t, HEAD_DIM)
+            plan.append(f"c{n}", new["k"], new["v"], counts)
+            q = new["q"][:, :, -1:]  # [B, H, 1, D]: the newest position's query
+            index = plan.attend(f"c{n}", q)
+            kv = torch.stack((new["k"], new["v"]), dim=1)  # [B, 2, H, t, D]
             history[n] = [torch.cat((h, kv[b]), dim=2) if arg[b] else h
                           for b, h in enumerate(history[n])]
-            want = torch.cat([_newest(new["q"][b : b + 1], h) for b, h in enumerate(history[n])])
+            want = torch.cat([_newest(q[b : b + 1], h) for b, h in enumerate(history[n])])
             reads.append(Read(index, n, len(reads) // LAYERS, last_reorder, active, want))
     return plan, history, reads
 
 
 def _newest(q: torch.Tensor, kv: torch.Tensor) -> torch.Tensor:
-    """Full attention of one query [1, H, 1, D] over one row's history kv [2, H, T, D]."""
-    k, v = kv[0:1], kv[1:2]
-    padded = torch.zeros_like(k).double()
-    padded[:, :, -1:] = q
-    return reference.causal_attention(padded, k, v)[:, :, -1:]
+    """Full attention of one query [1, H, 1, D] over one row's history kv [2, H, T, D]: the
+    newest row of a causal forward, which sees every position."""
+    return reference.causal_attention(q, kv[0:1], kv[1:2])
 
 
 def _beam_search(candidate: Candidate) -> None:

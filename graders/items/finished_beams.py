@@ -22,7 +22,12 @@ row going on):
   last sequence ended): nothing may grow, and a cache that sizes its storage from the slots it is
   about to write, or takes the largest of them, has none to look at;
 - the same through decode_step (finite padding tokens), rows finishing at random, ending with a
-  step of counts all 0.
+  step of counts all 0;
+- a long cache: 1,000 to 1,200 positions in 3 or 4 rows by chunks of up to 300, then single
+  tokens while two rows or more finish at random; then the finished rows are dropped by a
+  reorder that also duplicates the first row still going (B' != B, as a beam search refills its
+  beams), and every row takes three more tokens. A cache that keeps old positions apart
+  (segments, a quantized prefix) must reorder all of them.
 After every append lengths must be exact and every row's output, for its newest real token's
 query, equal to the float64 reference over its own positions; after every decode_step lengths
 must be exact and a finished row's cached keys exactly what they were when it stopped.
@@ -46,6 +51,8 @@ TOL = TOLERANCE[torch.float32]
 
 APPEND_SEED = 1500
 DECODE_SEED = 1510
+LONG_SEED = 1520
+LONG_POSITIONS, LONG_CHUNK, LONG_STEPS = (1000, 1200), 300, 6
 HIDDEN_STEPS = 8  # appends after the prompt, before the one in which every row has finished
 
 
@@ -60,8 +67,11 @@ def grade(candidate: Candidate) -> str:
 def grade_hidden(candidate: Candidate) -> str:
     _check_hidden_append(candidate)
     _check_hidden_decode(candidate)
+    _check_hidden_long(candidate)
     return (f"rows finishing at random over {HIDDEN_STEPS} multi-position appends, then all of "
-            f"them: lengths kept and outputs unchanged (within {TOL}); through decode_step too")
+            f"them: lengths kept and outputs unchanged (within {TOL}); through decode_step too; "
+            f"in a cache of over {LONG_POSITIONS[0]} positions, finished rows dropped by a "
+            "reorder")
 
 
 def _check_append(candidate: Candidate) -> None:
@@ -253,3 +263,58 @@ def _check_hidden_decode(candidate: Candidate) -> None:
                 raise Fail(f"{where}: row {b} has finished (counts 0), yet its cached keys "
                            "changed: a row with counts 0 must write nothing")
         previous = keys
+
+
+def _check_hidden_long(candidate: Candidate) -> None:
+    """A long prefix by chunks, single tokens while rows finish (NaN padding), the finished rows
+    dropped by a reorder that duplicates a row going on, three more tokens: lengths and every
+    row's output, for its newest real token's query, after every append."""
+    seed = hidden_cases.seed(LONG_SEED)
+    g = cases.generator(seed)
+    B, H, D = cases.randint(g, 3, 4), 2, 8
+    chunks = cases.chunks(g, cases.randint(g, *LONG_POSITIONS), LONG_CHUNK)
+    finished = torch.randperm(B, generator=g)[: cases.randint(g, 2, B - 1)].tolist()
+    ends = {b: cases.randint(g, 1, LONG_STEPS - 1) for b in finished}  # the step a row stops at
+    going = [[int(b not in ends or s < ends[b]) for b in range(B)] for s in range(LONG_STEPS)]
+    kept = [b for b in range(B) if b not in ends]
+    beam_idx = [*kept, kept[0]]
+    case = hidden_cases.name(seed, f"B={B}, a {sum(chunks)}-position prefix by chunks, rows "
+                                   f"finishing at random, then reorder(cache, {beam_idx})")
+    seq = cases.sequence(g, B, H, H, sum(chunks) + LONG_STEPS + 3, D)
+    plan = Plan()
+    plan.new("c")
+    rows, lengths, ops = list(range(B)), [0] * B, []  # rows: the row of `seq` each one continues
+    events = ([("append", [t] * B) for t in chunks] + [("append", c) for c in going]
+              + [("reorder", beam_idx)] + [("append", [1] * len(beam_idx))] * 3)
+    for kind, arg in events:
+        if kind == "reorder":
+            plan.reorder("c", torch.tensor(arg))
+            rows, lengths = [rows[i] for i in arg], [lengths[i] for i in arg]
+            continue
+        t = max(arg)
+        new = {p: cases.padded(torch.stack([seq[p][r, :, n : n + t]
+                                            for r, n in zip(rows, lengths)]), arg)
+               for p in "kv"}  # [B', H, t, D], NaN past each row's count
+        plan.append("c", new["k"], new["v"], cases.counts(*arg))
+        lengths = [n + c for n, c in zip(lengths, arg)]
+        query = torch.stack([seq["q"][r, :, n - 1 : n] for r, n in zip(rows, lengths)])
+        ops.append((arg, list(rows), lengths, plan.state("c", ("lengths",)),
+                    plan.attend("c", query)))
+    results = hidden_cases.run(candidate, plan, case)
+
+    for step, (counts, rows, lengths, state, attended) in enumerate(ops, start=1):
+        where = f"{case}: append {step}" + (" (after the reorder)" if len(rows) != B else "")
+        if tensor(results[state]["lengths"], f"{where}, cache.lengths").tolist() != lengths:
+            raise Fail(f"{where}: cache.lengths is not what it should be: a row with counts 0 "
+                       "takes no position, and a reorder moves each row's length with it")
+        out = tensor(results[attended], f"{where}, attend's output")
+        require_shape(out, (len(rows), H, 1, D), f"{where}, attend's output")
+        expected = torch.cat([decode_loop.newest({p: x[r : r + 1] for p, x in seq.items()}, n)
+                              for r, n in zip(rows, lengths)])
+        divergence = first_divergence([out], [expected], TOL)
+        if divergence is not None:
+            raise Fail(f"{where}: row {divergence.row} is not attention over its own "
+                       f"{lengths[divergence.row]} positions ({divergence.error(TOL)}): " + (
+                           UNWRITTEN_SLOTS if divergence.nonfinite else
+                           "a row with counts 0 writes nothing, and reorder moves every "
+                           "position of a row, the oldest as much as the newest"))

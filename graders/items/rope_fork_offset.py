@@ -21,7 +21,12 @@ own sequence, and each branch's lengths checked at the end:
   once (parallel samples of one prompt, one of them ended), and all three take turns. Each fork
   must continue at the copied lengths, in storage of its own, however it got them, and a release
   on one cache ends that row in it alone: a fork that shares its source's lengths tensor with a
-  `release` that zeroes it in place ends the row in both.
+  `release` that zeroes it in place ends the row in both;
+- the same chain on a long cache: 1,000 to 1,200 positions appended in chunks of up to 300
+  (keys rotated by the judge at their positions), then the ragged decode steps, the forks, the
+  release and the turns. The released row's new sequence writes over the first positions of
+  storage: a cache that keeps old positions apart (segments, a quantized prefix) and copies only
+  its newest part on a fork shares the rest, and the write shows in the other branches.
 """
 
 from __future__ import annotations
@@ -44,7 +49,8 @@ TOL = TOLERANCE[torch.float32]
 # The hidden cases: events ("fork", src, dst), ("step", branch, counts) or ("release", branch,
 # row), on a smaller layer.
 HIDDEN_D_MODEL, HIDDEN_HEAD_DIM, HIDDEN_T = 16, 8, 12
-EMPTY_SEED, CHAIN_SEED = 1600, 1610
+EMPTY_SEED, CHAIN_SEED, LONG_SEED = 1600, 1610, 1620
+LONG_POSITIONS, LONG_CHUNK = (1000, 1200), 300  # the long chain's prefix, appended in chunks
 EMPTY = [("fork", "original", "fork")] + [("step", branch, (1, 1))
                                           for _ in range(4) for branch in ("original", "fork")]
 CHAIN = ([("step", "original", counts) for counts in ((1, 1), (0, 1), (1, 1), (1, 0))]
@@ -110,9 +116,12 @@ def grade_hidden(candidate: Candidate) -> str:
     _check_events(candidate, hidden_cases.seed(CHAIN_SEED),
                   "ragged steps, a fork, turns, a fork of the fork that releases a row, turns of "
                   "all three", CHAIN)
-    return (f"a fork of an empty cache and a fork of a fork that releases a row: every branch "
-            f"equals a full RoPE forward over its own sequence (within {TOL}) and keeps its own "
-            "lengths")
+    _check_events(candidate, hidden_cases.seed(LONG_SEED), "the same chain after a long prefix "
+                  "appended in chunks", CHAIN, long=True)
+    return (f"a fork of an empty cache and a fork of a fork that releases a row, on a short "
+            f"cache and after a prefix of {LONG_POSITIONS[0]} to {LONG_POSITIONS[1]} positions: "
+            f"every branch equals a full RoPE forward over its own sequence (within {TOL}) and "
+            "keeps its own lengths")
 
 
 _HINT = {
@@ -155,17 +164,32 @@ class Step(NamedTuple):
     tokens: str
 
 
-def _check_events(candidate: Candidate, seed: int, what: str, events: list) -> None:
+def _check_events(candidate: Candidate, seed: int, what: str, events: list,
+                  long: bool = False) -> None:
     """Play `events` (forks, steps, releases); Fail unless every branch's outputs equal a full
-    forward over its own sequences and its lengths are its own at the end."""
-    case = hidden_cases.name(seed, what)
+    forward over its own sequences and its lengths are its own at the end. When `long`, the
+    original first takes a prefix of LONG_POSITIONS positions by appends of up to LONG_CHUNK:
+    the keys (rotated at their positions) and values of its first tokens, as decode_step would
+    have cached them."""
     g = cases.generator(seed)
+    prefix = cases.chunks(g, cases.randint(g, *LONG_POSITIONS), LONG_CHUNK) if long else []
+    case = hidden_cases.name(seed, what.replace("a long prefix", f"a {sum(prefix)}-position "
+                                                                  "prefix"))
     weights = cases.layer_weights(g, HIDDEN_D_MODEL, HEADS, HEADS, HIDDEN_HEAD_DIM)
-    x = {"original": cases.randn(g, B, HIDDEN_T, HIDDEN_D_MODEL)}  # each branch's tokens
+    T = HIDDEN_T + sum(prefix)
+    x = {"original": cases.randn(g, B, T, HIDDEN_D_MODEL)}  # each branch's tokens
     plan = Plan()
     plan.layer("L", weights, HEADS, HEADS, HIDDEN_HEAD_DIM, BASE)
     plan.new("original")
-    steps, lengths = _play(plan, g, events, x)
+    if prefix:
+        cached = reference.attention_layer(x["original"][:, : sum(prefix)], weights, HEADS, HEADS,
+                                           BASE)  # k, v [B, H, sum(prefix), D], float64
+        start = 0
+        for t in prefix:
+            plan.append("original", cached["k"][:, :, start : start + t].float(),
+                        cached["v"][:, :, start : start + t].float())
+            start += t
+    steps, lengths = _play(plan, g, events, x, sum(prefix))
     states = {branch: plan.state(branch) for branch in lengths}
     results = hidden_cases.run(candidate, plan, case)
 
@@ -193,13 +217,15 @@ def _check_events(candidate: Candidate, seed: int, what: str, events: list) -> N
                        "copies the lengths, then each cache counts its own appends and releases")
 
 
-def _play(plan: Plan, g: torch.Generator, events: list,
-          x: dict[str, torch.Tensor]) -> tuple[list[Step], dict[str, torch.Tensor]]:
-    """The events into `plan`. A fork shares each row's prefix, then takes tokens of its own;
-    a released row starts a new sequence of its own at position 0. Each branch's tokens are in
-    `x` ([B, T, d_model], named by the branch; after a release, by the branch and the event).
-    Returns the steps and each branch's lengths."""
-    lengths = {"original": torch.zeros(B, dtype=torch.int64)}
+def _play(plan: Plan, g: torch.Generator, events: list, x: dict[str, torch.Tensor],
+          prefix: int = 0) -> tuple[list[Step], dict[str, torch.Tensor]]:
+    """The events into `plan`, on an original that holds `prefix` positions in every row. A fork
+    shares each row's prefix, then takes tokens of its own; a released row starts a new sequence
+    of its own at position 0. Each branch's tokens are in `x` ([B, T, d_model], named by the
+    branch; after a release, by the branch and the event). Returns the steps and each branch's
+    lengths."""
+    lengths = {"original": torch.full((B,), prefix, dtype=torch.int64)}
+    T = x["original"].shape[1]
     tokens = {"original": "original"}  # the key of each branch's tokens in x
     rows, steps = torch.arange(B), []
     for event, (kind, branch, arg) in enumerate(events):
@@ -209,14 +235,14 @@ def _play(plan: Plan, g: torch.Generator, events: list,
             x[arg] = x[tokens[branch]].clone()
             for b in range(B):
                 n = int(lengths[arg][b])
-                x[arg][b, n:] = cases.randn(g, HIDDEN_T - n, HIDDEN_D_MODEL)
+                x[arg][b, n:] = cases.randn(g, T - n, HIDDEN_D_MODEL)
         elif kind == "release":
             plan.release(branch, arg)
             lengths[branch] = lengths[branch].clone()
             lengths[branch][arg] = 0
             released = f"{branch} after event {event}"  # each release, tokens of its own
             x[released] = x[tokens[branch]].clone()
-            x[released][arg] = cases.randn(g, HIDDEN_T, HIDDEN_D_MODEL)
+            x[released][arg] = cases.randn(g, T, HIDDEN_D_MODEL)
             tokens[branch] = released
         else:
             counts = torch.tensor(arg)

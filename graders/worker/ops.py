@@ -47,8 +47,10 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from graders.worker.beam_search import beam_search as _beam_search
+from graders.worker.wire import TEXT_CHARS
 
 PROJECTIONS = ("wq", "wk", "wv")
+LINEAGE = 64  # classes of an exception's lineage sent: ValueError's is 4
 
 
 def execute(module, plan: dict) -> list[dict]:
@@ -472,12 +474,14 @@ Missing = _MissingType()
 
 
 def _describe_exception(exc: BaseException) -> dict:
+    """The exception as the judge reads it: texts of the candidate's, each cut to TEXT_CHARS (the
+    message its start, the traceback its end: the last frames)."""
     frames = traceback.format_exception(type(exc), exc, exc.__traceback__)
     return {
-        "type": type(exc).__name__,
-        "lineage": [cls.__name__ for cls in type(exc).__mro__],
-        "message": str(exc)[:500],
-        "traceback": "".join(frames)[-2000:],
+        "type": type(exc).__name__[:TEXT_CHARS],
+        "lineage": [cls.__name__[:TEXT_CHARS] for cls in type(exc).__mro__][:LINEAGE],
+        "message": str(exc)[:TEXT_CHARS],
+        "traceback": "".join(frames)[-TEXT_CHARS:],
     }
 
 

@@ -14,10 +14,18 @@ busy machine does not change where a call stops; the zygote kills a child that h
 after WALL_PER_CPU times as long on the clock (it sleeps, or waits for something), with the
 child's whole process group. Each child is forked ahead of its request (`Spares`).
 
-A batch of requests is two frames: ``{"count", "timeout", "parallel"}``, then
-``{"requests": [...]}``, which the zygote hands on undecoded: each child decodes it and runs its
-own request. Replies: a status frame ``{"status": "done" | "timeout" | "crashed", ...}``; after
-"done", the child's own result frame, relayed byte for byte (the zygote does not decode it).
+A batch of requests is two frames: ``{"count", "timeout", "parallel", "batch"}``, then
+``{"batch", "requests": [...]}``, which the zygote hands on undecoded: each child decodes it and
+runs its own request. Replies, one per request in order: a status frame ``{"status": "done" |
+"timeout" | "crashed" | "malformed", "index", "batch", ...}``; after "done", the child's own
+result frame ``{"index", "batch", "reply"}``, relayed byte for byte (the zygote reads no more than
+one frame within `frames.REPLIES`, and does not decode it). `batch` is the judge's fresh nonce and
+`index` the request's place in it: the judge checks both (`graders.replies`).
+
+A request child holds no descriptor but its request pipe, its reply pipe, /dev/null and its
+output (`_close_all_but`): the candidate's code it runs cannot reach the judge's pipes, the
+zygote's or another child's, only its own reply, which the zygote relays as the answer to that
+child's request and nothing else.
 """
 
 from __future__ import annotations
@@ -57,8 +65,6 @@ def serve(proto_in: int, proto_out: int) -> None:
 
     torch.set_num_threads(1)
     fill_uninitialized_memory(torch)
-    if hello.get("companion"):
-        _fork_companion(hello["companion"], proto_in, proto_out)
     wire.write_frame(proto_out, {"status": "torch-ready"})
 
     if hello["mode"] == "implementation":
@@ -96,33 +102,12 @@ def serve(proto_in: int, proto_out: int) -> None:
             requests = frames.read_frame(proto_in)  # decoded by each child, for its own request
         except frames.WireError:  # the judge closed the pipe: it is done with us
             return
-        for status, frame in supervise(spares, requests, batch["count"], batch["timeout"],
-                                       batch.get("parallel", 1)):
-            wire.write_frame(proto_out, status)
+        replies = supervise(spares, requests, batch["count"], batch["timeout"],
+                            batch.get("parallel", 1))
+        for index, (status, frame) in enumerate(replies):
+            wire.write_frame(proto_out, {**status, "index": index, "batch": batch.get("batch")})
             if frame is not None:
                 frames.write_all(proto_out, frame)
-
-
-def _fork_companion(fds: list[int], *ours: int) -> None:
-    """Fork the worker whose stdin, stdout and stderr the judge passed as `fds` (its tests
-    worker, beside this implementation worker): it starts with torch imported, so one grade
-    pays for one import in its sandbox, not two. It reads its own hello frame, and is its own
-    process group."""
-    if _fork() == 0:
-        try:
-            os.setpgid(0, 0)
-            for fd in ours:
-                os.close(fd)
-            proto_in, proto_out = os.dup(fds[0]), os.dup(fds[1])
-            os.dup2(fds[2], 2)
-            os.dup2(fds[2], 1)
-            for fd in fds:
-                os.close(fd)
-            serve(proto_in, proto_out)
-        finally:
-            _exit(0)
-    for fd in fds:
-        os.close(fd)
 
 
 def fill_uninitialized_memory(torch) -> None:
@@ -167,11 +152,27 @@ def _load_implementation(path: str, module_name: str):
     except limits.ImportTimeLimit:
         return None, {"status": "import-timeout"}
     except BaseException as exc:  # noqa: BLE001 - SyntaxError, ImportError, SystemExit, anything
-        lines = traceback.format_exception_only(type(exc), exc)
-        where = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == str(Path(path))]
-        location = f" (line {where[-1].lineno})" if where else ""
-        return None, {"status": "import-error", "error": "".join(lines).strip() + location}
+        return None, {"status": "import-error", "error": import_error(exc, path)}
     return module, {"status": "loaded"}
+
+
+def import_error(exc: BaseException, path: str) -> str:
+    """What the judge is told of an import that raised `exc`: the exception's first line and, for
+    a SyntaxError, where it is and its one source line (as Python prints it), else the line
+    number of the file's frame it came from; each line cut to wire.TEXT_CHARS. Never more of the file:
+    one that is not Python (a password file) shows at most the line that failed."""
+    message = exc.msg if isinstance(exc, SyntaxError) else str(exc)
+    error = _first_line(f"{type(exc).__name__}: {message}" if message else type(exc).__name__)
+    if isinstance(exc, SyntaxError):
+        source = _first_line(exc.text or "").strip()
+        where = f'  File "{exc.filename}", line {exc.lineno}'
+        return "\n".join([where, *([f"    {source}"] if source else []), error])
+    where = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == str(Path(path))]
+    return error + (f" (line {where[-1].lineno})" if where else "")
+
+
+def _first_line(text: str) -> str:
+    return text.strip().split("\n", 1)[0][:wire.TEXT_CHARS]
 
 
 def supervise(spares: "Spares", requests: bytes, count: int, timeout: float, parallel: int):
@@ -238,7 +239,8 @@ class Spares:
 
 class _Child:
     """One forked child: its result pipe, the tail of what it printed, and its deadline (set
-    when it is handed its request)."""
+    when it is handed its request). `malformed` says how what it sent on its result pipe cannot
+    be a frame within `frames.REPLIES` (None while it can)."""
 
     @classmethod
     def fork(cls, job) -> "_Child":
@@ -253,8 +255,7 @@ class _Child:
                 os.close(fd)
             raise
         if pid == 0:
-            os.close(job_w)
-            _run_child(job, job_r, read_fd, write_fd, output_w)
+            _run_child(job, job_r, write_fd, output_w)
         for fd in (job_r, write_fd, output_w):
             os.close(fd)
         try:
@@ -266,7 +267,8 @@ class _Child:
     def __init__(self, pid, job_fd, fd, output_fd):
         self.pid, self.job_fd, self.fd, self.output_fd = pid, job_fd, fd, output_fd
         self.index, self.deadline, self.timeout = -1, 0.0, 0.0
-        self.buffer = bytearray()
+        self.answer = frames.FrameBuffer(frames.REPLIES)
+        self.malformed: str | None = None
         self.output = bytearray()
         self.eof = False
 
@@ -291,11 +293,14 @@ class _Child:
         return self
 
     def read_answer(self) -> None:
-        chunk = os.read(self.fd, 1 << 20)
-        if chunk:
-            self.buffer += chunk
-        else:
+        chunk = os.read(self.fd, frames.CHUNK)
+        if not chunk:
             self.eof = True
+            return
+        try:
+            self.answer.feed(chunk)
+        except frames.WireError as exc:
+            self.malformed = str(exc)
 
     def read_output(self) -> None:
         """Keep only the tail of what the child prints: a flood costs reading, not memory."""
@@ -304,13 +309,14 @@ class _Child:
 
     @property
     def answered(self) -> bool:
-        """A whole frame arrived (even if something the child started still holds the pipe)."""
-        return frames.is_one_frame(bytes(self.buffer))
+        """A whole frame arrived (even if something the child started still holds the pipe), or
+        what arrived cannot be one: either way nothing more is read."""
+        return self.answer.whole or self.malformed is not None
 
     def finish(self) -> tuple[dict, bytes | None]:
         """Kill what is left of the child's process group and say how it went. A child that
         answered is reaped later (`reap_answered`): its memory is freed while the answer
-        travels, not before."""
+        travels, not before. Of an answer, the first frame is relayed; bytes after it are not."""
         timed_out = not (self.answered or self.eof)
         try:
             _killpg(self.pid, signal.SIGKILL)
@@ -318,9 +324,12 @@ class _Child:
             pass
         os.close(self.fd)
         os.close(self.output_fd)
+        if self.malformed is not None:
+            _ANSWERED.append(self.pid)
+            return {"status": "malformed", "how": self.malformed}, None
         if self.answered:
             _ANSWERED.append(self.pid)
-            return {"status": "done"}, bytes(self.buffer)
+            return {"status": "done"}, self.answer.frame()
         _, status, usage = _wait4(self.pid, 0)
         stderr = self.output.decode(errors="replace")
         cpu = usage.ru_utime + usage.ru_stime
@@ -342,32 +351,53 @@ def reap_answered() -> None:
         _waitpid(_ANSWERED.pop(), 0)
 
 
-def _run_child(job, job_fd: int, read_fd: int, write_fd: int, output_fd: int) -> None:
-    """In the forked child: wait for the request, run `job` on it, send one frame, leave
-    without cleanup handlers."""
+def _run_child(job, job_fd: int, write_fd: int, output_fd: int) -> None:
+    """In the forked child: keep no descriptor but its own pipes, wait for the request, run
+    `job` on it, send one frame ``{"index", "batch", "reply"}``, leave without cleanup
+    handlers."""
     try:
         os.setpgid(0, 0)
-        os.close(read_fd)
         os.dup2(output_fd, 1)
         os.dup2(output_fd, 2)
+        _close_all_but(job_fd, write_fd)
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         try:
             index, seconds = JOB.unpack(frames.read_exactly(job_fd, JOB.size))
-            request = wire.decode(frames.read_frame(job_fd))["requests"][index]
+            batch = wire.decode(frames.read_frame(job_fd))
         except frames.WireError:  # the zygote ended before handing a request: nothing to do
             return
         os.close(job_fd)
         limits.limit_cpu(seconds)
+        envelope = {"index": index, "batch": batch.get("batch")}
         try:
-            frame = wire.encode(job(request))
-            if len(frame) > frames.MAX_FRAME_BYTES:
-                frame = wire.encode({"error": f"the result is {len(frame) >> 20} MiB, more than "
-                                              f"the {frames.MAX_FRAME_BYTES >> 20} MiB a reply may carry"})
+            frame = wire.encode({**envelope, "reply": job(batch["requests"][index])})
+            if not frames.fits(frame, frames.REPLIES):
+                frame = wire.encode({**envelope, "reply": {"error": _too_large(frame)}})
         except BaseException as exc:  # noqa: BLE001 - the child must always answer or die
-            frame = wire.encode({"error": "".join(traceback.format_exception_only(type(exc), exc))})
+            error = "".join(traceback.format_exception_only(type(exc), exc))[:wire.TEXT_CHARS]
+            frame = wire.encode({**envelope, "reply": {"error": error}})
         frames.write_all(write_fd, frame)
     finally:
         _exit(0)
+
+
+def _close_all_but(*keep: int) -> None:
+    """Close every descriptor above stderr but `keep`: what the zygote held when it forked
+    (the judge's pipes, other children's pipes) is out of the candidate's reach."""
+    low = 3
+    for fd in sorted(keep):
+        os.closerange(low, fd)
+        low = fd + 1
+    os.closerange(low, os.sysconf("SC_OPEN_MAX"))
+
+
+def _too_large(frame: bytes) -> str:
+    (header_len,) = frames.HEADER.unpack_from(frame)
+    if header_len > frames.REPLIES.header:
+        return (f"the result is {header_len >> 10:,} KiB of numbers and text, more than the "
+                f"{frames.REPLIES.header >> 10:,} KiB a reply may carry besides its tensors")
+    return (f"the result is {len(frame) >> 20} MiB, more than the {frames.REPLIES.frame >> 20} "
+            "MiB a reply may carry")
 
 
 def _used_its_cpu(status: int, cpu: float, seconds: int) -> bool:

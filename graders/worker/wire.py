@@ -12,7 +12,11 @@ travels as its descriptor alone, so the judge can say what was wrong with it.
 
 This module is the codec; `graders.worker.frames` reads and writes the frames. The decoder checks
 every descriptor against the allow-list and the byte count, and builds fresh
-tensors that own their memory: what arrives is data, never behaviour.
+tensors that own their memory: what arrives is data, never behaviour. Whatever the bytes, it
+returns a body or raises WireError: a body nests at most MAX_DEPTH containers deep, a tensor has
+at most MAX_DIMS dimensions. The encoder refuses a body nested deeper (a candidate's return
+value), so what one side sends the other accepts. What a body must hold is the judge's to check
+(`graders.replies`).
 """
 
 from __future__ import annotations
@@ -41,6 +45,19 @@ DTYPES = {
     "bool": torch.bool,
 }
 DTYPE_NAMES = {dtype: name for name, dtype in DTYPES.items()}
+# Containers (lists, dicts) one inside another in a body. The deepest legitimate reply nests 7
+# (a plan's inventory: envelope, results, result, value, tensors, listing, shape); the rest is
+# for a candidate's own return values (a list of lists).
+MAX_DEPTH = 32
+MAX_DIMS = 64  # what torch allows a tensor
+# Characters of one text the candidate's code made (an exception's message, an import error, a
+# repr) that a worker sends: a reply stays small; the judge shows at most 2,000 of them
+# (graders.untrusted.MAX_QUOTE), and says how many it cut of those that arrived.
+TEXT_CHARS = 4_000
+_MAX_DIM = 1 << 62  # the largest size of one dimension
+# Keys that mark a tensor or a repr in an encoded body: a candidate's dict holding exactly one of
+# them travels as its repr, so it cannot stand for a tensor it did not return.
+_MARKS = ({"__tensor__"}, {"__repr__"})
 
 @dataclass(frozen=True)
 class Opaque:
@@ -61,30 +78,35 @@ def encode(body) -> bytes:
     descriptors: list[dict] = []
     chunks: list[bytes] = []
 
-    def walk(value):
+    def walk(value, depth):
         if isinstance(value, torch.Tensor):
             descriptors.append(_describe_and_copy(value, chunks))
             return {"__tensor__": len(descriptors) - 1}
-        if isinstance(value, dict):
-            return {str(k): walk(v) for k, v in value.items()}
+        if isinstance(value, (dict, list, tuple)) and depth >= MAX_DEPTH:
+            raise ValueError(f"the value is nested more than {MAX_DEPTH} lists or dicts deep")
+        if isinstance(value, dict) and set(value) not in _MARKS:
+            return {str(k): walk(v, depth + 1) for k, v in value.items()}
         if isinstance(value, (list, tuple)):
-            return [walk(v) for v in value]
+            return [walk(v, depth + 1) for v in value]
         if value is None or isinstance(value, (bool, int, float, str)):
             return value
         return {"__repr__": _safe_repr(value)}
 
-    header = json.dumps({"body": walk(body), "tensors": descriptors}).encode()
+    header = json.dumps({"body": walk(body, 0), "tensors": descriptors}).encode()
     return b"".join([_HEADER.pack(len(header)), header, *chunks])
 
 
 def decode(frame: bytes):
-    """The body of `frame`, tensors rebuilt as fresh CPU tensors (or `Opaque` when data-less)."""
+    """The body of `frame`, tensors rebuilt as fresh CPU tensors (or `Opaque` when data-less).
+    WireError for any frame that is not what `encode` makes."""
     try:
         (header_len,) = _HEADER.unpack_from(frame)
         header = json.loads(frame[_HEADER.size : _HEADER.size + header_len])
         body, descriptors = header["body"], header["tensors"]
-    except (struct.error, ValueError, KeyError, TypeError) as exc:
-        raise WireError(f"malformed frame header: {exc}") from None
+        if not isinstance(descriptors, list):
+            raise TypeError("the tensor descriptors are not a list")
+    except (struct.error, ValueError, KeyError, TypeError, RecursionError) as exc:
+        raise WireError(f"malformed frame header: {type(exc).__name__}: {exc}"[:200]) from None
     offset = _HEADER.size + header_len
     tensors = []
     for descriptor in descriptors:
@@ -93,21 +115,23 @@ def decode(frame: bytes):
     if offset != len(frame):
         raise WireError("frame has trailing bytes")
 
-    def walk(value):
+    def walk(value, depth):
+        if isinstance(value, (dict, list)) and depth >= MAX_DEPTH:
+            raise WireError(f"a body nested more than {MAX_DEPTH} lists or dicts deep")
         if isinstance(value, dict):
             if set(value) == {"__tensor__"}:
                 index = value["__tensor__"]
-                if not isinstance(index, int) or not 0 <= index < len(tensors):
+                if type(index) is not int or not 0 <= index < len(tensors):
                     raise WireError("tensor reference out of range")
                 return tensors[index]
             if set(value) == {"__repr__"}:
                 return Repr(str(value["__repr__"]))
-            return {k: walk(v) for k, v in value.items()}
+            return {k: walk(v, depth + 1) for k, v in value.items()}
         if isinstance(value, list):
-            return [walk(v) for v in value]
+            return [walk(v, depth + 1) for v in value]
         return value
 
-    return walk(body)
+    return walk(body, 0)
 
 
 class Repr(str):
@@ -116,7 +140,6 @@ class Repr(str):
 
 def write_frame(fd: int, body) -> None:
     write_all(fd, encode(body))
-
 
 
 def _describe_and_copy(tensor: torch.Tensor, chunks: list[bytes]) -> dict:
@@ -141,36 +164,39 @@ def _describe_and_copy(tensor: torch.Tensor, chunks: list[bytes]) -> dict:
 def _rebuild(descriptor: dict, frame: bytes, offset: int):
     try:
         dtype_name = str(descriptor["dtype"])
-        shape = tuple(int(n) for n in descriptor["shape"])
+        shape = tuple(descriptor["shape"])
         device = str(descriptor["device"])
         type_name = str(descriptor["type"])
-        nbytes = int(descriptor["nbytes"])
+        nbytes = descriptor["nbytes"]
         has_data = descriptor.get("data") is True
-    except (KeyError, TypeError, ValueError) as exc:
-        raise WireError(f"malformed tensor descriptor: {exc}") from None
-    if any(n < 0 for n in shape) or nbytes < 0:
-        raise WireError("negative size in tensor descriptor")
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise WireError(f"malformed tensor descriptor: {type(exc).__name__}: {exc}"[:200]) from None
+    if len(shape) > MAX_DIMS:
+        raise WireError(f"a tensor descriptor with {len(shape)} dimensions, more than {MAX_DIMS}")
+    if any(type(n) is not int for n in (*shape, nbytes)):
+        raise WireError("a tensor descriptor whose sizes are not integers")
+    if any(not 0 <= n < _MAX_DIM for n in shape) or nbytes < 0:
+        raise WireError("a tensor descriptor with a size out of range")
     if not has_data:
         if nbytes:
             raise WireError("data-less tensor descriptor with bytes")
         return Opaque(dtype_name, shape, device, type_name), offset
     dtype = DTYPES.get(dtype_name)
     if dtype is None or device != "cpu" or type_name != "torch.Tensor":
-        raise WireError(f"tensor descriptor not allowed with data: {dtype_name} on {device}")
+        raise WireError(f"tensor descriptor not allowed with data: {dtype_name} on {device}"[:200])
     numel = math.prod(shape)
     if nbytes != numel * torch.empty((), dtype=dtype).element_size():
         raise WireError("tensor byte count does not match its shape")
-    data = frame[offset : offset + nbytes]
-    if len(data) != nbytes:
+    if offset + nbytes > len(frame):
         raise WireError("frame shorter than its tensors")
     if numel == 0:
         return torch.empty(shape, dtype=dtype), offset + nbytes
-    tensor = torch.frombuffer(bytearray(data), dtype=dtype).reshape(shape).clone()
-    return tensor, offset + nbytes
+    data = bytearray(memoryview(frame)[offset : offset + nbytes])  # the one copy, owned
+    return torch.frombuffer(data, dtype=dtype).reshape(shape), offset + nbytes
 
 
 def _safe_repr(value) -> str:
     try:
-        return repr(value)[:200]
+        return repr(value)[:TEXT_CHARS]
     except Exception as exc:  # a candidate's object whose __repr__ raises
         return f"<{type(value).__name__} whose repr raised {type(exc).__name__}>"
