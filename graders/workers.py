@@ -74,47 +74,35 @@ class Worker:
         self._in = self._out = -1  # our ends of its stdin and stdout
         self._ready = False
         self._output = OutputTail()
-        self._host: Worker | None = None  # the worker whose process forked this one, if any
 
-    def start(self, companion: "Worker | None" = None) -> "Worker":
-        """Start the process; with `companion`, start that worker too, forked by this one's
-        process once it has imported torch (in this worker's sandbox, which must hold the
-        companion's files as well): one torch import for both. Interrupted (Ctrl-C), it leaves
-        nothing started: no process, no staged copy of the files."""
+    def start(self) -> "Worker":
+        """Start the process (its torch import begins at once; the first request waits for
+        it). Interrupted (Ctrl-C), it leaves nothing started: no process, no staged copy of the
+        files."""
         try:
-            return self._start(companion)
+            return self._start()
         except BaseException:
-            if companion:
-                companion._discard()
             self._discard()
             raise
 
-    def _start(self, companion: "Worker | None") -> "Worker":
+    def _start(self) -> "Worker":
         isolation.guard_judge()
-        ends, companion_ends = self._open(), []
+        ends = self._open()
         if _SPAWNER is not None and self.isolation == "process":
             self._pid, self._proc = _SPAWNER.spawn(ends), None
             kata_roots = isolation.kata_roots()
-            if companion:  # the spawner has imported torch already: it forks the companion too
-                companion.start()
-                companion = None
         else:
-            companion_ends = companion._open() if companion else []
             self._launch = isolation.launch(self.isolation, "graders.worker", self.files,
                                             staged=self.ahead)
             self._proc = isolation.start(
                 self._launch.argv, stdin=ends[0], stdout=ends[1], stderr=ends[2],
-                env=self._launch.env, cwd=self._launch.cwd,
-                pass_fds=(*self._launch.pass_fds, *companion_ends), start_new_session=True)
+                env=self._launch.env, cwd=self._launch.cwd, pass_fds=self._launch.pass_fds,
+                start_new_session=True)
             self._launch.close_fds()
             self._pid, kata_roots = self._proc.pid, self._launch.kata_roots
-            ends += companion_ends
         for fd in ends:
             os.close(fd)
-        self._hello(kata_roots, companion_ends or None)
-        if companion:
-            companion._host = self
-            companion._hello(kata_roots)
+        self._hello(kata_roots)
         return self
 
     def _open(self) -> list[int]:
@@ -127,17 +115,18 @@ class Worker:
         self._ready = False
         return [stdin_r, stdout_w, stderr_w]
 
-    def _hello(self, kata_roots: list[str], companion: list[int] | None = None) -> None:
+    def _hello(self, kata_roots: list[str]) -> None:
         frames.write_json(self._in, {"mode": self.mode, "path": self.path, "module": self.module,
                                     "limits": self.limits.to_dict(), "wait": self.ahead,
                                     "import_seconds": self.import_timeout,
-                                    "kata_roots": kata_roots, "companion": companion})
+                                    "kata_roots": kata_roots})
 
     def go(self) -> None:
         """A worker started `ahead`: show it the files as they are now, and let it import."""
         if self._launch is not None:
             self._launch.stage()
-        frames.write_json(self._in, {"go": True})
+        if self.mode == "implementation":  # a tests worker reads its file at each run
+            frames.write_json(self._in, {"go": True})
         self.ahead = False  # a worker started again after a crash reads the files at its start
 
     def run(self, requests: list[dict], timeout: float, parallel: int = 1) -> list[Reply]:
@@ -194,7 +183,7 @@ class Worker:
         return Reply("crashed", detail=f"{status['how']}{_last_lines(status['stderr'])}")
 
     def _ensure_ready(self) -> None:
-        if self._pid is None and self._host is None:
+        if self._pid is None:
             self.start()
         if self._ready:
             return
@@ -238,9 +227,8 @@ class Worker:
 
     def _discard(self) -> None:
         """Kill the worker and everything it started; the next request starts a fresh one. A
-        companion is left to end with its host's process (it ends by itself once its pipes
-        close), with what it started. A worker half started is discarded as far as it got."""
-        if self._pid is None and self._host is None and self._launch is None and self._in < 0:
+        worker half started is discarded as far as it got."""
+        if self._pid is None and self._launch is None and self._in < 0:
             return
         if self._pid is not None:
             try:
@@ -258,7 +246,7 @@ class Worker:
             if fd >= 0:
                 os.close(fd)
         self._in = self._out = -1
-        self._pid, self._proc, self._ready, self._host = None, None, False, None
+        self._pid, self._proc, self._ready = None, None, False
 
     def _stderr_tail(self) -> str:
         return clip(_last_lines(self._output.text()))
@@ -268,7 +256,11 @@ class Worker:
 class GradeWorkers:
     """The processes one grade runs the candidate's code in: the implementation's worker and,
     when the candidate's tests are run, the tests' worker (`tests` the test file); `isolation`
-    says how they are walled off ("bwrap" or "process")."""
+    says how they are walled off ("bwrap" or "process").
+
+    Each is a sandbox of its own, holding its own file alone: the candidate's tests, which the
+    judge hands the reference's source, share no /tmp and no process with the implementation
+    being graded. Both start at once, so their torch imports overlap."""
 
     implementation: Worker
     tests: Path | None
@@ -288,20 +280,24 @@ class GradeWorkers:
         # Inside warm_workers() (the test suite, trusted batches) "auto" takes the process
         # fallback, whose workers fork from a warm process; "require" still means bubblewrap.
         mode = "process" if sandbox.mode == "auto" and warm() else sandbox.resolve()
-        test_worker = (Worker("tests", isolation=mode, limits=sandbox.limits(), files=[tests])
-                       if tests else None)
         worker = Worker("implementation", str(implementation), import_timeout=import_timeout,
                         module=module, isolation=mode, limits=sandbox.limits(),
-                        files=list(dict.fromkeys([implementation, *([tests] if tests else [])])),
-                        ahead=ahead)
-        worker.start(companion=test_worker)
+                        files=[implementation], ahead=ahead).start()
+        try:
+            test_worker = (Worker("tests", isolation=mode, limits=sandbox.limits(), files=[tests],
+                                  ahead=ahead).start() if tests else None)
+        except BaseException:
+            worker.close()
+            raise
         return cls(worker, tests, test_worker, mode)
 
     def go(self) -> bool:
         """Workers started `ahead`: their grade begins, with the files as they are now. False,
         and closed, when they died while waiting: the grade must start its own."""
         try:
-            self.implementation.go()
+            for worker in (self.implementation, self.test_worker):
+                if worker:
+                    worker.go()
         except OSError:
             self.close()
             return False

@@ -224,11 +224,11 @@ def test_require_refuses_to_grade_without_bubblewrap_and_auto_falls_back(monkeyp
 
 
 @pytest.mark.parametrize("mode", [BWRAP, PROCESS])
-def test_the_tests_run_in_the_implementations_sandbox_forked_after_its_torch_import(mode,
-                                                                                   monkeypatch):
-    """One process (one sandbox) a grade: its tests worker is forked by the implementation's
-    worker once torch is imported, so a grade pays for one torch import in its sandbox, not two;
-    nothing of either is left afterwards."""
+def test_the_tests_run_in_a_sandbox_of_their_own_beside_the_implementations(mode, monkeypatch):
+    """Two processes (two sandboxes) a grade: the tests worker is no child of the
+    implementation's, so the candidate's tests, which are sent the reference's source, share
+    neither /tmp nor processes with the implementation graded; nothing of either is left
+    afterwards (tests/test_tests_sandbox.py grades the hostile files that try)."""
     monkeypatch.setattr("graders.workers._SPAWNER", None)  # as `kata grade` starts them
     launched: list[list[int]] = []
 
@@ -239,7 +239,7 @@ def test_the_tests_run_in_the_implementations_sandbox_forked_after_its_torch_imp
     result = grade_file(REFERENCE, mode, tests=KATA / "solutions" / "test_kv_cache.py",
                         only={"own-tests", "prefix-equivalence"}, on_item=on_item)
     assert [i.status for i in result.items] == ["pass", "pass"], result.items
-    assert launched and all(len(pids) == 1 for pids in launched), launched
+    assert launched and all(len(pids) == 2 for pids in launched), launched
     assert not set(_children(os.getpid())) - before, "a worker outlived the grade"
 
 
@@ -261,7 +261,8 @@ def test_a_worker_started_ahead_sees_its_files_read_only_and_nothing_beside(
         mode, tmp_path, tmp_path_factory, hostile_file, monkeypatch):
     """In bubblewrap the files are staged: copies of the judge's, bound read-only at their
     paths and rewritten at go(). The sandbox sees what it sees when started at the grade: its
-    two files, read-only, no sibling; the copies are gone with the workers."""
+    file, read-only, no sibling (the test file is the tests' sandbox's); the copies are gone
+    with the workers."""
     path = hostile_file("looks_around_its_folder")
     source = path.read_text()
     tests = tmp_path / "test_kv_cache.py"
@@ -273,7 +274,7 @@ def test_a_worker_started_ahead_sees_its_files_read_only_and_nothing_beside(
     workers.go()
     result = grade_file(path, mode, tests=tests, workers=workers, only={"prefix-equivalence"})
     (item,) = result.items
-    assert "saw ['kv_cache.py', 'test_kv_cache.py'], wrote []" in why(item), why(item)
+    assert "saw ['kv_cache.py'], wrote []" in why(item), why(item)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["kv_cache.py", "notes.txt",
                                                           "test_kv_cache.py"]
     assert path.read_text() == source
