@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from graders.candidate import Fail
-from graders.compare import TOLERANCE, Tolerance, close, first_divergence, require_close
+from graders.compare import (TOLERANCE, Tolerance, close, first_divergence, require_close,
+                              require_shape)
 
 TOL = Tolerance(atol=1e-3, rtol=1e-2)
 
@@ -105,3 +106,25 @@ def test_a_reference_that_is_not_finite_itself_is_no_non_finite_output():
     found = first_divergence([expected[0].clone()], expected, TOL)
     assert found.nonfinite is None
     assert found.error(TOL).startswith("max abs error") and found.error(TOL).endswith(str(TOL))
+
+
+def test_require_shape_fails_a_wrong_shape_naming_both_and_passes_the_right_one():
+    out = torch.zeros(2, 4, 8)  # the time dimension missing
+    with pytest.raises(Fail) as failure:
+        require_shape(out, (2, 4, 1, 8), "attend's output", ": did attend squeeze dim 2?")
+    message = str(failure.value)
+    assert message.startswith("attend's output") and message.endswith("squeeze dim 2?")
+    assert "[2, 4, 8]" in message and "[2, 4, 1, 8]" in message
+    with pytest.raises(Fail):  # as many elements, in another order
+        require_shape(torch.zeros(2, 1, 4, 8), (2, 4, 1, 8), "attend's output")
+    require_shape(torch.zeros(2, 4, 1, 8), [2, 4, 1, 8], "attend's output")
+    require_shape(torch.zeros(2, 4, 1, 8), torch.Size([2, 4, 1, 8]), "attend's output")
+
+
+def test_a_divergence_at_position_0_names_position_0_and_step_0_by_default():
+    expected = outputs(1, shape=(1, 2, 3, 4))
+    got = [expected[0].clone()]
+    got[0][0, 1, 0, 3] += 1.0
+    found = first_divergence(got, expected, TOL)
+    assert (found.step, found.head, found.position) == (0, 1, 0)
+    assert found.describe().startswith("first differs at step 0, row 0, head 1, position 0: ")

@@ -9,7 +9,7 @@ For each kind (a cache dtype, large logits, int8), two checks on the item's own 
   the tolerance object the item compares with.
 So loosening a constant (1.1x passes) or tightening it (0.9x fails; correct code's share grows
 past MEASURED * SLACK) fails a test here. `python -m graders.tolerances` is how the constants
-were chosen, over 51 seeds; it must keep running.
+were chosen, over 51 seeds (tests/test_tolerance_measurement.py).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Callable
 import pytest
 import torch
 
-from graders import bundled, cases, decode_loop, items, reference, tolerances
+from graders import bundled, cases, decode_loop, items, reference
 from graders.candidate import Fail, Plan
 from graders.compare import TOLERANCE, Tolerance, close, require_close
 from graders.items import gqa, low_precision, prefix_equivalence, quantized_kv, reset
@@ -219,11 +219,3 @@ def test_every_tolerance_an_item_holds_is_one_pinned_here():
                 held[f"{info.name}.{name}"] = (value.atol, value.rtol)
     assert held and all(bound in pinned for bound in held.values()), held
     assert {(t.atol, t.rtol) for t in TOLERANCE.values()} <= pinned
-
-
-def test_the_tolerance_measurement_runs_and_correct_code_sits_well_inside(monkeypatch, capsys):
-    monkeypatch.setattr(tolerances, "EXTRA_SEEDS", 1)
-    tolerances.main()
-    rows = [line.split() for line in capsys.readouterr().out.splitlines()[1:]]
-    shares = [float(row[-1]) for row in rows if "solution" in row and "reference" in row]
-    assert shares and max(shares) < 0.5, f"correct code uses {max(shares):.2f} of a tolerance"
