@@ -41,6 +41,10 @@ from graders.tracks import DENSE, TRACKS
 # nor torch needs it, and the warning would send a user after a package they do not need.
 warnings.filterwarnings("ignore", message="Failed to initialize NumPy", category=UserWarning)
 
+# Where NumPy is missing, importing torch warns "Failed to initialize NumPy": neither the kata
+# nor torch needs it, and the warning would send a user after a package they do not need.
+warnings.filterwarnings("ignore", message="Failed to initialize NumPy", category=UserWarning)
+
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Practice kata: incremental decoding with a KV cache.")
 
@@ -73,6 +77,8 @@ SANDBOX_HELP = ("How the candidate's code is walled off: 'auto' (bubblewrap wher
                 "'process' (the fallback).")
 SEED_HELP = ("The seed the hidden cases are drawn from (with --hidden) \\[default: a fresh one each "
              "run, printed in the report]: the seed of a report replays its cases.")
+STRANGERS_SANDBOX_HELP = (" An interviewer's run grades a stranger's file: without bubblewrap it "
+                          "refuses (exit 2) unless told --sandbox process.")
 STRANGERS_SANDBOX_HELP = (" An interviewer's run grades a stranger's file: without bubblewrap it "
                           "refuses (exit 2) unless told --sandbox process.")
 STRANGERS_SANDBOX_HELP = (" An interviewer's run grades a stranger's file: without bubblewrap it "
@@ -412,16 +418,16 @@ def hint(
 ) -> None:
     """Show a hint for a rubric item, one step at a time."""
     from graders.workflows.hints import hint as hint_for
+    from graders.workflows.hints import label
 
     try:
         text, steps = hint_for(item, step)
     except KeyError as exc:
         _usage_error(exc.args[0])
     console = _console()
-    shown = min(step, steps)
-    console.print(Text.assemble((item, "bold"), f", hint {shown} of {steps}: {text}"))
-    if shown < steps:
-        console.print(Text(f"more: kata hint {item} --step {shown + 1}", style="dim"))
+    console.print(Text.assemble((item, "bold"), f", {label(step, steps)}: {text}"))
+    if step < steps:
+        console.print(Text(f"more: kata hint {item} --step {step + 1}", style="dim"))
 
 
 @app.command()

@@ -9,11 +9,13 @@ MIN_CODE_LINE characters.
 import re
 
 import pytest
+from typer.testing import CliRunner
 
+from cli import app
 from graders import bundled
 from graders.mutation import strip_prose
 from graders.rubric import load
-from graders.workflows.hints import hint
+from graders.workflows.hints import hint, label
 
 ITEMS = [item.id for item in load().items]
 # The shortest lines that compute something (`slots = pos % bs`, `xf = x.float()`) are 12
@@ -64,6 +66,23 @@ def test_a_hint_that_quotes_a_solution_line_is_caught():
 def test_steps_past_the_end_give_the_last():
     last, steps = hint("prefix-equivalence", 3)
     assert hint("prefix-equivalence", steps + 1) == hint("prefix-equivalence", 99) == (last, steps)
+
+
+def test_the_label_says_which_step_is_the_last_and_when_a_step_past_it_was_asked():
+    assert [label(step, 3) for step in (1, 2, 3, 4, 9)] == [
+        "hint 1 of 3", "hint 2 of 3", "hint 3 of 3, the last",
+        "hint 3 of 3, the last (there is no step 4)", "hint 3 of 3, the last (there is no step 9)"]
+
+
+def test_kata_hint_past_the_last_step_says_it_gives_the_last_and_offers_no_more():
+    last, steps = hint("prefix-equivalence", 99)
+    done = CliRunner().invoke(app, ["hint", "prefix-equivalence", "--step", "9"])
+    assert done.exit_code == 0, done.output
+    shown = " ".join(done.output.split())
+    assert shown == (f"prefix-equivalence, hint {steps} of {steps}, the last (there is no step "
+                     f"9): {' '.join(last.split())}")
+    within = CliRunner().invoke(app, ["hint", "prefix-equivalence", "--step", str(steps - 1)])
+    assert f"more: kata hint prefix-equivalence --step {steps}" in within.output
 
 
 def test_an_unknown_item_names_the_valid_ids():

@@ -22,3 +22,13 @@ def hint(item_id: str, step: int = 1) -> tuple[str, int]:
         raise ValueError(f"hint steps count from 1, got {step}")
     hints = items[item_id].hints
     return hints[min(step, len(hints)) - 1], len(hints)
+
+
+def label(step: int, steps: int) -> str:
+    """The words that introduce hint `step` of an item's `steps`: "hint 2 of 3"; the last says
+    so, "hint 3 of 3, the last", and a step past it says that the last is what it gets, "hint 3
+    of 3, the last (there is no step 9)"."""
+    words = f"hint {min(step, steps)} of {steps}"
+    if step > steps:
+        return f"{words}, the last (there is no step {step})"
+    return f"{words}, the last" if step == steps else words
