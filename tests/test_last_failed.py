@@ -6,6 +6,7 @@ keeps the rubric's order."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -88,6 +89,47 @@ def test_a_record_that_cannot_be_read_or_written_is_no_record(implementation):
     assert failed(implementation, DENSE.id) == set()
     (implementation.parent / ".kata_cache").unlink()
     cache_file(implementation).mkdir(parents=True)  # a folder where the file would be
+    assert failed(implementation, DENSE.id) == set()
+
+
+def _planted_record() -> bytes:
+    return json.dumps({"version": 1, "failed": {"kv_cache.py": {"dense": ["gqa"]}}}).encode()
+
+
+def test_a_cache_folder_that_is_a_link_is_neither_read_nor_written(implementation, tmp_path):
+    """A candidate (or anyone) made `.kata_cache` a link to a folder of the user's: the judge
+    reads no record planted there and writes nothing there; the grade goes on."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "last.json").write_bytes(_planted_record())
+    (implementation.parent / ".kata_cache").symlink_to(elsewhere, target_is_directory=True)
+    assert failed(implementation, DENSE.id) == set(), "a record read through the link"
+    record(implementation, result({"reset": "fail"}))
+    assert sorted(p.name for p in elsewhere.iterdir()) == ["last.json"]
+    assert (elsewhere / "last.json").read_bytes() == _planted_record()
+    assert (implementation.parent / ".kata_cache").is_symlink()
+
+
+@pytest.mark.parametrize("name", ["last.json", ".gitignore"])
+def test_a_record_file_that_is_a_link_is_replaced_never_written_through(implementation, tmp_path,
+                                                                         name):
+    outside = tmp_path / "outside.txt"
+    outside.write_bytes(_planted_record())
+    folder = implementation.parent / ".kata_cache"
+    folder.mkdir()
+    (folder / name).symlink_to(outside)
+    if name == "last.json":
+        assert failed(implementation, DENSE.id) == set(), "a record read through the link"
+    record(implementation, result({"reset": "fail"}))
+    assert outside.read_bytes() == _planted_record(), "written through the link"
+    if name == "last.json":
+        assert not (folder / name).is_symlink() and failed(implementation, DENSE.id) == {"reset"}
+
+
+def test_a_record_that_is_a_fifo_reads_as_none_without_blocking(implementation):
+    folder = implementation.parent / ".kata_cache"
+    folder.mkdir()
+    os.mkfifo(folder / "last.json")
     assert failed(implementation, DENSE.id) == set()
 
 
@@ -216,3 +258,21 @@ def test_a_hidden_grade_neither_follows_nor_writes_the_record(workspace, seen, m
     monkeypatch.setattr("graders.workflows.watch.watch", lambda paths, run, **kwargs: run())
     kata("grade", "--hidden", "--watch")
     assert seen["first"] == set() and not (workspace / ".kata_cache").exists()
+
+
+@pytest.mark.slow
+def test_a_candidate_that_links_its_cache_outward_gets_no_record_written_there(
+        tmp_path, monkeypatch, hostile_file):
+    """tests/hostile/links_its_cache_outward.py, graded in the process fallback (which lets it
+    write beside its file), makes `.kata_cache` a link to a folder of the user's while it is
+    graded: the judge writes its record after the grade, and writes nothing there."""
+    target = tmp_path / "users_folder"
+    target.mkdir()
+    (tmp_path / "ws").mkdir()
+    monkeypatch.chdir(tmp_path / "ws")
+    hostile_file("links_its_cache_outward", filename="ws/kv_cache.py", TARGET=target)
+    done = runner.invoke(app, ["grade", "kv_cache.py", "--item", "attend-shape",
+                               "--sandbox", "process"])
+    assert done.exit_code == 0, done.output
+    assert (tmp_path / "ws" / ".kata_cache").is_symlink(), "the candidate planted its link"
+    assert list(target.iterdir()) == [], "the judge wrote through the link"
