@@ -115,6 +115,14 @@ def _here(path: Path | None) -> Path | None:
     return None if path is None else Path.cwd() / path
 
 
+def _output(path: Path | None) -> Path | None:
+    """A report file as the user meant it: `-` is standard output (graders.output_files.STDOUT),
+    any other path is relative to the folder the command runs in (`_here`)."""
+    from graders.output_files import STDOUT
+
+    return path if path == STDOUT else _here(path)
+
+
 def _check_writable(option: str, path: Path | None) -> None:
     """Nothing when `path` is None or can be written as a file; else a one-line error, exit 2."""
     from graders.output_files import OutputError, check_writable
@@ -197,7 +205,7 @@ def grade(
     shown = path  # the report names the file as the user typed it
     command = target.regrade_command(path, tests, chosen)
     graders = _here(graders)
-    json_path, markdown, junit = _here(json_path), _here(markdown), _here(junit)
+    json_path, markdown, junit = _output(json_path), _output(markdown), _output(junit)
     implementation, tests = _checked(target.grade_target, Path.cwd(), path, tests, chosen)
     _checked(target.check_selection, chosen, item or [], level)
     if graders is not None:
@@ -306,9 +314,16 @@ def _check_outputs(output_format: str, json_path: Path | None, markdown: Path | 
     could not write); returns the --json path, ./results.json for gradescope by default."""
     if output_format not in ("kata", "gradescope"):
         _usage_error(f"--format {output_format!r}: choose 'kata' or 'gradescope'")
+    from graders.output_files import STDOUT
+
     if output_format == "gradescope" and json_path is None:
         json_path = Path.cwd() / "results.json"
-    for option, output in (("--json", json_path), ("--markdown", markdown), ("--junit", junit)):
+    outputs = (("--json", json_path), ("--markdown", markdown), ("--junit", junit))
+    to_stdout = [option for option, output in outputs if output == STDOUT]
+    if len(to_stdout) > 1:
+        _usage_error(f"{' and '.join(to_stdout)} both write to standard output (-): "
+                     "give one of them a file")
+    for option, output in outputs:
         _check_writable(option, output)
     return json_path
 
@@ -356,7 +371,10 @@ def _grade_and_report(implementation: Path, tests: Path | None, *, shown: str,
     from graders.grade import grade as run_grade
     from graders.workflows import last_failed
 
-    console = _console()
+    from graders.output_files import STDOUT
+
+    # A report written to standard output (-) has it alone: the terminal's report goes to stderr.
+    console = _console(stderr=STDOUT in (json_path, markdown, junit))
     progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
                         MofNCompleteColumn(), console=console, transient=True,
                         disable=not console.is_terminal)
@@ -528,21 +546,43 @@ def grade_all(
     seed: Annotated[Optional[int], typer.Option(help=SEED_HELP, min=0)] = None,
 ) -> None:
     """Grade every submission folder (one holding the track's file: kv_cache.py, or
-    paged_kv_cache.py with --track serving) under DIRECTORY."""
+    paged_kv_cache.py with --track serving) under DIRECTORY.
+
+    Nothing that resolves outside DIRECTORY is graded; what is skipped is listed, with the
+    reason. summary.csv and summary.md are rewritten after each grade, so that a batch that is
+    interrupted or fails keeps what it finished; --out is made and tried before the first."""
     from graders.workflows import batch
     from graders.isolation import SandboxUnavailable
+    from graders.output_files import OutputError, make_folder
+    from graders.untrusted import file_name
     from graders.workers import warm_workers
 
     chosen = _track(track)
     directory, out = _here(directory), _here(out)
     if not directory.is_dir():
-        _usage_error(f"{directory} is not a folder")
+        _usage_error(f"{file_name(directory)} is not a folder")
     _check_seed(seed, hidden)
-    submissions = batch.find_submissions(directory, chosen)
+    submissions, skipped = batch.survey(directory, chosen)
     if not submissions:
-        _usage_error(f"no folder under {directory} holds a {chosen.implementation}")
+        why = (f" ({len(skipped)} skipped: {skipped[0].reason}{', ...' * (len(skipped) > 1)})"
+               if skipped else "")
+        _usage_error(f"no folder under {file_name(directory)} holds a {chosen.implementation}"
+                     + why)
     _check_output_folder("--out", out, ["summary.csv", "summary.md"])
+    try:
+        make_folder(out)
+    except OutputError as exc:
+        _usage_error(f"--out: {exc}")
+    summaries = out / "summary.csv", out / "summary.md"
     console = _console()
+    done = []
+
+    def finished(outcome) -> None:
+        """Count the grade, and write the summaries of every grade so far."""
+        done.append(outcome)
+        batch.write_summary(done, *summaries, chosen, skipped)
+        progress.advance(task)
+
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
                   MofNCompleteColumn(), console=console,
                   disable=not console.is_terminal) as progress:
@@ -551,16 +591,17 @@ def grade_all(
             isolation = _sandbox(sandbox, memory, strangers=True)
             # Process-isolated workers fork from one warm process; each sandbox starts its own.
             with warm_workers() if isolation.resolve() == "process" else nullcontext():
-                outcomes = batch.grade_all(submissions, jobs, track=chosen, hidden=hidden,
-                                           timeout=timeout, import_timeout=import_timeout,
-                                           sandbox=isolation, seed=seed,
-                                           on_done=lambda outcome: progress.advance(task))
+                batch.grade_all(submissions, jobs, track=chosen, hidden=hidden, timeout=timeout,
+                                import_timeout=import_timeout, sandbox=isolation, seed=seed,
+                                on_done=finished)
         except SandboxUnavailable as exc:
             _usage_error(str(exc))
-    out.mkdir(parents=True, exist_ok=True)
-    batch.write_summary(outcomes, out / "summary.csv", out / "summary.md", chosen)
-    console.print(Text((out / "summary.md").read_text()))
-    console.print(Text(f"wrote {out / 'summary.csv'} and {out / 'summary.md'}"))
+        except OSError as exc:  # a summary that could no longer be written (a full disk)
+            _usage_error(f"--out: cannot write the summary: {exc.strerror or exc}")
+    for line in batch.terminal_table(done, skipped):
+        console.print(Text(line), soft_wrap=True)
+    console.print(Text(f"wrote {file_name(summaries[0])} and {file_name(summaries[1])} "
+                       "(the full table)"))
 
 
 @app.command()

@@ -1,16 +1,30 @@
-"""The files the kata writes for the user: checked before any work, written whole or not at all.
+"""The files the kata writes for the user: checked before any work, written where the user
+pointed, whole or not at all.
 
 `check_writable` lets a command refuse a report path it could not write before it spends a
-minute grading; `write_atomically` writes a temporary file beside the target and renames it over
-the target, so that a reader (a CI job, a watcher) never sees half a report.
+minute grading; `write_atomically` writes it. What a path names decides how it is written:
+
+- `-` (STDOUT, as the user typed it, not resolved against a folder): standard output.
+- a regular file, or nothing yet: a temporary file beside it, renamed over it, so that a reader
+  (a CI job, a watcher) never sees half a report; an existing file keeps its permissions.
+- a symbolic link: its target, as above (the link is resolved first and still points at it).
+- a character device (/dev/null, /dev/stdout, a terminal) or a FIFO: opened and written through,
+  never replaced.
+- anything else (a folder, a socket, a block device): OutputError, before any work.
+
+Text is written as UTF-8; a lone surrogate (which UTF-8 cannot hold) is written as its
+backslash escape, never a crash.
 """
 
 from __future__ import annotations
 
 import os
+import stat
+import sys
 import tempfile
 from pathlib import Path
 
+STDOUT = Path("-")  # the user's `-`: standard output
 _UMASK = os.umask(0o022)
 os.umask(_UMASK)  # read once: a new report gets the permissions open() would have given it
 
@@ -20,19 +34,31 @@ class OutputError(ValueError):
 
 
 def check_writable(path: Path) -> None:
-    """Raise OutputError unless `path` can be written as a file.
+    """Raise OutputError unless `path` can be written as this module writes it.
 
-    It must not be a folder, its folder must exist and be writable, and if the file exists it
-    must be writable. Nothing is created.
+    `-` always can. A symbolic link is judged by its target. An existing target must be a
+    regular file, a character device or a FIFO, and writable; a new one needs an existing,
+    writable folder. Nothing is created or opened.
     """
-    folder = path.parent
-    if path.is_dir():
+    if path == STDOUT:
+        return
+    target = _target(path)
+    folder = target.parent
+    try:
+        mode = target.stat().st_mode
+    except (FileNotFoundError, NotADirectoryError):  # its folder is then checked
+        mode = None
+    except OSError as exc:
+        raise OutputError(f"cannot write {path}: {exc.strerror}") from None
+    if mode is not None and stat.S_ISDIR(mode):
         raise OutputError(f"cannot write {path}: it is a folder; give a file name")
-    if not folder.is_dir():
+    if mode is not None and not _written_as_file(mode) and not _written_through(mode):
+        raise OutputError(f"cannot write {path}: it is {_kind(mode)}, not a file")
+    if mode is None and not folder.is_dir():
         raise OutputError(f"cannot write {path}: the folder {folder} does not exist")
-    if not os.access(folder, os.W_OK | os.X_OK):
+    if mode is None and not os.access(folder, os.W_OK | os.X_OK):
         raise OutputError(f"cannot write {path}: the folder {folder} is not writable")
-    if path.exists() and not os.access(path, os.W_OK):
+    if mode is not None and not os.access(target, os.W_OK):
         raise OutputError(f"cannot write {path}: it is read-only")
 
 
@@ -48,17 +74,81 @@ def check_writable_folder(folder: Path) -> None:
         raise OutputError(f"cannot write in {folder}: the folder {existing} is not writable")
 
 
+def make_folder(folder: Path) -> None:
+    """Make `folder` (and its parents) if missing, and prove a file can be created in it by
+    creating one and removing it: os.access believes root can write anywhere, /proc included.
+    Raise OutputError, in one line, when it cannot be done."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=".kata-probe-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise OutputError(f"cannot write in {folder}: {exc.strerror or exc}") from None
+
+
 def write_atomically(path: Path, data: str | bytes) -> None:
-    """Write `data` (text as UTF-8, written as is) to `path` through a temporary file in the same
-    folder and os.replace: `path` holds either its old content or all of `data`, never part."""
-    content = data.encode() if isinstance(data, str) else data
-    mode = path.stat().st_mode & 0o7777 if path.exists() else 0o666 & ~_UMASK
-    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    """Write `data` (text as UTF-8, lone surrogates backslash-escaped) where `path` points, as
+    the module docstring says: standard output for `-`; written through for a character device
+    or a FIFO; else through a temporary file beside the (link's) target and os.replace, so that
+    the target holds either its old content or all of `data`, never part. OutputError for a
+    target of any other kind."""
+    content = data.encode("utf-8", "backslashreplace") if isinstance(data, str) else data
+    if path == STDOUT:
+        _write_stdout(content)
+        return
+    target = _target(path)
+    try:
+        mode = target.stat().st_mode
+    except FileNotFoundError:
+        mode = None
+    if mode is not None and _written_through(mode):
+        with open(target, "wb") as f:
+            f.write(content)
+        return
+    if mode is not None and not _written_as_file(mode):
+        raise OutputError(f"cannot write {path}: it is {_kind(mode)}, not a file")
+    _replace(target, content, stat.S_IMODE(mode) if mode is not None else 0o666 & ~_UMASK)
+
+
+def _replace(target: Path, content: bytes, mode: int) -> None:
+    fd, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(content)
         os.chmod(temporary, mode)
-        os.replace(temporary, path)
+        os.replace(temporary, target)
     except BaseException:
         os.unlink(temporary)
         raise
+
+
+def _write_stdout(content: bytes) -> None:
+    sys.stdout.flush()
+    stream = getattr(sys.stdout, "buffer", None)
+    if stream is None:  # a text-only stream (a test's capture): the bytes as text
+        sys.stdout.write(content.decode("utf-8", "replace"))
+    else:
+        stream.write(content)
+        stream.flush()
+
+
+def _target(path: Path) -> Path:
+    """What `path` names: the file itself, or the end of its chain of symbolic links."""
+    return Path(os.path.realpath(path)) if path.is_symlink() else path
+
+
+def _written_as_file(mode: int) -> bool:
+    return stat.S_ISREG(mode)
+
+
+def _written_through(mode: int) -> bool:
+    return stat.S_ISCHR(mode) or stat.S_ISFIFO(mode)
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISBLK(mode):
+        return "a block device"
+    return "not a regular file"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import importlib.util
 import json
 import os
 import shutil
@@ -16,8 +17,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+import graders.grade as judge
 from cli import app
 from graders.isolation import bwrap_problem
+from graders.workflows import batch
 from graders.mutation import Mutant
 from graders.rubric import load
 from graders.tracks import SERVING
@@ -74,7 +77,9 @@ def test_exitfirst_stops_at_the_first_item_that_does_not_pass(tmp_path):
     (["hint", "no-such-item"], "valid ids"),
     (["solution", "nope"], "choose one of"),
     (["grade-all", "no/such/dir"], "is not a folder"),
-], ids=["item", "level", "graders-without-hidden", "format", "hint", "solution", "grade-all"])
+    (["grade", str(REFERENCE), "--level", "L5", "--item", "gqa"], "choose no item"),
+], ids=["item", "level", "graders-without-hidden", "format", "hint", "solution", "grade-all",
+        "selects-nothing"])
 def test_bad_input_exits_2_with_one_line(args, says):
     result = runner.invoke(app, args)
     assert result.exit_code == 2, result.output
@@ -230,7 +235,7 @@ def test_grade_all_grades_a_batch_of_paged_caches_with_the_serving_items_alone(t
         rows = {row["submission"]: row for row in csv.DictReader(f)}
     serving = [i.id for i in load().track(SERVING)]
     assert list(rows["alice"]) == ["submission", "level", "score", "max_score", *serving,
-                                   "tells", "seed", "error"]
+                                   "tells", "similarity", "seed", "error"]
     assert rows["alice"]["level"] == "serving" and {rows["alice"][i] for i in serving} == {"pass"}
     assert rows["bob"]["level"] == "none" and {rows["bob"][i] for i in serving} == {"not_attempted"}
     empty = runner.invoke(app, ["grade-all", str(tmp_path / "out"), "--track", "serving"])
@@ -261,3 +266,88 @@ def test_reports_stay_readable_in_an_ascii_terminal_without_colour():
     assert done.returncode == 0, done.stderr.decode()
     text = done.stdout.decode("ascii")  # raises if anything is not ASCII
     assert "Partial run: items append-time-dim, attend-shape pass" in text and "\x1b[" not in text
+
+
+# --- grade-all on a folder an attacker prepared ------------------------------------------------
+
+SECRET = "kata-secret-b52c07"
+_spec = importlib.util.spec_from_file_location("submissions_tree",
+                                               ROOT / "tests" / "hostile" / "submissions_tree.py")
+TREE = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(TREE)
+
+
+@pytest.mark.slow
+def test_grade_all_on_a_hostile_tree_leaks_no_secret_and_writes_only_data(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    graded = TREE.build(tmp_path / "subs", tmp_path / "outside",
+                        (ROOT / "starter" / "kv_cache.py").read_text(), SECRET)
+    outside_before = sorted(p.relative_to(tmp_path) for p in (tmp_path / "outside").rglob("*"))
+    done = runner.invoke(app, ["grade-all", "subs", "--out", "out", "--jobs", "2",
+                               "--sandbox", "process", "--timeout", "5"])
+    assert done.exit_code == 0, done.output
+    files = {name: (tmp_path / "out" / name).read_bytes() for name in ("summary.csv", "summary.md")}
+    for text in (done.output, *(content.decode() for content in files.values())):
+        assert SECRET not in text
+        assert "\x1b" not in text and "\x07" not in text
+    assert sorted(p.relative_to(tmp_path) for p in (tmp_path / "outside").rglob("*")) == \
+        outside_before, "nothing was written outside"
+    with (tmp_path / "out" / "summary.csv").open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == len(graded) + len(TREE.SKIPPED)
+    assert not [cell for row in rows for cell in row.values()
+                if cell.startswith(("=", "+", "-", "@", "\t", "\r"))]
+    levels = {row["submission"]: row["level"] for row in rows}
+    assert levels["not-utf8-\\xff\\xfe"] == levels["plain"] == levels["alias"] == "below L4"
+    for name, reason in TREE.SKIPPED.items():
+        assert levels[name] == "" and reason in next(
+            row["error"] for row in rows if row["submission"] == name)
+        assert any(line.startswith(name[:15]) and "not graded" in line
+                   for line in done.output.splitlines()), f"{name} is not listed as skipped"
+    assert max(len(line) for line in done.output.splitlines()) <= 80
+
+
+def test_grade_all_checks_out_before_it_grades_anything(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(batch, "grade", lambda *a, **k: pytest.fail("graded before --out"))
+    (tmp_path / "in" / "alice").mkdir(parents=True)
+    shutil.copy(REFERENCE, tmp_path / "in" / "alice" / "kv_cache.py")
+    done = runner.invoke(app, ["grade-all", "in", "--out", "/proc/nope", "--sandbox", "process"])
+    assert done.exit_code == 2, done.output
+    assert done.output.splitlines() == [line for line in done.output.splitlines()
+                                        if line.startswith("kata: error: --out: cannot write in")]
+    assert len(done.output.strip().splitlines()) == 1
+
+
+def test_an_interrupted_batch_keeps_the_grades_it_finished(tmp_path, monkeypatch):
+    """Grades one at a time; the second is interrupted (Ctrl-C): the first is in both summaries."""
+    monkeypatch.chdir(tmp_path)
+    for name in ("alice", "bob", "carol"):
+        (tmp_path / "in" / name).mkdir(parents=True)
+        shutil.copy(REFERENCE, tmp_path / "in" / name / "kv_cache.py")
+    finished = judge.GradeResult("kv_cache.py", "L6", [], [], False)
+
+    def grade(implementation, tests, **kwargs):
+        if "bob" in str(implementation):
+            raise KeyboardInterrupt
+        return finished
+
+    monkeypatch.setattr(batch, "grade", grade)
+    done = runner.invoke(app, ["grade-all", "in", "--out", "out", "--jobs", "1",
+                               "--sandbox", "process"])
+    assert isinstance(done.exception, KeyboardInterrupt) or done.exit_code != 0
+    with (tmp_path / "out" / "summary.csv").open(newline="") as f:
+        assert [(row["submission"], row["level"]) for row in csv.DictReader(f)] == [
+            ("alice", "L6")]
+    assert "`alice` | L6" in (tmp_path / "out" / "summary.md").read_text()
+
+
+def test_a_tree_where_everything_is_skipped_exits_2_saying_why(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "secret.txt").write_text(SECRET)
+    (tmp_path / "in" / "mallory").mkdir(parents=True)
+    (tmp_path / "in" / "mallory" / "kv_cache.py").symlink_to(tmp_path / "secret.txt")
+    done = runner.invoke(app, ["grade-all", "in", "--sandbox", "process"])
+    assert done.exit_code == 2 and len(done.output.strip().splitlines()) == 1, done.output
+    assert "1 skipped: kv_cache.py is a link to a file outside" in done.output
+    assert SECRET not in done.output and not (tmp_path / "summary.csv").exists()

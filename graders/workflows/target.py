@@ -7,22 +7,30 @@ propagate. Nothing here imports torch.
 
 from __future__ import annotations
 
+import os
 import shlex
+import stat
 from pathlib import Path
 
-from graders.rubric import load
+from graders.rubric import load, selected
 from graders.tracks import DENSE, Track
 from graders.workflows.workspace import default_target
 
 
 def python_file(path: Path, what: str) -> Path:
-    """`path` when it is an existing .py file."""
+    """`path` when it is an existing .py file. A symbolic link is graded as its target, and only
+    when that target is a regular .py file too: a link named kv_cache.py to a key or a password
+    file is refused before anything reads it."""
     if not path.exists():
         raise FileNotFoundError(f"{what} {path} does not exist")
     if path.is_dir():
         raise ValueError(f"{what} {path} is a directory, not a Python file")
     if path.suffix != ".py":
         raise ValueError(f"{what} {path} is not a Python file (.py)")
+    if path.is_symlink() and Path(os.path.realpath(path)).suffix != ".py":
+        raise ValueError(f"{what} {path} is a link to a file that is not a Python file (.py)")
+    if not stat.S_ISREG(path.stat().st_mode):
+        raise ValueError(f"{what} {path} is not a regular file")
     return path
 
 
@@ -41,12 +49,16 @@ def grade_target(cwd: Path, path: Path | None, tests: Path | None,
         path, default_tests = found
         tests = tests or default_tests
     implementation = python_file(cwd / path, "implementation")
-    tests = python_file(cwd / tests, "test file") if tests else _beside(implementation)
+    if tests:
+        tests = python_file(cwd / tests, "test file")
+    elif track.tests:
+        tests = _beside(implementation)
     return implementation, tests if track.tests else None
 
 
 def check_selection(track: Track, items: list[str], level: str | None) -> None:
-    """Item ids of the track's rubric, and a level the rubric has."""
+    """Item ids of the track's rubric, a level the rubric has, and at least one item that both
+    choose (`--level L5 --item gqa` chooses none: gqa is L6)."""
     rubric = load()
     unknown = sorted(set(items) - {item.id for item in rubric.track(track)})
     if unknown:
@@ -54,6 +66,10 @@ def check_selection(track: Track, items: list[str], level: str | None) -> None:
                          "(kata rubric lists them)")
     if level is not None and level not in rubric.levels:
         raise ValueError(f"no level {level!r}: choose one of {', '.join(rubric.levels)}")
+    if not selected(track, set(items) or None, level):
+        named = ", ".join(items)
+        raise ValueError(f"--level {level} and --item {named} choose no item: "
+                         f"{'it is' if len(items) == 1 else 'they are'} above {level}")
 
 
 def regrade_command(path: Path | str | None, tests: Path | str | None, track: Track) -> str:
@@ -66,6 +82,7 @@ def regrade_command(path: Path | str | None, tests: Path | str | None, track: Tr
 
 
 def _beside(implementation: Path) -> Path | None:
-    """The candidate's tests by the contract's naming: test_<name>.py beside the file."""
+    """The candidate's tests by the contract's naming: test_<name>.py beside the file (a link
+    there is checked as `python_file` checks one)."""
     tests = implementation.with_name(f"test_{implementation.name}")
-    return tests if tests.is_file() else None
+    return python_file(tests, "test file") if tests.is_file() else None
