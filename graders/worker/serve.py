@@ -30,6 +30,7 @@ child's request and nothing else.
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import importlib.util
 import os
@@ -45,6 +46,7 @@ from pathlib import Path
 from graders.worker import frames, limits, wire
 
 STDERR_TAIL = 1500
+_PR_SET_DUMPABLE, _PR_CAPBSET_DROP, _CAPABILITY_VERSION_3 = 4, 24, 0x20080522
 
 _fork, _exit, _killpg, _waitpid, _wait4 = os.fork, os._exit, os.killpg, os.waitpid, os.wait4
 
@@ -58,6 +60,7 @@ def main() -> None:
 
 def serve(proto_in: int, proto_out: int) -> None:
     """Be the worker the hello frame on `proto_in` asks for, until the judge closes the pipe."""
+    not_dumpable()
     hello = wire.decode(frames.read_frame(proto_in))
     limits.apply(limits.Limits(**hello["limits"]))
 
@@ -108,6 +111,32 @@ def serve(proto_in: int, proto_out: int) -> None:
             wire.write_frame(proto_out, {**status, "index": index, "batch": batch.get("batch")})
             if frame is not None:
                 frames.write_all(proto_out, frame)
+
+
+def not_dumpable() -> None:
+    """Make this process, and every process it forks, not dumpable: /proc/<pid>/fd, mem and
+    environ of each are closed to the others of its user. A request child could otherwise open
+    the zygote's pipes to the judge (or a sibling's reply pipe) by path, the descriptors it
+    closed (`_close_all_but`) notwithstanding. Linux only; elsewhere nothing changes."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+def drop_capabilities() -> None:
+    """Give up every capability, and the right to regain them by exec: a request child run as
+    root (the process fallback) could otherwise open a process's descriptors through /proc
+    whether it is dumpable or not (CAP_SYS_PTRACE). Without capabilities (as any other user)
+    nothing changes."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        for capability in range(64):  # the bounding set; past the last capability: EINVAL
+            libc.prctl(_PR_CAPBSET_DROP, capability, 0, 0, 0)
+        header = (ctypes.c_uint32 * 2)(_CAPABILITY_VERSION_3, 0)
+        libc.capset(header, (ctypes.c_uint32 * 6)())  # effective, permitted, inheritable: none
+    except (OSError, AttributeError):
+        pass
 
 
 def fill_uninitialized_memory(torch) -> None:
@@ -360,6 +389,7 @@ def _run_child(job, job_fd: int, write_fd: int, output_fd: int) -> None:
         os.dup2(output_fd, 1)
         os.dup2(output_fd, 2)
         _close_all_but(job_fd, write_fd)
+        drop_capabilities()
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         try:
             index, seconds = JOB.unpack(frames.read_exactly(job_fd, JOB.size))
@@ -432,6 +462,7 @@ def spawner(sock_fd: int) -> None:
     from graders.worker import ops, pytest_runner  # noqa: F401
 
     torch.set_num_threads(1)
+    not_dumpable()
     gc.freeze()
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # workers are reaped as they end
     sock = socket.socket(fileno=sock_fd)
