@@ -2,7 +2,9 @@
 
 A ratio is the subject's median time per step divided by the reference's in the same cell:
 "× bare" 1.1 means 10% slower than bare attention on contiguous K and V, "× HF static" 0.5
-means twice as fast as transformers' StaticCache.
+means twice as fast as transformers' StaticCache. A ratio the run cannot tell from 1x, or from
+the ratio in the row above or below it, is marked NOISE_MARK ("~0.92"), and a legend says so: on
+a busy machine the spread of a time can be wider than the gaps between subjects.
 """
 
 from __future__ import annotations
@@ -13,11 +15,17 @@ from rich.text import Text
 
 from benchmarks.bench import BenchResult
 from benchmarks.subjects import BLOCK_SIZE, SHAPES, capacity_for
+from benchmarks.timing import Summary
 
 RATIOS = {"bare": "bare", "read": "read", "hf_static": "hf-static", "hf_dynamic": "hf-dynamic"}
+SHOWN_RATIOS = ("bare", "read", "hf_static")  # the table's columns; the JSON has every ratio
 MIB = 1 << 20
 UNICODE = {"times": "×", "plus_minus": "±", "none": "—"}
 ASCII = {"times": "x", "plus_minus": "+-", "none": "-"}  # for terminals that cannot show the above
+NOISE_MARK = "~"
+NOISE_LEGEND = (f"{NOISE_MARK} within the noise: the quartiles of this time overlap those of the "
+                "reference (the ratio is 1x as far as this run can tell), or those of the row "
+                "above or below (which of the two is faster is noise)")
 
 
 def ratios(result: BenchResult, cell_index: int, subject: str) -> dict[str, float | None]:
@@ -28,6 +36,30 @@ def ratios(result: BenchResult, cell_index: int, subject: str) -> dict[str, floa
         theirs = result.at(cell_index, reference)
         out[key] = own.median / theirs.median if own and theirs else None
     return out
+
+
+def within_noise(a: Summary, b: Summary) -> bool:
+    """Whether this run cannot tell two times apart: their interquartile ranges overlap."""
+    return a.q1 <= b.q3 and b.q1 <= a.q3
+
+
+def noisy_ratios(result: BenchResult, cell_index: int, order: list[str]) -> set[tuple[str, str]]:
+    """(subject, ratio key) of each ratio in cell `cell_index` to mark NOISE_MARK: the subject's
+    time is within the noise of its reference's, or of the time of a subject next to it in
+    `order` (the table's rows; those without a time are passed over)."""
+    timed = [(subject, result.at(cell_index, subject)) for subject in order]
+    timed = [(subject, summary) for subject, summary in timed if summary is not None]
+    marked = set()
+    for row, (subject, summary) in enumerate(timed):
+        neighbours = [other for _, other in timed[max(row - 1, 0):row] + timed[row + 1:row + 2]]
+        beside = any(within_noise(summary, other) for other in neighbours)
+        for key, reference in RATIOS.items():
+            theirs = result.at(cell_index, reference)
+            if theirs is None or subject == reference:
+                continue
+            if beside or within_noise(summary, theirs):
+                marked.add((subject, key))
+    return marked
 
 
 def to_json(result: BenchResult) -> dict:
@@ -78,9 +110,14 @@ def render(result: BenchResult, console: Console) -> None:
                        style="dim"))
     settings = result.settings
     symbols = UNICODE if console.encoding.lower().startswith("utf") else ASCII
+    noisy = False
     for shape in settings.shapes:
         for dtype in settings.dtypes:
-            console.print(_table(result, shape, dtype, symbols))
+            table, marked = _table(result, shape, dtype, symbols)
+            console.print(table)
+            noisy = noisy or marked
+    if noisy:
+        console.print(Text(NOISE_LEGEND, style="dim"))
     problems = [(s.spec.id, s.message) for s in result.subjects.values() if s.status != "ok"]
     problems += sorted({(subject, f"{m.error} ({settings.cells[i]})")
                         for (i, subject), m in result.measurements.items() if m.error})
@@ -88,7 +125,8 @@ def render(result: BenchResult, console: Console) -> None:
         console.print(Text(f"{subject}: {message}", style="yellow"))
 
 
-def _table(result: BenchResult, shape: str, dtype: str, symbols: dict) -> Table:
+def _table(result: BenchResult, shape: str, dtype: str, symbols: dict) -> tuple[Table, bool]:
+    """The table of one shape and dtype, and whether a ratio in it is marked NOISE_MARK."""
     settings = result.settings
     indices = {cell.length: i for i, cell in enumerate(settings.cells)
                if (cell.shape, cell.dtype) == (shape, dtype)}
@@ -103,6 +141,7 @@ def _table(result: BenchResult, shape: str, dtype: str, symbols: dict) -> Table:
     times, none = symbols["times"], symbols["none"]
     for header in (f"{times} bare", f"{times} read", f"{times} HF static", "MiB held"):
         table.add_column(f"{header}\nT={longest}", justify="right")
+    noisy = noisy_ratios(result, indices[longest], list(result.subjects))
     for status in result.subjects.values():
         subject = status.spec.id
         row = [Text(subject, style="dim" if status.spec.kind in ("floor", "peer") else "")]
@@ -115,10 +154,11 @@ def _table(result: BenchResult, shape: str, dtype: str, symbols: dict) -> Table:
                 row.append(Text(f"{summary.median * 1e3:.3f} {symbols['plus_minus']}"
                                 f"{summary.spread:.0%}"))
         at_longest = ratios(result, indices[longest], subject)
-        row += [Text(none if at_longest[key] is None else f"{at_longest[key]:.2f}")
-                for key in ("bare", "read", "hf_static")]
+        row += [Text(none if at_longest[key] is None else
+                     f"{NOISE_MARK if (subject, key) in noisy else ''}{at_longest[key]:.2f}")
+                for key in SHOWN_RATIOS]
         found = result.measurements.get((indices[longest], subject))
         held = found.held_bytes if found and not found.error else None
         row.append(Text(none if held is None else f"{held / MIB:.1f}"))
         table.add_row(*row)
-    return table
+    return table, any(key in SHOWN_RATIOS for _, key in noisy)

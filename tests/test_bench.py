@@ -4,6 +4,7 @@ row. No timing is asserted: speed goals are the bench's to show, not the tests'.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
@@ -12,10 +13,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 from typer.testing import CliRunner
 
-from benchmarks import plot
-from benchmarks.bench import BUNDLED_IDS
+from benchmarks import plot, report
+from benchmarks.bench import (BUNDLED_IDS, BenchResult, Measurement, Settings, SubjectSpec,
+                              SubjectStatus)
+from benchmarks.timing import Summary
 from cli import app
 from graders.mistakes import MISTAKES
 from graders.mutation import REFERENCE
@@ -128,6 +132,44 @@ def test_without_a_png_the_plot_is_drawn_in_text():
     assert grid[0].endswith("a") and grid[-1].split("|")[1].startswith("b")
     assert "256" in labels and "1024" in labels
     assert "a concat" in legend and "b bare" in legend
+
+
+def timed(**medians: float) -> BenchResult:
+    """A bench of one cell (mha, float32, T=16) whose subjects, in this order, took their
+    median in seconds, with quartiles 10% either side (repetitions of 0.9, 1 and 1.1 times it)."""
+    specs = [SubjectSpec(name, "floor" if name == "bare" else "solution", name, "contract")
+             for name in medians]
+    result = BenchResult(Settings([16], ["float32"], ["mha"], specs),
+                         subjects={spec.id: SubjectStatus(spec) for spec in specs})
+    for name, median in medians.items():
+        result.measurements[(0, name)] = Measurement(seconds=[0.9 * median, median, 1.1 * median])
+    return result
+
+
+def test_two_times_are_within_the_noise_when_their_quartiles_overlap():
+    assert report.within_noise(Summary(1.0, 0.9, 1.1, 0.9), Summary(1.15, 1.05, 1.25, 1.05))
+    assert not report.within_noise(Summary(1.0, 0.9, 1.1, 0.9), Summary(1.3, 1.2, 1.4, 1.2))
+
+
+def test_a_ratio_within_the_noise_of_1x_or_of_its_neighbour_is_marked():
+    result = timed(fast=0.5, bare=1.0, near=1.05, slow=3.0, slower=3.2, far=10.0)
+    assert report.noisy_ratios(result, 0, list(result.subjects)) == {
+        ("near", "bare"),  # its quartiles overlap bare's: 1x as far as the run can tell
+        ("slow", "bare"), ("slower", "bare"),  # each other's neighbours, 3.0 and 3.2 overlap
+    }
+
+
+@pytest.mark.parametrize("medians, marked", [
+    ({"preallocated": 1.05, "bare": 1.0}, True), ({"preallocated": 3.0, "bare": 1.0}, False)],
+    ids=["within-the-noise", "clear"])
+def test_the_table_marks_a_noisy_ratio_and_the_legend_says_what_the_mark_means(medians, marked):
+    console = Console(width=200, record=True, file=io.StringIO())
+    report.render(timed(**medians), console)
+    shown = console.export_text()
+    row = next(line for line in shown.splitlines() if "preallocated" in line)
+    ratio = f"{medians['preallocated'] / medians['bare']:.2f}"
+    assert (f"{report.NOISE_MARK}{ratio}" in row) is marked and ratio in row, shown
+    assert (report.NOISE_LEGEND in " ".join(shown.split())) is marked, shown
 
 
 @pytest.mark.slow
