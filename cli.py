@@ -596,8 +596,8 @@ def grade_all(
                                 on_done=finished)
         except SandboxUnavailable as exc:
             _usage_error(str(exc))
-        except OSError as exc:  # a summary that could no longer be written (a full disk)
-            _usage_error(f"--out: cannot write the summary: {exc.strerror or exc}")
+        except (OSError, OutputError) as exc:  # a summary no longer writable (a full disk)
+            _usage_error(f"--out: cannot write the summary: {getattr(exc, 'strerror', None) or exc}")
     for line in batch.terminal_table(done, skipped):
         console.print(Text(line), soft_wrap=True)
     console.print(Text(f"wrote {file_name(summaries[0])} and {file_name(summaries[1])} "

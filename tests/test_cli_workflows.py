@@ -351,3 +351,22 @@ def test_a_tree_where_everything_is_skipped_exits_2_saying_why(tmp_path, monkeyp
     assert done.exit_code == 2 and len(done.output.strip().splitlines()) == 1, done.output
     assert "1 skipped: kv_cache.py is a link to a file outside" in done.output
     assert SECRET not in done.output and not (tmp_path / "summary.csv").exists()
+
+
+def test_a_summary_that_can_no_longer_be_written_ends_the_batch_with_one_line(tmp_path,
+                                                                               monkeypatch):
+    import errno
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "in" / "alice").mkdir(parents=True)
+    shutil.copy(REFERENCE, tmp_path / "in" / "alice" / "kv_cache.py")
+    monkeypatch.setattr(batch, "grade", lambda *a, **k: judge.GradeResult("k", "L6", [], [], False))
+
+    def disk_full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(batch, "write_summary", disk_full)
+    done = runner.invoke(app, ["grade-all", "in", "--out", "out", "--sandbox", "process"])
+    assert done.exit_code == 2, done.output
+    assert done.output.strip() == ("kata: error: --out: cannot write the summary: No space left "
+                                   "on device")
