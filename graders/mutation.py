@@ -2,18 +2,25 @@
 
 A mutant is a reference (`solutions/kv_cache.py`, or `solutions/paged_kv_cache.py` for the
 serving track) with its comments and docstrings removed (`strip_prose`) and a few edits: exact
-replacements of code text, or whole top-level functions swapped for another definition. The
-result is a complete, realistic candidate file with exactly one mistake, and the edits read like
-the diff an interviewer would point at. Edits find their place in the code alone, so rewording or
-deleting any comment or docstring of the solutions changes no mutant. An edit whose text is not
-found exactly once raises `MutationError`, so a change to the reference's code can never silently
-turn a mutant into a copy of the reference.
+replacements of code text, statements replaced where the syntax tree holds them, or whole
+top-level functions swapped for another definition. The result is a complete, realistic
+candidate file with exactly one mistake, and the edits read like the diff an interviewer would
+point at. Edits find their place in the code alone, so rewording or deleting any comment or
+docstring of the solutions changes no mutant. An edit that is not found exactly once raises
+`MutationError`, so a change to the reference's code can never silently turn a mutant into a
+copy of the reference.
+
+Text edits keep the reference's layout but break when it is reformatted; statement edits (the
+bundled mistakes' own, `graders.mistakes`) are matched as syntax, so they apply to the reference
+however it is laid out (parentheses, quotes, line breaks, comments), and their mutant is written
+by `ast.unparse`.
 """
 
 from __future__ import annotations
 
 import ast
 import io
+import textwrap
 import threading
 import tokenize
 from dataclasses import dataclass, field
@@ -40,12 +47,15 @@ class MutationError(Exception):
 @dataclass(frozen=True)
 class Mutant:
     """`replace`: (old, new) text pairs, each `old` code found exactly once in the reference
-    without prose. `functions`: name -> source of a top-level def that replaces the reference's
-    (or is added when it has none)."""
+    without prose. `statements`: (old, new) pairs of Python statements, each run of statements
+    `old` found exactly once in a body of the reference's syntax tree, layout aside, and
+    replaced by `new` (none: removed). `functions`: name -> source of a top-level def that
+    replaces the reference's (or is added when it has none). Applied in that order."""
 
     name: str
     description: str
     replace: tuple[tuple[str, str], ...] = ()
+    statements: tuple[tuple[str, str], ...] = ()
     functions: dict[str, str] = field(default_factory=dict)
     base: Path = REFERENCE  # PAGED_REFERENCE for the serving track
 
@@ -59,6 +69,8 @@ class Mutant:
                 raise MutationError(f"{self.name}: {old!r} occurs {found} times in the reference "
                                     "(its comments and docstrings removed)")
             text = text.replace(old, new)
+        if self.statements:
+            text = _edit_statements(text, self.statements, self.name)
         for name, definition in self.functions.items():
             text = _swap_function(text, name, definition, self.name)
         return text
@@ -130,3 +142,32 @@ def _swap_function(text: str, name: str, definition: str, mutant: str) -> str:
     lines = text.splitlines(keepends=True)
     start = min([node.lineno] + [d.lineno for d in node.decorator_list]) - 1
     return "".join(lines[:start]) + definition.strip("\n") + "\n" + "".join(lines[node.end_lineno:])
+
+
+def _edit_statements(text: str, edits: tuple[tuple[str, str], ...], mutant: str) -> str:
+    """`text` with each (old, new) statement edit made on its syntax tree, unparsed."""
+    with _PARSE:
+        tree = ast.parse(text)
+        parsed = [(ast.parse(textwrap.dedent(old)).body, ast.parse(textwrap.dedent(new)).body)
+                  for old, new in edits]
+    for (old, new), (written, _) in zip(parsed, edits):
+        wanted = [ast.dump(statement) for statement in old]
+        found = [(body, start) for body in _bodies(tree)
+                 for start in range(len(body) - len(old) + 1)
+                 if [ast.dump(s) for s in body[start:start + len(old)]] == wanted]
+        if len(found) != 1:
+            raise MutationError(f"{mutant}: the statements {written!r} occur {len(found)} times "
+                                "in the reference's code")
+        body, start = found[0]
+        body[start:start + len(old)] = new
+        if not body:
+            body.append(ast.Pass())
+    return ast.unparse(tree) + "\n"
+
+
+def _bodies(tree: ast.AST) -> list[list[ast.stmt]]:
+    """Every list of statements in `tree`: the module's, each block's, each `else` and
+    `finally`."""
+    return [body for node in ast.walk(tree) for name in ("body", "orelse", "finalbody")
+            if isinstance(body := getattr(node, name, None), list)
+            and body and isinstance(body[0], ast.stmt)]

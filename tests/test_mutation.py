@@ -23,7 +23,8 @@ def strip(source: str) -> str:
 
 def test_an_edit_that_does_not_match_exactly_once_is_an_error():
     with pytest.raises(MutationError):
-        Mutant("ghost", "edits text the reference does not have", replace=(("no such text", ""),)).source()
+        Mutant("ghost", "edits text the reference does not have",
+               replace=(("no such text", ""),)).source()
 
 
 def test_an_edit_anchored_on_a_comment_is_an_error():
@@ -34,6 +35,25 @@ def test_an_edit_anchored_on_a_comment_is_an_error():
     assert Mutant("code", "anchored on the code", replace=((anchor, anchor),)).source()
 
 
+def test_a_statement_edit_matches_the_syntax_whatever_the_layout(tmp_path):
+    base = tmp_path / "kv_cache.py"
+    base.write_text('def f(a, b):\n    x = (a +  # a comment\n         b)\n    return x * 2\n')
+    edit = Mutant("minus", "", statements=(("x = a + b", "x = a - b"),), base=base)
+    assert edit.source() == "def f(a, b):\n    x = a - b\n    return x * 2\n"
+    removal = Mutant("gone", "", statements=(("x = a + b\nreturn x * 2", ""),), base=base)
+    assert removal.source() == "def f(a, b):\n    pass\n"
+    for absent in ("x = a - b", "return x"):
+        with pytest.raises(MutationError, match="occur 0 times"):
+            Mutant("ghost", "", statements=((absent, ""),), base=base).source()
+
+
+def test_a_statement_edit_that_matches_twice_is_an_error(tmp_path):
+    base = tmp_path / "kv_cache.py"
+    base.write_text("x = 1\nif x:\n    x = 1\n")
+    with pytest.raises(MutationError, match="occur 2 times"):
+        Mutant("twice", "", statements=(("x = 1", "x = 2"),), base=base).source()
+
+
 def test_a_function_swap_replaces_the_whole_definition():
     source = Mutant("swap", "", functions={"reset": "def reset(cache):\n    pass\n"}).source()
     assert "def reset(cache):\n    pass\n" in source
@@ -42,7 +62,8 @@ def test_a_function_swap_replaces_the_whole_definition():
 
 
 @pytest.mark.parametrize("mistake", MISTAKES, ids=[m.name for m in MISTAKES])
-def test_every_bundled_mistake_differs_from_the_reference_and_fails_prefix_equivalence(mistake, tmp_path):
+def test_every_bundled_mistake_differs_from_the_reference_and_fails_prefix_equivalence(mistake,
+                                                                                      tmp_path):
     source = mistake.source()
     assert source != strip_prose(REFERENCE.read_text())
     path = tmp_path / "kv_cache.py"

@@ -7,8 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from graders import hidden_cases
 from graders.grade import grade
-from graders.mistakes import MISTAKES
+from graders.items import own_tests as item
+from graders.mistakes import MISTAKES, SHAPE_MISTAKES
 from graders.workers import Worker
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -32,6 +34,7 @@ def test_the_model_tests_catch_every_bundled_mistake():
 def test_shape_only_tests_fail_and_show_the_tell():
     item, tells = own_tests(OWN / "shape_only.py")
     assert item.status == "fail"
+    assert item.message.endswith(f"; caught {', '.join(sorted(SHAPE_MISTAKES))}"), item.message
     assert tells["shape-only-tests"].detected
     result = grade(REFERENCE, OWN / "shape_only.py")
     assert result.level == "L4", "the tell caps the level at L4"
@@ -65,10 +68,12 @@ def test_tests_that_error_before_they_run_are_not_said_to_be_missing(tmp_path, s
 
 def test_a_test_file_that_exits_is_a_failure_with_a_reason():
     item, _ = own_tests(OWN / "exits.py")
-    assert item.status == "fail" and "crashed" in item.message and "exited with code 3" in item.message
+    assert item.status == "fail" and "crashed" in item.message
+    assert "exited with code 3" in item.message
 
 
-@pytest.mark.parametrize("tests", [None, ROOT / "starter" / "test_kv_cache.py"], ids=["none", "starter"])
+@pytest.mark.parametrize("tests", [None, ROOT / "starter" / "test_kv_cache.py"],
+                         ids=["none", "starter"])
 def test_no_tests_or_the_untouched_starter_tests_are_not_attempted(tests):
     item, _ = own_tests(tests)
     assert item.status == "not_attempted"
@@ -98,10 +103,10 @@ def test_a_test_file_judged_again_unchanged_is_not_run_again(tmp_path, test_runs
     again, _ = own_tests(tests)
     assert first.status == again.status == "pass", again.message
     assert again.message == first.message
-    assert test_runs == [len(MISTAKES) + 1], "the second grade ran the tests again"
+    assert test_runs == [len(MISTAKES) + 2], "the second grade ran the tests again"
     tests.write_text((OWN / "shape_only.py").read_text())
     changed, tells = own_tests(tests)
-    assert test_runs == [len(MISTAKES) + 1] * 2
+    assert test_runs == [len(MISTAKES) + 2] * 2
     assert changed.status == "fail" and tells["shape-only-tests"].detected
 
 
@@ -109,4 +114,32 @@ def test_runs_that_did_not_end_are_run_again(test_runs):
     for _ in range(2):
         item, _ = own_tests(OWN / "exits.py")
         assert item.status == "fail" and "exited with code 3" in item.message
-    assert test_runs == [len(MISTAKES) + 1] * 2
+    assert test_runs == [len(MISTAKES) + 2] * 2
+
+
+def test_the_runs_name_no_implementation_and_follow_the_grades_seed():
+    """What the tests worker is sent says nothing of which implementation it is but its code:
+    the reference's file name is its own (no secret), every other run's is drawn from the
+    seed; a public grade uses PUBLIC_SEED, a hidden one its run's seed."""
+    public = item.implementations(item.PUBLIC_SEED)
+    assert [set(run) for run in public] == [{"source", "file"}] * (len(MISTAKES) + 2)
+    files = [run["file"] for run in public]
+    assert files[0] == item.REFERENCE_FILE and len(set(files)) == len(files)
+    assert not any(m.name in run["file"] for m in MISTAKES for run in public)
+    assert item.implementations(item.PUBLIC_SEED) == public
+    assert item._seed() == item.PUBLIC_SEED
+    with hidden_cases.run_seed(123):
+        assert item._seed() == 123 + item.SEED_OFFSET
+    hidden = item.implementations(123 + item.SEED_OFFSET)
+    assert hidden[0] == public[0] and all(h != p for h, p in zip(hidden[1:], public[1:]))
+
+
+def test_a_test_file_that_fails_the_disguise_fails_own_tests(tmp_path):
+    """Tests that pass on the reference alone (here: by its docstring) fail a correct
+    implementation, and own-tests says so."""
+    tests = tmp_path / "test_kv_cache.py"
+    tests.write_text("import kv_cache\n\n\ndef test_documented():\n"
+                     "    assert kv_cache.attend.__doc__\n")
+    result, _ = own_tests(tests)
+    assert result.status == "fail"
+    assert result.message.startswith("your tests fail a correct implementation"), result.message

@@ -1,10 +1,20 @@
 """own-tests: the candidate's tests pass on the reference and catch the bundled mistakes.
 
-The candidate's test file runs in the tests worker (pytest, in a forked child per run) with
-`kv_cache` bound first to the reference solution, then to each bundled mistake
-(`graders.mistakes`). A test suite that passes on the reference and fails on every mistake
-compares outputs, prefix by prefix; one that catches none of the mistakes whose outputs have
-the right shape checks shapes only (the `shape-only-tests` tell).
+The candidate's test file runs in the tests worker (pytest, in a forked child per run, in a
+sandbox of its own: `GradeWorkers`) with `kv_cache` bound in turn to the reference solution, to
+a correct implementation made for this grade (`graders.disguise`: the reference with its private
+names, the order of its definitions and its layout rewritten from the grade's seed) and to each
+bundled mistake (`graders.mistakes`), disguised with the same seed. A test suite that passes on
+the reference and on the disguise and fails on every mistake compares outputs, prefix by prefix;
+one that catches none of the mistakes whose outputs have the right shape checks shapes only (the
+`shape-only-tests` tell). One that passes on the reference but not on the disguise recognises
+the reference instead of judging it ("your tests fail a correct implementation").
+
+The runs cannot tell one implementation from another but by what it computes: the worker is sent
+each one's source and a file name (`__file__`), never its name; every run but the reference's
+gets a fresh file name from the seed; every run stops at the first failure; and the runs are
+sent in an order drawn from the seed. The seed is the hidden run's (recorded in the report;
+`--seed` replays it), else PUBLIC_SEED: a public grade of the same files gives the same verdict.
 
 The item judges the tests, not the implementation being graded: what its runs give depends on
 the test file (its path, and its bytes as the worker read them) and on the implementations they
@@ -18,21 +28,25 @@ from __future__ import annotations
 
 import hashlib
 import json
+import random
 from typing import NamedTuple
 
-from graders import bundled
+from graders import bundled, hidden_cases, mutation
 from graders.candidate import Candidate, CandidateError, Fail, NotAttempted
+from graders.disguise import disguise
 from graders.isolation import unseen_beside
 from graders.mistakes import MISTAKES, SHAPE_MISTAKES
-from graders.mutation import REFERENCE
 from graders.workers import Reply, WorkerUnavailable
 
 ITEM = "own-tests"
 
 STARTER_TESTS = bundled.STARTER / "test_kv_cache.py"
+REFERENCE_FILE = "<reference>"  # the reference's __file__ in the runs: it is no secret
 
 TEST_TIMEOUT = 60.0
 PARALLEL = 2
+PUBLIC_SEED = 0  # the disguise's seed outside hidden runs
+SEED_OFFSET = 29_000  # of the disguise's seed from the hidden run's (graders.hidden_cases)
 
 
 class _Runs(NamedTuple):
@@ -54,11 +68,7 @@ def grade(candidate: Candidate) -> str:
     tests = candidate.tests.read_bytes()
     if tests == STARTER_TESTS.read_bytes():
         raise NotAttempted("the test file is still the starter's example: write your own tests")
-    implementations = [{"source": REFERENCE.read_text(), "name": "reference"}] + [
-        {"source": m.source(), "name": m.name} for m in MISTAKES]
-    requests = [{"test_path": str(candidate.tests), "implementation": impl, "exitfirst": i > 0}
-                for i, impl in enumerate(implementations)]
-    replies = _runs(candidate, tests, requests)
+    replies = _runs(candidate, tests, implementations(_seed()))
     on_reference = _outcome(replies[0], "on the reference solution")
     if not (on_reference["passed"] or on_reference["failed"] or on_reference["errors"]):
         raise Fail("no test ran: the file collects no tests (names must start with test_)")
@@ -67,8 +77,14 @@ def grade(candidate: Candidate) -> str:
         raise Fail(f"your tests fail on the reference solution, so they cannot judge others: "
                    f"{failure or 'pytest exit code ' + str(on_reference['exit_code'])}"
                    f"{unseen_beside(failure or '', str(candidate.tests))}")
+    on_disguise = _outcome(replies[1], "on a correct implementation")
+    if on_disguise["exit_code"] != 0:
+        failure = on_disguise["first_failure"] or f"pytest exit code {on_disguise['exit_code']}"
+        raise Fail("your tests fail a correct implementation (the reference with other private "
+                   "names, order and layout: tests must judge what the code computes, not "
+                   f"recognise the reference): {failure}")
 
-    caught = [m.name for m, r in zip(MISTAKES, replies[1:]) if not _passed(r)]
+    caught = [m.name for m, r in zip(MISTAKES, replies[2:]) if not _passed(r)]
     missed = [m for m in MISTAKES if m.name not in caught]
     by_value = [name for name in caught if name not in SHAPE_MISTAKES]
     candidate.tell("shape-only-tests", not by_value,
@@ -82,21 +98,48 @@ def grade(candidate: Candidate) -> str:
             f"{len(MISTAKES)} bundled mistakes ({', '.join(caught)})")
 
 
-def _runs(candidate: Candidate, tests: bytes, requests: list[dict]) -> list[Reply]:
-    """A Reply for each of `requests`: those of the last runs of the same test file (`tests`, its
-    bytes as the judge read them) against the same implementations, else the test worker's."""
-    path, against = str(candidate.tests), _digest(json.dumps(requests).encode())
+def implementations(seed: int) -> list[dict]:
+    """What the tests run against, as the worker is sent them (``{"source", "file"}``): the
+    reference (wherever `graders.mutation.REFERENCE` points), its disguise, then each of
+    MISTAKES disguised, all from `seed`."""
+    draw = random.Random(f"own-tests:{seed}")
+    reference = mutation.REFERENCE.read_text()
+    others = [disguise(reference, seed)] + [disguise(m.source(), seed) for m in MISTAKES]
+    return [{"source": reference, "file": REFERENCE_FILE}] + [
+        {"source": source, "file": f"/tmp/{draw.getrandbits(40):010x}/kv_cache.py"}
+        for source in others]
+
+
+def _seed() -> int:
+    try:
+        return hidden_cases.seed(SEED_OFFSET)
+    except LookupError:  # not a hidden run
+        return PUBLIC_SEED
+
+
+def _runs(candidate: Candidate, tests: bytes, against: list[dict]) -> list[Reply]:
+    """A Reply for each implementation of `against`: those of the last runs of the same test file
+    (`tests`, its bytes as the judge read them) against the same implementations, else the test
+    worker's, sent in an order drawn from the implementations."""
+    path = str(candidate.tests)
+    requests = [{"test_path": path, "implementation": impl, "exitfirst": True} for impl in against]
+    order = list(range(len(requests)))
+    random.Random(_digest(json.dumps(against).encode())).shuffle(order)
+    sent = [requests[i] for i in order]
+    digest = _digest(json.dumps(sent).encode())
     last = _LAST_RUNS.get(path)
-    if last and last.against == against and last.tests == _digest(tests):
+    if last and last.against == digest and last.tests == _digest(tests):
         return last.replies
     try:
-        replies = candidate.test_worker.run(requests, TEST_TIMEOUT, PARALLEL)
+        replies = [None] * len(sent)
+        for i, reply in zip(order, candidate.test_worker.run(sent, TEST_TIMEOUT, PARALLEL)):
+            replies[i] = reply
     except WorkerUnavailable as exc:
         raise CandidateError(f"the tests could not be run: {exc.reason}") from None
     read = {reply.body.get("tests_sha256") if reply.status == "done" else None
             for reply in replies}
     if len(read) == 1 and None not in read:  # every run ended, all on the same bytes
-        _LAST_RUNS[path] = _Runs(read.pop(), against, replies)
+        _LAST_RUNS[path] = _Runs(read.pop(), digest, replies)
     return replies
 
 

@@ -2,8 +2,10 @@
 
 The implementation is installed as module `kv_cache` before pytest starts, so the candidate's
 `from kv_cache import ...` gets it whatever else lies beside the test file. The implementation is
-source text (``{"source": ..., "name": ...}``: the reference, or a bundled mistake built from
-it), so the worker needs no file of the kata's solutions.
+source text and the file name it is compiled as (``{"source": ..., "file": ...}``: the
+reference, a disguise of it, or a disguised bundled mistake), so the worker needs no file of the
+kata's solutions. Nothing of the request says which implementation it is, and its source leaves
+the request once compiled: the tests see the module, not the text the judge sent.
 """
 
 from __future__ import annotations
@@ -80,8 +82,10 @@ def run(test_path: str, implementation: dict, exitfirst: bool = False) -> dict:
 
 
 def _install(implementation: dict) -> None:
+    """Make `implementation` module `kv_cache`, and take its source out of the request (which
+    the frames below the candidate's tests still hold)."""
     spec = importlib.util.spec_from_loader("kv_cache", loader=None)
     module = importlib.util.module_from_spec(spec)
-    module.__file__ = f"<{implementation['name']}>"
+    module.__file__ = implementation["file"]
     sys.modules["kv_cache"] = module
-    exec(compile(implementation["source"], module.__file__, "exec"), module.__dict__)
+    exec(compile(implementation.pop("source"), module.__file__, "exec"), module.__dict__)
