@@ -8,8 +8,9 @@ minute grading; `write_atomically` writes it. What a path names decides how it i
 - a regular file, or nothing yet: a temporary file beside it, renamed over it, so that a reader
   (a CI job, a watcher) never sees half a report; an existing file keeps its permissions.
 - a symbolic link: its target, as above (the link is resolved first and still points at it).
-- a character device (/dev/null, /dev/stdout, a terminal) or a FIFO: opened and written through,
-  never replaced.
+- a character device (/dev/null, a terminal) or a FIFO: opened and written through, never
+  replaced; so is one of this process's own files (/dev/stdout redirected to a file: the
+  report is added after what was printed).
 - anything else (a folder, a socket, a block device): OutputError, before any work.
 
 Text is written as UTF-8; a lone surrogate (which UTF-8 cannot hold) is written as its
@@ -25,6 +26,7 @@ import tempfile
 from pathlib import Path
 
 STDOUT = Path("-")  # the user's `-`: standard output
+STREAMS = ("/dev/stdout", "/dev/stderr", "/dev/fd/", "/proc/self/fd/")  # this process's files
 _UMASK = os.umask(0o022)
 os.umask(_UMASK)  # read once: a new report gets the permissions open() would have given it
 
@@ -42,14 +44,12 @@ def check_writable(path: Path) -> None:
     """
     if path == STDOUT:
         return
-    target = _target(path)
-    folder = target.parent
     try:
-        mode = target.stat().st_mode
-    except (FileNotFoundError, NotADirectoryError):  # its folder is then checked
-        mode = None
+        mode = _mode(path)
     except OSError as exc:
         raise OutputError(f"cannot write {path}: {exc.strerror}") from None
+    target = _target(path)
+    folder = target.parent
     if mode is not None and stat.S_ISDIR(mode):
         raise OutputError(f"cannot write {path}: it is a folder; give a file name")
     if mode is not None and not _written_as_file(mode) and not _written_through(mode):
@@ -58,7 +58,7 @@ def check_writable(path: Path) -> None:
         raise OutputError(f"cannot write {path}: the folder {folder} does not exist")
     if mode is None and not os.access(folder, os.W_OK | os.X_OK):
         raise OutputError(f"cannot write {path}: the folder {folder} is not writable")
-    if mode is not None and not os.access(target, os.W_OK):
+    if mode is not None and not os.access(path, os.W_OK):
         raise OutputError(f"cannot write {path}: it is read-only")
 
 
@@ -89,26 +89,24 @@ def make_folder(folder: Path) -> None:
 
 def write_atomically(path: Path, data: str | bytes) -> None:
     """Write `data` (text as UTF-8, lone surrogates backslash-escaped) where `path` points, as
-    the module docstring says: standard output for `-`; written through for a character device
-    or a FIFO; else through a temporary file beside the (link's) target and os.replace, so that
+    the module docstring says: standard output for `-`; written through for a character device,
+    a FIFO or a file of this process (/dev/stdout); else through a temporary file beside the (link's) target and os.replace, so that
     the target holds either its old content or all of `data`, never part. OutputError for a
     target of any other kind."""
     content = data.encode("utf-8", "backslashreplace") if isinstance(data, str) else data
     if path == STDOUT:
         _write_stdout(content)
         return
-    target = _target(path)
-    try:
-        mode = target.stat().st_mode
-    except FileNotFoundError:
-        mode = None
-    if mode is not None and _written_through(mode):
-        with open(target, "wb") as f:
+    mode = _mode(path)
+    if mode is not None and (_written_through(mode) or _of_this_process(path)):
+        sys.stdout.flush()  # what the report printed comes first
+        with open(path, "ab") as f:  # through any link: /dev/stdout is one to /proc/self/fd/1
             f.write(content)
         return
     if mode is not None and not _written_as_file(mode):
         raise OutputError(f"cannot write {path}: it is {_kind(mode)}, not a file")
-    _replace(target, content, stat.S_IMODE(mode) if mode is not None else 0o666 & ~_UMASK)
+    _replace(_target(path), content,
+             stat.S_IMODE(mode) if mode is not None else 0o666 & ~_UMASK)
 
 
 def _replace(target: Path, content: bytes, mode: int) -> None:
@@ -133,9 +131,25 @@ def _write_stdout(content: bytes) -> None:
         stream.flush()
 
 
+def _mode(path: Path) -> int | None:
+    """The st_mode of what `path` names, through any link; None when nothing is there yet (or
+    a part of its folder is missing or a file: the folder's check says so)."""
+    try:
+        return path.stat().st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
 def _target(path: Path) -> Path:
     """What `path` names: the file itself, or the end of its chain of symbolic links."""
     return Path(os.path.realpath(path)) if path.is_symlink() else path
+
+
+def _of_this_process(path: Path) -> bool:
+    """`path` names one of this process's open files (/dev/stdout, /dev/fd/3, /proc/self/fd/1),
+    whatever they are: a stream the user redirected (`> out.txt`), to be added to, not
+    replaced."""
+    return str(path).startswith(STREAMS)
 
 
 def _written_as_file(mode: int) -> bool:

@@ -85,6 +85,29 @@ def test_a_fifo_is_written_through_to_its_reader(tmp_path):
     assert stat.S_ISFIFO(fifo.lstat().st_mode), "the FIFO was not replaced"
 
 
+def test_a_pipe_named_by_its_descriptor_is_written_through():
+    read, write = os.pipe()
+    try:
+        write_atomically(Path(f"/dev/fd/{write}"), "through the descriptor")
+    finally:
+        os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        assert pipe.read() == b"through the descriptor"
+
+
+def test_a_file_this_process_has_open_gets_the_report_after_what_it_holds(tmp_path):
+    """/dev/stdout redirected to a file (`kata grade --json /dev/stdout > out.txt`): the report
+    follows what was printed, in the same file, which is not replaced."""
+    out = tmp_path / "out.txt"
+    with out.open("w") as stdout:
+        stdout.write("the printed report\n")
+        stdout.flush()
+        inode = out.stat().st_ino
+        write_atomically(Path(f"/proc/self/fd/{stdout.fileno()}"), '{"score": 10}\n')
+    assert out.read_text() == 'the printed report\n{"score": 10}\n'
+    assert out.stat().st_ino == inode
+
+
 def test_a_symlink_writes_its_target_atomically_and_stays_a_link(tmp_path):
     (tmp_path / "reports").mkdir()
     target = tmp_path / "reports" / "real.json"
@@ -150,6 +173,22 @@ def test_json_dash_goes_to_standard_output_alone(here):
     assert json.loads(done.stdout)["score"] == 10, "stdout holds the JSON and nothing else"
     assert "append-time-dim" in done.stderr, "the terminal's report went to stderr"
     assert not (here / "-").exists(), "no file named -"
+
+
+@pytest.mark.slow  # the CLI as a process, its stdout a file
+def test_json_to_dev_stdout_follows_the_report_in_the_redirected_file(here):
+    import subprocess
+    import sys
+
+    shutil.copyfile(REFERENCE, here / "kv_cache.py")
+    with (here / "out.txt").open("wb") as out:
+        done = subprocess.run([sys.executable, str(ROOT / "cli.py"), "grade", "kv_cache.py",
+                               "--level", "L4", "--sandbox", "process", "-q",
+                               "--json", "/dev/stdout"], stdout=out, stderr=subprocess.PIPE)
+    assert done.returncode == 0, done.stderr.decode()
+    text = (here / "out.txt").read_text()
+    report, _, written = text.partition("{")
+    assert "Partial run" in report and json.loads("{" + written)["score"] == 10
 
 
 @pytest.mark.slow
