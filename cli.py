@@ -41,10 +41,6 @@ from graders.tracks import DENSE, TRACKS
 # nor torch needs it, and the warning would send a user after a package they do not need.
 warnings.filterwarnings("ignore", message="Failed to initialize NumPy", category=UserWarning)
 
-# Where NumPy is missing, importing torch warns "Failed to initialize NumPy": neither the kata
-# nor torch needs it, and the warning would send a user after a package they do not need.
-warnings.filterwarnings("ignore", message="Failed to initialize NumPy", category=UserWarning)
-
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Practice kata: incremental decoding with a KV cache.")
 
@@ -77,10 +73,6 @@ SANDBOX_HELP = ("How the candidate's code is walled off: 'auto' (bubblewrap wher
                 "'process' (the fallback).")
 SEED_HELP = ("The seed the hidden cases are drawn from (with --hidden) \\[default: a fresh one each "
              "run, printed in the report]: the seed of a report replays its cases.")
-STRANGERS_SANDBOX_HELP = (" An interviewer's run grades a stranger's file: without bubblewrap it "
-                          "refuses (exit 2) unless told --sandbox process.")
-STRANGERS_SANDBOX_HELP = (" An interviewer's run grades a stranger's file: without bubblewrap it "
-                          "refuses (exit 2) unless told --sandbox process.")
 STRANGERS_SANDBOX_HELP = (" An interviewer's run grades a stranger's file: without bubblewrap it "
                           "refuses (exit 2) unless told --sandbox process.")
 MEMORY_HELP = "GiB of memory each process the candidate's code runs in may use."
