@@ -592,8 +592,8 @@ def grade_all(
             _usage_error(f"--out: cannot write the summary: {getattr(exc, 'strerror', None) or exc}")
     for line in batch.terminal_table(done, skipped):
         console.print(Text(line), soft_wrap=True)
-    console.print(Text(f"wrote {file_name(summaries[0])} and {file_name(summaries[1])} "
-                       "(the full table)"))
+    console.print(Text(f"wrote {file_name(_relative(summaries[0]))} and "
+                       f"{file_name(_relative(summaries[1]))} (the full table)"))
 
 
 @app.command()

@@ -305,6 +305,8 @@ def test_grade_all_on_a_hostile_tree_leaks_no_secret_and_writes_only_data(tmp_pa
         assert any(line.startswith(name[:15]) and "not graded" in line
                    for line in done.output.splitlines()), f"{name} is not listed as skipped"
     assert max(len(line) for line in done.output.splitlines()) <= 80
+    assert done.output.splitlines()[-1] == ("wrote out/summary.csv and out/summary.md "
+                                            "(the full table)")
 
 
 def test_grade_all_checks_out_before_it_grades_anything(tmp_path, monkeypatch):
