@@ -8,6 +8,8 @@ kata's own text passes through unchanged, so a format need not know which part o
 whose).
 
 - `clip`: at most MAX_QUOTE characters, saying how much was cut.
+- `quote`: a message as the terminal and every file show it: printable, CRLF read as a newline,
+  at most MAX_QUOTE characters escapes included, in time that does not grow with the message.
 - `printable`: control characters (C0 but tab and newline, DEL, C1), Unicode format characters
   (bidi controls, zero-width characters, tags), line and paragraph separators and lone
   surrogates shown as visible escapes (``\\x1b``, ``\\u202e``), never emitted.
@@ -34,6 +36,7 @@ _UNSAFE = re.compile(
     "\U000110bd\U000110cd\U00013430-\U0001343f\U0001bca0-\U0001bca3\U0001d173-\U0001d17a"
     "\U000e0001\U000e0020-\U000e007f]"
 )
+_PIPE = re.compile(r"(\\*)\|")  # a pipe and the backslashes before it
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 _XML_ILLEGAL = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
@@ -46,6 +49,25 @@ def clip(text: str, limit: int = MAX_QUOTE) -> str:
     return text[: max(0, limit - len(note))] + note
 
 
+def quote(text: str, limit: int = MAX_QUOTE) -> str:
+    """`text` as `printable` shows it, a CRLF read as one newline, cut to at most `limit`
+    characters (escapes counted as shown) with an end that says how many of `text`'s characters
+    were cut. Only the first `limit` characters are escaped: a message of megabytes costs what
+    one of `limit` characters does."""
+    head = text[:limit]
+    shown = printable(head.replace("\r\n", "\n"))
+    if len(text) <= limit and len(shown) <= limit:
+        return shown
+    pieces = ["" if char == "\r" and head[n + 1:n + 2] == "\n" else printable(char)
+              for n, char in enumerate(head)]
+    budget = limit - len(f" [... {len(text):,} more characters cut]")
+    kept = used = 0
+    while kept < len(pieces) and used + len(pieces[kept]) <= budget:
+        used += len(pieces[kept])
+        kept += 1
+    return "".join(pieces[:kept]) + f" [... {len(text) - kept:,} more characters cut]"
+
+
 def printable(text: str) -> str:
     """`text` with every unsafe character shown as an escape: a byte that could not be decoded
     (a surrogate escape, U+DC80..U+DCFF) as ``\\xNN``, other characters below U+0100 as
@@ -56,8 +78,11 @@ def printable(text: str) -> str:
 def markdown_code(text: str) -> str:
     """`text` (printable, on one line: newlines become " / ") as a Markdown code span that is
     safe in a table cell: inside it nothing is a link, an image, HTML or emphasis, and a `|`
-    is escaped so that it cannot start a cell."""
-    line = printable(text).replace("\r", "").replace("\n", " / ").replace("|", "\\|")
+    is escaped so that it cannot start a cell (GFM splits a row before it reads code spans, and
+    reads `\\` as an escaped backslash: a pipe after an odd run of backslashes gets one more
+    backslash, which shows)."""
+    line = printable(text).replace("\r", "").replace("\n", " / ")
+    line = _PIPE.sub(lambda m: m.group(1) + "\\" * (len(m.group(1)) % 2) + "\\|", line)
     if not line.strip():
         return ""
     fence = "`" * (_longest_run(line, "`") + 1)

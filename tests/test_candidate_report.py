@@ -57,12 +57,12 @@ def concat(failing: tuple[str, ...] = ("prealloc",), **changes) -> GradeResult:
 
 
 def rendered(result: GradeResult, detail: str = "default", width: int = 80,
-             terminal: bool = False) -> tuple[str, str]:
+             terminal: bool = False, first: set[str] = frozenset()) -> tuple[str, str]:
     """(the text shown, what was written to the stream: with colour codes in a terminal)."""
     stream = io.StringIO()
     console = Console(width=width, file=stream, record=True, force_terminal=terminal,
                       color_system="standard" if terminal else None)
-    render(result, console, detail, COMMAND)
+    render(result, console, detail, COMMAND, first)
     return console.export_text(), stream.getvalue()
 
 
@@ -87,7 +87,9 @@ def test_the_default_report_fits_a_screen_and_shows_every_failure_in_full(width,
     text, written = rendered(result, width=width, terminal=terminal)
     lines = text.rstrip("\n").splitlines()
     # The CLI's line naming the files makes one more: 45 at most for today's concat solution.
-    limit = {(80, 1): 44, (80, 2): 48, (120, 1): 38, (120, 2): 41}[width, len(failing)]
+    # The detected tell's message has a line of its own, under the tell (at 120 columns, one
+    # line more than when it followed the tell's id).
+    limit = {(80, 1): 44, (80, 2): 48, (120, 1): 39, (120, 2): 42}[width, len(failing)]
     assert len(lines) <= limit, text
     assert max(len(line) for line in lines) <= width
     assert ("\x1b[" in written) is terminal, "colour in a terminal, plain text in a pipe"
@@ -169,3 +171,41 @@ def test_items_not_run_say_why_once_at_the_end_without_hints():
     assert flat("\n".join(closing_lines(text))).endswith(
         f"Items not run ({len(items)}): the file does not import: SyntaxError: invalid syntax "
         f"(kv_cache.py, line 3) Next: fix that, then {COMMAND}")
+
+
+def test_ff_shows_the_items_graded_first_ahead_of_the_levels():
+    first = {"prealloc", "low-precision"}
+    text, _ = rendered(concat(("low-precision", "prealloc")), first=first)
+    lines = text.splitlines()
+    assert lines[0].startswith("Graded first: did not pass last time  (0/12 points)"), lines[0]
+    ahead = [line.split()[1] for line in lines[1:] if line.startswith("  ")
+             and line.split()[0] in ("PASS", "FAIL")][:2]
+    assert ahead == ["low-precision", "prealloc"], "graded first, shown first, rubric order"
+    for item_id in first:
+        assert len(re.findall(rf"^  \w+ +{item_id} ", text, re.M)) == 1, "shown once"
+    assert re.search(r"^L6 .*\(28/40 points\)$", text, re.M), "a level's points are all its items'"
+
+
+def test_next_never_suggests_the_command_just_run():
+    alone = concat(("prealloc",), partial=True, level=None)
+    alone.items = [i for i in alone.items if i.id == "prealloc"]
+    closing = flat("\n".join(closing_lines(rendered(alone)[0])))
+    assert closing.endswith("Next: kata hint prealloc"), closing
+    assert "--item prealloc" not in closing
+    two = concat(("prealloc",), partial=True, level=None)
+    two.items = [i for i in two.items if i.id in ("prealloc", "gqa")]
+    assert flat(rendered(two)[0]).endswith(
+        f"Next: kata hint prealloc, or grade it alone: {COMMAND} --item prealloc")
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_verbose_wraps_each_explanation_under_its_item_across_the_width(width):
+    text, _ = rendered(concat(), "verbose", width)
+    lines = text.splitlines()
+    assert max(len(line) for line in lines) <= width
+    assert not any("│" in line for line in lines if "PASS" in line or "FAIL" in line), \
+        "no table: an item is a line, its explanation under it"
+    explained = [n for n, line in enumerate(lines) if re.match(r"  (PASS|FAIL) ", line)]
+    for n in explained:
+        assert lines[n + 1].startswith(" " * 4) and len(lines[n + 1]) > width // 2, lines[n + 1]
+    assert len(lines) < 180, "238 lines as a table at 80 columns before"

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import re
 import unicodedata
 
 import pytest
 
 from graders.untrusted import (MAX_QUOTE, _UNSAFE, clip, csv_cell, file_name, markdown_code,
-                               printable, xml_text)
+                               printable, quote, xml_text)
 
 NEWER_FORMAT_CHARACTERS = range(0x13439, 0x13440)  # Cf from Unicode 15 on; escaped here already
 
@@ -62,10 +63,29 @@ def test_markdown_code_is_one_code_span_with_no_cell_break(raw):
     assert "\n" not in span and "|" not in span.replace("\\|", "")
 
 
+@pytest.mark.parametrize("backslashes", range(4))
+def test_markdown_code_keeps_a_pipe_in_its_cell_after_any_run_of_backslashes(backslashes):
+    """GFM splits a row at a pipe unless a backslash escapes it, and `\\\\` is an escaped
+    backslash (cmark-gfm's escaped_char): the pipe must follow an odd run of backslashes."""
+    span = markdown_code("a" + "\\" * backslashes + "|b")
+    run = re.search(r"(\\*)\|", span).group(1)
+    assert len(run) % 2 == 1, span
+
+
 @pytest.mark.parametrize("raw", ["=HYPERLINK(\"http://x\")", "+cmd|' /C calc'!A0", "-2+3+cmd|x",
                                  "@SUM(A1)", "\tx", "\rx"])
 def test_csv_cell_never_starts_a_formula(raw):
     assert csv_cell(raw)[0] not in "=+-@\t\r"
+
+
+def test_quote_escapes_then_bounds_what_is_shown_and_says_what_was_cut():
+    assert quote("a\r\nb\x1b[2J") == "a\nb\\x1b[2J", "a CRLF is a newline; the rest escaped"
+    escapes = quote("\x1b" * 5000)
+    assert len(escapes) == MAX_QUOTE and escapes.endswith(" [... 4,508 more characters cut]")
+    assert set(escapes.split(" [")[0].split("\\x1b")) == {""}, "no escape cut in half"
+    huge = quote("x" * 24_000_000)
+    assert len(huge) == MAX_QUOTE and huge.endswith(" [... 23,998,037 more characters cut]")
+    assert quote("short") == "short"
 
 
 def test_xml_text_holds_only_characters_xml_allows():

@@ -12,6 +12,9 @@ One test per graded item, numbered by its place in the rubric: `name` "<level> <
 hint when it ran and did not pass), `tags` [level], and `visibility` "visible" -- or
 "after_published" for every test when the grade includes the hidden graders, whose failure
 messages describe hidden cases and must stay unseen until the grades are published.
+
+Every message, and why items were not run, is as graders.untrusted.quote shows it (escaped, at
+most MAX_QUOTE characters): the file is valid UTF-8 and bounded whatever the candidate sent.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from graders import rubric as rubric_data
 from graders.grade import GradeResult
 from graders.output_files import write_atomically
 from graders.formats.report import partial_verdict
+from graders.untrusted import quote
 
 
 def to_gradescope(result: GradeResult) -> dict:
@@ -32,7 +36,7 @@ def to_gradescope(result: GradeResult) -> dict:
     tests = []
     for item in result.items:
         info = rubric.item(item.id)
-        output = item.full_message
+        output = quote(item.full_message)
         if item.status != "pass" and not item.unavailable:
             output += f"\n\nHint: {info.hints[0]}"
         tests.append({
@@ -66,7 +70,7 @@ def _summary(result: GradeResult) -> str:
     lines += [f"Score: {result.score:g}/{result.max_score:g}",
               f"Down-level tells detected: {', '.join(detected) or 'none'}"]
     if result.unavailable:
-        lines.append(f"Items not run: {result.unavailable}")
+        lines.append(f"Items not run: {quote(result.unavailable)}")
     return "\n".join(lines)
 
 

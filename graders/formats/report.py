@@ -1,10 +1,19 @@
-"""Showing a grade: the rich report for people, the JSON of the contract for machines."""
+"""Showing a grade: the rich report for people, the JSON of the contract for machines.
+
+Every message can quote the candidate (contract section 5), so each is shown as
+graders.untrusted.quote makes it: control characters, escape sequences and bidi controls
+escaped, at most MAX_QUOTE characters. In the terminal, every line of a message (an item's, a
+tell's, why items were not run) is indented under the line that introduces it: a line at column 0
+is always the kata's own, and a message cannot print a closing block of its own.
+"""
 
 from __future__ import annotations
 
 import json
 import time
 from pathlib import Path
+
+from collections.abc import Collection
 
 from rich.console import Console, Group
 from rich.padding import Padding
@@ -16,7 +25,9 @@ from graders import rubric as rubric_data
 from graders import tracks
 from graders.grade import GradeResult, ItemResult
 from graders.isolation import PROCESS_FALLBACK_NOTE
+from graders.untrusted import printable, quote
 
+INDENT = 4  # columns a quoted message stands in from the line that introduces it
 STATUS_STYLE = {
     "pass": ("PASS", "green"),
     "fail": ("FAIL", "red"),
@@ -28,18 +39,21 @@ STATUS_STYLE = {
 
 def to_json(result: GradeResult) -> dict:
     """The report as the contract's JSON (section 3, v1.1): `level` is null for a partial run;
-    an item the worker could not run gives the worker's reason in its message, in one line."""
+    an item the worker could not run gives the worker's reason in its message, in one line.
+    Every message and the implementation's name are as `quote` shows them (printable, at most
+    MAX_QUOTE characters), so the file is valid UTF-8 whatever the candidate sent."""
     return {
-        "implementation": result.implementation,
+        "implementation": printable(result.implementation),
         "level": result.level,
         "score": result.score,
         "max_score": result.max_score,
         "items": [
             {"id": i.id, "level": i.level, "status": i.status, "points": i.points,
-             "max_points": i.max_points, "message": i.full_message}
+             "max_points": i.max_points, "message": quote(i.full_message)}
             for i in result.items
         ],
-        "tells": [{"id": t.id, "detected": t.detected, "message": t.message} for t in result.tells],
+        "tells": [{"id": t.id, "detected": t.detected, "message": quote(t.message)}
+                  for t in result.tells],
         "hidden": result.hidden,
         "isolation": result.isolation,
         "partial": result.partial,
@@ -55,7 +69,7 @@ def write_json(result: GradeResult, path: Path) -> None:
 
 
 def render(result: GradeResult, console: Console, detail: str = "default",
-           command: str = "kata grade") -> None:
+           command: str = "kata grade", first: Collection[str] = ()) -> None:
     """The report at a `detail`, each ending with the closing block (`closing`, where
     `command` is how to grade this file again):
 
@@ -64,21 +78,29 @@ def render(result: GradeResult, console: Console, detail: str = "default",
     - "default": the items grouped by level in rubric order, one line for each that passes
       (status, id, points) and, under each that does not, its whole message and a first hint;
       then the detected tells, one each, and one line for the others (clear or not checked).
-    - "verbose" (-v): every item's whole message in a table a level, and every tell's.
+    - "verbose" (-v): the same lines, with every item's message under it, passes too, and
+      every tell's.
 
-    A hidden run is read by an interviewer: its "default" is "verbose", and it adds the
-    interviewer-only items as a checklist. Messages wrap, never cut."""
+    `first` (--ff: the items that did not pass last time, graded first) are shown first, in a
+    group of their own, and left out of their levels' groups. A hidden run is read by an
+    interviewer: its "default" is "verbose", and it adds the interviewer-only items as a
+    checklist. Messages wrap, never cut, but each is at most MAX_QUOTE characters."""
     if detail == "brief":
-        render_summary(result, console, command)
+        render_summary(result, console, command, first)
         return
     if detail != "quiet":
         rubric = rubric_data.load()
         verbose = detail == "verbose" or result.hidden
+        ahead = [i for i in result.items if i.id in first]
+        if ahead:
+            console.print(_level_lines(f"Graded first: did not pass last time  ({_points(ahead)})",
+                                       ahead, rubric, verbose))
         for level, title, _ in tracks.groups(rubric.levels):
             items = [i for i in result.items if i.level == level]
             if items:
-                console.print(_level_table(title, items, rubric) if verbose
-                              else _level_lines(title, items, rubric))
+                console.print(_level_lines(f"{title}  ({_points(items)})",
+                                           [i for i in items if i.id not in first], rubric,
+                                           verbose))
         if tracks.get(result.track).levels:
             console.print(_tells(result, rubric) if verbose else _tell_lines(result, rubric))
         if result.hidden:
@@ -96,61 +118,61 @@ def _hint(item: ItemResult, rubric: rubric_data.Rubric) -> Text:
     return Text(f"hint: {rubric.item(item.id).hints[0]} (more: kata hint {item.id})", style="cyan")
 
 
-def _level_lines(title: str, items: list[ItemResult], rubric: rubric_data.Rubric) -> Group:
-    """A level's items in the default report: one line an item; under one that does not pass,
-    its message and (unless the worker could not run it) a hint, indented."""
-    lines: list = [Text(f"{title}  ({_points(items)})", style="bold")]
+def _quoted(text: str) -> Padding:
+    """A message that may quote the candidate, escaped and bounded (`quote`), every line of it
+    (wrapped ones too) INDENT columns in."""
+    return _under(Text(quote(text), overflow="fold"))
+
+
+def _under(*lines: Text) -> Padding:
+    """`lines` INDENT columns in, under the line that introduces them."""
+    return Padding(Group(*lines), (0, 0, 0, INDENT), expand=False)
+
+
+def _level_lines(title: str, items: list[ItemResult], rubric: rubric_data.Rubric,
+                 verbose: bool = False) -> Group:
+    """A group of items: its title, then one line an item; under one that does not pass (under
+    every one, `verbose`), its message and (unless the worker could not run it, or it passes)
+    a hint, indented."""
+    lines: list = [Text(title, style="bold")]
     for item in items:
         label, style = STATUS_STYLE[item.status]
         lines.append(Text.assemble("  ", (f"{label:<8}", style), f"{item.id:<23}",
                                    f"{item.points:g}/{item.max_points:g}".rjust(5)))
-        if item.status != "pass":
-            why = [Text(item.message, overflow="fold")]
-            if not item.unavailable:
+        if item.status != "pass" or (verbose and item.message):
+            why = [Text(quote(item.message), overflow="fold")]
+            if item.status != "pass" and not item.unavailable:
                 why.append(_hint(item, rubric))
-            lines.append(Padding(Group(*why), (0, 0, 0, 4), expand=False))
+            lines.append(_under(*why))
     return Group(*lines)
 
 
-def _level_table(title: str, items, rubric: rubric_data.Rubric) -> Table:
-    table = Table(title=f"{title}  ({_points(items)})", title_justify="left",
-                  show_header=True, header_style="bold", expand=True)
-    table.add_column("status", width=8, no_wrap=True)
-    table.add_column("item", width=22, no_wrap=True)
-    table.add_column("pts", justify="right", width=5, no_wrap=True)
-    table.add_column("why", ratio=1)
-    for item in items:
-        label, style = STATUS_STYLE[item.status]
-        why = Text(item.message, overflow="fold")
-        if item.status != "pass" and not item.unavailable:
-            why.append("\n").append_text(_hint(item, rubric))
-        table.add_row(Text(label, style=style), item.id,
-                      f"{item.points:g}/{item.max_points:g}", why)
-    return table
-
-
 def _tells(result: GradeResult, rubric: rubric_data.Rubric) -> Panel:
-    """One line a tell: DETECTED with the level it caps, clear, or not checked (no item that
-    looks for it ran)."""
-    lines = []
+    """A line a tell: DETECTED with the level it caps, clear, or not checked (no item that
+    looks for it ran); under each checked one, its message, indented."""
+    lines: list = []
     for tell in result.tells:
         if tell.detected:
             caps = rubric.tell(tell.id).caps
             lines.append(Text.assemble(("DETECTED    ", "bold red"), (tell.id, "bold"),
-                                       f" (caps the level at {caps}): {tell.message}"))
+                                       f" (caps the level at {caps}):"))
         elif tell.checked:
-            lines.append(Text.assemble(("clear       ", "green"), tell.id, f": {tell.message}"))
+            lines.append(Text.assemble(("clear       ", "green"), tell.id, ":"))
         else:
             lines.append(Text(f"not checked {tell.id}", style="dim"))
+        if tell.checked:
+            lines.append(_quoted(tell.message))
     return Panel(Group(*lines), title="Down-level tells", title_align="left")
 
 
 def _tell_lines(result: GradeResult, rubric: rubric_data.Rubric) -> Group:
-    """The tells in the default report: a line for each one detected, with the level it caps
-    and its message; then one line naming the others, clear or not checked."""
-    lines = [Text.assemble(("Down-level tell DETECTED: ", "bold red"), (tell.id, "bold"),
-                           f" (caps the level at {rubric.tell(tell.id).caps}): {tell.message}")
-             for tell in result.tells if tell.detected]
+    """The tells in the default report: a line for each one detected, with the level it caps,
+    and its message under it; then one line naming the others, clear or not checked."""
+    lines: list = []
+    for tell in (t for t in result.tells if t.detected):
+        lines.append(Text.assemble(("Down-level tell DETECTED: ", "bold red"), (tell.id, "bold"),
+                                   f" (caps the level at {rubric.tell(tell.id).caps}):"))
+        lines.append(_quoted(tell.message))
     clear = [t.id for t in result.tells if not t.detected and t.checked]
     unchecked = [t.id for t in result.tells if not t.checked]
     others = [f"clear ({', '.join(clear)})"] if clear else []
@@ -171,18 +193,19 @@ def _interviewer(rubric: rubric_data.Rubric) -> Panel:
 def closing(result: GradeResult, command: str = "kata grade") -> Group:
     """The end of every report: in a hidden run, the similarity to the bundled solutions; the
     level and score (`_summary`); why items were not run, once, when the worker could not run
-    them; the ids of the other items that do not pass; and, for the candidate (not in a hidden
-    run), what to run next: for the first item that does not pass (rubric order), its hint
-    command and `command` (how to grade this file again) on that item alone; after a partial
-    run where every item passes, `command`, for the level; nothing after a full run that
-    passes."""
+    them (the worker's reason indented under that line); the ids of the other items that do not
+    pass; and, for the candidate (not in a hidden run), what to run next: for the first item
+    that does not pass (rubric order), its hint command and `command` (how to grade this file
+    again) on that item alone -- the hint command alone when that item is all this run graded,
+    so that "Next:" never names the command just run; after a partial run where every item
+    passes, `command`, for the level; nothing after a full run that passes."""
     lines = [Text(similarity_line(result.similarity))] if result.similarity is not None else []
     lines.append(_summary(result))
     failing = [i.id for i in result.items if i.status != "pass" and not i.unavailable]
     if result.unavailable:
         unrun = sum(1 for i in result.items if i.unavailable)
-        lines.append(Text.assemble((f"Items not run ({unrun}): ", "bold red"),
-                                   Text(result.unavailable, overflow="fold")))
+        lines += [Text(f"Items not run ({unrun}):", style="bold red"),
+                  _quoted(result.unavailable)]
     if failing:
         lines.append(Text.assemble(("Not passing: ", "bold red"), ", ".join(failing)))
     if not result.hidden:
@@ -192,6 +215,8 @@ def closing(result: GradeResult, command: str = "kata grade") -> Group:
 
 
 def _next_step(result: GradeResult, failing: list[str], command: str) -> str | None:
+    if failing and [i.id for i in result.items] == failing[:1]:
+        return f"kata hint {failing[0]}"
     if failing:
         return f"kata hint {failing[0]}, or grade it alone: {command} --item {failing[0]}"
     if result.unavailable:
@@ -222,8 +247,8 @@ def _summary(result: GradeResult) -> Text:
     if result.isolation == "process":
         text.append(f"\n{PROCESS_FALLBACK_NOTE}", style="yellow")
     if result.grader_broke:
-        text.append("\nThe grader itself broke on some item (exit code 4): not the candidate's fault.",
-                    style="bold red")
+        text.append("\nThe grader itself broke on some item (exit code 4): not the candidate's "
+                    "fault.", style="bold red")
     return text
 
 
@@ -243,7 +268,8 @@ def similarity_line(similarity: list[dict]) -> str:
     be information rather than a verdict."""
     shares = ", ".join(f"{s['solution']} {s['fraction']:.0%}" for s in similarity)
     return ("Similarity to the bundled solutions (the share of this file's code found in each, "
-            f"names and layout aside): {shares}. For the interviewer to weigh: it changes no score.")
+            f"names and layout aside): {shares}. For the interviewer to weigh: it changes no "
+            "score.")
 
 
 def _named(ids: list[str], one: str, many: str) -> str:
@@ -252,17 +278,20 @@ def _named(ids: list[str], one: str, many: str) -> str:
     return f"items {', '.join(ids)} {many}" if len(ids) <= 4 else f"{len(ids)} items {many}"
 
 
-def render_summary(result: GradeResult, console: Console, command: str = "kata grade") -> None:
+def render_summary(result: GradeResult, console: Console, command: str = "kata grade",
+                   first: Collection[str] = ()) -> None:
     """A few lines for --watch: a rule with the time (HH:MM:SS), then each item that does not
-    pass with the first line of its message, wrapped, never cut (those the worker could not run
-    are left to the closing block, which says why once); then the closing block."""
+    pass (those in `first`, graded first, ahead of the others) with the first line of its
+    message (as `quote` shows it), wrapped under its label, never cut (those the worker could
+    not run are left to the closing block, which says why once); then the closing block."""
     console.rule(time.strftime("%H:%M:%S"), align="left", style="dim")
     lines = Table.grid(padding=(0, 1))
     lines.add_column(width=8, no_wrap=True)
     lines.add_column()
-    for item in (i for i in result.items if i.status != "pass" and not i.unavailable):
+    failing = [i for i in result.items if i.status != "pass" and not i.unavailable]
+    for item in sorted(failing, key=lambda i: i.id not in first):
         label, style = STATUS_STYLE[item.status]
-        first_line = (item.message.splitlines() or [""])[0]
+        first_line = (quote(item.message).splitlines() or [""])[0]
         lines.add_row(Text(label, style=style), Text(f"{item.id}: {first_line}", overflow="fold"))
     if lines.row_count:
         console.print(lines)

@@ -8,8 +8,11 @@ ones first with the level each caps, then clear ones, then those not checked; th
 interviewer-only items as a checklist with blanks; in a hidden run, the similarity to the bundled
 solutions; and a Decision line with blanks.
 
-Reasons are the graders' messages, which can quote the candidate's own output: every one is
-shortened and escaped to a single Markdown line that cannot break its table row.
+Reasons, tell messages and why items were not run are the graders' messages, which can quote
+the candidate's own output: every one is shortened (graders.untrusted.quote), and each of its
+lines is a code span (graders.untrusted.markdown_code), the lines joined by `<br>`: it shows as
+written, with no link, image, HTML or table cell of the candidate's, and cannot break its row.
+The implementation's name, in the title, is a code span too.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from graders.grade import GradeResult, ItemResult
 from graders.isolation import PROCESS_FALLBACK_NOTE
 from graders.output_files import write_atomically
 from graders.formats.report import partial_verdict, similarity_line
+from graders.untrusted import MAX_QUOTE, markdown_code, quote
 
 PASS_REASON_CHARS = 100  # a pass needs a phrase on a one-page card; --json keeps every word
 OTHER_REASON_CHARS = 300
@@ -45,7 +49,8 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 def write_markdown(result: GradeResult, path: Path) -> None:
     """Write the scorecard of `result` to `path`."""
     rubric = rubric_data.load()
-    lines = [f"# kvkata scorecard: `{result.implementation}`", "", _summary(result), ""]
+    title = markdown_code(result.implementation) or "(unnamed)"
+    lines = [f"# kvkata scorecard: {title}", "", _summary(result), ""]
     for level, _, _ in tracks.groups(rubric.levels):
         items = [i for i in result.items if i.level == level]
         if items:
@@ -74,7 +79,7 @@ def _summary(result: GradeResult) -> str:
     if result.isolation == "process":
         text += f"\n\n> {PROCESS_FALLBACK_NOTE}"
     if result.unavailable:
-        text += f"\n\n> **Items not run:** {_inline(result.unavailable)}"
+        text += f"\n\n> **Items not run:** {_quoted(result.unavailable)}"
     if result.grader_broke:
         text += "\n\n> **The grader itself broke on some item: not the candidate's fault.**"
     return text
@@ -87,10 +92,9 @@ def _level_table(level: str, items: list[ItemResult], rubric: rubric_data.Rubric
             "| id | item | status | points | reason |", "| --- | --- | --- | --- | --- |"]
     for item in items:
         limit = PASS_REASON_CHARS if item.status == "pass" else OTHER_REASON_CHARS
-        reason = item.message if len(item.message) <= limit else item.message[: limit - 1] + "…"
         rows.append(f"| `{item.id}` | {_inline(rubric.item(item.id).title)} "
                     f"| {STATUS_LABEL[item.status]} | {item.points:g}/{item.max_points:g} "
-                    f"| {_inline(reason)} |")
+                    f"| {_quoted(item.message, limit)} |")
     return rows
 
 
@@ -100,16 +104,24 @@ def _tells(result: GradeResult, rubric: rubric_data.Rubric) -> list[str]:
         info = rubric.tell(tell.id)
         if tell.detected:
             lines.append(f"- **DETECTED** `{tell.id}` ({_inline(info.title)}; caps the level at "
-                         f"{info.caps}): {_inline(tell.message)}")
+                         f"{info.caps}): {_quoted(tell.message)}")
         elif tell.checked:
-            lines.append(f"- clear `{tell.id}`: {_inline(tell.message)}")
+            lines.append(f"- clear `{tell.id}`: {_quoted(tell.message)}")
         else:
             lines.append(f"- not checked `{tell.id}` (no item that looks for it ran)")
     return lines
 
 
+def _quoted(text: str, limit: int = MAX_QUOTE) -> str:
+    """A message that may quote the candidate as one line of Markdown, safe in a table cell: cut
+    to `limit` characters (its end "…") and to what `quote` keeps, each line a code span, the
+    lines joined by <br>."""
+    shown = text if len(text) <= limit else text[: limit - 1] + "…"
+    return "<br>".join(filter(None, map(markdown_code, quote(shown).split("\n"))))
+
+
 def _inline(text: str) -> str:
-    """`text` as one line of Markdown that renders as written, even inside a table cell; control
-    characters (a terminal's colour codes, say) show as U+FFFD."""
+    """The kata's own `text` (titles, prompts) as one line of Markdown that renders as written,
+    even inside a table cell; control characters show as U+FFFD."""
     text = _MARKDOWN_ACTIVE.sub(r"\\\1", text.replace("&", "&amp;").replace("<", "&lt;"))
     return _CONTROL.sub("\ufffd", "<br>".join(text.splitlines()))
