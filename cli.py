@@ -386,22 +386,14 @@ def _grade_and_report(implementation: Path, tests: Path | None, *, shown: str,
                                     else "  (no test file)"))
         if note:
             console.print(Text(note, style="dim"))
-    report.render(result, console, detail, command)
-    if output_format == "gradescope":
-        from graders.formats.gradescope import write_gradescope
+    report.render(result, console, detail, command, first=options["first"])
+    from graders.formats.outputs import write_outputs
 
-        write_gradescope(result, json_path)
-    elif json_path:
-        report.write_json(result, json_path)
-    if markdown:
-        from graders.formats.scorecard import write_markdown
-
-        write_markdown(result, markdown)
-    if junit:
-        from graders.formats.junit import write_junit
-
-        write_junit(result, junit)
-    return result.exit_code()
+    failures = write_outputs(result, json_path=json_path, output_format=output_format,
+                             markdown=markdown, junit=junit)
+    for failure in failures:  # each file apart: one that fails costs no other
+        _console(stderr=True).print(Text(f"kata: error: {failure}"), soft_wrap=True)
+    return max([result.exit_code(), *(f.exit_code for f in failures)])
 
 
 @app.command()
