@@ -209,6 +209,7 @@ def test_a_watch_killed_or_left_by_its_terminal_leaves_nothing(tmp_path, signum)
     assert not leftover.stdout.strip(), f"processes of the watch outlived it: {leftover.stdout}"
 
 
+@pytest.mark.slow  # whole grades
 def test_grade_all_grades_every_submission(tmp_path):
     for name in ("alice", "bob"):
         (tmp_path / "in" / name).mkdir(parents=True)
@@ -222,6 +223,7 @@ def test_grade_all_grades_every_submission(tmp_path):
     assert (tmp_path / "out" / "summary.csv").is_file()
 
 
+@pytest.mark.slow  # whole grades
 def test_grade_all_grades_a_batch_of_paged_caches_with_the_serving_items_alone(tmp_path):
     for name in ("alice", "bob"):
         (tmp_path / "in" / name).mkdir(parents=True)
