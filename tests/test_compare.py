@@ -24,6 +24,14 @@ def test_close_is_atol_plus_rtol_times_the_expected_value():
     assert not close(expected + 1.01 * bound, expected, TOL).any()
 
 
+def test_an_error_exactly_at_the_bound_is_close():
+    tol = Tolerance(atol=2.0 ** -10, rtol=2.0 ** -7)  # powers of two: every sum below is exact
+    expected = torch.tensor([0.0, 4.0, -8.0], dtype=torch.float64)
+    bound = tol.atol + tol.rtol * expected.abs()
+    assert close(expected + bound, expected, tol).all()
+    assert close(expected - bound, expected, tol).all()
+
+
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
 def test_nan_and_inf_are_never_close_even_to_themselves(bad):
     value = torch.tensor([bad])
@@ -122,7 +130,7 @@ def test_require_shape_fails_a_wrong_shape_naming_both_and_passes_the_right_one(
 
 
 def test_a_divergence_at_position_0_names_position_0_and_step_0_by_default():
-    expected = outputs(1, shape=(1, 2, 3, 4))
+    expected = outputs(1, shape=(1, 2, 2, 4))  # two positions: the fewest that are named
     got = [expected[0].clone()]
     got[0][0, 1, 0, 3] += 1.0
     found = first_divergence(got, expected, TOL)

@@ -88,3 +88,13 @@ def test_correct_styles_sit_well_inside_and_the_mistake_fails_only_at_large_logi
             assert 0.1 < figures[2] < 1, (dtype, case, style)  # not detectable: not claimed
         else:
             assert figures[2] < 0.25, f"{style} uses {figures[2]} of {dtype}'s {case} tolerance"
+
+
+def test_each_case_is_measured_on_its_public_seed_and_extra_seeds_more_all_distinct(monkeypatch):
+    monkeypatch.setattr(tolerances, "EXTRA_SEEDS", 2)
+    for dtype in tolerances.DTYPES:
+        for case, _, seqs in tolerances._cases(dtype):
+            assert len(seqs) == 3, (dtype, case)
+            keys = [seq["k"] for seq in seqs]
+            assert not any(torch.equal(a, b) for i, a in enumerate(keys) for b in keys[i + 1:]), (
+                f"{dtype}, {case}: two seeds draw the same case")
