@@ -157,6 +157,19 @@ def test_a_target_that_is_not_a_file_is_refused_in_one_line_and_left_alone(tmp_p
     assert list((tmp_path / "folder").iterdir()) == []
 
 
+def test_a_block_device_is_refused_and_left_alone(tmp_path):
+    device = tmp_path / "loop"
+    try:
+        os.mknod(device, stat.S_IFBLK | 0o600, os.makedev(7, 0))
+    except OSError as exc:  # making a device node needs root (and a container that lets it)
+        pytest.skip(f"cannot make a block device here: {exc.strerror}")
+    with pytest.raises(OutputError, match="block device"):
+        check_writable(device)
+    with pytest.raises(OutputError, match="block device"):
+        write_atomically(device, "x")
+    assert stat.S_ISBLK(device.lstat().st_mode)
+
+
 def test_text_with_lone_surrogates_is_written_escaped_not_a_crash(tmp_path):
     write_atomically(tmp_path / "r.md", "name \udcff\ud800 end")
     written = (tmp_path / "r.md").read_bytes()
