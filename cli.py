@@ -448,14 +448,22 @@ def solution(
     diff: Annotated[Optional[tuple[str, str]], typer.Option(
         "--diff", metavar="FROM TO",
         help="Print what changes from one step to another: --diff concat preallocated.")] = None,
+    readme: Annotated[bool, typer.Option(
+        "--readme", help="Print the story of the steps: how they form a tree, what each "
+        "changes, and the bench's table.")] = False,
 ) -> None:
     """Print a reference solution, or with --diff the change from one step to another
-    (learners: see solutions/README.md, which draws the steps as a tree).
+    (learners: start with --readme, which draws the steps as a tree).
 
-    In a terminal, highlighted; otherwise the file's exact source (or the plain unified diff),
-    so that `kata solution concat > f.py` makes a file to grade."""
+    In a terminal, highlighted; otherwise the file's exact source (or the plain unified diff,
+    or the README's Markdown), so that `kata solution concat > f.py` makes a file to grade."""
     from rich.syntax import Syntax
 
+    if readme:
+        if name is not None or diff is not None:
+            _usage_error("--readme prints the steps' story alone: no NAME, no --diff")
+        _print_readme()
+        return
     if diff is not None:
         if name is not None:
             _usage_error("give a solution NAME or --diff FROM TO, not both")
@@ -474,6 +482,17 @@ def solution(
         sys.stdout.flush()
         return
     _console().print(Syntax(path.read_text(), "python", line_numbers=True, word_wrap=True))
+
+
+def _print_readme() -> None:
+    """solutions/README.md (bundled.SOLUTIONS_README): rendered in a terminal, else as it is."""
+    from rich.markdown import Markdown
+
+    text = bundled.SOLUTIONS_README.read_text()
+    if not sys.stdout.isatty():
+        sys.stdout.write(text)
+        return
+    _console().print(Markdown(text))
 
 
 def _known_step(name: str) -> None:
@@ -608,7 +627,7 @@ def bench(
     json_path: Annotated[Optional[Path], typer.Option(
         "--json", help="Also write every figure, the ratios and the machine's facts as JSON.")] = None,
     plot: Annotated[Optional[Path], typer.Option(
-        help="Write a PNG plot (needs matplotlib: pip install -e '.\\[bench]').")] = None,
+        help="Write a PNG plot (needs matplotlib: pip install 'kvkata\\[bench]').")] = None,
     timeout: Annotated[float, typer.Option(
         help="Seconds one call into a subject may take.", min=0.1)] = 120.0,
     sandbox: Annotated[SandboxMode, typer.Option(help=SANDBOX_HELP)] = SandboxMode.auto,
@@ -704,7 +723,7 @@ def _show_bench(result, console: Console, json_path: Path | None, plot: Path | N
             plotting.save_png(result, plot)
             console.print(Text(f"wrote {plot}"))
         except ImportError:
-            console.print(Text("matplotlib is not installed (pip install -e '.[bench]'): "
+            console.print(Text("matplotlib is not installed (pip install 'kvkata[bench]'): "
                                "a text plot instead", style="yellow"))
             plot = None
     if plot is None:

@@ -281,7 +281,7 @@ def hugging_face(kind: str) -> Callable[[History], Stepper]:
         from transformers.integrations.sdpa_attention import sdpa_attention_forward
     except ImportError as exc:
         raise Unavailable(f"transformers is not installed ({exc.name}): "
-                          "pip install -e '.[bench]'") from None
+                          "pip install 'kvkata[bench]'") from None
     transformers.logging.set_verbosity_error()
 
     class Attention(torch.nn.Module):

@@ -16,6 +16,7 @@ DATA = _WHEEL_DATA if _WHEEL_DATA.is_dir() else PACKAGES  # holds starter/, solu
 
 STARTER = DATA / "starter"
 SOLUTIONS = DATA / "solutions"
+SOLUTIONS_README = SOLUTIONS / "README.md"  # the steps' story: `kata solution --readme`
 RUBRIC = DATA / "rubric" / "rubric.toml"
 TILED_ATTENTION = PACKAGES / "benchmarks" / "tiled_attention.py"
 FUSED_ATTENTION = PACKAGES / "benchmarks" / "fused_attention.py"
@@ -32,7 +33,7 @@ def required_files() -> list[Path]:
     return [*(STARTER / name for name in ("kv_cache.py", "test_kv_cache.py", "paged_kv_cache.py")),
             *(SOLUTIONS / name for name in ("kv_cache.py", "concat_kv_cache.py",
                                             "paged_kv_cache.py", "test_kv_cache.py")),
-            RUBRIC, TILED_ATTENTION, FUSED_ATTENTION, TILED_PAGED_ATTENTION, FUSED_PAGED_ATTENTION]
+            SOLUTIONS_README, RUBRIC, TILED_ATTENTION, FUSED_ATTENTION, TILED_PAGED_ATTENTION, FUSED_PAGED_ATTENTION]
 
 
 def check() -> None:

@@ -303,6 +303,33 @@ def test_diff_usage_errors(args, says):
     assert result.exit_code == 2 and says in result.output
 
 
+def test_readme_prints_the_solutions_story_as_it_is_to_a_pipe():
+    result = runner.invoke(cli.app, ["solution", "--readme"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout == README.read_text()
+
+
+def test_readme_is_rendered_in_a_terminal(monkeypatch):
+    class Terminal:
+        stdout = type("Stdout", (), {"isatty": staticmethod(lambda: True)})()
+
+    shown = io.StringIO()
+    monkeypatch.setattr(cli, "sys", Terminal)
+    monkeypatch.setattr(cli, "_console", lambda stderr=False: Console(file=shown, width=120))
+    cli.solution(name=None, diff=None, readme=True)
+    title = README.read_text().splitlines()[0]
+    assert title.startswith("# ") and title[2:] in shown.getvalue()
+    assert title not in shown.getvalue(), "Markdown shown as its source"
+
+
+@pytest.mark.parametrize("args", [["concat", "--readme"], ["--readme", "--diff", "concat", "paged"]],
+                         ids=["name", "diff"])
+def test_readme_with_a_step_is_a_usage_error(args):
+    result = runner.invoke(cli.app, ["solution", *args])
+    assert result.exit_code == 2
+    assert result.output.strip() == "kata: error: --readme prints the steps' story alone: no NAME, no --diff"
+
+
 def test_a_step_against_itself_is_no_diff():
     result = runner.invoke(cli.app, ["solution", "--diff", "paged", "paged"])
     assert result.exit_code == 0 and result.stdout == ""

@@ -213,16 +213,37 @@ def test_hint_rubric_and_solution_read_the_installed_files(venv, empty):
     assert rubric.returncode == 0 and all(i.id.encode() in rubric.stdout for i in load().items)
     concat = kata(venv, empty, "solution", "concat")
     assert concat.stdout == (ROOT / "solutions" / "concat_kv_cache.py").read_bytes(), text(concat)
+    story = kata(venv, empty, "solution", "--readme")
+    assert story.stdout == (ROOT / "solutions" / "README.md").read_bytes(), text(story)
+
+
+def test_every_install_hint_the_kata_prints_works_from_a_wheel():
+    """`pip install -e '.[bench]'` works in a checkout alone; `pip install 'kvkata[bench]'`
+    works in both (the bench's messages, tested below)."""
+    sources = [ROOT / "cli.py", *(p for package in ("graders", "benchmarks", "kvkata")
+                                  for p in (ROOT / package).rglob("*.py"))]
+    assert [p.name for p in sources if "pip install -e" in p.read_text()] == []
 
 
 def test_bench_measures_the_installed_solutions_without_the_bench_extra(venv, empty):
+    """The peers and the PNG plot need the extra: the bench says how to install it, in words
+    that work for the wheel (pip resolves the extra of the installed kvkata)."""
     done = kata(venv, empty, "bench", "--lengths", "16", "--dtypes", "float32", "--shapes", "mha",
-                "--subjects", "preallocated,bare", "--warmup", "1", "--reps", "1",
-                "--json", "bench.json")
+                "--subjects", "preallocated,bare,hf-static", "--warmup", "1", "--reps", "1",
+                "--json", "bench.json", "--plot", "bench.png")
     assert done.returncode == 0, text(done)
     (cell,) = report(empty / "bench.json")["cells"]
     assert set(cell["results"]) == {"preallocated", "bare"}, text(done)
     assert all("error" not in found for found in cell["results"].values()), cell["results"]
+    shown = " ".join(text(done).split())
+    hint = "pip install 'kvkata[bench]'"
+    assert f"transformers is not installed (transformers): {hint}" in shown, shown
+    assert f"matplotlib is not installed ({hint})" in shown, shown
+    dry = run([venv / "bin" / "python", "-m", "pip", "install", "--dry-run", "kvkata[bench]"],
+              cwd=empty)
+    (planned,) = [line for line in dry.stdout.decode().splitlines() if line.startswith("Would")]
+    assert "transformers-" in planned and "matplotlib-" in planned, planned
+    assert "kvkata-" not in planned, "the hint would reinstall the kata"
 
 
 def test_a_file_missing_from_the_installation_is_one_line_and_exit_4(venv, empty):
