@@ -24,7 +24,7 @@ import pytest
 import torch
 
 from graders import bundled, cases, decode_loop, items, reference
-from graders.candidate import Fail, Plan
+from graders.candidate import Fail, Plan, Results
 from graders.compare import TOLERANCE, Tolerance, close, require_close
 from graders.items import gqa, low_precision, prefix_equivalence, quantized_kv, reset
 from graders.items import stable_softmax
@@ -219,3 +219,27 @@ def test_every_tolerance_an_item_holds_is_one_pinned_here():
                 held[f"{info.name}.{name}"] = (value.atol, value.rtol)
     assert held and all(bound in pinned for bound in held.values()), held
     assert {(t.atol, t.rtol) for t in TOLERANCE.values()} <= pinned
+
+
+class _Pools:
+    """A candidate whose float32 and int8 pools report these pool_bytes (the plan: the two
+    pools made, then pool_bytes of each)."""
+
+    def __init__(self, float32: int, int8: int):
+        self.sizes = (float32, int8)
+
+    def run(self, plan: Plan) -> Results:
+        return Results(values=[None, None, *self.sizes])
+
+
+@pytest.mark.parametrize("ratio, fails", [(0.3, False), (0.301, True)])
+def test_an_int8_pool_of_at_most_0_3x_the_float32_pools_bytes_passes(ratio, fails):
+    """quantized-kv's memory bound (the contract's 0.3x for head_dim 64), at its public pool."""
+    float32 = 4 * 2 * 32 * 16 * 4 * 64  # K and V, 32 blocks of 16 slots, 4 heads of 64
+    pools = _Pools(float32, int(ratio * float32))
+    if not fails:
+        measured = quantized_kv._memory(pools, 32, 16, 4, 64, "a pool")
+        assert measured == pytest.approx(ratio, abs=1e-5)
+        return
+    with pytest.raises(Fail, match=r"0\.30x"):
+        quantized_kv._memory(pools, 32, 16, 4, 64, "a pool")
