@@ -71,6 +71,20 @@ def test_init_never_overwrites_a_candidates_work(workspace):
     assert (target / "kv_cache.py").read_text() == "# my work\n"
 
 
+@pytest.mark.parametrize("name", ["kv_cache.py", "README.md", ".gitignore"])
+def test_init_never_writes_through_a_link_even_to_nothing(tmp_path, name):
+    outside = tmp_path / "outside" / "planted"
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "ws" / name).symlink_to(outside)
+    if name == ".gitignore":
+        init_workspace(tmp_path / "ws")  # a .gitignore there is left as it is
+    else:
+        with pytest.raises(FileExistsError, match=name):
+            init_workspace(tmp_path / "ws")
+    assert not outside.exists() and (tmp_path / "ws" / name).is_symlink()
+
+
 def test_no_solution_or_grader_code_in_the_workspace(workspace):
     target, _ = workspace
     secret = secret_lines()

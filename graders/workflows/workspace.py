@@ -8,6 +8,7 @@ the user typed against the folder the command runs in.
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -79,7 +80,8 @@ def init_workspace(target: Path) -> list[Path]:
     for the candidate, and a .gitignore (for kata grade's `.kata_cache/` and Python's and
     pytest's caches) unless `target` has one, which is left as it is. Raises FileExistsError,
     writing nothing, if any of the others is already there (a candidate's work is never
-    overwritten) or if `target` or one of its parents is a file.
+    overwritten; a link, even to nothing, counts: it is never written through) or if `target`
+    or one of its parents is a file.
     When writing fails (or is interrupted), what this call wrote and the folders it made are
     removed before the error propagates: a failed init leaves nothing behind.
     """
@@ -89,13 +91,13 @@ def init_workspace(target: Path) -> list[Path]:
     if blocking is not None:
         raise FileExistsError(f"{blocking} is a file, not a folder: choose another place "
                               "for the workspace")
-    existing = [path.name for path in files if path.exists()]
+    existing = [path.name for path in files if os.path.lexists(path)]  # a link to nothing too
     if existing:
         raise FileExistsError(f"{target} already holds {', '.join(existing)}; not overwriting "
                               "a workspace: choose another folder or remove them")
     made = [folder for folder in (target, *target.parents) if not folder.exists()]
     ignore = target / ".gitignore"
-    written = files + ([] if ignore.exists() else [ignore])
+    written = files + ([] if os.path.lexists(ignore) else [ignore])
     try:
         target.mkdir(parents=True, exist_ok=True)
         for path in files[:3]:
