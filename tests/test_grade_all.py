@@ -319,6 +319,16 @@ def test_the_terminal_table_fits_80_columns_and_shows_names_printable():
     assert any(line.startswith("not-utf8-\\xff") for line in lines)
 
 
+def test_wide_characters_in_a_name_count_two_columns():
+    from rich.cells import cell_len
+
+    result = _result({"attend-shape": "pass"})
+    names = ["候选人的提交文件夹名字", "😀" * 12, "mixed名字😀x"]
+    lines = terminal_table([Outcome(Submission(n, Path(n), None), result) for n in names])
+    assert max(cell_len(line) for line in lines) <= batch.WIDTH
+    assert len({cell_len(line.split("L4")[0]) for line in lines[1:]}) == 1, "levels aligned"
+
+
 def test_a_list_of_ids_too_long_for_its_column_says_how_many_more():
     ids = ["prefix-equivalence", "validate-shapes", "stable-softmax", "prealloc"]
     assert batch._listed(ids, 21) == "prefix-equivalence +3"

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Callable
 
+from rich.cells import cell_len, set_cell_size
+
 from graders import rubric as rubric_data
 from graders.grade import DEFAULT_IMPORT_TIMEOUT, DEFAULT_TIMEOUT, GradeResult, draw_seed, grade
 from graders.isolation import Sandbox, SandboxUnavailable
@@ -229,7 +231,7 @@ def terminal_table(outcomes: list[Outcome], skipped: list[Skipped] = ()) -> list
     summary.md has the full table."""
     columns = [("submission", 16), ("level", 8), ("score", 5), ("not passing", 20),
                ("similarity", 16), ("time", 5)]  # 80 columns with the gaps
-    lines = ["  ".join(f"{title:<{width}}" for title, width in columns).rstrip()]
+    lines = ["  ".join(_fit(title, width) for title, width in columns).rstrip()]
     for entry in sorted([*outcomes, *skipped], key=lambda e: _sort_key(_entry_name(e))):
         name = _fit(file_name(_entry_name(entry)), columns[0][1])
         if isinstance(entry, Skipped) or entry.result is None:
@@ -248,8 +250,11 @@ def terminal_table(outcomes: list[Outcome], skipped: list[Skipped] = ()) -> list
 
 
 def _fit(text: str, width: int) -> str:
-    """`text` in `width` columns: padded, or cut with an ellipsis."""
-    return f"{text:<{width}}" if len(text) <= width else text[: width - 1] + "…"
+    """`text` in `width` terminal columns (a wide character takes two): padded, or cut with an
+    ellipsis."""
+    if cell_len(text) <= width:
+        return set_cell_size(text, width)
+    return set_cell_size(text, width - 1) + "…"
 
 
 def _listed(ids: list[str], width: int) -> str:
