@@ -603,8 +603,8 @@ def grade_all(
             _usage_error(f"--out: cannot write the summary: {getattr(exc, 'strerror', None) or exc}")
     for line in batch.terminal_table(done, skipped):
         console.print(Text(line), soft_wrap=True)
-    console.print(Text(f"wrote {file_name(_relative(summaries[0]))} and "
-                       f"{file_name(_relative(summaries[1]))} (the full table)"))
+    console.print(Text(f"wrote {_relative(summaries[0])} and {_relative(summaries[1])} "
+                       "(the full table)"))
 
 
 @app.command()
@@ -763,8 +763,11 @@ def _check_output_folder(option: str, folder: Path, names: list[str]) -> None:
 
 
 def _relative(path: Path) -> str:
-    """`path` (absolute) relative to the folder the command runs in when it is inside it."""
-    return str(path.relative_to(Path.cwd())) if path.is_relative_to(Path.cwd()) else str(path)
+    """`path` (absolute) relative to the folder the command runs in when it is inside it, shown
+    printable: a folder may be named by a candidate (graders.untrusted.file_name)."""
+    from graders.untrusted import file_name
+
+    return file_name(path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path)
 
 
 def main() -> None:

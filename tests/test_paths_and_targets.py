@@ -304,6 +304,33 @@ def test_grade_grades_the_target_of_a_link_to_a_regular_py_file(links, monkeypat
     assert json.loads((links / "r.json").read_text())["implementation"] == "real_link.py"
 
 
+@pytest.mark.slow
+def test_grade_names_a_candidates_folder_printable(here):
+    folder = here / "sub\x1b]0;owned\x07\u202e"
+    folder.mkdir()
+    shutil.copyfile(REFERENCE, folder / "kv_cache.py")
+    done = kata("grade", str(folder.relative_to(here) / "kv_cache.py"), "--level", "L4",
+                "--sandbox", "process")
+    assert done.exit_code == 0, done.output
+    assert "\x1b" not in done.output and "\x07" not in done.output and "\u202e" not in done.output
+    assert "kata grade sub\\x1b]0;owned\\x07\\u202e/kv_cache.py" in done.output
+
+
+@pytest.mark.parametrize("name", ["plain/kv_cache.py", "a b/it's.py", "esc\x1b]0;owned\x07/k.py",
+                                  "bidi\u202e/k.py", "not-utf8-\udcff/k.py", "c1\x9b/k.py"])
+def test_the_regrade_command_is_printable_and_runs_on_the_same_path(name):
+    import subprocess
+
+    from graders.untrusted import printable
+    from graders.workflows.target import regrade_command
+
+    command = regrade_command(name, None, DENSE)
+    assert printable(command) == command
+    echoed = subprocess.run(["bash", "-c", command.replace("kata grade", "printf %s", 1)],
+                            capture_output=True, env={"LANG": "C.UTF-8"}, check=True).stdout
+    assert echoed == os.fsencode(name)
+
+
 # --- a selection of nothing ------------------------------------------------------------------
 
 @pytest.mark.parametrize("items, level", [(["gqa"], "L5"), (["gqa", "prealloc"], "L4")])

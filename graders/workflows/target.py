@@ -14,6 +14,7 @@ from pathlib import Path
 
 from graders.rubric import load, selected
 from graders.tracks import DENSE, Track
+from graders.untrusted import printable
 from graders.workflows.workspace import default_target
 
 
@@ -74,11 +75,34 @@ def check_selection(track: Track, items: list[str], level: str | None) -> None:
 
 def regrade_command(path: Path | str | None, tests: Path | str | None, track: Track) -> str:
     """How a report tells the user to grade the same file again: `kata grade` with the PATH,
-    --tests and --track they gave."""
+    --tests and --track they gave, quoted for a POSIX shell. A path holding a character that a
+    terminal would act on (an escape, a bidi control, a byte that is not UTF-8: a candidate may
+    name a folder so) is written in bash's $'...' quoting, printable and still runnable."""
     words = ["kata", "grade", *([str(path)] if path else []),
              *(["--tests", str(tests)] if tests else []),
              *(["--track", track.id] if track != DENSE else [])]
-    return shlex.join(words)
+    return " ".join(_shell_word(word) for word in words)
+
+
+def _shell_word(word: str) -> str:
+    if printable(word) == word:
+        return shlex.quote(word)
+    return "$'" + "".join(_ansi_c(char) for char in word) + "'"
+
+
+def _ansi_c(char: str) -> str:
+    """`char` inside bash's $'...': quotes and backslashes escaped, and what `printable` would
+    escape as \\xNN (a control, or a byte that was not UTF-8) or \\uNNNN."""
+    code = ord(char)
+    if char in "\\'":
+        return "\\" + char
+    if 0xDC80 <= code <= 0xDCFF:  # a byte that was not UTF-8, kept by surrogateescape
+        return f"\\x{code - 0xDC00:02x}"
+    if code < 0x80 and printable(char) != char:
+        return f"\\x{code:02x}"
+    if printable(char) != char:
+        return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+    return char
 
 
 def _beside(implementation: Path) -> Path | None:
