@@ -84,12 +84,16 @@ def test_told_sandbox_process_grade_all_runs(stranger):
     assert stranger.exists()
 
 
-def test_a_candidates_own_grade_keeps_auto_and_says_what_the_fallback_does_not_stop(stranger):
+def test_a_candidates_own_grade_keeps_auto_and_only_its_scorecard_names_the_fallbacks_gaps(
+        stranger):
+    """The terminal's report of a candidate's own grade keeps its closing line (isolation:
+    process); a scorecard is an interviewer's page, and says what the fallback let through."""
     result = runner.invoke(app, ["grade", "in/alice/kv_cache.py", "--item", "attend-shape",
                                  "--json", "r.json", "--markdown", "card.md"])
     assert result.exit_code == 0, result.output
     assert json.loads(Path("r.json").read_text())["isolation"] == "process"
-    assert PROCESS_FALLBACK_NOTE in squeezed(result.output)
+    assert "isolation: process" in result.output
+    assert PROCESS_FALLBACK_NOTE not in squeezed(result.output)
     assert f"> {PROCESS_FALLBACK_NOTE}" in Path("card.md").read_text().splitlines()
 
 

@@ -244,7 +244,7 @@ def _summary(result: GradeResult) -> Text:
         text.append(f"    hidden cases of seed {result.seed} (--seed {result.seed} replays them)",
                     style="dim")
     text.append(f"    isolation: {result.isolation}", style="dim")
-    if result.isolation == "process":
+    if result.isolation == "process" and result.hidden:  # an interviewer's: a stranger's file
         text.append(f"\n{PROCESS_FALLBACK_NOTE}", style="yellow")
     if result.grader_broke:
         text.append("\nThe grader itself broke on some item (exit code 4): not the candidate's "
