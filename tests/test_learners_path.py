@@ -322,12 +322,13 @@ def test_readme_is_rendered_in_a_terminal(monkeypatch):
     assert title not in shown.getvalue(), "Markdown shown as its source"
 
 
-@pytest.mark.parametrize("args", [["concat", "--readme"], ["--readme", "--diff", "concat", "paged"]],
-                         ids=["name", "diff"])
+@pytest.mark.parametrize("args", [["concat", "--readme"],
+                                  ["--readme", "--diff", "concat", "paged"]], ids=["name", "diff"])
 def test_readme_with_a_step_is_a_usage_error(args):
     result = runner.invoke(cli.app, ["solution", *args])
     assert result.exit_code == 2
-    assert result.output.strip() == "kata: error: --readme prints the steps' story alone: no NAME, no --diff"
+    assert result.output.strip() == ("kata: error: --readme prints the steps' story alone: no "
+                                     "NAME, no --diff")
 
 
 def test_a_step_against_itself_is_no_diff():
