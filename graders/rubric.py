@@ -33,7 +33,11 @@ class TellInfo:
 
 @dataclass(frozen=True)
 class InterviewerItem:
+    """A point no test can judge, for the interviewer to mark: asked aloud, and in `kata
+    interview` at the stage of its `level` (contract section 7)."""
+
     id: str
+    level: str
     prompt: str
 
 
@@ -63,7 +67,7 @@ def load(path: Path = RUBRIC_FILE) -> Rubric:
         items=tuple(Item(d["id"], d["level"], float(d["points"]), d["title"], d["checks"],
                          tuple(d["hints"])) for d in data["item"]),
         tells=tuple(TellInfo(d["id"], d["caps"], d["title"], d["message"]) for d in data["tell"]),
-        interviewer=tuple(InterviewerItem(d["id"], d["prompt"]) for d in data["interviewer"]),
+        interviewer=tuple(InterviewerItem(d["id"], d["level"], d["prompt"]) for d in data["interviewer"]),
     )
 
 
