@@ -209,3 +209,24 @@ def test_verbose_wraps_each_explanation_under_its_item_across_the_width(width):
     for n in explained:
         assert lines[n + 1].startswith(" " * 4) and len(lines[n + 1]) > width // 2, lines[n + 1]
     assert len(lines) < 180, "238 lines as a table at 80 columns before"
+
+
+def test_kata_grade_ff_reports_the_items_that_failed_last_time_first(tmp_path, monkeypatch):
+    """The CLI passes --ff's items to the report (the grade itself stubbed: no worker runs)."""
+    from typer.testing import CliRunner
+
+    import cli
+    import graders.grade as judge
+    from graders.workflows.last_failed import record
+
+    (tmp_path / "kv_cache.py").write_text("")
+    monkeypatch.chdir(tmp_path)
+    record(tmp_path / "kv_cache.py", concat(("prealloc",)))
+    monkeypatch.setattr(cli, "_start_workers", lambda *args, **kwargs: None)
+    monkeypatch.setattr(judge, "grade", lambda *args, **kwargs: concat(("prealloc",)))
+    output = CliRunner().invoke(cli.app, ["grade", "kv_cache.py", "--ff"],
+                                env={"COLUMNS": "80"}).output
+    lines = output.splitlines()
+    assert lines[1] == "--failed-first: grading prealloc first, which did not pass last time"
+    assert lines[2].startswith("Graded first: did not pass last time") and \
+        lines[3].split() == ["FAIL", "prealloc", "0/6"], output
