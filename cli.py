@@ -600,7 +600,8 @@ def grade_all(
         except SandboxUnavailable as exc:
             _usage_error(str(exc))
         except (OSError, OutputError) as exc:  # a summary no longer writable (a full disk)
-            _usage_error(f"--out: cannot write the summary: {getattr(exc, 'strerror', None) or exc}")
+            reason = getattr(exc, "strerror", None) or exc
+            _usage_error(f"--out: cannot write the summary: {reason}")
     for line in batch.terminal_table(done, skipped):
         console.print(Text(line), soft_wrap=True)
     console.print(Text(f"wrote {_relative(summaries[0])} and {_relative(summaries[1])} "

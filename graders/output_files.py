@@ -90,9 +90,9 @@ def make_folder(folder: Path) -> None:
 def write_atomically(path: Path, data: str | bytes) -> None:
     """Write `data` (text as UTF-8, lone surrogates backslash-escaped) where `path` points, as
     the module docstring says: standard output for `-`; written through for a character device,
-    a FIFO or a file of this process (/dev/stdout); else through a temporary file beside the (link's) target and os.replace, so that
-    the target holds either its old content or all of `data`, never part. OutputError for a
-    target of any other kind."""
+    a FIFO or a file of this process (/dev/stdout); else through a temporary file beside the
+    (link's) target and os.replace, so that the target holds either its old content or all of
+    `data`, never part. OutputError for a target of any other kind."""
     content = data.encode("utf-8", "backslashreplace") if isinstance(data, str) else data
     if path == STDOUT:
         _write_stdout(content)
