@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
-
 from collections.abc import Collection
+from pathlib import Path
 
 from rich.console import Console, Group
 from rich.padding import Padding
