@@ -4,8 +4,8 @@ their own file keeps `auto` (docs/decisions.md, "Interviewers' runs require bubb
 
 Without bubblewrap the refusal is one line, exit 2, that names the package and the option, and
 comes before the stranger's file runs (tests/hostile/leaves_a_mark.py writes into the judge's
-folder when it runs). A grade in the process fallback says in its report and its scorecard what
-the fallback does not stop. The in-process tests take bubblewrap away by
+folder when it runs). A grade in the process fallback says what the fallback does not stop in
+its scorecard, and in its report when hidden. The in-process tests take bubblewrap away by
 graders.isolation.bwrap_problem; the slow one runs `kata` with bwrap off its PATH.
 """
 
