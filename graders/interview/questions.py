@@ -1,0 +1,99 @@
+"""What the interviewer says in `kata interview`: each stage's prompt, the conceptual questions
+asked with it, and the model answer each question is shown beside when the session ends.
+
+Written from the question's own framing ("contract first", the L4/L5/L6 answers, the GQA
+follow-up). A stage's prompt and questions are shown only once the stage opens (contract
+section 7): nothing here is written into the workspace before then.
+
+Which question belongs to which stage is the rubric's: each interviewer-only item carries a
+`level` (rubric/rubric.toml). Every interviewer-only item has a QUESTIONS and a MODEL_ANSWERS
+entry (tests/test_interview.py).
+"""
+
+from __future__ import annotations
+
+STAGE_PROMPTS = {
+    "L4": """\
+Let's implement incremental decoding with a KV cache. Contract first: keys and values are
+[batch, kv_heads, time, head_dim], and the newest token's query is [batch, query_heads, 1,
+head_dim]. Start with equal heads. In kv_cache.py, `append` adds the new token's keys and
+values to the cache, and `attend` computes one output position for the newest query against
+everything cached: scores, the 1/sqrt(head_dim) scale, a softmax over the cached positions,
+times the values. Return that one position and keep the grown cache. A plain version is fine
+for now; tell me what you would change later. The invariant I care about: the newest token's
+output must equal a full causal forward pass over the same prefix.""",
+    "L5": """\
+Good, the shapes work. Now show me it is right, and make it survive real traffic. Write a
+test in test_kv_cache.py that compares your cached output with full causal attention at every
+prefix. Validate what is appended (batch, heads, head_dim, rank, dtype, device) and leave the
+cache untouched when you refuse. Keep the softmax in float32 and stable for large logits. Then
+the lifecycle: `reset` between unrelated sequences, `release` when one sequence hits EOS or is
+cancelled, lengths tracked apart from capacity, a batch whose rows have different lengths,
+and a `decode_step` that projects only the new token.""",
+    "L6": """\
+Now the follow-ups. How does GQA change your implementation? Make `attend` work when there
+are fewer KV heads than query heads, without duplicating the stored cache. Apply RoPE at each
+token's absolute position, and keep it right for a forked cache. For beam search, `reorder`
+and `fork`: the cache follows the hypotheses, and finished beams stop growing. Take bf16 and
+fp16 caches with float32 scores and softmax. And if your append concatenates every step,
+make single-token appends reallocate O(log n) times, not n.""",
+}
+
+QUESTIONS = {
+    "why-only-kv": "Why do you cache only K and V, and not Q or the hidden states?",
+    "no-future-mask": "Your attend applies no causal mask. Why is that correct?",
+    "total-still-quadratic": "With the cache, is generating n tokens linear in n? What does "
+                             "one step cost, and what does the whole generation cost?",
+    "cache-ownership": "Who owns a cache across requests? What happens at EOS, on "
+                       "cancellation, and when a new request arrives?",
+    "serving-memory": "Your cache is one tensor per layer. What changes in a server that "
+                      "decodes hundreds of sequences? Give me the memory figures for a Llama-8B "
+                      "shaped model.",
+    "gqa-memory": "What exactly does GQA save? Take Llama-8B's 32 query heads and 8 KV heads.",
+}
+
+MODEL_ANSWERS = {
+    "why-only-kv": """\
+A past token's query is used once, at its own step, and never read again: later tokens attend
+with their own query against all past keys and values. Keys and values are what every later
+step reads, so they are what is cached; caching Q costs memory for nothing. Caching the
+hidden states instead would force re-projecting the whole prefix every step, O(T) matrix
+products per layer per token, which is exactly the work the cache exists to avoid. In
+decode_step, only the new token is projected, and its k (after RoPE) and v are appended.""",
+    "no-future-mask": """\
+A causal mask stops a position from seeing positions after it. In incremental decoding the
+query is the newest token, and the cache holds only its prefix and itself: there is no future
+position in the cache to block. Every cached key is one the query is allowed to see, so the
+mask would be all ones. The mask comes back only when a step attends with several queries at
+once (a prefill chunk, speculative tokens); then each of them must not see the later ones.""",
+    "total-still-quadratic": """\
+One step with a cache is linear in the prefix: the newest query against T cached keys is O(T)
+per head, and the projections are O(1) in T. What the cache removes is recomputing the
+prefix's projections, which made each step O(T) in matmuls as well. But attention over a
+generation of n tokens still sums 1 + 2 + ... + n = n(n+1)/2 score computations: total
+attention stays quadratic. Making it linear needs a different model (sliding windows,
+linear attention, state-space layers), not a cache.""",
+    "cache-ownership": """\
+A cache belongs to one request (one sequence, or one beam group) and lives as long as it:
+reset it before an unrelated sequence, release a slot at EOS or on cancellation so that its
+length is 0 and a new sequence in that slot never sees the old keys, and never hand a live
+cache to another request. Sharing is allowed only explicitly and read-only: a fork, or a
+copy-on-write prefix in a paged pool with reference counts. Leaking a cache across requests
+is both a correctness bug (attending to someone else's tokens) and a privacy one.""",
+    "serving-memory": """\
+A Llama-8B shaped model (32 layers, 8 KV heads, head_dim 128) in bf16 holds 2 x 32 x 8 x 128
+x 2 bytes = 128 KiB of K and V per token: 1 GiB for one 8,192-token sequence, so 16 GiB of
+cache holds 131,072 tokens across all requests. A toy cache that concatenates every step
+copies the whole cache each token, and one preallocated for max length wastes most of it
+(fragmentation). A server pages the cache into fixed blocks of a shared pool with a block
+table per sequence, shares prompt prefixes copy-on-write, admits a request only if its
+future growth fits, evicts or preempts under pressure, and may quantize K and V to int8
+(half of bf16's bytes).""",
+    "gqa-memory": """\
+With GQA the cache stores only the KV heads: query head h reads KV head h // (Hq / Hkv), and
+attend groups the queries onto the stored heads (a reshape or an index) without duplicating
+K and V. Llama-8B has 32 query heads and 8 KV heads: 128 KiB per token in bf16 instead of
+512 KiB with 32 KV heads, 4x less cache and 4x less memory read per decode step, which is
+what bounds decoding. At 8,192 tokens that is 1 GiB per sequence instead of 4 GiB. MQA (one
+KV head) saves 32x, at some cost in quality; the compute per step is unchanged.""",
+}

@@ -1,0 +1,345 @@
+"""The scriptable verbs of `kata interview` (contract section 7): start, save, hint, end. The
+interactive verb (graders.interview.live) is made of them, so a session can be driven by a
+script or a test with no terminal; `clock` (seconds since the epoch) is theirs to set.
+
+Stages: the dense track opens L4, then L5 once every L4 item passes, then L6 once every L5 item
+does (after the tells' caps: a save must *reach* the stage's level). A save is graded on the
+public cases of the items of the stages opened so far; the save that completes a level opens the
+next stage, and the next save is graded with its items too. Other tracks are a single stage.
+
+Every change to the record is a read-modify-write under `_editing` (a flock), so a hint asked
+from another terminal while the interactive verb watches is never lost; the session itself (who
+saves and ends) is held by record.locked, one process at a time.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from graders import rubric as rubric_data
+from graders import tracks
+from graders.interview import record
+from graders.tracks import DENSE
+
+Clock = Callable[[], float]
+
+
+class NoSession(Exception):
+    """The workspace has no session record (or no workspace); the message is one line."""
+
+
+class Refused(Exception):
+    """Something the session does not allow now (a hint in a strict session, a save after time
+    up); it has been recorded where the contract says so. The message is one line."""
+
+
+@dataclass
+class Saved:
+    """What `save` did. `event` is the save event recorded (None: nothing changed since the last
+    snapshot graded at this stage); `opened` the stage the save opened, if any; `result` the
+    graders.grade.GradeResult (None when nothing was graded)."""
+
+    event: dict | None
+    opened: str | None
+    result: object | None
+    record: dict
+
+
+def files(workspace: Path, track: tracks.Track) -> tuple[Path, Path | None]:
+    """The implementation and the candidate's test file of `workspace` (None: the track has
+    none)."""
+    return workspace / track.implementation, (workspace / track.tests if track.tests else None)
+
+
+def stages(track: tracks.Track) -> tuple[str, ...]:
+    """The stages of `track`, in order: the rubric's levels, or the track's one section."""
+    return rubric_data.load().levels if track.levels else (track.section,)
+
+
+def stage_items(track: tracks.Track, stage: str) -> list[str]:
+    """The ids of the items a save is graded on once `stage` is open: those of its level and
+    every level before it (every item of a track without levels)."""
+    up_to = stage if track.levels else None
+    return [item.id for item in rubric_data.selected(track, None, up_to)]
+
+
+def added_items(track: tracks.Track, stage: str) -> list[rubric_data.Item]:
+    """The items `stage` adds to the ones before it."""
+    return [item for item in rubric_data.load().track(track) if item.level == stage]
+
+
+def questions(stage: str) -> list[rubric_data.InterviewerItem]:
+    """The conceptual questions asked when `stage` opens: the rubric's interviewer-only items of
+    that level."""
+    return [item for item in rubric_data.load().interviewer if item.level == stage]
+
+
+def asked(session: dict) -> list[rubric_data.InterviewerItem]:
+    """Every conceptual question asked so far: those of the stages opened, in rubric order."""
+    track = tracks.get(session["track"])
+    opened = stages(track)[:stages(track).index(session["stage"]) + 1]
+    return [item for stage in opened for item in questions(stage)]
+
+
+def elapsed(session: dict, now: float) -> float:
+    """Seconds since the session started."""
+    return now - record.epoch(session["started"])
+
+
+def time_left(session: dict, now: float) -> float:
+    """Seconds left on the clock (0 at time up, never below)."""
+    return max(0.0, session["minutes"] * 60 - elapsed(session, now))
+
+
+def start(workspace: Path, *, minutes: float = 60, strict: bool = False, track: str = DENSE.id,
+          clock: Clock = time.time) -> tuple[dict, list[Path], bool]:
+    """Start a session in `workspace`, or resume the one there: (the record, the files made,
+    whether it resumed). A folder without the track's file is made a workspace as `kata init`
+    makes one (FileExistsError, nothing written, when it holds some of a workspace's files but
+    not the implementation). A resumed session keeps its own minutes, strictness and track.
+    SessionBusy when another live process holds the session."""
+    from graders.workflows.workspace import init_workspace
+
+    chosen = tracks.get(track)
+    made = []
+    if not files(workspace, chosen)[0].is_file():
+        made = init_workspace(workspace)
+    with record.locked(workspace), _editing(workspace):
+        session = record.load(workspace)
+        if session is not None:
+            return session, made, True
+        session = record.new(chosen.id, minutes, strict, clock(), stages(chosen)[0])
+        record.save(workspace, session)
+    write_answers(workspace, session)
+    return session, made, False
+
+
+def load(workspace: Path) -> dict:
+    """The workspace's record; NoSession when there is none."""
+    session = record.load(workspace)
+    if session is None:
+        raise NoSession(f"no interview session in {workspace}: start one with "
+                        "`kata interview start DIR`")
+    return session
+
+
+def save(workspace: Path, *, clock: Clock = time.time, sandbox=None,
+         workers=None) -> Saved:
+    """What a watched save does: snapshot the files, grade them on the items of the stages
+    opened so far, record the save (and the stage it opens). Nothing is recorded when the files
+    are those of the last snapshot and no stage has opened since it was graded. After time up,
+    the save is refused and the session ended (Refused, once `end` has run). `workers`: started
+    ahead for these files (graders.workers.GradeWorkers), else started here.
+    SessionBusy when another live process holds the session."""
+    from graders.grade import grade
+
+    with record.locked(workspace):
+        session = load(workspace)
+        if session["ended"] is not None:
+            _close(workers)
+            raise Refused("the session has ended: no more saves (`kata interview report DIR`)")
+        if time_left(session, clock()) <= 0:
+            _close(workers)
+            end(workspace, clock=clock, sandbox=sandbox)
+            raise Refused("time is up: the save was not graded, and the session has ended")
+        track = tracks.get(session["track"])
+        contents = _contents(workspace, track)
+        if not _changed(session, contents):
+            _close(workers)
+            return Saved(None, None, None, session)
+        name = record.snapshot(workspace, contents)
+        implementation, tests = files(record.folder(workspace) / name, track)
+        result = grade(implementation, tests if tests and tests.is_file() else None,
+                       track=track.id, only=set(stage_items(track, session["stage"])),
+                       sandbox=sandbox or _sandbox(), workers=workers)
+        level = reached(result, track)
+        opened = None
+
+        def add(session: dict) -> None:
+            nonlocal opened
+            t = _t(session, clock())
+            session["events"].append({
+                "t": t, "kind": "save", "snapshot": name, "level": level,
+                "score": result.score,
+                "passing": [i.id for i in result.items if i.status == "pass"]})
+            order = stages(track)
+            if level == session["stage"] and order.index(level) + 1 < len(order):
+                opened = session["stage"] = order[order.index(level) + 1]
+                session["events"].append({"t": t, "kind": "stage", "stage": opened})
+
+        session = update(workspace, add)
+    if opened:
+        write_answers(workspace, session)
+    return Saved(session["events"][-2 if opened else -1], opened, result, session)
+
+
+def reached(result, track: tracks.Track) -> str:
+    """The level a save's grade reaches on the items it graded (the stages opened so far), after
+    the tells' caps: the contract's rule for a level (graders.grade), applied to those items.
+    A track without levels reaches its section when every item passes, else "none"."""
+    from graders.grade import _level
+
+    if not track.levels:
+        return track.section if result.passed else "none"
+    return _level(rubric_data.load(), result.items, result.tells)[0]
+
+
+def hint(workspace: Path, item: str, step: int, *, clock: Clock = time.time) -> None:
+    """Record hint `step` of `item`, asked in the workspace's live session; in a strict session
+    record the refusal instead and raise Refused. Nothing when the workspace has no session, or
+    its session has ended. KeyError for an item the rubric lacks (nothing recorded)."""
+    from graders.workflows.hints import hint as hint_for
+
+    hint_for(item, step)
+    _ask(workspace, "hint", item, clock, {"step": step})
+
+
+def solution(workspace: Path, name: str, *, clock: Clock = time.time) -> None:
+    """A reference solution asked for inside the workspace's live session: refused, and the
+    refusal recorded, in a strict session (Refused); otherwise nothing is recorded (reading a
+    solution is the practice session's own business, as the contract records only hints)."""
+    _ask(workspace, "solution", name, clock, None)
+
+
+def end(workspace: Path, *, clock: Clock = time.time, sandbox=None) -> dict:
+    """End the session: the last snapshot (one is taken if there is none) graded in full with
+    the hidden cases, as `final`, and the time it ended. Idempotent: an ended session's record
+    is returned as it is. SessionBusy when another live process holds the session."""
+    from graders.formats.report import to_json
+    from graders.grade import grade
+
+    with record.locked(workspace):
+        session = load(workspace)
+        if session["ended"] is not None:
+            return session
+        track = tracks.get(session["track"])
+        saves = [e for e in session["events"] if e["kind"] == "save"]
+        name = saves[-1]["snapshot"] if saves else record.snapshot(
+            workspace, _contents(workspace, track))
+        implementation, tests = files(record.folder(workspace) / name, track)
+        result = grade(implementation, tests if tests and tests.is_file() else None,
+                       track=track.id, hidden=True, sandbox=sandbox or _sandbox())
+        result.implementation = f"{name}/{track.implementation}"
+        ended = clock()
+
+        def close(session: dict) -> None:
+            session["ended"] = record.iso(ended)
+            session["final"] = to_json(result)
+
+        return update(workspace, close)
+
+
+def update(workspace: Path, change: Callable[[dict], None]) -> dict:
+    """Read the record, `change` it, write it back atomically, under the edit lock; return it."""
+    with _editing(workspace):
+        session = load(workspace)
+        change(session)
+        record.save(workspace, session)
+    return session
+
+
+def write_answers(workspace: Path, session: dict) -> Path:
+    """DIR/answers.md: one `## <id>` heading for each question asked so far, with the question
+    under it. The candidate's answers under each heading are kept; headings of questions newly
+    asked are added at the end. Questions of stages not yet open are never written."""
+    answers = workspace / "answers.md"
+    text = answers.read_text() if answers.exists() else (
+        "# Your answers\n\nAnswer each question under its heading, in a few sentences, as you "
+        "would say it aloud.\nThe session ends by showing each answer beside a model answer.\n")
+    from graders.interview.questions import QUESTIONS
+
+    for item in asked(session):
+        if f"\n## {item.id}\n" not in f"\n{text}":
+            text = text.rstrip("\n") + f"\n\n## {item.id}\n\n_{QUESTIONS[item.id]}_\n\n"
+    answers.write_text(text)
+    return answers
+
+
+def answers(workspace: Path) -> dict[str, str]:
+    """The candidate's answers in DIR/answers.md, by question id: the text under each `## <id>`
+    heading, the question's own line left out ("" when not answered, or no file)."""
+    from graders.interview.questions import QUESTIONS
+
+    try:
+        text = (workspace / "answers.md").read_text(errors="replace")
+    except OSError:
+        return {}
+    found, current = {}, None
+    for line in text.splitlines():
+        if line.startswith("## "):
+            current = line[3:].strip()
+            found[current] = []
+        elif current is not None and line.strip() != f"_{QUESTIONS.get(current, '')}_":
+            found[current].append(line)
+    return {key: "\n".join(lines).strip() for key, lines in found.items()}
+
+
+def _ask(workspace: Path, what: str, item: str, clock: Clock, fields: dict | None) -> None:
+    """In a live strict session, record the refusal of `what` and raise Refused; in a live
+    session otherwise, record the event `what` with `fields` (None: nothing is recorded)."""
+    try:
+        session = record.load(workspace)
+    except ValueError:  # not a record of ours: no session to record in
+        return
+    if session is None or session["ended"] is not None:
+        return
+    if session["strict"]:
+        update(workspace, lambda s: s["events"].append(
+            {"t": _t(s, clock()), "kind": "refused", "what": what, "item": item}))
+        raise Refused(f"this is a strict interview session: no {what}s (the refusal is "
+                      "recorded)")
+    if fields is not None:
+        update(workspace, lambda s: s["events"].append(
+            {"t": _t(s, clock()), "kind": what, "item": item, **fields}))
+
+
+@contextmanager
+def _editing(workspace: Path):
+    """An exclusive flock on DIR/.kata/edit.lock for one read-modify-write of the record."""
+    record.folder(workspace).mkdir(exist_ok=True)
+    with open(record.folder(workspace) / "edit.lock", "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _contents(workspace: Path, track: tracks.Track) -> dict[str, bytes]:
+    """The files a snapshot keeps, by name: the implementation, then the tests when present."""
+    implementation, tests = files(workspace, track)
+    contents = {implementation.name: implementation.read_bytes()}
+    if tests is not None and tests.is_file():
+        contents[tests.name] = tests.read_bytes()
+    return contents
+
+
+def _changed(session: dict, contents: dict[str, bytes]) -> bool:
+    """Whether a save of `contents` is one: the files differ from the last snapshot, or a stage
+    has opened since it was graded."""
+    last = next((e for e in reversed(session["events"]) if e["kind"] in ("save", "stage")), None)
+    if last is None or last["kind"] == "stage":
+        return True
+    data = list(contents.values())
+    digest = record.content_hash(data[0], data[1] if len(data) > 1 else None)
+    return not last["snapshot"].endswith(f"-{digest}")
+
+
+def _t(session: dict, now: float) -> float:
+    return round(elapsed(session, now), 1)
+
+
+def _sandbox():
+    from graders.isolation import Sandbox
+
+    return Sandbox(mode="auto", chosen=False)
+
+
+def _close(workers) -> None:
+    if workers is not None:
+        workers.close()
