@@ -64,6 +64,7 @@ def test_without_bubblewrap_an_interviewers_run_refuses_before_the_file_runs(com
     assert not list(stranger.parent.glob("out/summary.*")), "a refused batch wrote summaries"
 
 
+@pytest.mark.slow
 def test_told_sandbox_process_grade_hidden_runs_and_says_what_the_fallback_does_not_stop(
         stranger):
     result = runner.invoke(app, [*INTERVIEWERS_RUNS["grade --hidden"], "--sandbox", "process",
