@@ -150,7 +150,7 @@ def loaded(body) -> dict:
 
 
 def _op_result(result, op: dict, n: int) -> dict:
-    what = f"the result of operation {n} ({_shown(op.get('op'))})"
+    what = f"the result of operation {n} ({op['op']})"
     fields = _dict(result, what)
     if ("ok" in fields) == ("raised" in fields):
         raise MalformedReply(f"{what} holds {'both' if 'ok' in fields else 'neither'} of a value "

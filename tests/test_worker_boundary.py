@@ -1,4 +1,5 @@
-"""The worker side is one folder that stands alone, and the judge never runs candidate code.
+"""The worker side is one folder that stands alone, the judge never runs candidate code, and a
+request child that runs it holds nothing of the judge's.
 
 graders/worker/ is all a sandboxed worker sees of the kata (`graders.isolation` binds it in
 alone), so nothing in it may import the judge's modules; and the judge's modules may load a
@@ -8,6 +9,7 @@ candidate's file only by handing its path to a worker.
 from __future__ import annotations
 
 import ast
+import os
 from pathlib import Path
 
 import pytest
@@ -15,6 +17,8 @@ import pytest
 from benchmarks.bench import BENCH_CODE
 from graders import isolation
 from graders.isolation import WORKER_ENV
+from graders.worker import wire
+from graders.worker.serve import Spares, reap_answered, supervise
 
 GRADERS = Path(__file__).resolve().parent.parent / "graders"
 WORKER_SIDE = sorted((GRADERS / "worker").glob("*.py"))
@@ -71,3 +75,41 @@ def test_workers_run_eagerly_on_a_huge_page_heap_and_the_bench_runner_does_neith
 
     assert environment("graders.worker", ("graders.worker",)).items() >= WORKER_ENV.items()
     assert not environment("benchmarks.runner", BENCH_CODE).keys() & WORKER_ENV.keys()
+
+
+def _what_a_request_child_holds(request) -> dict:
+    """The job of a request child in the test below: its open descriptors and capabilities."""
+    links = {}
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            links[int(fd)] = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:  # the listing's own descriptor, closed by now
+            pass
+    status = Path("/proc/self/status").read_text()
+    caps = dict(line.split(":\t") for line in status.splitlines() if line.startswith("Cap"))
+    return {"links": {str(k): v for k, v in links.items()},
+            "effective": int(caps["CapEff"], 16), "bounding": int(caps["CapBnd"], 16)}
+
+
+def test_a_request_child_holds_no_descriptor_but_its_own_pipes_and_no_capability():
+    """The zygote's pipes to the judge (here: a pipe this process holds when it forks) are
+    closed in the child, which keeps stdin, its output and its reply pipe alone."""
+    judge_read, judge_write = os.pipe()
+    try:
+        spares = Spares(_what_a_request_child_holds)
+        requests = wire.encode({"batch": "b", "requests": [{}]})
+        [(status, frame)] = list(supervise(spares, requests, 1, 10.0, 1))
+        spare = spares.take()
+        os.close(spare.job_fd)
+        spare.finish()
+        reap_answered()
+        held = wire.decode(frame)["reply"]
+        judge = {os.readlink(f"/proc/self/fd/{fd}") for fd in (judge_read, judge_write)}
+        above_stderr = {fd: link for fd, link in held["links"].items() if int(fd) > 2}
+        assert status == {"status": "done"}
+        assert not judge & set(held["links"].values()), held["links"]
+        assert len(above_stderr) == 1 and next(iter(above_stderr.values())).startswith("pipe:")
+        assert held["effective"] == 0 and held["bounding"] == 0
+    finally:
+        os.close(judge_read)
+        os.close(judge_write)
