@@ -8,6 +8,7 @@
     kata solution [NAME]          read a reference solution
     kata grade-all DIR            grade every submission under DIR (interviewers)
     kata bench [PATH ...]         decode-step speed and memory: the solutions, your files, peers
+    kata interview [DIR]          practise it as an interview: stages, a clock, a record to replay
 
 Exit codes of `grade` (the kata contract, section 3): 0 every item passes, 1 some item does not,
 2 usage error, 4 the grader itself broke (or the installation lacks one of the kata's files).
@@ -30,6 +31,7 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from typer.core import TyperGroup
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn
 from rich.text import Text
@@ -426,6 +428,7 @@ def hint(
         text, steps = hint_for(item, step)
     except KeyError as exc:
         _usage_error(exc.args[0])
+    _in_session("hint", item, step)
     console = _console()
     console.print(Text.assemble((item, "bold"), f", {label(step, steps)}: {text}"))
     if step < steps:
@@ -468,6 +471,7 @@ def solution(
         if name is not None:
             _usage_error("give a solution NAME or --diff FROM TO, not both")
         text = _step_diff(*diff)
+        _in_session("solution", " -> ".join(diff))
         if not sys.stdout.isatty():
             sys.stdout.write(text)
         elif text:
@@ -475,6 +479,7 @@ def solution(
         return
     name = name or "preallocated"
     _known_step(name)
+    _in_session("solution", name)
     path = SOLUTIONS[name]
     if not sys.stdout.isatty():
         sys.stdout.flush()
@@ -493,6 +498,24 @@ def _print_readme() -> None:
         sys.stdout.write(text)
         return
     _console().print(Markdown(text))
+
+
+def _in_session(what: str, name: str, step: int = 1) -> None:
+    """A hint or a solution asked inside a workspace (the folder the command runs in) whose
+    interview session is live: recorded; in a strict session refused (exit 1) and the refusal
+    recorded (graders.interview.session)."""
+    from graders.interview import record, session
+
+    if not record.path(Path.cwd()).is_file():
+        return
+    try:
+        if what == "hint":
+            session.hint(Path.cwd(), name, step)
+        else:
+            session.solution(Path.cwd(), name)
+    except session.Refused as exc:
+        _console(stderr=True).print(Text(f"kata: {exc}"), soft_wrap=True)
+        raise typer.Exit(1) from None
 
 
 def _known_step(name: str) -> None:
@@ -769,6 +792,110 @@ def _relative(path: Path) -> str:
     from graders.untrusted import file_name
 
     return file_name(path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path)
+
+
+class _InterviewVerbs(TyperGroup):
+    """`kata interview`'s verbs, with `run` (the interactive session) taken when the first word
+    is no verb: `kata interview [DIR]`. A verb wins over a folder of its name (./start)."""
+
+    def parse_args(self, ctx, args: list[str]) -> list[str]:
+        if not args or (args[0] not in self.commands and args[0] not in ("--help", "-h")):
+            args = ["run", *args]
+        return super().parse_args(ctx, args)
+
+
+interview_app = typer.Typer(
+    cls=_InterviewVerbs, add_completion=False,
+    help="Practise the kata as an interview: the question in stages, a clock, every save graded "
+    "and kept, conceptual questions, and a record to replay (kata interview [DIR]).")
+app.add_typer(interview_app, name="interview")
+MINUTES_HELP = "Minutes on the clock (a session resumed keeps its own)."
+STRICT_HELP = ("An interviewer's session: hints and solutions are refused, and each refusal "
+               "recorded.")
+WORKSPACE_HELP = "The workspace (made as kata init makes one when it has no kv_cache.py)."
+
+
+@interview_app.command("run")
+def interview_run(
+    directory: Annotated[Path, typer.Argument(help=WORKSPACE_HELP)] = Path("."),
+    minutes: Annotated[float, typer.Option(help=MINUTES_HELP, min=1)] = 60,
+    strict: Annotated[bool, typer.Option("--strict", help=STRICT_HELP)] = False,
+    track: Annotated[str, typer.Option("--track", help=TRACK_HELP)] = DENSE.id,
+) -> None:
+    """The interactive session, the default verb: stages, a clock, every save graded.
+
+    Shows the current stage, grades each save of the files, and ends at time up or on Ctrl-C."""
+    from graders.interview import commands
+
+    raise typer.Exit(commands.interactive(_console(), _here(directory), minutes, strict,
+                                          _track(track).id))
+
+
+@interview_app.command("start")
+def interview_start(
+    directory: Annotated[Path, typer.Argument(help=WORKSPACE_HELP)],
+    minutes: Annotated[float, typer.Option(help=MINUTES_HELP, min=1)] = 60,
+    strict: Annotated[bool, typer.Option("--strict", help=STRICT_HELP)] = False,
+    track: Annotated[str, typer.Option("--track", help=TRACK_HELP)] = DENSE.id,
+) -> None:
+    """Start (or resume) a session and show its current stage."""
+    from graders.interview import commands
+
+    raise typer.Exit(commands.start(_console(), _here(directory), minutes, strict,
+                                    _track(track).id))
+
+
+@interview_app.command("save")
+def interview_save(directory: Annotated[Path, typer.Argument(help="The session's workspace.")]
+                   ) -> None:
+    """What a watched save does: snapshot the files, grade them (the stages opened), record."""
+    from graders.interview import commands
+
+    raise typer.Exit(commands.save(_console(), _here(directory)))
+
+
+@interview_app.command("end")
+def interview_end(directory: Annotated[Path, typer.Argument(help="The session's workspace.")]
+                  ) -> None:
+    """End the session: the final grade with the hidden cases, then the report (idempotent)."""
+    from graders.interview import commands
+
+    raise typer.Exit(commands.end(_console(), _here(directory)))
+
+
+@interview_app.command("report")
+def interview_report(
+    directory: Annotated[Path, typer.Argument(help="The session's workspace.")],
+    markdown: Annotated[Optional[Path], typer.Option(
+        "--markdown", help="Also write the report as Markdown, for the interviewer.")] = None,
+    json_path: Annotated[Optional[Path], typer.Option(
+        "--json", help="Also write the report as JSON.")] = None,
+    plot: Annotated[Optional[Path], typer.Option(
+        help="Write the level over time as a PNG (needs matplotlib: pip install "
+        "'kvkata\\[bench]').")] = None,
+) -> None:
+    """The session's report, for the interviewer.
+
+    Time to each level, first passes, hints, the level over time, the final grade, and each
+    answer beside its model answer."""
+    from graders.interview import commands
+
+    markdown, json_path, plot = _output(markdown), _output(json_path), _here(plot)
+    for option, path in (("--markdown", markdown), ("--json", json_path), ("--plot", plot)):
+        _check_writable(option, path)
+    raise typer.Exit(commands.report(_console(), _here(directory), markdown, json_path, plot))
+
+
+@interview_app.command("replay")
+def interview_replay(
+    directory: Annotated[Path, typer.Argument(help="The session's workspace.")],
+    step: Annotated[Optional[int], typer.Option(
+        help="Show only snapshot N (its number, 1 for 001-...).", min=1)] = None,
+) -> None:
+    """Each snapshot's diff from the one before, with its grade and time."""
+    from graders.interview import commands
+
+    raise typer.Exit(commands.replay(_console(), _here(directory), step))
 
 
 def main() -> None:

@@ -37,6 +37,12 @@ token's absolute position, and keep it right for a forked cache. For beam search
 and `fork`: the cache follows the hypotheses, and finished beams stop growing. Take bf16 and
 fp16 caches with float32 scores and softmax. And if your append concatenates every step,
 make single-token appends reallocate O(log n) times, not n.""",
+    "serving": """\
+Past the single cache: a server decodes many sequences out of one pool of memory. In
+paged_kv_cache.py, keep each sequence's keys and values in fixed-size blocks of a shared pool,
+with a block table per sequence, and attend through it exactly as a dense cache would. Free a
+finished sequence's blocks, share a forked prefix copy-on-write, admit a request only if its
+future growth fits, evict when the pool runs out, and store K and V as int8 when asked.""",
 }
 
 QUESTIONS = {
