@@ -136,7 +136,7 @@ def test_the_bundled_solution_cannot_be_read_by_path(mode, hostile_file):
 @pytest.mark.parametrize("bomb, memory, says", [
     ("list", GIB, "memory limit of 1 GiB reached"),
     ("tensor", GIB, "memory limit of 1 GiB reached"),
-    ("reply", 4 * GIB, "more than the 256 MiB a reply may carry"),
+    ("reply", 4 * GIB, "more than the 64 MiB a reply may carry"),
 ])
 def test_a_memory_bomb_fails_its_item_and_names_the_limit(mode, bomb, memory, says, hostile_file):
     path = hostile_file("memory_bombs", MODE=bomb)

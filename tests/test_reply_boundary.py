@@ -198,7 +198,8 @@ def test_a_result_frame_that_answers_another_request_is_malformed(body):
 @pytest.mark.parametrize("check, body", [
     (replies.started, 1), (replies.started, {"status": "torch-ready", "x": 1}),
     (replies.started, {"status": "loaded"}), (replies.loaded, 1),
-    (replies.loaded, {"status": "loaded", "error": "x"}), (replies.loaded, {"status": "import-error"}),
+    (replies.loaded, {"status": "loaded", "error": "x"}),
+    (replies.loaded, {"status": "import-error"}),
     (replies.loaded, {"status": "import-error", "error": 5}), (replies.loaded, {"status": "done"}),
 ], ids=["start-not-a-dict", "start-extra-key", "start-not-torch-ready", "import-not-a-dict",
         "loaded-with-error", "error-without-text", "error-a-number", "unknown-status"])
@@ -370,3 +371,38 @@ def reference_copy(tmp_path):
     path.parent.mkdir()
     path.write_text(REFERENCE.read_text())
     return path
+
+
+def import_error_of(source: str, tmp_path) -> str:
+    """What the worker tells the judge of importing `source` as a file."""
+    from graders.worker.serve import import_error, import_file
+
+    path = tmp_path / "kv_cache.py"
+    path.write_text(source)
+    try:
+        import_file(path, f"kata_import_{uuid.uuid4().hex}")
+    except BaseException as exc:  # noqa: BLE001 - whatever the file raises
+        return import_error(exc, str(path))
+    raise AssertionError("the file imported")
+
+
+@pytest.mark.parametrize("source, shows", [
+    ("db_password = s3cr3t_value\nother_secret = 'hunter2'\n", "NameError"),
+    ("db_password: s3cr3t value\nother_secret = 'hunter2'\n", "SyntaxError"),
+    ("user = 'a'\n\tdb_password = 's3cr3t'\nother_secret = 'hunter2'\n", "IndentationError"),
+    ("raise ValueError('line one\\nother_secret = hunter2')\n", "ValueError: line one"),
+    ("e = ValueError('x')\ne.add_note('other_secret = hunter2')\nraise e\n", "ValueError: x"),
+], ids=["password-file", "not-python", "indented", "multi-line-message", "note"])
+def test_an_import_error_quotes_at_most_one_line_of_the_file(source, shows, tmp_path):
+    error = import_error_of(source, tmp_path)
+    assert shows in error
+    assert "hunter2" not in error, error
+    quoted = [line for line in error.splitlines() if line.startswith("    ")]
+    assert len(quoted) <= 1, error
+
+
+def test_an_import_error_of_megabytes_is_cut_in_the_worker(tmp_path):
+    from graders.worker.wire import TEXT_CHARS
+
+    error = import_error_of(f"raise ImportError('{'x' * 4_000_000}')\n", tmp_path)
+    assert error.startswith("ImportError: x") and len(error) <= TEXT_CHARS + 20

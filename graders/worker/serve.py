@@ -188,9 +188,12 @@ def _load_implementation(path: str, module_name: str):
 def import_error(exc: BaseException, path: str) -> str:
     """What the judge is told of an import that raised `exc`: the exception's first line and, for
     a SyntaxError, where it is and its one source line (as Python prints it), else the line
-    number of the file's frame it came from; each line cut to wire.TEXT_CHARS. Never more of the file:
-    one that is not Python (a password file) shows at most the line that failed."""
-    message = exc.msg if isinstance(exc, SyntaxError) else str(exc)
+    number of the file's frame it came from; each line cut to wire.TEXT_CHARS. Never more of
+    the file: one that is not Python (a password file) shows at most the line that failed."""
+    try:
+        message = exc.msg if isinstance(exc, SyntaxError) else str(exc)
+    except Exception:  # noqa: BLE001 - a candidate's exception whose __str__ raises
+        message = "(its message could not be read)"
     error = _first_line(f"{type(exc).__name__}: {message}" if message else type(exc).__name__)
     if isinstance(exc, SyntaxError):
         source = _first_line(exc.text or "").strip()
