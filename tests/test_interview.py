@@ -1,0 +1,464 @@
+"""`kata interview` (contract section 7): the record, the stages, strict sessions, the lock, the
+report and the replay.
+
+The quick tests drive the verbs with a clock they set and a stand-in grade (`staged_grade`: a
+file passes the items of the levels its STAGED_UP_TO line names), so they check the session's
+bookkeeping, not the graders. The slow ones grade for real: the scripted session of issue 33
+(a starter, an L4 file, an L5 file with a wrong GQA, a correct one, a hint, the end), a save
+killed by SIGKILL mid-grade, two sessions on one workspace, and the interactive verb under a
+pseudo-terminal.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import re
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from graders import rubric as rubric_data
+from graders.grade import GradeResult, ItemResult
+from graders.interview import commands, record, review, session as verbs
+from graders.interview.questions import MODEL_ANSWERS, QUESTIONS, STAGE_PROMPTS
+from graders.mutation import REFERENCE
+from graders.tracks import DENSE
+from tests.wrong import everything
+
+ROOT = Path(__file__).resolve().parent.parent
+HOSTILE_ANSWERS = Path(__file__).parent / "hostile" / "interview_answers.md"
+START = 1_800_000_000.0  # the sessions' clock starts here: 2027-01-15T08:00:00Z
+
+
+class Clock:
+    """A clock a test moves: `clock()` is the time, `clock.advance(s)` moves it on."""
+
+    def __init__(self) -> None:
+        self.now = START
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def staged_grade(implementation, tests=None, *, only=None, hidden=False, **_):
+    """A stand-in for graders.grade.grade: the items of levels up to the file's
+    `STAGED_UP_TO = "L5"` line pass, the others fail (no such line, or no level: none pass)."""
+    found = re.search(r'STAGED_UP_TO = "(\w+)"', Path(implementation).read_text())
+    levels = rubric_data.load().levels
+    up_to = levels.index(found.group(1)) if found and found.group(1) in levels else -1
+    items = [ItemResult(i.id, i.level, *(("pass", i.points) if levels.index(i.level) <= up_to
+                                          else ("fail", 0.0)), i.points, "staged")
+             for i in rubric_data.load().track(DENSE) if only is None or i.id in only]
+    return GradeResult(str(implementation), None, items, [], hidden, partial=only is not None)
+
+
+@pytest.fixture
+def staged(monkeypatch):
+    monkeypatch.setattr("graders.grade.grade", staged_grade)
+
+
+def write_level(workspace: Path, level: str, note: str = "") -> None:
+    (workspace / "kv_cache.py").write_text(f'STAGED_UP_TO = "{level}"\n# {note}\n')
+
+
+def later_texts(stage: str) -> list[str]:
+    """Lines of the prompts and questions of the stages after `stage`: none may show early."""
+    levels = rubric_data.load().levels
+    later = levels[levels.index(stage) + 1:]
+    texts = [STAGE_PROMPTS[level].splitlines()[0] for level in later]
+    return texts + [QUESTIONS[i.id] for i in rubric_data.load().interviewer if i.level in later]
+
+
+def workspace_text(workspace: Path) -> str:
+    """Every file under `workspace`, the record and snapshots included, as one text."""
+    return "\n".join(p.read_text(errors="replace") for p in sorted(workspace.rglob("*"))
+                     if p.is_file())
+
+
+def console() -> tuple[Console, object]:
+    import io
+
+    out = io.StringIO()
+    return Console(file=out, width=100, highlight=False), out
+
+
+# --- the questions ---------------------------------------------------------------------------
+
+def test_each_interviewer_item_has_the_contracts_level_a_question_and_a_model_answer():
+    levels = {i.id: i.level for i in rubric_data.load().interviewer}
+    assert {k: levels[k] for k in ("why-only-kv", "no-future-mask", "total-still-quadratic",
+                                   "cache-ownership", "serving-memory")} == {
+        "why-only-kv": "L4", "no-future-mask": "L4", "total-still-quadratic": "L5",
+        "cache-ownership": "L5", "serving-memory": "L6"}
+    assert set(QUESTIONS) == set(MODEL_ANSWERS) == set(levels)
+    for item_id, answer in MODEL_ANSWERS.items():
+        sentences = re.findall(r"[.!?](?:\s|$)", answer)
+        assert 3 <= len(sentences) <= 6, f"{item_id}: {len(sentences)} sentences"
+
+
+def test_the_memory_answers_give_the_llama_8b_figures():
+    # 2 (K and V) x 32 layers x 8 KV heads x 128 dims x 2 bytes (bf16) = 128 KiB a token
+    assert 2 * 32 * 8 * 128 * 2 == 128 * 1024
+    assert "128 KiB" in MODEL_ANSWERS["serving-memory"]
+    assert "512 KiB" in MODEL_ANSWERS["gqa-memory"] and "4x" in MODEL_ANSWERS["gqa-memory"]
+
+
+# --- the record and the stages ----------------------------------------------------------------
+
+def test_a_session_opens_its_stages_in_order_and_records_every_event(tmp_path, staged):
+    clock, ws = Clock(), tmp_path / "ws"
+    session, made, resumed = verbs.start(ws, clock=clock)
+    assert not resumed and (ws / "kv_cache.py") in made
+    assert session["stage"] == "L4" and session["started"] == "2027-01-15T08:00:00Z"
+    clock.advance(30)
+    first = verbs.save(ws, clock=clock)
+    assert first.event["level"] == "below L4" and first.opened is None
+    write_level(ws, "L4")
+    clock.advance(60)
+    second = verbs.save(ws, clock=clock)
+    assert second.opened == "L5" and second.event["level"] == "L4"
+    assert {i.id for i in second.result.items} == {"append-time-dim", "attend-shape"}
+    write_level(ws, "L5")
+    clock.advance(60)
+    third = verbs.save(ws, clock=clock)
+    assert third.opened == "L6" and len(third.result.items) == 12
+    saved = json.loads((ws / ".kata" / "session.json").read_text())
+    assert list(saved) == ["version", "track", "minutes", "strict", "started", "ended", "stage",
+                           "events", "final"]
+    assert [(e["t"], e["kind"], e.get("stage") or e.get("level")) for e in saved["events"]] == [
+        (30.0, "save", "below L4"), (90.0, "save", "L4"), (90.0, "stage", "L5"),
+        (150.0, "save", "L5"), (150.0, "stage", "L6")]
+    assert saved["stage"] == "L6" and saved["ended"] is None and saved["final"] is None
+
+
+def test_a_snapshot_is_a_folder_named_by_number_and_the_hash_of_both_files(tmp_path, staged):
+    clock, ws = Clock(), tmp_path / "ws"
+    verbs.start(ws, clock=clock)
+    event = verbs.save(ws, clock=clock).event
+    folder = ws / ".kata" / event["snapshot"]
+    implementation, tests = ((ws / name).read_bytes() for name in ("kv_cache.py",
+                                                                   "test_kv_cache.py"))
+    assert event["snapshot"] == f"001-{record.content_hash(implementation, tests)}"
+    assert (folder / "kv_cache.py").read_bytes() == implementation
+    assert (folder / "test_kv_cache.py").read_bytes() == tests
+    (ws / "test_kv_cache.py").write_text("def test_more(): pass\n")  # a test file's change
+    assert verbs.save(ws, clock=clock).event["snapshot"].startswith("002-")
+
+
+def test_a_save_without_a_change_records_nothing_unless_a_stage_opened(tmp_path, staged):
+    clock, ws = Clock(), tmp_path / "ws"
+    verbs.start(ws, clock=clock)
+    verbs.save(ws, clock=clock)
+    assert verbs.save(ws, clock=clock).event is None
+    write_level(ws, "L6")
+    assert verbs.save(ws, clock=clock).opened == "L5"
+    again = verbs.save(ws, clock=clock)  # the same file, graded with L5's items now
+    assert again.event is not None and again.opened == "L6"
+    assert len([e for e in verbs.load(ws)["events"] if e["kind"] == "save"]) == 3
+
+
+def test_no_later_prompt_or_question_shows_before_its_stage_opens(tmp_path, staged):
+    ws = tmp_path / "ws"
+    out_console, out = console()
+    assert commands.start(out_console, ws, 60, False, "dense") == 0  # on the real clock
+    verbs.save(ws)
+    shown = out.getvalue() + workspace_text(ws)
+    assert STAGE_PROMPTS["L4"].split()[5] in shown and QUESTIONS["why-only-kv"] in shown
+    for text in later_texts("L4"):
+        assert text not in shown, text
+    write_level(ws, "L4")
+    assert commands.save(out_console, ws) == 0
+    shown = out.getvalue() + workspace_text(ws)
+    assert QUESTIONS["cache-ownership"] in shown and "## cache-ownership" in shown
+    for text in later_texts("L5"):
+        assert text not in shown, text
+
+
+def test_answers_keep_what_the_candidate_wrote_when_a_stage_adds_questions(tmp_path, staged):
+    clock, ws = Clock(), tmp_path / "ws"
+    verbs.start(ws, clock=clock)
+    answers = ws / "answers.md"
+    answers.write_text(answers.read_text().replace(
+        f"_{QUESTIONS['why-only-kv']}_\n", f"_{QUESTIONS['why-only-kv']}_\n\nQ is never reused.\n"))
+    write_level(ws, "L4")
+    verbs.save(ws, clock=clock)
+    text = answers.read_text()
+    assert re.findall(r"^## (\S+)$", text, re.M) == [
+        "why-only-kv", "no-future-mask", "total-still-quadratic", "cache-ownership"]
+    assert verbs.answers(ws)["why-only-kv"] == "Q is never reused."
+    assert verbs.answers(ws)["no-future-mask"] == ""
+
+
+def test_after_time_up_a_save_is_refused_and_the_session_ends_once(tmp_path, staged):
+    clock, ws = Clock(), tmp_path / "ws"
+    verbs.start(ws, minutes=1, clock=clock)
+    clock.advance(61)
+    write_level(ws, "L4")
+    with pytest.raises(verbs.Refused, match="time is up"):
+        verbs.save(ws, clock=clock)
+    ended = verbs.load(ws)
+    assert ended["ended"] == "2027-01-15T08:01:01Z" and ended["final"]["hidden"] is True
+    assert not [e for e in ended["events"] if e["kind"] == "save"]
+    clock.advance(100)
+    assert verbs.end(ws, clock=clock) == ended  # idempotent: nothing graded or moved again
+    with pytest.raises(verbs.Refused, match="ended"):
+        verbs.save(ws, clock=clock)
+
+
+# --- hints and strict sessions ---------------------------------------------------------------
+
+def test_every_hint_asked_in_a_session_is_recorded(tmp_path):
+    clock, ws = Clock(), tmp_path / "ws"
+    verbs.start(ws, clock=clock)
+    clock.advance(42)
+    verbs.hint(ws, "ragged-batch", 2, clock=clock)
+    verbs.solution(ws, "preallocated", clock=clock)  # not strict: allowed, and not a hint
+    assert verbs.load(ws)["events"] == [
+        {"t": 42.0, "kind": "hint", "item": "ragged-batch", "step": 2}]
+
+
+def test_a_strict_session_refuses_hints_and_solutions_and_records_each_refusal(tmp_path):
+    clock, ws = Clock(), tmp_path / "ws"
+    verbs.start(ws, strict=True, clock=clock)
+    clock.advance(5)
+    with pytest.raises(verbs.Refused, match="strict"):
+        verbs.hint(ws, "gqa", 1, clock=clock)
+    with pytest.raises(verbs.Refused, match="strict"):
+        verbs.solution(ws, "preallocated", clock=clock)
+    with pytest.raises(KeyError):  # not an item: neither refused nor recorded
+        verbs.hint(ws, "no-such-item", 1, clock=clock)
+    assert verbs.load(ws)["events"] == [
+        {"t": 5.0, "kind": "refused", "what": "hint", "item": "gqa"},
+        {"t": 5.0, "kind": "refused", "what": "solution", "item": "preallocated"}]
+
+
+def test_a_strict_sessions_refusal_through_the_cli(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from cli import app
+
+    ws = tmp_path / "ws"
+    verbs.start(ws, strict=True)
+    monkeypatch.chdir(ws)
+    result = CliRunner().invoke(app, ["hint", "reset"])
+    assert result.exit_code == 1 and "strict interview session" in result.output
+    assert "reset" not in result.output.split("session")[0]  # no hint text before the refusal
+    assert verbs.load(ws)["events"][-1]["what"] == "hint"
+    monkeypatch.chdir(tmp_path)  # outside the workspace: no session, the hint as ever
+    assert CliRunner().invoke(app, ["hint", "reset"]).exit_code == 0
+
+
+# --- the lock ---------------------------------------------------------------------------------
+
+def test_a_live_sessions_lock_refuses_another_and_a_dead_ones_is_taken_over(tmp_path):
+    ws = tmp_path / "ws"
+    verbs.start(ws)
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        (ws / ".kata" / "session.lock").write_text(f"{other.pid}\n")
+        with pytest.raises(record.SessionBusy, match=f"pid {other.pid}"):
+            verbs.start(ws)
+    finally:
+        other.kill()
+        other.wait()
+    session, _, resumed = verbs.start(ws)  # its process is gone: the lock is stale
+    assert resumed and not (ws / ".kata" / "session.lock").exists()
+
+
+# --- the report and the replay ----------------------------------------------------------------
+
+def test_the_report_gives_each_figure_and_the_replay_each_diff(tmp_path, staged):
+    clock, ws = Clock(), tmp_path / "ws"
+    verbs.start(ws, minutes=30, clock=clock)
+    for level, minutes in (("none", 2), ("L4", 5), ("L5", 9)):
+        write_level(ws, level, note=f"at {minutes}")
+        clock.now = START + minutes * 60
+        verbs.save(ws, clock=clock)
+    clock.advance(30)
+    verbs.hint(ws, "gqa", 1, clock=clock)
+    found = review.figures(verbs.load(ws))
+    assert found["time_to_level"] == {"L4": 300.0, "L5": 540.0, "L6": None}
+    assert found["first_pass"]["attend-shape"] == 300.0 and found["first_pass"]["gqa"] is None
+    assert found["levels"] == [[120.0, "below L4"], [300.0, "L4"], [540.0, "L5"]]
+    assert [e["item"] for e in found["hints"]] == ["gqa"]
+    strip = review.strip(verbs.load(ws), width=20)
+    assert strip[0].startswith("L6 |") and "█" not in strip[0]
+    assert strip[2].index("█") < strip[1].index("█")  # L4 was reached before L5
+    steps = review.replay(verbs.load(ws), ws)
+    assert [bool(diff) for _, diff in steps] == [False, True, True]
+    assert '-STAGED_UP_TO = "L4"' in steps[2][1] and '+STAGED_UP_TO = "L5"' in steps[2][1]
+    assert review.replay(verbs.load(ws), ws, step=2)[0][0]["snapshot"].startswith("002-")
+    with pytest.raises(ValueError, match="no snapshot 9"):
+        review.replay(verbs.load(ws), ws, step=9)
+
+
+def test_the_candidates_answers_reach_no_output_as_markup_or_control(tmp_path, staged):
+    """tests/hostile/interview_answers.md: terminal escapes, bidi controls, a fence that would
+    close the block, a Markdown link and HTML, under a heading the session asked."""
+    clock, ws = Clock(), tmp_path / "ws"
+    verbs.start(ws, clock=clock)
+    (ws / "answers.md").write_text(HOSTILE_ANSWERS.read_text())
+    verbs.end(ws, clock=clock)
+    session = verbs.load(ws)
+    terminal = "\n".join(review.lines(session, ws))
+    assert "\x1b" not in terminal and "\u202e" not in terminal and "\\x1b" in terminal
+    page = review.markdown(session, ws)
+    answer = page.split("### why-only-kv")[1].split("Model answer:")[0]
+    fence = re.search(r"^(`{3,})text$", answer, re.M).group(1)
+    assert answer.count(fence) == 2 and "\x1b" not in page  # the candidate's ``` is inside
+    assert json.loads(json.dumps(review.to_json(session, ws)))["answers"][0]["answer"].find(
+        "\x1b") == -1
+
+
+# --- the scripted session, for real -----------------------------------------------------------
+
+def wrong_file(name: str) -> str:
+    found = next(w for w in everything() if w.name == name)
+    return found.implementation.source()
+
+
+@pytest.mark.slow
+def test_a_scripted_session_graded_for_real(tmp_path):
+    """Issue 33's session: the starter; an L4 file (a reset bug only L5 catches); an L5 file with
+    a wrong GQA, with the reference tests; a hint; the correct file; the end."""
+    clock, ws = Clock(), tmp_path / "ws"
+    verbs.start(ws, clock=clock)
+    clock.advance(60)
+    starter = verbs.save(ws, clock=clock)
+    (ws / "kv_cache.py").write_text(wrong_file("reset-rewinds-lengths"))
+    clock.advance(600)
+    l4 = verbs.save(ws, clock=clock)
+    (ws / "kv_cache.py").write_text(wrong_file("gqa-head-mapping-modulo"))
+    shutil.copy(ROOT / "solutions" / "test_kv_cache.py", ws / "test_kv_cache.py")
+    clock.advance(900)
+    l5 = verbs.save(ws, clock=clock)
+    clock.advance(60)
+    verbs.hint(ws, "gqa", 1, clock=clock)
+    shutil.copy(REFERENCE, ws / "kv_cache.py")
+    clock.advance(300)
+    l6 = verbs.save(ws, clock=clock)
+    clock.advance(60)
+    session = verbs.end(ws, clock=clock)
+
+    assert [s.event["level"] for s in (starter, l4, l5, l6)] == ["below L4", "L4", "L5", "L6"]
+    assert [s.opened for s in (starter, l4, l5, l6)] == [None, "L5", "L6", None]
+    assert "reset" in l5.event["passing"] and "reset" not in l4.event["passing"]
+    assert "gqa" not in {i.id for i in l5.result.items}  # graded before L6 opened
+    assert [(e["kind"], e["t"]) for e in session["events"]] == [
+        ("save", 60.0), ("save", 660.0), ("stage", 660.0), ("save", 1560.0), ("stage", 1560.0),
+        ("hint", 1620.0), ("save", 1920.0)]
+    names = [e["snapshot"] for e in session["events"] if e["kind"] == "save"]
+    assert [n[:4] for n in names] == ["001-", "002-", "003-", "004-"]
+    assert sorted(p.name for p in (ws / ".kata").iterdir() if record.SNAPSHOT.match(p.name)) \
+        == names
+    final = session["final"]
+    assert final["hidden"] is True and final["level"] == "L6" and final["score"] == 100.0
+    assert session["ended"] == record.iso(START + 1980)
+    found = review.figures(session)
+    assert found["time_to_level"] == {"L4": 660.0, "L5": 1560.0, "L6": 1920.0}
+    assert found["first_pass"]["gqa"] == 1920.0 and found["first_pass"]["reset"] == 1560.0
+    lines = "\n".join(review.lines(session, ws))
+    assert "Final grade (--hidden" in lines and "Similarity to the bundled solutions" in lines
+    diffs = [diff for _, diff in review.replay(session, ws) if diff]
+    assert len(diffs) == 3
+    assert "test_kv_cache.py" in diffs[1] and "test_kv_cache.py" not in diffs[2]
+
+
+# --- processes: SIGKILL, two sessions, the pseudo-terminal ------------------------------------
+
+def kata(*args: str, cwd: Path) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, str(ROOT / "cli.py"), *args], cwd=cwd,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "COLUMNS": "100"})
+
+
+@pytest.mark.slow
+def test_a_session_killed_mid_grade_resumes_with_every_completed_event(tmp_path):
+    ws = tmp_path / "ws"
+    verbs.start(ws)
+    verbs.hint(ws, "reset", 1)
+    shutil.copy(REFERENCE, ws / "kv_cache.py")
+    saving = kata("interview", "save", str(ws), cwd=tmp_path)
+    deadline = time.monotonic() + 30
+    while not list((ws / ".kata").glob("001-*")) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    saving.send_signal(signal.SIGKILL)  # the snapshot is taken: the grade is under way
+    saving.wait()
+    assert verbs.load(ws)["events"] == [e for e in verbs.load(ws)["events"] if e["kind"] == "hint"]
+    done = kata("interview", "save", str(ws), cwd=tmp_path)
+    output = done.communicate(timeout=120)[0]
+    assert done.returncode == 0, output
+    events = verbs.load(ws)["events"]
+    assert [e["kind"] for e in events] == ["hint", "save", "stage"]
+    assert events[1]["snapshot"].startswith("002-")  # never over the killed save's folder
+
+
+@pytest.mark.slow
+def test_two_sessions_on_one_workspace_are_refused_with_a_line(tmp_path):
+    ws = tmp_path / "ws"
+    first = kata("interview", str(ws), "--minutes", "5", cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 60
+        while not (ws / ".kata" / "session.lock").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        second = kata("interview", "save", str(ws), cwd=tmp_path)
+        output = second.communicate(timeout=60)[0]
+        assert second.returncode == 2
+        assert output.strip().splitlines() == [
+            f"kata: error: another session runs in this workspace (pid {first.pid}): one "
+            "session at a time"]
+    finally:
+        first.kill()
+        first.wait()
+
+
+@pytest.mark.slow
+def test_the_interactive_verb_grades_a_save_under_a_pseudo_terminal(tmp_path):
+    ws = tmp_path / "ws"
+    leader, follower = pty.openpty()
+    process = subprocess.Popen([sys.executable, str(ROOT / "cli.py"), "interview", str(ws)],
+                               cwd=tmp_path, stdin=follower, stdout=follower, stderr=follower,
+                               env={**os.environ, "COLUMNS": "100", "TERM": "xterm"})
+    os.close(follower)
+    seen = ""
+
+    def read_until(text: str, timeout: float = 90) -> bool:
+        nonlocal seen
+        deadline = time.monotonic() + timeout
+        while text not in seen and time.monotonic() < deadline:
+            if select.select([leader], [], [], 0.2)[0]:
+                try:
+                    seen += os.read(leader, 65536).decode(errors="replace")
+                except OSError:
+                    break
+        return text in seen
+
+    try:
+        assert read_until("1 saves]"), seen  # the starter, graded at once
+        assert "stage L4" in seen and "Items this stage adds" in seen
+        for text in later_texts("L4"):
+            assert text not in seen
+        (ws / "kv_cache.py").write_text(wrong_file("reset-rewinds-lengths"))
+        assert read_until("2 saves]"), seen
+        assert "stage L5 opens" in seen and "stage L5" in seen
+        process.send_signal(signal.SIGINT)  # Ctrl-C: the session ends
+        assert read_until("Final grade (--hidden"), seen
+        process.wait(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        os.close(leader)
+    assert verbs.load(ws)["ended"] is not None
