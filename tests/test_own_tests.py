@@ -134,6 +134,7 @@ def test_the_runs_name_no_implementation_and_follow_the_grades_seed():
     assert hidden[0] == public[0] and all(h != p for h, p in zip(hidden[1:], public[1:]))
 
 
+@pytest.mark.slow
 def test_a_test_file_that_fails_the_disguise_fails_own_tests(tmp_path):
     """Tests that pass on the reference alone (here: by its docstring) fail a correct
     implementation, and own-tests says so."""
