@@ -20,9 +20,10 @@ What is rewritten, and why it keeps the meaning:
   their names are distinct and nothing evaluated at definition (decorators, defaults,
   annotations) names another function of the run. Public names of the contract never change.
 
-A new name depends on the seed and the old name alone, and a run's order on the seed and the
-run's names: a mistake disguised with the same seed gets the same names and order as the
-disguised reference.
+A new name depends on the seed and the old name alone (but for a clash with a name the module
+uses, or one given already, 1 in 78,400 a pair: then it draws again), and a run's order on
+the seed and the run's names: a mistake disguised with the same seed gets the same names and
+order as the disguised reference.
 """
 
 from __future__ import annotations
@@ -60,8 +61,8 @@ def disguise(source: str, seed: int) -> str:
 
 
 class _Names:
-    """New names from the seed: the same old name gets the same new one, and no new name is
-    one the module uses already."""
+    """New names from the seed, two words and a number: the same old name gets the same new
+    one, and no new name is one the module uses already."""
 
     def __init__(self, seed: int, taken: set[str]):
         self.seed, self.taken, self.given = seed, set(taken), {}
@@ -71,7 +72,7 @@ class _Names:
             for attempt in range(1000):
                 digest = hashlib.sha256(f"{self.seed}:{old}:{attempt}".encode()).digest()
                 new = f"{WORDS[digest[0] % len(WORDS)]}_{WORDS[digest[1] % len(WORDS)]}"
-                new = ("_" if old.startswith("_") else "") + new + str(digest[2] % 10)
+                new = ("_" if old.startswith("_") else "") + new + str(digest[2] % 100)
                 if new not in self.taken and not keyword.iskeyword(new):
                     break
             self.taken.add(new)
