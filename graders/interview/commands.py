@@ -144,7 +144,7 @@ def interactive(console: Console, workspace: Path, minutes: float, strict: bool,
             console.print(Text("\nthe session ends: the final grade, with the hidden cases",
                                style="bold"))
             return end(console, workspace)
-    except record.SessionBusy as exc:
+    except (record.SessionBusy, OSError) as exc:
         return _error(console, exc)
 
 

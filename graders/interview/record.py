@@ -109,8 +109,9 @@ def locked(workspace: Path):
     """Hold the workspace's session for the block: SessionBusy when another live process holds
     it. A lock whose pid is gone (a killed session) is taken over; this process's own lock is
     re-entered (the interactive verb holds it while it calls the others). The lock appears whole,
-    pid and all: it is written under a name of its own, then linked into place."""
-    folder(workspace).mkdir(exist_ok=True)
+    pid and all: it is written under a name of its own, then linked into place. The workspace
+    and its .kata folder are made when missing."""
+    folder(workspace).mkdir(parents=True, exist_ok=True)
     lock = folder(workspace) / LOCK
     if _holder(lock) == os.getpid():
         yield
