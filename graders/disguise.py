@@ -34,6 +34,8 @@ import hashlib
 import keyword
 import random
 
+from graders.mutation import _PARSE
+
 CONTRACT_ATTRIBUTES = frozenset({"keys", "values", "lengths", "capacity"})
 WORDS = ("acc", "aux", "blk", "buf", "cur", "dim", "grid", "hold", "item", "kept", "mat", "node",
          "part", "pick", "pool", "rank", "row", "seg", "slab", "slot", "span", "step", "tab",
@@ -45,7 +47,8 @@ _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
 def disguise(source: str, seed: int) -> str:
     """`source` (Python) rewritten as the module docstring says, deterministically from `seed`.
     SyntaxError when `source` does not parse."""
-    tree = ast.parse(source)
+    with _PARSE:  # CPython 3.11's ast.parse fails in threads parsing at once (grade-all's)
+        tree = ast.parse(source)
     _drop_docstrings(tree)
     taken = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} | _defined(tree)
     names = _Names(seed, taken)
