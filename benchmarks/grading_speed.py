@@ -7,8 +7,10 @@ for. Run from the kata's folder:
 
 A grade cannot be faster than one torch import (the candidate's worker needs torch); the ratio
 says how much more it costs. "re-grade in --watch" is the time from a save to the next report of
-a `kata grade --watch` left running (its workers started ahead, while no one saves). No test
-asserts these figures: they are for reading.
+a `kata grade --watch` left running (its workers started ahead, while no one saves); "save in
+kata interview" the same for a `kata interview` session past its last stage opening (every item
+graded, as late in an interview; issue 33's goal: 0.8x). No test asserts these figures: they
+are for reading.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from benchmarks.timing import Summary, interleaved
 
 ROOT = Path(__file__).resolve().parent.parent
 GOALS = {"grade": 2.5, "grade --hidden": 3.5, "grade --item prefix-equivalence": 1.5,
-         "re-grade in --watch": 1.0}
+         "re-grade in --watch": 1.0, "save in kata interview": 0.8}
 SETTLE_SECONDS = 3.0  # after its first report, for a watch's next workers to import torch
 
 
@@ -50,13 +52,15 @@ def main() -> None:
     reps = parser.parse_args().reps
     with tempfile.TemporaryDirectory(prefix="kata-grading-speed-") as folder:
         workspace, watched = Path(folder, "workspace"), Path(folder, "watched")
-        for place in (workspace, watched):
+        interviewed = Path(folder, "interviewed")
+        for place in (workspace, watched, interviewed):
             place.mkdir()
             shutil.copy(ROOT / "solutions" / "kv_cache.py", place / "kv_cache.py")
             shutil.copy(ROOT / "solutions" / "test_kv_cache.py", place / "test_kv_cache.py")
         runs = {label: _runner(argv, workspace) for label, argv in commands().items()}
-        with _Watch(watched) as watch:
+        with _Watch(watched) as watch, _Interview(interviewed) as interview:
             runs["re-grade in --watch"] = watch.save_and_wait
+            runs["save in kata interview"] = interview.save_and_wait
             seconds = interleaved(runs, reps)
     torch_import = Summary.of(seconds["import torch"]).median
     print(f"{'command':<34} {'median s':>9} {'spread':>7} {'x import torch':>15} {'goal':>6}")
@@ -80,15 +84,18 @@ class _Watch:
     """`kata grade kv_cache.py --watch` running in `folder`; `save_and_wait()` saves the file
     and returns once the report of that save is out."""
 
+    argv = ["grade", "kv_cache.py", "--watch"]
+    report_end = "Score:"  # the last line of each report
+    stop = signal.SIGINT
+
     def __init__(self, folder: Path):
-        self.file, self.log = folder / "kv_cache.py", folder.parent / "watch.log"
+        self.file, self.log = folder / "kv_cache.py", folder.parent / f"{folder.name}.log"
         self.saves = 0
 
     def __enter__(self) -> "_Watch":
-        self.process = subprocess.Popen([sys.executable, str(ROOT / "cli.py"), "grade",
-                                         "kv_cache.py", "--watch"], cwd=self.file.parent,
-                                        stdout=self.log.open("w"), stderr=subprocess.STDOUT,
-                                        start_new_session=True)
+        self.process = subprocess.Popen([sys.executable, str(ROOT / "cli.py"), *self.argv],
+                                        cwd=self.file.parent, stdout=self.log.open("w"),
+                                        stderr=subprocess.STDOUT, start_new_session=True)
         self._wait_for_report(1)
         time.sleep(SETTLE_SECONDS)
         return self
@@ -100,14 +107,31 @@ class _Watch:
         self._wait_for_report(self.saves + 1)
 
     def _wait_for_report(self, count: int) -> None:
-        while self.log.read_text().count("Score:") < count:  # the last line of each report
+        while self.log.read_text().count(self.report_end) < count:
             if self.process.poll() is not None:
-                raise SystemExit(f"kata grade --watch exited:\n{self.log.read_text()}")
+                raise SystemExit(f"kata {' '.join(self.argv)} exited:\n{self.log.read_text()}")
             time.sleep(0.01)
 
     def __exit__(self, *exc) -> None:
-        os.killpg(self.process.pid, signal.SIGINT)
+        os.killpg(self.process.pid, self.stop)
         self.process.wait()
+
+
+class _Interview(_Watch):
+    """`kata interview` running in `folder` on the reference, brought past its stages (its first
+    save opens L5, its second L6) before it is timed, so that each timed save grades every item;
+    killed at the end, so that no final grade runs."""
+
+    argv = ["interview", "."]
+    report_end = " saves]"  # the status line that closes each save
+    stop = signal.SIGKILL
+
+    def __enter__(self) -> "_Interview":
+        super().__enter__()
+        for _ in range(2):
+            self.save_and_wait()
+        time.sleep(SETTLE_SECONDS)
+        return self
 
 
 if __name__ == "__main__":
