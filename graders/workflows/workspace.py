@@ -55,6 +55,9 @@ keeps what did not pass in `.kata_cache/`, which `.gitignore` leaves out of git.
 A failing item shows a first hint. `kata hint ITEM` shows it too, and `kata hint ITEM --step 2`,
 `--step 3`, ... go further, step by step, from a nudge to nearly the answer: take one at a time.
 
+To practise the interview itself (the question in stages, a clock, conceptual questions), run
+`kata interview .` here.
+
 ## The serving track
 
 Past L6: `paged_kv_cache.py` is a paged cache for many sequences (blocks of one shared pool,
