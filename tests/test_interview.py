@@ -260,6 +260,43 @@ def test_a_strict_sessions_refusal_through_the_cli(tmp_path, monkeypatch):
     assert CliRunner().invoke(app, ["hint", "reset"]).exit_code == 0
 
 
+def test_the_verbs_through_the_cli(tmp_path, staged, monkeypatch):
+    from typer.testing import CliRunner
+
+    from cli import app
+
+    monkeypatch.chdir(tmp_path)
+    runner = CliRunner()
+    missing = runner.invoke(app, ["interview", "report", "nowhere"])
+    assert missing.exit_code == 2 and missing.output.startswith("kata: error: no interview")
+    assert runner.invoke(app, ["interview", "start", "ws"]).exit_code == 0
+    write_level(tmp_path / "ws", "L4")
+    saved = runner.invoke(app, ["interview", "save", "ws"])
+    assert saved.exit_code == 0 and "stage L5 opens" in saved.output
+    assert re.search(r"\[\d+m \d\ds left \| stage L5 \| level L4 \| 1 saves\]", saved.output)
+    report = runner.invoke(app, ["interview", "report", "ws", "--markdown", "r.md", "--json",
+                                 "r.json"])
+    assert report.exit_code == 0 and "Time to each level" in report.output
+    assert "## Time to each level" in (tmp_path / "r.md").read_text()
+    assert json.loads((tmp_path / "r.json").read_text())["figures"]["time_to_level"]["L5"] is None
+    assert runner.invoke(app, ["interview", "replay", "ws", "--step", "1"]).exit_code == 0
+    unknown = runner.invoke(app, ["interview", "replay", "ws", "--step", "5"])
+    assert unknown.exit_code == 2 and unknown.output.strip().count("\n") == 0
+
+
+def test_a_verb_wins_over_a_folder_of_its_name_and_any_other_word_is_a_folder():
+    from typer.testing import CliRunner
+
+    from cli import app
+
+    runner = CliRunner()
+    shown = runner.invoke(app, ["interview", "save", "--help"]).output
+    assert "interview save [OPTIONS]" in shown
+    for words in (["./save", "--help"], ["--help"], ["my-kata", "--help"]):
+        shown = runner.invoke(app, ["interview", *words]).output
+        assert ("interview run [OPTIONS]" in shown) == (words != ["--help"]), words
+
+
 # --- the lock ---------------------------------------------------------------------------------
 
 def test_a_live_sessions_lock_refuses_another_and_a_dead_ones_is_taken_over(tmp_path):
