@@ -294,6 +294,11 @@ def outcome(result) -> dict:
     return {item.id: item for item in result.items}
 
 
+def why(item) -> str:
+    """The whole reason an item did not pass (a worker that could not run it says it there)."""
+    return item.unavailable or item.message
+
+
 def assert_only_the_attacked_item_fails(items: dict, attacked: str) -> None:
     """The attacked item is `error` with a malformed-reply message; every other item passes."""
     assert items[attacked].status == "error", items[attacked]
@@ -327,6 +332,19 @@ def test_a_malformed_reply_fails_the_item_it_answers_and_no_other(name, attacked
     result = grade_attack(hostile_file, name)
     assert_only_the_attacked_item_fails(outcome(result), attacked)
     assert result.exit_code() == 1
+
+
+@pytest.mark.slow
+def test_a_forgery_from_the_import_puts_the_worker_out_of_step_and_shifts_no_reply(hostile_file):
+    """The candidate's module-level code runs in the zygote, which holds the judge's pipes: what
+    a thread started there writes is read as a status out of step. Its item is an error and the
+    worker restarts; every item is judged on its own reply or not at all."""
+    result = grade_attack(hostile_file, "writes_the_judges_pipe_from_its_import")
+    items = outcome(result)
+    errors = [item for item in items.values() if item.status != "pass"]
+    assert errors and result.exit_code() == 1, items
+    for item in errors:  # out of step; or, when a forgery came before the import's frame, not run
+        assert item.status == "error" and "malformed" in why(item), item
 
 
 JUDGE_PEAK = """
