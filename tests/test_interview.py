@@ -359,6 +359,19 @@ def test_the_candidates_answers_reach_no_output_as_markup_or_control(tmp_path, s
         "\x1b") == -1
 
 
+def test_a_replay_shows_no_control_of_the_candidates_file(tmp_path, staged):
+    """The attacks of tests/hostile/interview_answers.md as comments of a saved kv_cache.py."""
+    clock, ws = Clock(), tmp_path / "ws"
+    verbs.start(ws, clock=clock)
+    verbs.save(ws, clock=clock)
+    attack = "".join(f"# {line}\n" for line in HOSTILE_ANSWERS.read_text().splitlines())
+    (ws / "kv_cache.py").write_text('STAGED_UP_TO = "L4"\n' + attack)
+    verbs.save(ws, clock=clock)
+    shown = "\n".join(review.replay_lines(verbs.load(ws), ws))
+    assert "\x1b]8;;" not in shown and "\u202e" not in shown and "\x07" not in shown
+    assert "+# \\x1b[2J\\x1b]8;;http://evil.example\\x07click here" in shown
+
+
 # --- the scripted session, for real -----------------------------------------------------------
 
 def wrong_file(name: str) -> str:
@@ -483,7 +496,7 @@ def test_the_interactive_verb_grades_a_save_under_a_pseudo_terminal(tmp_path):
         return text in seen
 
     try:
-        assert read_until("1 saves]"), seen  # the starter, graded at once
+        assert read_until("1 saves]"), seen  # the starter, graded at once; the status ticks
         assert "stage L4" in seen and "Items this stage adds" in seen
         for text in later_texts("L4"):
             assert text not in seen

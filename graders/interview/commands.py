@@ -41,8 +41,9 @@ def start(console: Console, workspace: Path, minutes: float, strict: bool, track
     return 0
 
 
-def save(console: Console, workspace: Path, workers=None) -> int:
-    """`kata interview save DIR`: snapshot, grade, record; the verdict and the status line."""
+def save(console: Console, workspace: Path, workers=None, ticking: bool = False) -> int:
+    """`kata interview save DIR`: snapshot, grade, record; the verdict and the status line (left
+    to the interactive verb's own when it keeps one `ticking`)."""
     try:
         saved = verbs.save(workspace, workers=workers)
     except verbs.Refused as exc:
@@ -52,13 +53,13 @@ def save(console: Console, workspace: Path, workers=None) -> int:
         return _error(console, exc)
     if saved.event is None:
         console.print(Text("no change since the last snapshot: nothing graded", style="dim"))
+    else:
+        show_verdict(console, saved)
+        if saved.opened:
+            show_stage(console, saved.record, saved.opened)
+    if not ticking:
         console.print(status(saved.record, time.time()))
-        return 0
-    show_verdict(console, saved)
-    if saved.opened:
-        show_stage(console, saved.record, saved.opened)
-    console.print(status(saved.record, time.time()))
-    return saved.result.exit_code()
+    return 0 if saved.event is None else saved.result.exit_code()
 
 
 def end(console: Console, workspace: Path) -> int:
@@ -129,16 +130,27 @@ def interactive(console: Console, workspace: Path, minutes: float, strict: bool,
             paths = [p for p in verbs.files(workspace, chosen) if p]
             console.print(Text(f"watching {', '.join(p.name for p in paths)}: save to be graded "
                                "(Ctrl-C ends the session)", style="dim"))
-            ahead = []
+            ahead, shown = [], [0.0]
 
             def graded() -> None:
-                save(console, workspace, _take(ahead))
+                _clear_status(console)
+                save(console, workspace, _take(ahead), ticking=console.is_terminal)
                 ahead.append(_workers(workspace))
 
+            def time_up() -> bool:
+                """Asked once a poll: whether time is up; in a terminal, the status line kept
+                ticking, rewritten in place once a second."""
+                now, current = time.time(), verbs.load(workspace)
+                if console.is_terminal and now - shown[0] >= 1:
+                    shown[0] = now
+                    console.file.write(f"\r{status(current, now).plain}\x1b[K")
+                    console.file.flush()
+                return verbs.time_left(current, now) <= 0
+
             try:
-                watch(paths, graded, stop=lambda: verbs.time_left(
-                    verbs.load(workspace), time.time()) <= 0)
+                watch(paths, graded, stop=time_up)
             finally:
+                _clear_status(console)
                 for workers in ahead:
                     workers.close()
             console.print(Text("\nthe session ends: the final grade, with the hidden cases",
@@ -194,6 +206,13 @@ def status(session: dict, now: float) -> Text:
     level = saves[-1]["level"] if saves else "not graded yet"
     return Text(f"[{review.clock(left)} left | stage {session['stage']} | level {level} | "
                 f"{len(saves)} saves]", style="cyan")
+
+
+def _clear_status(console: Console) -> None:
+    """In a terminal, erase the ticking status line, so that what follows starts a clean line."""
+    if console.is_terminal:
+        console.file.write("\r\x1b[K")
+        console.file.flush()
 
 
 def _workers(workspace: Path):
