@@ -52,9 +52,12 @@ class Clock:
         self.now += seconds
 
 
-def staged_grade(implementation, tests=None, *, only=None, hidden=False, **_):
+def staged_grade(implementation, tests=None, *, only=None, hidden=False, workers=None, **_):
     """A stand-in for graders.grade.grade: the items of levels up to the file's
-    `STAGED_UP_TO = "L5"` line pass, the others fail (no such line, or no level: none pass)."""
+    `STAGED_UP_TO = "L5"` line pass, the others fail (no such line, or no level: none pass).
+    Workers started for it are closed, as the grade closes them."""
+    if workers is not None:
+        workers.close()
     found = re.search(r'STAGED_UP_TO = "(\w+)"', Path(implementation).read_text())
     levels = rubric_data.load().levels
     up_to = levels.index(found.group(1)) if found and found.group(1) in levels else -1

@@ -23,6 +23,7 @@ from graders.interview.questions import STAGE_PROMPTS
 from graders.untrusted import file_name, quote
 
 USAGE_ERROR = 2
+IMPORT_TIMEOUT = 60.0  # graders.grade.DEFAULT_IMPORT_TIMEOUT (not imported: it loads torch)
 
 
 def start(console: Console, workspace: Path, minutes: float, strict: bool, track: str) -> int:
@@ -43,9 +44,10 @@ def start(console: Console, workspace: Path, minutes: float, strict: bool, track
 
 def save(console: Console, workspace: Path, workers=None, ticking: bool = False) -> int:
     """`kata interview save DIR`: snapshot, grade, record; the verdict and the status line (left
-    to the interactive verb's own when it keeps one `ticking`)."""
+    to the interactive verb's own when it keeps one `ticking`). Without `workers`, they are
+    started first: their torch imports overlap this process's own."""
     try:
-        saved = verbs.save(workspace, workers=workers)
+        saved = verbs.save(workspace, workers=workers or _take([_workers(workspace)]))
     except verbs.Refused as exc:
         console.print(Text(str(exc), style="bold red"))
         return 1
@@ -218,17 +220,19 @@ def _clear_status(console: Console) -> None:
 def _workers(workspace: Path):
     """Workers for the next save, started now so that their torch import is done by the time
     the candidate saves (as `kata grade --watch` does); None when they cannot be started."""
-    from graders.grade import DEFAULT_IMPORT_TIMEOUT
     from graders.workers import GradeWorkers
 
-    session = verbs.load(workspace)
+    try:
+        session = verbs.load(workspace)
+    except (verbs.NoSession, ValueError):  # the save says so
+        return None
     track = tracks.get(session["track"])
     implementation, tests = verbs.files(workspace, track)
     runs_tests = track.runs_tests(set(verbs.stage_items(track, session["stage"])))
     try:
         return GradeWorkers.start(implementation, tests if runs_tests and tests.is_file()
                                   else None, track.module, verbs.default_sandbox(),
-                                  DEFAULT_IMPORT_TIMEOUT, ahead=True)
+                                  IMPORT_TIMEOUT, ahead=True)
     except Exception:  # the save starts its own, and says why if it cannot either
         return None
 

@@ -134,8 +134,17 @@ def save(workspace: Path, *, clock: Clock = time.time, sandbox=None,
     opened so far, record the save (and the stage it opens). Nothing is recorded when the files
     are those of the last snapshot and no stage has opened since it was graded. After time up,
     the save is refused and the session ended (Refused, once `end` has run). `workers`: started
-    ahead for these files (graders.workers.GradeWorkers), else started here.
+    ahead for these files (graders.workers.GradeWorkers), else started here; closed either way.
     SessionBusy when another live process holds the session."""
+    try:
+        return _save(workspace, clock, sandbox, workers)
+    except BaseException:
+        _close(workers)
+        raise
+
+
+def _save(workspace: Path, clock: Clock, sandbox, workers) -> Saved:
+    """`save`'s work; it closes `workers` itself on each way out that grades nothing."""
     from graders.grade import grade
 
     with record.locked(workspace):
@@ -154,9 +163,13 @@ def save(workspace: Path, *, clock: Clock = time.time, sandbox=None,
             return Saved(None, None, None, session)
         name = record.snapshot(workspace, contents)
         implementation, tests = files(record.folder(workspace) / name, track)
-        result = grade(implementation, tests if tests and tests.is_file() else None,
-                       track=track.id, only=set(stage_items(track, session["stage"])),
-                       sandbox=sandbox or _sandbox(), workers=workers)
+        tests = tests if tests and tests.is_file() else None
+        items = set(stage_items(track, session["stage"]))
+        if workers is not None and (workers.tests is None) != (
+                tests is None or not track.runs_tests(items)):
+            workers = _close(workers)  # started for other files: the grade starts its own
+        result = grade(implementation, tests, track=track.id, only=items,
+                       sandbox=sandbox or default_sandbox(), workers=workers)
         level = reached(result, track)
         opened = None
 
@@ -223,7 +236,7 @@ def end(workspace: Path, *, clock: Clock = time.time, sandbox=None) -> dict:
             workspace, _contents(workspace, track))
         implementation, tests = files(record.folder(workspace) / name, track)
         result = grade(implementation, tests if tests and tests.is_file() else None,
-                       track=track.id, hidden=True, sandbox=sandbox or _sandbox())
+                       track=track.id, hidden=True, sandbox=sandbox or default_sandbox())
         result.implementation = f"{name}/{track.implementation}"
         ended = clock()
 
@@ -334,12 +347,15 @@ def _t(session: dict, now: float) -> float:
     return round(elapsed(session, now), 1)
 
 
-def _sandbox():
+def default_sandbox():
+    """The sandbox of a session's grades: bubblewrap where it works, else the process fallback
+    (the candidate's own files, on the candidate's machine, as `kata grade` takes them)."""
     from graders.isolation import Sandbox
 
     return Sandbox(mode="auto", chosen=False)
 
 
 def _close(workers) -> None:
+    """Close `workers` (None: nothing to close); None, for `workers = _close(workers)`."""
     if workers is not None:
         workers.close()
