@@ -40,7 +40,9 @@ RETURNS_CANDIDATE_VALUE = {"attend", "call", "get"}
 TENSOR_INPUTS = ("key", "value", "query", "x")  # what `return_inputs` sends back
 RAISED = {"type": str, "lineage": list, "message": str, "traceback": str}
 TESTS_COUNTS = ("exit_code", "passed", "failed", "errors")
-BEAMS = {"tokens": torch.int64, "beam_idx": torch.int64, "scores": torch.float32}
+# The beam search's choices; its scores' dtype follows what decode_step returned (floating).
+BEAMS = {"tokens": (torch.int64,), "beam_idx": (torch.int64,),
+         "scores": (torch.float16, torch.bfloat16, torch.float32, torch.float64)}
 LARGEST = 3  # groups of an allocation measurement (graders.worker.ops.Allocations.LARGEST)
 MAX_TAIL = 4_000  # characters of a traceback kept (its last frames): read for one line
 
@@ -238,10 +240,11 @@ def _beams(value, op: dict, what: str) -> dict:
     fields = _dict(value, what)
     _keys(fields, set(BEAMS), what)
     shape = (op["steps"], op["beams"])
-    for name, dtype in BEAMS.items():
+    for name, dtypes in BEAMS.items():
         tensor = fields[name]
-        if type(tensor) is not torch.Tensor or tensor.dtype != dtype or tensor.shape != shape:
-            raise MalformedReply(f"{what}'s {name} is {_shown(tensor)}, not a {dtype} tensor "
+        if type(tensor) is not torch.Tensor or tensor.dtype not in dtypes or tensor.shape != shape:
+            kinds = " or ".join(str(dtype).removeprefix("torch.") for dtype in dtypes)
+            raise MalformedReply(f"{what}'s {name} is {_shown(tensor)}, not a {kinds} tensor "
                                  f"{list(shape)}")
     return fields
 

@@ -87,6 +87,8 @@ def test_a_well_formed_plan_reply_passes_unchanged():
     assert torch.equal(checked["results"][2]["ok"], torch.zeros(1, 1, 1, 4))
     assert replies.plan_reply({"results": good_results()[:3]}, OPS)  # a plan that stopped early
     assert replies.plan_reply({"error": "cannot be sent"}, OPS) == {"error": "cannot be sent"}
+    wide = {**good_results()[7]["ok"], "scores": torch.zeros(4, 2, dtype=torch.float64)}
+    assert replies.plan_reply(with_ok(7, wide), OPS)  # a decode_step that returned float64
 
 
 @pytest.mark.parametrize("reply", [
@@ -126,6 +128,7 @@ def test_a_reply_of_the_wrong_shape_is_malformed(reply):
     with_ok(6, torch.zeros(1, 1, 8)),
     with_ok(7, {**good_results()[7]["ok"], "tokens": torch.zeros(4, 2)}),
     with_ok(7, {**good_results()[7]["ok"], "scores": torch.zeros(4, 3)}),
+    with_ok(7, {**good_results()[7]["ok"], "scores": torch.zeros(4, 2, dtype=torch.int64)}),
     with_ok(7, {**good_results()[7]["ok"], "beam_idx": [[0, 1]] * 4}),
     with_result(2, {"ok": None, "inputs_after": {"query": [1, 2]}}),
     with_result(2, {"ok": None, "inputs_after": {"key": torch.zeros(1)}}),
@@ -136,11 +139,18 @@ def test_a_reply_of_the_wrong_shape_is_malformed(reply):
         "measure-missing", "negative-count", "bool-count", "four-largest-groups",
         "fractional-shape", "inventory-path-not-text", "inventory-probe-not-asked",
         "inventory-path-a-number", "rows-lack-wv", "rows-a-float", "decode-step-a-tensor",
-        "beam-tokens-float", "beam-scores-wrong-shape", "beam-idx-a-list",
+        "beam-tokens-float", "beam-scores-wrong-shape", "beam-scores-integers", "beam-idx-a-list",
         "input-back-as-a-list", "input-not-sent"])
 def test_a_result_that_breaks_its_operation_s_schema_is_malformed(reply):
     with pytest.raises(replies.MalformedReply):
         replies.plan_reply(reply, OPS)
+
+
+def test_every_operation_the_worker_runs_has_a_schema_in_the_judge():
+    from graders.worker.ops import _OPS
+
+    built = {op["op"] for op in OPS}
+    assert set(_OPS) <= replies.RETURNS_NOTHING | replies.RETURNS_CANDIDATE_VALUE | built
 
 
 def test_candidate_text_comes_out_clipped():
