@@ -818,7 +818,7 @@ WORKSPACE_HELP = "The workspace (made as kata init makes one when it has no kv_c
 @interview_app.command("run")
 def interview_run(
     directory: Annotated[Path, typer.Argument(help=WORKSPACE_HELP)] = Path("."),
-    minutes: Annotated[float, typer.Option(help=MINUTES_HELP, min=1)] = 60,
+    minutes: Annotated[int, typer.Option(help=MINUTES_HELP, min=1)] = 60,
     strict: Annotated[bool, typer.Option("--strict", help=STRICT_HELP)] = False,
     track: Annotated[str, typer.Option("--track", help=TRACK_HELP)] = DENSE.id,
 ) -> None:
@@ -834,7 +834,7 @@ def interview_run(
 @interview_app.command("start")
 def interview_start(
     directory: Annotated[Path, typer.Argument(help=WORKSPACE_HELP)],
-    minutes: Annotated[float, typer.Option(help=MINUTES_HELP, min=1)] = 60,
+    minutes: Annotated[int, typer.Option(help=MINUTES_HELP, min=1)] = 60,
     strict: Annotated[bool, typer.Option("--strict", help=STRICT_HELP)] = False,
     track: Annotated[str, typer.Option("--track", help=TRACK_HELP)] = DENSE.id,
 ) -> None:

@@ -69,7 +69,9 @@ def staged_grade(implementation, tests=None, *, only=None, hidden=False, workers
 
 @pytest.fixture
 def staged(monkeypatch):
+    """Grades are staged_grade's, and the CLI's saves start no workers for it."""
     monkeypatch.setattr("graders.grade.grade", staged_grade)
+    monkeypatch.setattr("graders.interview.commands._workers", lambda workspace: None)
 
 
 def write_level(workspace: Path, level: str, note: str = "") -> None:
@@ -273,6 +275,7 @@ def test_the_verbs_through_the_cli(tmp_path, staged, monkeypatch):
     missing = runner.invoke(app, ["interview", "report", "nowhere"])
     assert missing.exit_code == 2 and missing.output.startswith("kata: error: no interview")
     assert runner.invoke(app, ["interview", "start", "ws"]).exit_code == 0
+    assert verbs.load(tmp_path / "ws")["minutes"] == 60  # as the contract's record has it
     write_level(tmp_path / "ws", "L4")
     saved = runner.invoke(app, ["interview", "save", "ws"])
     assert saved.exit_code == 0 and "stage L5 opens" in saved.output
@@ -342,6 +345,18 @@ def test_the_report_gives_each_figure_and_the_replay_each_diff(tmp_path, staged)
     assert review.replay(verbs.load(ws), ws, step=2)[0][0]["snapshot"].startswith("002-")
     with pytest.raises(ValueError, match="no snapshot 9"):
         review.replay(verbs.load(ws), ws, step=9)
+
+
+@pytest.mark.slow  # matplotlib's import alone takes 1.5 s here
+def test_the_level_over_time_as_a_png(tmp_path, staged):
+    pytest.importorskip("matplotlib")
+    clock, ws = Clock(), tmp_path / "ws"
+    verbs.start(ws, clock=clock)
+    write_level(ws, "L4")
+    clock.advance(120)
+    verbs.save(ws, clock=clock)
+    review.save_png(verbs.load(ws), tmp_path / "level.png")
+    assert (tmp_path / "level.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_the_candidates_answers_reach_no_output_as_markup_or_control(tmp_path, staged):
