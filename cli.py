@@ -880,10 +880,17 @@ def interview_report(
     answer beside its model answer."""
     from graders.interview import commands
 
+    from graders.output_files import STDOUT
+
     markdown, json_path, plot = _output(markdown), _output(json_path), _here(plot)
+    if markdown == json_path == STDOUT:
+        _usage_error("--markdown and --json both write to standard output (-): give one of "
+                     "them a file")
     for option, path in (("--markdown", markdown), ("--json", json_path), ("--plot", plot)):
         _check_writable(option, path)
-    raise typer.Exit(commands.report(_console(), _here(directory), markdown, json_path, plot))
+    # A report written to standard output (-) has it alone: the terminal's report goes to stderr.
+    console = _console(stderr=STDOUT in (markdown, json_path))
+    raise typer.Exit(commands.report(console, _here(directory), markdown, json_path, plot))
 
 
 @interview_app.command("replay")
