@@ -1,5 +1,5 @@
 """The scriptable verbs of `kata interview` (contract section 7): start, save, hint, end. The
-interactive verb (graders.interview.live) is made of them, so a session can be driven by a
+interactive verb (graders.interview.commands) is made of them, so a session can be driven by a
 script or a test with no terminal; `clock` (seconds since the epoch) is theirs to set.
 
 Stages: the dense track opens L4, then L5 once every L4 item passes, then L6 once every L5 item
