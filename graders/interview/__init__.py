@@ -2,8 +2,7 @@
 
 - questions: what the interviewer says: each stage's prompt, the conceptual questions, the
   model answers.
-- record: DIR/.kata/session.json, its snapshots and the lock: one session
-  to a workspace.
+- record: DIR/.kata/session.json, its snapshots and the lock (one session to a workspace).
 - session: the scriptable verbs (start, save, hint, end), with a clock a test can set.
 - review: what an interviewer reads afterwards: the report (terminal, Markdown, JSON, PNG) and
   the replay of every snapshot.
