@@ -50,10 +50,11 @@ DTYPE_NAMES = {dtype: name for name, dtype in DTYPES.items()}
 # values (a list of lists).
 MAX_DEPTH = 32
 MAX_DIMS = 64  # what torch allows a tensor
-# Characters of one text the candidate's code made (an exception's message, an import error, a
-# repr) that a worker sends: a reply stays small; the judge shows at most 2,000 of them
+# Characters of one text the candidate's code made (an exception's message, an import error)
+# that a worker sends: a reply stays small; the judge shows at most 2,000 of them
 # (graders.untrusted.MAX_QUOTE), and says how many it cut of those that arrived.
 TEXT_CHARS = 4_000
+REPR_CHARS = 200  # of the repr of a value that is neither JSON nor a tensor: it names the value
 _MAX_DIM = 1 << 62  # the largest size of one dimension
 # Keys that mark a tensor or a repr in an encoded body: a candidate's dict holding exactly one of
 # them travels as its repr, so it cannot stand for a tensor it did not return.
@@ -197,6 +198,6 @@ def _rebuild(descriptor: dict, frame: bytes, offset: int):
 
 def _safe_repr(value) -> str:
     try:
-        return repr(value)[:TEXT_CHARS]
+        return repr(value)[:REPR_CHARS]
     except Exception as exc:  # a candidate's object whose __repr__ raises
         return f"<{type(value).__name__} whose repr raised {type(exc).__name__}>"
