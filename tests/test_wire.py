@@ -222,3 +222,31 @@ def test_a_frame_buffer_takes_the_first_frame_and_parses_its_header_once(monkeyp
 def test_a_frame_buffer_refuses_what_cannot_be_a_frame_within_its_caps(data, says):
     with pytest.raises(frames.WireError, match=says):
         frames.FrameBuffer(frames.REPLIES).feed(data)
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats() | st.text(max_size=8)
+    | st.sampled_from(["float32", "int64", "cpu", "meta", "torch.Tensor", "__tensor__"]),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
+        st.sampled_from(["dtype", "shape", "device", "type", "nbytes", "data", "__tensor__",
+                         "__repr__", "body", "tensors"]), inner, max_size=4),
+    max_leaves=12)
+
+
+@settings(max_examples=150, deadline=None, derandomize=True)
+@given(field=st.sampled_from(["dtype", "shape", "device", "type", "nbytes", "data", None]),
+       value=_JSON, body=_JSON, cut=st.integers(0, 9))
+def test_whatever_a_header_holds_the_decoder_returns_a_body_or_raises_wire_error(
+        field, value, body, cut):
+    descriptor = _descriptor(shape=[3])
+    descriptor = {**descriptor, "nbytes": 12} if field is None else {**descriptor, field: value}
+    frame = _frame({"body": body, "tensors": [descriptor]}, b"x" * (12 - cut))
+    try:
+        wire.decode(frame)
+    except frames.WireError:
+        pass
+    buffer = frames.FrameBuffer(frames.REPLIES)
+    try:
+        buffer.feed(frame)
+    except frames.WireError:
+        pass
