@@ -14,7 +14,7 @@ from typing import Callable, NamedTuple
 
 import torch
 
-from graders import cases, reference
+from graders import cases, decode_loop, reference
 from graders.candidate import Fail, Plan, tensor
 from graders.compare import UNWRITTEN_SLOTS, Tolerance, close, first_divergence, require_shape
 
@@ -115,8 +115,9 @@ VARIANTS = (("query head h reads KV head h % Hkv, not h // (Hq // Hkv)", "modulo
 
 def likely_mistake(pool: Pool, got: list, step: int, tol: Tolerance) -> str:
     """A label for the known mistake whose signature the outputs show, or "": an empty sequence
-    not giving zeros, a head mapping or scale of `VARIANTS`, or only sequences with a partly
-    filled last block wrong."""
+    not giving zeros, a head mapping or scale of `VARIANTS`, SDPA's is_causal=True with one
+    query (the first key's value alone), or only sequences with a partly filled last block
+    wrong."""
     wrong = [(r, i) for r, out in zip(pool.reads, got) for i in range(len(r.lengths))
              if not close(out[i], r.expected[i], tol).all()]
     read = pool.reads[step]
@@ -127,11 +128,21 @@ def likely_mistake(pool: Pool, got: list, step: int, tol: Tolerance) -> str:
         if all(close(got[step][i], _variant(read.query[i], *read.kv[i], heads, scaled), tol).all()
                for i in bad):
             return label
+    if bad and all(close(got[step][i], _first_key_only(read.query[i], read.kv[i][1]), tol).all()
+                   for i in bad):
+        return decode_loop.SDPA_IS_CAUSAL
     if any(n and n % pool.bs == 0 for r in pool.reads for n in r.lengths) and all(
             r.lengths[i] % pool.bs for r, i in wrong):
         return ("only sequences whose last block is partly filled are wrong: does attend read "
                 "slots past a sequence's length, or blocks in an order other than the table's?")
     return ""
+
+
+def _first_key_only(q, v) -> torch.Tensor:
+    """What a query q [Hq, 1, D] gets from attention over the first key alone: its KV head's
+    first value, v [Hkv, L, D] -> [Hq, 1, D] (query head h reads KV head h // (Hq // Hkv))."""
+    Hq, Hkv = q.shape[0], v.shape[0]
+    return v.double()[torch.arange(Hq) // (Hq // Hkv), :1]
 
 
 def _variant(q, k, v, heads: str, scaled: bool) -> torch.Tensor:

@@ -19,6 +19,9 @@ from graders.compare import TOLERANCE, UNWRITTEN_SLOTS, close, first_divergence
 from graders.paged_model import Book, Full
 
 TOL = TOLERANCE[torch.float32]
+# How far an int8 pool's attention may be from float64 attention over the values written, as a
+# share of the largest of them: quantized-kv's bound, measured in graders/items/quantized_kv.py.
+INT8_BOUND = 2e-2
 
 
 class Session:
@@ -32,17 +35,20 @@ class Session:
     zero, so attention is the mean of exactly the values a sequence holds, whatever the scores:
     these items judge which data a sequence reads; how attention computes (scale, softmax,
     heads, empty sequences) is paged-equivalence's question. `hidden` labels a step by its kind
-    only, so that a message never shows a hidden case's script.
+    only, so that a message never shows a hidden case's script. `quantize="int8"` makes the
+    pool an int8 one, whose attention is then held to INT8_BOUND of each sequence's largest
+    value rather than to float32's tolerance.
     """
 
     def __init__(self, case: str, num_blocks: int, block_size: int, *, seed: int,
                  watch=("tables", "length", "attend", "num_free_blocks"), heads: int = 2,
-                 head_dim: int = 8, hidden: bool = False):
-        self.case, self.watch, self.hidden = case, set(watch), hidden
+                 head_dim: int = 8, hidden: bool = False, quantize: str | None = None):
+        self.case, self.watch, self.hidden, self.quantize = case, set(watch), hidden, quantize
         self.book = Book(num_blocks, block_size)
         self.g, self.heads, self.head_dim = cases.generator(seed), heads, head_dim
         self.plan = Plan()
-        self.plan.paged_new("p", num_blocks, block_size, heads, head_dim)
+        self.plan.paged_new("p", num_blocks, block_size, heads, head_dim,
+                            **({"quantize": quantize} if quantize else {}))
         self.kv: dict = {}  # seq -> (keys, values) [heads, n, head_dim]: what was written to it
         self.checks: list[Check] = []
         self.steps, self.forked = 0, False
@@ -150,7 +156,10 @@ class Session:
             query, index = self._read_attention(filled)
             want = [reference.causal_attention(query[i : i + 1], k[None], v[None])  # float64
                     for i, (k, v) in enumerate(self.kv[s] for s in filled)]
-            self.checks.append(Attention(label, filled, index, torch.cat(want), self.forked))
+            largest = (torch.tensor([float(self.kv[s][1].abs().max()) for s in filled])
+                       if self.quantize else None)  # [rows]: each sequence's largest value
+            self.checks.append(Attention(label, filled, index, torch.cat(want), self.forked,
+                                         largest))
         if "num_free_blocks" in self.watch:
             self.checks.append(FreeCount(label, plan.get("p", "num_free_blocks"), book.num_free))
 
@@ -261,16 +270,21 @@ class Tables:
 @dataclass(frozen=True)
 class Attention:
     """attend over every non-empty sequence after a step, against float64 attention over what
-    was written to each ([rows, heads, 1, head_dim]). `forked`: a fork happened before."""
+    was written to each ([rows, heads, 1, head_dim]). `forked`: a fork happened before.
+    `largest` ([rows]): in an int8 pool, each sequence's largest value, INT8_BOUND of which its
+    error may be."""
 
     label: str
     seqs: list
     index: int
     expected: torch.Tensor
     forked: bool
+    largest: torch.Tensor | None = None
 
     @property
     def hint_keys(self) -> tuple[str, ...]:
+        if self.largest is not None:
+            return f"attend:int8:{self.forked}", f"attend:{self.forked}", "attend"
         return f"attend:{self.forked}", "attend"
 
     def problem(self, results: Results) -> str | None:
@@ -278,6 +292,8 @@ class Attention:
         problem = _output_problem(got, tuple(self.expected.shape))
         if problem:
             return problem
+        if self.largest is not None:
+            return self._int8_problem(got)
         d = first_divergence([got], [self.expected], TOL)
         if d is None:
             return None
@@ -285,6 +301,20 @@ class Attention:
                  else f"max abs error {d.max_abs:.2e} (tolerance {TOL})")
         return (f"attend row {d.row} (sequence {self.seqs[d.row]!r}), head {d.head} is not "
                 f"attention over that sequence's own positions: {error}")
+
+    def _int8_problem(self, got: torch.Tensor) -> str | None:
+        """The first row whose error passes INT8_BOUND of its largest value, or None."""
+        error = ((got.double() - self.expected).abs().nan_to_num(float("inf"))
+                 .amax(dim=(1, 2, 3)) / self.largest)  # [rows]: share of the largest value
+        over = (error > INT8_BOUND).nonzero()
+        if not len(over):
+            return None
+        row = int(over[0])
+        shown = (f"non-finite output: {UNWRITTEN_SLOTS}" if not torch.isfinite(got[row]).all()
+                 else f"error {float(error[row]):.2e} of its largest value, past the int8 bound "
+                      f"{INT8_BOUND:.0e}")
+        return (f"attend row {row} (sequence {self.seqs[row]!r}) of the int8 pool is not "
+                f"attention over that sequence's own positions: {shown}")
 
 
 @dataclass(frozen=True)

@@ -118,6 +118,13 @@ def reorder(cache: KVCache, beam_idx: Tensor) -> None:
         cache.v_storage = cache.v_storage.index_select(0, beam_idx)
     cache.lengths = cache.lengths.index_select(0, beam_idx)
 '''
+# Two bugs of public caches that only the hidden cases of long caches and int8 pools catch
+# (tests/wrong/shipped_bugs.py has the ones the public cases catch).
+WRONG_FILES = Path(__file__).resolve().parent / "implementations" / "wrong"
+COW_COPY = "            for pool in (self.k_pool, self.v_pool, self.k_scale, self.v_scale):\n"
+FREED = ("            if self._refs[block] == 0:\n"
+         "                self._free.append(block)\n")
+FREE_COUNT = "        return len(self._free)\n"
 
 MUTANTS = [
     hidden_only(Mutant(
@@ -305,6 +312,25 @@ MUTANTS = [
                   "        self._tables[seq_id] = self._tables.pop(seq_id)  # recently used: to the end\n"),),
         base=PAGED_REFERENCE,
     ), "eviction"),
+    hidden_only(Mutant(
+        "segmented-fork-shares-old", "fixed 256-position segments; fork copies only the newest "
+        "segment and shares the full ones (tests/implementations/wrong/, unedited)",
+        base=WRONG_FILES / "segmented_fork_shares_old.py",
+    ), "rope-fork-offset"),
+    hidden_only(Mutant(
+        "int8-cow-forgets-scales", "copy-on-write copies a shared block's int8 keys and values "
+        "but not their scales",
+        replace=((COW_COPY, "            for pool in (self.k_pool, self.v_pool):\n"),),
+        base=PAGED_REFERENCE,
+    ), "paged-cow"),
+    hidden_only(Mutant(
+        "free-returns-shared-blocks", "free returns every block of the sequence, held by a fork "
+        "or not; num_free_blocks counts the blocks no table holds, so it stays right",
+        replace=((FREED, "            self._free.append(block)\n"),
+                 (FREE_COUNT, "        held = {b for t in self._tables.values() for b in t}\n"
+                              "        return len(self._refs) - len(held)\n")),
+        base=PAGED_REFERENCE,
+    ), "paged-free"),
 ]
 
 

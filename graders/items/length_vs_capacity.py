@@ -4,7 +4,7 @@
 `values` are the valid prefix, T = max(lengths), never the whole storage. No growth factor is
 required (that is prealloc's business, L6): growing by exactly what an append needs passes.
 
-Public, three cases:
+Public, four cases:
 - `KVCache()` before any append: keys, values and lengths None, capacity 0;
 - `KVCache(capacity=16)`: 16 slots after a first append of 3 positions (a cache that ignores the
   request allocates what it needs; one that rounds up to its block size may hold more), the
@@ -12,7 +12,12 @@ Public, three cases:
   positions must equal the reference (a cache that attends over all 16 slots reads 13 empty
   ones);
 - `KVCache()` with ragged `counts`, so max(lengths) differs from some rows' lengths: capacity an
-  int >= max(lengths) and keys' time dimension max(lengths) at every step.
+  int >= max(lengths) and keys' time dimension max(lengths) at every step;
+- chunks that cross the capacity part-way, not from exactly full: `KVCache(capacity=16)` and
+  `KVCache()` take appends of 3 to 15 positions, most of which start below the capacity and end
+  past it (from 14 of 16 to 18, say), and after each the keys and values held must be every
+  position appended, in order. Storage that grows only when an append starts exactly at the
+  capacity overflows here.
 Keys or values shorter than max(lengths) while capacity is too are named as what they are: a
 fixed-size cache that dropped the positions appended past its last slot (lengths still count
 them), not a capacity reported wrong.
@@ -51,6 +56,7 @@ RAGGED = [  # (t, counts) per append to KVCache(), B=3
     (3, (3, 0, 3)),
     (1, (0, 1, 1)),
 ]
+CROSSING = (5, 9, 4, 7, 10, 3, 15)  # positions per append: 5, 14, 18, 25, 35, 38, 53
 HIDDEN_D = 4
 CAPACITY_SEED = 1000
 LONG_SEED = 1010
@@ -77,6 +83,7 @@ def grade(candidate: Candidate) -> str:
         if total == 3:
             attended = plan.attend("pre", pre["q"][:, :, 2:3])
     plan.new("ragged")
+    crossing = _crossing(plan)
     ragged_states, lengths = [], torch.zeros(3, dtype=torch.int64)
     for t, counts in RAGGED:
         plan.append("ragged", ragged["k"][:, :, :t], ragged["v"][:, :, :t], cases.counts(*counts))
@@ -119,8 +126,10 @@ def grade(candidate: Candidate) -> str:
     for step, (expected, index) in enumerate(ragged_states):
         _check(results[index], expected, f"KVCache() after ragged append {step} (counts "
                                          f"{list(RAGGED[step][1])})")
+    _check_crossing(results, crossing)
     return (f"empty cache; KVCache(capacity={REQUESTED}) kept {REQUESTED} slots while they "
-            "sufficed; ragged counts: lengths, capacity and keys' time dimension right every step")
+            "sufficed; ragged counts: lengths, capacity and keys' time dimension right every "
+            "step; chunks crossing the capacity part-way kept every position")
 
 
 def grade_hidden(candidate: Candidate) -> str:
@@ -135,6 +144,43 @@ def grade_hidden(candidate: Candidate) -> str:
     return (f"KVCache(capacity={capacity}) and KVCache(capacity={LONG_CAPACITY}) kept their "
             f"slots while they sufficed; lengths, capacity and the keys' time dimension right "
             "after ragged appends and a release of the longest row")
+
+
+def _crossing(plan: Plan) -> list[tuple[str, torch.Tensor, list[tuple[int, int]]]]:
+    """CROSSING's appends into KVCache(capacity=REQUESTED) and into KVCache(): for each cache,
+    its constructor's words, the sequence's keys and values ([2, 2, H, T, D]) and (positions
+    held, state index) after each append."""
+    found = []
+    for seed, capacity in ((402, REQUESTED), (403, None)):
+        seq = cases.sequence(cases.generator(seed), 2, H, H, sum(CROSSING), D)
+        name = f"crossing{seed}"
+        plan.new(name, capacity=capacity)
+        states, total = [], 0
+        for t in CROSSING:
+            plan.append(name, seq["k"][:, :, total : total + t], seq["v"][:, :, total : total + t])
+            total += t
+            states.append((total, plan.state(name)))
+        made = "KVCache()" if capacity is None else f"KVCache(capacity={capacity})"
+        found.append((made, torch.stack((seq["k"], seq["v"])), states))
+    return found
+
+
+def _check_crossing(results, crossing) -> None:
+    """After each append of `_crossing`: lengths, capacity and the time dimension (`_check`),
+    and keys and values holding every position appended, in order."""
+    for made, kv, states in crossing:
+        previous = 0
+        for total, index in states:
+            where = f"{made} after appending {total - previous} positions at length {previous}"
+            capacity = _check(results[index], [total] * 2, where)
+            for n, name in enumerate(("keys", "values")):
+                held = tensor(results[index][name], f"cache.{name} {where}")
+                if not torch.equal(held, kv[n, :, :, :total]):
+                    raise Fail(f"{where} (capacity now {capacity}): cache.{name} is not every "
+                               "position appended, in order: an append that crosses the "
+                               "capacity part-way must keep what is stored and write the rest "
+                               "into the grown storage")
+            previous = total
 
 
 def _check(state: dict, expected: list[int], where: str) -> int:

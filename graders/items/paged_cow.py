@@ -20,7 +20,14 @@ Hidden: seeded random trees of forks (graders.paged_scripts.play: adds, appends 
 positions, forks of random sequences, forks of forks and of empty sequences, mid-block and at
 block boundaries) on a pool large enough that nothing runs out, checked after every step as the
 public scripts are. Block size 1 (never a partial block: forks only share) and 16 (writes into
-shared partial blocks copy them).
+shared partial blocks copy them). Then an int8 pool (quantize="int8"; quantized-kv never forks,
+these never quantized): a fork of a sequence that ends mid-block and a write into the fork, so
+that the shared partial block is copied (its int8 keys and values and their scales: a copy that
+forgets the scales gives the copied positions another block's), then a random tree of forks
+with frees and evictions among them, so that copies land in blocks freed before, whose stale
+scales are not the copied block's. The int8 pool's attention is held to quantized-kv's bound
+(2e-2 of a sequence's largest value) instead of float32's tolerance. Hidden only: every
+quantization mistake would fail it too, and those are quantized-kv's to name.
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ from __future__ import annotations
 from graders import cases, hidden_cases
 from graders.candidate import Candidate
 from graders.paged_scripts import play
-from graders.paged_session import TOL, Session
+from graders.paged_session import INT8_BOUND, TOL, Session
 
 ITEM = "paged-cow"
 HINTS = {
@@ -41,6 +48,9 @@ HINTS = {
               "copy?), or attend reads other blocks than the table's (see paged-block-table)",
     "attend:False": "this is before any fork: attention itself is off (see paged-equivalence), "
                     "and this item's checks rely on it",
+    "attend:int8:True": "in an int8 pool a block is its int8 keys and values and their scales: "
+                        "a copy-on-write copy copies all four, or the copied positions come "
+                        "back at another block's scale",
     "length": "a fork starts at src's length; then each branch counts its own appends",
 }
 
@@ -48,6 +58,8 @@ HINTS = {
 HIDDEN_CASES = [(5300 + i, bs, n)
                 for i, (bs, n) in enumerate(((16, 96), (1, 600), (16, 96)))]
 HIDDEN_WEIGHTS = {"add": 1, "append": 6, "fork": 3}
+INT8_SEED, INT8_BLOCK_SIZE, INT8_BLOCKS = 5310, 4, 160
+INT8_WEIGHTS = {"add": 1, "append": 6, "fork": 3, "free": 1, "evict": 1}
 
 
 def grade(candidate: Candidate) -> str:
@@ -74,6 +86,7 @@ def grade(candidate: Candidate) -> str:
     s.fork("r", "w")
     s.append("w", 3), s.append("r", 3), s.append("x", 1)
     s.check(candidate.run(s.plan), HINTS)
+
     return (f"3 fork scripts: no block taken by a fork, one per copy of a shared partial block, "
             f"full blocks stay shared, every branch within {TOL} of its own history")
 
@@ -85,5 +98,17 @@ def grade_hidden(candidate: Candidate) -> str:
         s = Session(case, num_blocks, block_size, seed=seed, hidden=True)
         play(s, cases.generator(seed), 40, HIDDEN_WEIGHTS, 20)
         s.check(hidden_cases.run(candidate, s.plan, case), HINTS)
-    return (f"{len(HIDDEN_CASES)} random fork trees: blocks shared and copied as the contract "
-            f"says, every branch within {TOL} of its own history")
+    seed = hidden_cases.seed(INT8_SEED)
+    case = hidden_cases.name(seed, f"an int8 pool: a fork written mid-block, then a random tree "
+                                   f"of forks with frees and evictions, block_size "
+                                   f"{INT8_BLOCK_SIZE}")
+    g = cases.generator(seed)
+    s = Session(case, INT8_BLOCKS, INT8_BLOCK_SIZE, seed=seed, hidden=True, quantize="int8")
+    s.add("a"), s.append("a", INT8_BLOCK_SIZE * cases.randint(g, 1, 3) + cases.randint(g, 1, 3))
+    s.fork("a", "b")
+    s.append("b", cases.randint(g, 1, 6))  # copies the shared partial block
+    play(s, g, 40, INT8_WEIGHTS, 10)
+    s.check(hidden_cases.run(candidate, s.plan, case), HINTS)
+    return (f"{len(HIDDEN_CASES) + 1} random fork trees (one in an int8 pool, with frees and "
+            "evictions): blocks shared and copied as the contract says, every branch within "
+            f"{TOL} of its own history (int8: within {INT8_BOUND:.0e} of its largest value)")

@@ -20,7 +20,12 @@ Hidden: seeded random scripts (graders.paged_scripts.play) of add / append / for
 and frees of ids that are gone or were never added, on pools small enough that many appends do
 not fit (multi-block appends with a few blocks free, copy-on-write copies with none), checked
 after every step as the public scripts are; at the end every sequence is freed and the whole
-pool must be back. Block sizes 1 and 16.
+pool must be back. Block sizes 1 and 16. Then an int8 pool: a fork outlives its source, whose
+freed blocks go to a new sequence, then forks, frees and evictions at random, every live
+sequence's attention (within quantized-kv's bound) and the free count read after every step. A
+free that hands out a block a fork still holds shows as the fork's data overwritten by the next
+sequence to take it, even where the free count is right (one counted from the tables, say).
+Hidden only, as paged-cow's int8 case: every quantization mistake would fail it too.
 """
 
 from __future__ import annotations
@@ -41,6 +46,9 @@ HINTS = {
     "append": "count every block an append needs (a copy-on-write copy included) before "
               "touching anything, and raise CacheFull if they are not free",
     "free": "free raises KeyError for an id that is unknown or already freed, changing nothing",
+    "attend": "a sequence's data stays as written while it lives: a block goes back to the pool "
+              "only when its last holder frees it, so no block a fork still holds is handed to "
+              "another sequence",
 }
 EVERYTHING = ("tables", "length", "unchanged", "num_free_blocks")
 
@@ -49,6 +57,9 @@ HIDDEN_CASES = [(5400 + i, bs, n, t)
                 for i, (bs, n, t) in enumerate(((16, 8, 40), (1, 24, 7), (16, 6, 24), (1, 40, 12)))]
 HIDDEN_WEIGHTS = {"add": 2, "append": 7, "fork": 2, "free": 2, "free gone": 1}
 SPILL_SEED = 5410
+REUSE_SEED, REUSE_BLOCK_SIZE, REUSE_BLOCKS = 5420, 4, 24
+REUSE_WEIGHTS = {"add": 2, "append": 6, "fork": 3, "free": 2, "evict": 1}
+REUSE_WATCH = ("length", "attend", "num_free_blocks")
 
 
 def grade(candidate: Candidate) -> str:
@@ -87,6 +98,7 @@ def grade(candidate: Candidate) -> str:
     s.append("q", 1)                    # now the copy fits
     s.append("p", 2)                    # p alone holds its partial block again: in place
     s.check(candidate.run(s.plan), HINTS)
+
     return ("free counts exact after every add, append, fork and free; the whole pool back; "
             "KeyError on unknown and double frees; CacheFull (multi-block and copy-on-write) "
             "changes no length, table, count or data")
@@ -102,8 +114,22 @@ def grade_hidden(candidate: Candidate) -> str:
             s.free(seq)
         s.check(hidden_cases.run(candidate, s.plan, case), HINTS)
     _cow_spill(candidate, hidden_cases.seed(SPILL_SEED))
-    return (f"{len(HIDDEN_CASES) + 1} random scripts on small pools: free counts, tables and "
-            "lengths exact at every step, CacheFull changes nothing, the whole pool back at the end")
+    seed = hidden_cases.seed(REUSE_SEED)
+    case = hidden_cases.name(seed, "an int8 pool: a fork outliving its source, then random forks, "
+                                   "frees and evictions, every live sequence's attention read "
+                                   "after each step")
+    g = cases.generator(seed)
+    s = Session(case, REUSE_BLOCKS, REUSE_BLOCK_SIZE, seed=seed, hidden=True, watch=REUSE_WATCH,
+                quantize="int8")
+    s.add("a"), s.append("a", REUSE_BLOCK_SIZE * cases.randint(g, 1, 2) + cases.randint(g, 1, 3))
+    s.fork("a", "b")                    # shares every block of a
+    s.free("a")                         # returns none of them: b holds them all
+    s.add("c"), s.append("c", cases.randint(g, 6, 12))  # blocks from the pool, none of b's
+    play(s, g, 40, REUSE_WEIGHTS, 9, drop_full=True)
+    s.check(hidden_cases.run(candidate, s.plan, case), HINTS)
+    return (f"{len(HIDDEN_CASES) + 2} random scripts on small pools: free counts, tables and "
+            "lengths exact at every step, CacheFull changes nothing, the whole pool back at the "
+            "end; in an int8 pool, every live sequence's data intact as blocks are reused")
 
 
 def _cow_spill(candidate: Candidate, seed: int) -> None:

@@ -3,9 +3,9 @@
 The question's core invariant. Each case decodes a whole sequence through the cache
 (graders.decode_loop) and compares every step, not only the last: a mistake in how the prefix is
 kept shows at some prefix even when the final step happens to agree. When the outputs match a
-known mistake (no scale, 1/head_dim, only the newest position, softmax over another axis), the
-message names it. Still MHA with every row at the same length (ragged rows and GQA are other
-items' concerns).
+known mistake (no scale, 1/head_dim, only the newest position, softmax over another axis, SDPA's
+is_causal=True with one query, which sees only the first key), the message names it. Still MHA
+with every row at the same length (ragged rows and GQA are other items' concerns).
 
 Public: one token at a time from an empty cache, a 5-token prompt then one token at a time, and
 a preallocated KVCache(capacity=32).
@@ -136,4 +136,5 @@ def _likely_mistakes(seq: dict, steps: list[decode_loop.Step]) -> dict[str, list
             v[:, :, s.end - 1 : s.end] for s in steps],
         "softmax over an axis other than the cached positions": [
             v[:, :, : s.end].sum(dim=2, keepdim=True) for s in steps],
+        decode_loop.SDPA_IS_CAUSAL: [v[:, :, :1] for _ in steps],
     }

@@ -1,13 +1,16 @@
 """release: release ends one row; a new sequence in that slot never sees the old one.
 
-Public: three sequences (B=3, H=2, D=8, float32) decode 4 steps; then release(cache, 1). Its length must
-be 0 while rows 0 and 2 keep their lengths and stored keys and values, and attend must give zeros
-for row 1 and the old answers for rows 0 and 2. Then 3 more steps with counts all 1: rows 0 and 2
-go on, while row 1 starts an unrelated sequence (fresh keys and values) that must equal attention
+Public: three sequences (B=3, H=4, D=8, float32) decode 4 steps; then release(cache, 1). Its
+length must be 0 while rows 0 and 2 keep their lengths and stored keys and values, and attend
+must give zeros for row 1 and the old answers for rows 0 and 2. Then 3 more steps with counts
+all 1: rows 0 and 2 go on, while row 1 starts an unrelated sequence (fresh keys and values) that must equal attention
 over its own new positions only. Finally the last row is released, twice in a row, and one more
 step with counts (1, 1, 0) leaves it at zeros. This catches a release that does nothing, that
 zeroes storage but keeps the length, that clears every row, and one that sets the length to 0
 while the next tokens are written after the old sequence's (so the new one reads the old keys).
+Every row released (1, then 2) is below kv_heads (4), so a release that clears a head of every
+row (`storage[:, index]`) where it means a row raises no IndexError: it shows as rows 0 and 2
+changed, in their stored keys and in every output after it.
 
 Hidden, seeded: the public old sequences are ordinary random data, so a released slot whose old
 positions are merely down-weighted (a finite mask value added to the scores, -1e4 as in many
@@ -37,7 +40,7 @@ from graders.compare import (TOLERANCE, UNWRITTEN_SLOTS, first_divergence, requi
 
 ITEM = "release"
 
-B, H, D, BEFORE, AFTER = 3, 2, 8, 4, 3
+B, H, D, BEFORE, AFTER = 3, 4, 8, 4, 3  # H > every row released
 TOL = TOLERANCE[torch.float32]
 HIDDEN_SEED = 900
 STALE_KEY_SCALE = 1e6
