@@ -17,6 +17,7 @@ import signal
 import sys
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 MIB = 1 << 20
 WALL_PER_CPU = 3  # a request that uses little CPU (it sleeps, waits) is stopped at 3x its time
@@ -104,14 +105,25 @@ def _set(which: int, value: int) -> None:
 
 
 def _processes_of(uid: int) -> int:
+    """How many processes have `uid` as their real user id, as RLIMIT_NPROC counts them. Read
+    from each /proc/<pid>/status, not from who owns /proc/<pid>: for a process that is not
+    dumpable (the worker's zygote) the kernel may show root as that owner, whatever its user."""
     count = 0
     for entry in os.scandir("/proc"):
         if entry.name.isdigit():
             try:
-                count += entry.stat().st_uid == uid
+                count += _real_uid(Path(entry.path, "status").read_text()) == uid
             except OSError:
                 pass  # it ended while we looked
     return count
+
+
+def _real_uid(status: str) -> int | None:
+    """The real user id in the text of a /proc/<pid>/status file."""
+    for line in status.splitlines():
+        if line.startswith("Uid:"):
+            return int(line.split()[1])
+    return None
 
 
 class KataImportBlocked(ImportError):
