@@ -79,6 +79,15 @@ def test_no_tests_or_the_untouched_starter_tests_are_not_attempted(tests):
     assert item.status == "not_attempted"
 
 
+
+def test_a_test_file_that_forges_its_runs_reply_is_an_error_not_a_verdict():
+    """A frame the tests wrote themselves is checked as any reply is (graders.replies): a
+    malformed reply fails own-tests as the candidate's error (exit 1), never as a grader bug."""
+    item, _ = own_tests(OWN / "forges_its_reply.py")
+    assert item.status == "error", item.message
+    assert "malformed" in item.message
+
+
 @pytest.fixture
 def test_runs(monkeypatch) -> list[int]:
     """The batches the tests worker is sent from now on: how many runs each."""

@@ -69,6 +69,9 @@ def grade(candidate: Candidate) -> str:
     if tests == STARTER_TESTS.read_bytes():
         raise NotAttempted("the test file is still the starter's example: write your own tests")
     replies = _runs(candidate, tests, implementations(_seed()))
+    malformed = next((reply for reply in replies if reply.malformed), None)
+    if malformed is not None:  # the candidate's code answered for the worker: not a verdict
+        raise CandidateError(f"running your tests: {malformed.detail}")
     on_reference = _outcome(replies[0], "on the reference solution")
     if not (on_reference["passed"] or on_reference["failed"] or on_reference["errors"]):
         raise Fail("no test ran: the file collects no tests (names must start with test_)")
