@@ -9,6 +9,7 @@
     kata grade-all DIR            grade every submission under DIR (interviewers)
     kata bench [PATH ...]         decode-step speed and memory: the solutions, your files, peers
     kata interview [DIR]          practise it as an interview: stages, a clock, a record to replay
+    kata export gradescope OUT    a Gradescope autograder bundle (github-action: a workflow)
 
 Exit codes of `grade` (the kata contract, section 3): 0 every item passes, 1 some item does not,
 2 usage error, 4 the grader itself broke (or the installation lacks one of the kata's files).
@@ -903,6 +904,89 @@ def interview_replay(
     from graders.interview import commands
 
     raise typer.Exit(commands.replay(_console(), _here(directory), step))
+
+
+export_app = typer.Typer(
+    add_completion=False, no_args_is_help=True,
+    help="Grade past one machine: a Gradescope autograder bundle, or a GitHub Actions workflow "
+    "for a candidate's repository.")
+app.add_typer(export_app, name="export")
+
+
+@export_app.command("gradescope")
+def export_gradescope(
+    out: Annotated[Path, typer.Argument(help="The bundle to write (a .zip).")],
+    track: Annotated[str, typer.Option("--track", help=TRACK_HELP)] = DENSE.id,
+    hidden: Annotated[bool, typer.Option(
+        "--hidden", help="Grade with the hidden graders too (their results are shown when "
+        "grades are published).")] = False,
+    graders: Annotated[Optional[Path], typer.Option(
+        "--graders", help="A folder of your own hidden graders to bundle (with --hidden).")]
+        = None,
+    seed: Annotated[Optional[int], typer.Option(
+        help="The hidden cases' seed for every submission (with --hidden) \\[default: one drawn "
+        "now, written in the bundle].", min=0)] = None,
+    fresh_seeds: Annotated[bool, typer.Option(
+        "--fresh-seeds", help="A fresh seed for each submission instead of one for all.")]
+        = False,
+    wheel: Annotated[Optional[Path], typer.Option(
+        "--wheel", help="The kata's wheel to bundle \\[default: built from this checkout].")]
+        = None,
+) -> None:
+    """Write a Gradescope autograder bundle: setup.sh, run_autograder and the kata's wheel.
+
+    Upload it as the assignment's autograder (docs/gradescope.md)."""
+    from graders.export import gradescope
+    from graders.export.wheel import WheelError
+
+    chosen = _track(track)
+    out, graders, wheel = _here(out), _here(graders), _here(wheel)
+    if out.suffix != ".zip":
+        _usage_error(f"{_relative(out)}: the bundle is a zip: name it .zip")
+    if fresh_seeds and seed is not None:
+        _usage_error("--fresh-seeds and --seed: choose one")
+    if fresh_seeds and not hidden:
+        _usage_error("--fresh-seeds chooses the hidden cases: use it with --hidden")
+    _check_seed(seed, hidden)
+    if graders is not None:
+        _check_private_graders(graders, hidden, chosen)
+    if wheel is not None and (not wheel.is_file() or wheel.suffix != ".whl"):
+        _usage_error(f"--wheel {_relative(wheel)} is not a wheel file (.whl)")
+    _check_writable("OUT", out)
+    if hidden and seed is None and not fresh_seeds:
+        seed = gradescope.draw_seed()
+    assignment = gradescope.Assignment(track=chosen.id, hidden=hidden, seed=seed,
+                                       torch=gradescope.torch_version(),
+                                       private_graders=graders is not None)
+    try:
+        gradescope.export(out, assignment, graders, wheel)
+    except (gradescope.ExportError, WheelError) as exc:
+        _usage_error(str(exc))
+    seeded = f", seed {seed}" if seed is not None else ", a fresh seed each" if hidden else ""
+    _console().print(Text(f"wrote {_relative(out)}: track {chosen.id}"
+                          + (", hidden graders" if hidden else ", public cases") + seeded
+                          + (", private graders" if graders is not None else "")))
+
+
+@export_app.command("github-action")
+def export_github_action(
+    directory: Annotated[Path, typer.Argument(help="The candidate's repository (its root).")],
+    track: Annotated[str, typer.Option("--track", help=TRACK_HELP)] = DENSE.id,
+    package: Annotated[str, typer.Option(
+        help="What the workflow installs the kata from (a pip requirement or URL).")]
+        = "kvkata==0.1.0",
+) -> None:
+    """Write .github/workflows/kata.yml: kata grade on every push, public cases only."""
+    from graders.export import github_action
+    from graders.export.gradescope import torch_version
+    from graders.output_files import OutputError
+
+    chosen = _track(track)
+    try:
+        path = github_action.export(_here(directory), chosen, torch_version(), package)
+    except OutputError as exc:
+        _usage_error(str(exc))
+    _console().print(Text(f"wrote {_relative(path)}"))
 
 
 def main() -> None:
