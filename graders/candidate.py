@@ -32,7 +32,14 @@ class NotAttempted(Exception):
 class CandidateError(Exception):
     """The candidate's code raised, crashed or exited where it should have answered, or its
     worker's reply was malformed (`graders.replies`: every reply is checked there, before it
-    reaches `Candidate.run`, and its texts clipped)."""
+    reaches `Candidate.run`, and its texts clipped).
+
+    `signature`: for an exception the candidate's code raised, its type, message and place in
+    the candidate's file, so that a grade names the same error once (graders.grade)."""
+
+    def __init__(self, message: str, signature: tuple[str, str, str] | None = None):
+        super().__init__(message)
+        self.signature = signature
 
 
 class CandidateTimeout(Exception):
@@ -222,7 +229,10 @@ class Candidate:
             raise CandidateError(f"{limit}: `{name}` raised {raised['type']}: {raised['message']}")
         if not op.get("may_raise"):
             where = _last_candidate_line(raised["traceback"])
-            raise CandidateError(f"`{name}` raised {raised['type']}: {raised['message']}{where}")
+            call, grow = _call_words(op, raised.get("cache"))
+            raise CandidateError(
+                f"{call} raised {raised['type']}: {raised['message']}{where}{grow}",
+                signature=(str(raised["type"]), str(raised["message"]), where))
         return Raised(raised["type"], raised["message"], tuple(raised["lineage"]))
 
 
@@ -245,6 +255,39 @@ def _without_data(value: wire.Opaque) -> str:
 
 
 def _last_candidate_line(traceback_text: str) -> str:
+    """The last frame of the traceback in the candidate's own code: neither the kata's frames
+    nor torch's or Python's (an IndexError raised in torch/_ops.py is the candidate's write)."""
     lines = [line.strip() for line in traceback_text.splitlines() if line.strip().startswith("File ")]
-    lines = [line for line in lines if "/graders/" not in line]  # the kata's own frames
+    lines = [line for line in lines if not any(part in line for part in LIBRARY_FRAMES)]
     return f" ({clip(lines[-1])})" if lines else ""
+
+
+LIBRARY_FRAMES = ("/graders/", "/site-packages/", "/dist-packages/", "/lib/python3")
+
+
+def _call_words(op: dict, cache) -> tuple[str, str]:
+    """The call that raised, with the state of its cache when the worker sent it ("`append` of
+    4 positions at lengths [2047], capacity 2048"); and, when that append took a row past the
+    capacity, what the contract asks of it ("" otherwise)."""
+    key = op.get("key")
+    key = key.get("noncontiguous") if isinstance(key, dict) else key
+    size = 1 if op["op"] == "decode_step" else (
+        key.shape[2] if isinstance(key, torch.Tensor) and key.dim() == 4 else None)
+    words = f"`{op.get('method', op['op'])}`" + (
+        f" of {size} position{'s' if size != 1 else ''}" if size else "")
+    lengths = cache.get("lengths") if isinstance(cache, dict) else None
+    capacity = cache.get("capacity") if isinstance(cache, dict) else None
+    if not (isinstance(lengths, list) and lengths and all(type(n) is int for n in lengths)):
+        lengths = None
+    capacity = capacity if type(capacity) is int else None
+    if lengths is not None:
+        words += f" at lengths {lengths[:8]}"[:-1] + (", ...]" if len(lengths) > 8 else "]")
+    if capacity is not None:
+        words += f", capacity {capacity}"
+    counts = op.get("counts")
+    grows = int(counts.max()) if isinstance(counts, torch.Tensor) and counts.numel() else size
+    if None in (lengths, capacity, grows) or max(lengths) + grows <= capacity:
+        return words, ""
+    return words, (f". An append past capacity {capacity} raised: the contract requires append "
+                   "to grow the storage when a row would outgrow it (doubling, say), whatever "
+                   "capacity the cache started with")

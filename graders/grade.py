@@ -261,6 +261,7 @@ def _grade(candidate: Candidate, name: str, items: list[rubric_data.Item], grade
            track: tracks.Track) -> GradeResult:
     rubric = rubric_data.load()
     results, broke, unavailable, timeouts = [], False, None, 0
+    first_raised: dict[tuple, str] = {}  # an exception's signature -> the first item it failed
     with ThreadPoolExecutor(1) as beside:
         early = _start_tests_early(items, graders, candidate, beside, exitfirst)
         if early:  # its outcome is taken last, when the other items are done
@@ -275,8 +276,13 @@ def _grade(candidate: Candidate, name: str, items: list[rubric_data.Item], grade
                                  f"not run: the implementation already hung in {timeouts} items")
             else:
                 try:
-                    outcome = early.result() if ran_beside else _run_item(item_graders, candidate)
-                    result = _result(item, *outcome)
+                    status, message, signature = (early.result() if ran_beside
+                                                  else _run_item(item_graders, candidate))
+                    if signature is not None and signature in first_raised:
+                        message = _same_error(message, first_raised[signature], signature)
+                    elif signature is not None:
+                        first_raised[signature] = item.id
+                    result = _result(item, status, message)
                 except WorkerUnavailable as exc:
                     unavailable = exc
                     result = _not_run(item, exc)
@@ -343,23 +349,35 @@ def _one_line(reason: str) -> str:
     return f"{lines[0].split(':', 1)[0]}: {lines[-1]} ({where[1]}, line {where[2]})"
 
 
-def _run_item(graders: list[Grader], candidate: Candidate) -> tuple[str, str]:
+def _run_item(graders: list[Grader],
+              candidate: Candidate) -> tuple[str, str, tuple[str, str, str] | None]:
+    """The item's status and message, and the signature of the candidate's exception that made
+    it an error (its type, message and place in the candidate's file), if one did."""
     if not graders:
-        return "not_attempted", "no grader for this item in this version of the kata"
+        return "not_attempted", "no grader for this item in this version of the kata", None
     messages = []
     for grader in graders:
         prefix = "hidden case: " if grader.hidden else ""
         try:
             messages.append(prefix + grader.grade(candidate))
         except Fail as exc:
-            return "fail", prefix + str(exc)
+            return "fail", prefix + str(exc), None
         except NotAttempted as exc:
-            return "not_attempted", str(exc)
+            return "not_attempted", str(exc), None
         except CandidateTimeout as exc:
-            return "timeout", prefix + str(exc)
+            return "timeout", prefix + str(exc), None
         except CandidateError as exc:
-            return "error", prefix + str(exc)
-    return "pass", "; ".join(messages)
+            return "error", prefix + str(exc), exc.signature
+    return "pass", "; ".join(messages), None
+
+
+def _same_error(message: str, first: str, signature: tuple[str, str, str]) -> str:
+    """An item's error message when an earlier item already failed on the same exception: said
+    once, there, whole; here, the item's own words up to the call, and the item to read. One
+    bug that breaks many items is reported as one."""
+    kind, _, where = signature
+    call = message.split(f" raised {kind}:", 1)[0]
+    return f"{call} raised the same error as {first} ({kind}{where})"
 
 
 def _tells(rubric: rubric_data.Rubric, seen: list[Tell]) -> list[TellResult]:

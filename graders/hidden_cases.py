@@ -79,7 +79,7 @@ def labelled(case: str):
     except CandidateTimeout as exc:
         raise CandidateTimeout(f"{case}: {exc}") from None
     except CandidateError as exc:
-        raise CandidateError(f"{case}: {exc}") from None
+        raise CandidateError(f"{case}: {exc}", exc.signature) from None
     except Fail as exc:
         if case in str(exc):
             raise

@@ -39,6 +39,8 @@ RETURNS_NOTHING = {"new", "reset", "release", "layer", "reorder", "fork", "paged
 RETURNS_CANDIDATE_VALUE = {"attend", "call", "get"}
 TENSOR_INPUTS = ("key", "value", "query", "x")  # what `return_inputs` sends back
 RAISED = {"type": str, "lineage": list, "message": str, "traceback": str}
+CACHE_ROWS = 64  # an exception's optional "cache": {"lengths": [int] of at most this many rows,
+# "capacity": int}, the state of the dense cache it was raised on (graders/worker/ops.py)
 TESTS_COUNTS = ("exit_code", "passed", "failed", "errors")
 # The beam search's choices; its scores' dtype follows what decode_step returned (floating).
 BEAMS = {"tokens": (torch.int64,), "beam_idx": (torch.int64,),
@@ -263,13 +265,41 @@ def _inputs_after(value, op: dict, what: str) -> dict:
 
 def _raised(value, what: str) -> dict:
     fields = _dict(value, f"{what}'s exception")
-    _keys(fields, set(RAISED), f"{what}'s exception")
+    _keys(fields, set(RAISED) | {"cache"}, f"{what}'s exception", optional={"cache"})
     for key, types in RAISED.items():
         _typed(fields[key], types, f"{what}'s exception {key}")
     lineage = [clip(_typed(name, str, f"{what}'s exception lineage"))
                for name in fields["lineage"]]
-    return {"type": clip(fields["type"]), "lineage": lineage,
-            "message": clip(fields["message"]), "traceback": fields["traceback"][-MAX_TAIL:]}
+    checked = {"type": clip(fields["type"]), "lineage": lineage,
+               "message": clip(fields["message"]), "traceback": fields["traceback"][-MAX_TAIL:]}
+    if "cache" in fields:
+        checked["cache"] = _cache_state(fields["cache"], f"{what}'s exception")
+    return checked
+
+
+def _cache_state(value, what: str) -> dict:
+    """An exception's "cache": lengths, a list of at most CACHE_ROWS ints, and capacity, an int;
+    either may be absent."""
+    fields = _dict(value, f"{what}'s cache state")
+    _keys(fields, {"lengths", "capacity"}, f"{what}'s cache state",
+          optional={"lengths", "capacity"})
+    if "capacity" in fields:
+        _bounded(fields["capacity"], f"{what}'s cache capacity")
+    if "lengths" in fields:
+        lengths = _typed(fields["lengths"], list, f"{what}'s cache lengths")
+        if len(lengths) > CACHE_ROWS:
+            raise MalformedReply(f"{what}'s cache lengths hold {len(lengths)} rows, at most "
+                                 f"{CACHE_ROWS} are sent")
+        for n in lengths:
+            _bounded(n, f"{what}'s cache lengths")
+    return fields
+
+
+def _bounded(n, what: str) -> int:
+    """An int of int64's range (no number of digits a message could not hold)."""
+    if type(n) is not int or not -2**63 <= n < 2**63:
+        raise MalformedReply(f"{what} is {_shown(n) if type(n) is not int else 'out of range'}")
+    return n
 
 
 def _error_or(reply, key: str) -> dict:

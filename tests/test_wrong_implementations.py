@@ -6,17 +6,23 @@ mostly waiting on its own worker processes), and each test then checks one of th
 
 from __future__ import annotations
 
+import re
+import shutil
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
+from graders.decode_loop import SDPA_IS_CAUSAL
 from graders.grade import GradeResult, grade
+from graders.mutation import REFERENCE
 from tests.wrong import Wrong, everything
 
 pytestmark = pytest.mark.slow  # whole grades: `pytest -m "not slow"` is the quick loop
 
 WRONG = everything()
 PARALLEL = 3
+HOSTILE = Path(__file__).parent / "hostile"
 
 
 @pytest.fixture(scope="module")
@@ -105,3 +111,68 @@ def test_validity_read_from_the_data_fails_the_public_ragged_batch(tmp_path):
     assert item.message.endswith("Likely mistake: a real position whose key is all zeros was left "
                                  "out. Is a slot's validity read from its data rather than from "
                                  "lengths?")
+
+
+def test_a_fixed_capacity_is_named_at_the_candidates_line_with_the_caches_state(tmp_path):
+    """Meta's Llama reference keeps max_seq_len slots and never grows: the message names the
+    call, the lengths and capacity at the raise, the line of the candidate's file (not torch's
+    _ops.py, where the write raised), and what the contract asks."""
+    result = grade(_by_name("fixed-2048-slots").write(tmp_path), only={"prealloc"})
+    (item,) = result.items
+    assert item.status == "error"
+    assert re.match(r"`append` of \d+ positions? at lengths \[2048\], capacity 2048 raised "
+                    r"IndexError: ", item.message), item.message
+    assert 'kv_cache.py", line' in item.message and "_ops.py" not in item.message
+    assert item.message.endswith("An append past capacity 2048 raised: the contract requires "
+                                 "append to grow the storage when a row would outgrow it "
+                                 "(doubling, say), whatever capacity the cache started with")
+
+
+def test_one_exception_failing_many_items_is_named_once(tmp_path):
+    """The same exception (type, message, line of the candidate's file) in several items is
+    given whole at the first, and the others say which; statuses and scores are unchanged."""
+    path = tmp_path / "kv_cache.py"
+    path.write_text(REFERENCE.read_text().replace(
+        '    if cache.k_storage is None:\n        raise ValueError("attend on an empty cache',
+        '    raise RuntimeError("attend is not written yet")\n'
+        '    if cache.k_storage is None:\n        raise ValueError("attend on an empty cache', 1))
+    items = {i.id: i for i in grade(path, only={"attend-shape", "prefix-equivalence",
+                                                "ragged-batch"}).items}
+    assert {i.status for i in items.values()} == {"error"}
+    assert sum(i.points for i in items.values()) == 0
+    first = items["attend-shape"].message
+    assert "raised RuntimeError: attend is not written yet (File" in first
+    for later in ("prefix-equivalence", "ragged-batch"):
+        message = items[later].message
+        assert "raised the same error as attend-shape (RuntimeError (File" in message, message
+        assert "not written yet" not in message
+
+
+def test_a_state_too_large_to_send_is_left_out_of_the_message(tmp_path):
+    """tests/hostile/lies_about_its_state.py: a capacity of 2 ** 80 and lengths of a million
+    rows, read when its append raises. The capacity is not sent, the lengths are cut
+    to 64 rows and the message shows 8 of them: a short message, never a malformed reply."""
+    path = tmp_path / "kv_cache.py"
+    shutil.copy(HOSTILE / "lies_about_its_state.py", path)
+    (item,) = grade(path, only={"attend-shape"}).items
+    assert item.status == "error"
+    assert "malformed" not in item.message and "capacity" not in item.message
+    assert "at lengths [0, 1, 2, 3, 4, 5, 6, 7, ...] raised RuntimeError: no room" in item.message
+    assert len(item.message) < 400
+
+
+@pytest.mark.parametrize("name, item, start, end", [
+    ("segmented_reorders_newest", "beam-reorder", "a 1,100-position cache grown by chunks and "
+     "single tokens, then reordered: cache 0, after reorder(cache, [1, 0])", ""),
+    ("release-clears-a-head", "release", "release(cache, 1) changed cache.keys of rows 0 and 2",
+     ""),
+    ("grows-only-when-full", "length-vs-capacity", "`append` of 4 positions at lengths [14, 14], "
+     "capacity 16 raised IndexError", "whatever capacity the cache started with"),
+    ("sdpa-is-causal", "prefix-equivalence", "one token at a time from an empty cache",
+     "Likely mistake: " + SDPA_IS_CAUSAL),
+])
+def test_shipped_bugs_fail_their_item_with_its_message(name, item, start, end, tmp_path):
+    """The bugs public caches shipped (tests/wrong/shipped_bugs.py), named by their item."""
+    (result,) = grade(_by_name(name).write(tmp_path), only={item}).items
+    assert result.status != "pass"
+    assert result.message.startswith(start) and result.message.endswith(end), result.message

@@ -51,6 +51,8 @@ from graders.worker.wire import TEXT_CHARS
 
 PROJECTIONS = ("wq", "wk", "wv")
 LINEAGE = 64  # classes of an exception's lineage sent: ValueError's is 4
+CACHE_ROWS = 64  # rows of a cache's lengths sent with an exception raised on it
+CACHE_OPS = ("append", "attend", "reset", "release", "decode_step", "reorder", "fork")
 
 
 def execute(module, plan: dict) -> list[dict]:
@@ -64,6 +66,9 @@ def execute(module, plan: dict) -> list[dict]:
             if isinstance(exc, KeyboardInterrupt):
                 raise
             results.append({"raised": _describe_exception(exc)})
+            facts = _cache_facts(state, op)
+            if facts:
+                results[-1]["raised"]["cache"] = facts
             if not op.get("may_raise"):
                 break
         if op.get("return_inputs"):
@@ -471,6 +476,26 @@ class _MissingType:
 
 
 Missing = _MissingType()
+
+
+def _cache_facts(state: _State, op: dict) -> dict | None:
+    """The state of the dense cache an operation that raised acted on, as the judge's message
+    names it: {"lengths": [int, ...] (its first CACHE_ROWS rows), "capacity": int}, each only
+    when the cache holds it as the contract says (an int64 tensor, an int); None when neither."""
+    cache = state.caches.get(op.get("cache")) if op["op"] in CACHE_OPS else None
+    if cache is None:
+        return None
+    facts = {}
+    try:  # the candidate's properties run here, and may raise too
+        lengths, capacity = getattr(cache, "lengths", None), getattr(cache, "capacity", None)
+        if (type(lengths) is torch.Tensor and lengths.dtype == torch.int64 and lengths.dim() == 1
+                and lengths.device.type == "cpu"):
+            facts["lengths"] = [int(n) for n in lengths[:CACHE_ROWS].tolist()]
+        if type(capacity) is int and 0 <= capacity < 2**63:  # what a tensor's size can be
+            facts["capacity"] = capacity
+    except Exception:  # noqa: BLE001 - facts for a message: none is fine
+        return None
+    return facts or None
 
 
 def _describe_exception(exc: BaseException) -> dict:
