@@ -399,3 +399,14 @@ def test_a_missing_file_is_a_graded_result_not_an_autograder_failure(autograde):
     assert results["score"] == 0 and results["output"].startswith("No kv_cache.py was submitted")
     assert len(results["tests"]) == len(rubric_data.load().track(DENSE))
     assert {t["visibility"] for t in results["tests"]} == {"visible"}
+
+
+@pytest.mark.slow
+def test_a_file_that_does_not_import_is_a_graded_failure_with_its_error(autograde):
+    results, _, done = autograde({"kv_cache.py": (HOSTILE / "syntax_error.py").read_text()})
+    assert done.returncode == 0, done.stdout + done.stderr
+    check_gradescope_schema(results)
+    assert results["score"] == 0
+    assert {t["status"] for t in results["tests"][:-1]} == {"failed"}
+    assert all("SyntaxError" in t["output"] for t in results["tests"][:-1]), [
+        t["output"][:80] for t in results["tests"]]
