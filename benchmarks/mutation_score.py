@@ -46,11 +46,12 @@ MODULES = {
     "hidden_cases": ("graders/hidden_cases.py", ["tests/test_hidden_cases.py"]),
     "tolerances": ("graders/tolerances.py", ["tests/test_tolerance_measurement.py"]),
     "mistakes": ("graders/mistakes.py", ["tests/test_mutation.py"]),
-    "candidate": ("graders/candidate.py", ["tests/test_candidate_report.py",
-                                           "tests/test_probes.py"]),
+    "candidate": ("graders/candidate.py", ["tests/test_hidden_cases.py",
+                                           "tests/test_tolerances.py", "tests/test_prealloc.py",
+                                           "tests/test_time_limits.py"]),
     "worker/wire": ("graders/worker/wire.py", ["tests/test_wire.py"]),
     "worker/frames": ("graders/worker/frames.py", ["tests/test_wire.py"]),
-    "replies": ("graders/replies.py", ["tests/test_replies.py"]),
+    "replies": ("graders/replies.py", ["tests/test_reply_boundary.py"]),
 }
 # Modules whose tests start no worker: their children skip the suite's warm spawner of workers
 # (a process importing torch, 2.5 s of CPU a mutant).
@@ -60,12 +61,40 @@ NO_WORKERS = {"compare", "reference", "hidden_cases", "tolerances"}
 _REL_FLOOR = ("equivalent: the floor only keeps max_rel finite where the reference is exactly 0; "
               "the figure there is error / floor, absurdly large at any floor, and no verdict "
               "reads it")
+_DTYPE_ROUND_TRIP = ("gap: no test sends a tensor of each allowed dtype through encode and "
+                     "decode (the swapped dtype arrives as another, or data-less)")
+_DEPTH = ("gap: no test nests a body exactly MAX_DEPTH deep on each side (legitimate replies "
+          "nest 8, so a cap moved by a few levels, or dropped on the encoding side, passes)")
+_CUT = ("gap: no test sends text longer than the cut; the 2,000-character quote of "
+        "graders.untrusted still bounds what is shown")
+
+
+def _each(module: str, verdict: str, *descriptions: str) -> dict:
+    """One verdict for several survivors of `module`."""
+    return {(module, description): verdict for description in descriptions}
+
+
 VERDICTS = {
-    ("compare", "first_divergence: 1e-12 -> 2e-12"): _REL_FLOOR,
-    ("compare", "first_divergence: 1e-12 -> 5e-13"): _REL_FLOOR,
+    **_each("compare", _REL_FLOOR, "first_divergence: 1e-12 -> 2e-12",
+            "first_divergence: 1e-12 -> 5e-13"),
     ("tolerances", "<module>: 50 -> 51"): (
         "equivalent for the judge: how many extra seeds `python -m graders.tolerances` measures "
         "(the docstrings quote 51 in all); no constant, verdict or grade reads it"),
+    ("worker/wire", "_rebuild: offset + nbytes -> offset - nbytes #2"): (
+        "equivalent: that return is taken only when numel is 0, so nbytes is 0"),
+    **_each("worker/wire", _DTYPE_ROUND_TRIP, "<module>: torch.float64 -> torch.float32",
+            "<module>: torch.float16 -> torch.bfloat16",
+            "<module>: torch.bfloat16 -> torch.float16", "<module>: torch.int32 -> torch.int64"),
+    **_each("worker/wire", _DEPTH, "<module>: 32 -> 33", "walk: 1 -> 2 #2",
+            "walk: depth + 1 -> depth - 1", "encode: 0 -> 1", "walk: 1 -> 2 #4",
+            "walk: depth + 1 -> depth - 1 #3", "decode: 0 -> 1"),
+    **_each("worker/wire", _CUT, "<module>: 4000 -> 4001", "decode: 200 -> 201",
+            "decode: :200 -> :", "_rebuild: 200 -> 201", "_rebuild: :200 -> :",
+            "_rebuild: 200 -> 201 #2", "_rebuild: :200 -> : #2", "_safe_repr: :TEXT_CHARS -> :"),
+    ("worker/wire", "_rebuild: len(shape) > MAX_DIMS -> len(shape) >= MAX_DIMS"): (
+        "gap: no test sends a descriptor of exactly MAX_DIMS dimensions (torch allows it)"),
+    ("worker/wire", "_safe_repr: return f'<{type(value).__name__} whose repr raised "
+                    "{type(exc).__nam..."): "gap: no test returns a value whose __repr__ raises",
 }
 
 COMPARISONS = {ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt,
