@@ -31,6 +31,7 @@ from graders.export.gradescope import Assignment
 from graders.tracks import DENSE, SERVING
 
 ROOT = Path(__file__).resolve().parent.parent
+PRIVATE_ITEM = "reset"  # the bundled private grader fails it for everyone (hidden grade only)
 HOSTILE = Path(__file__).parent / "hostile"
 runner = CliRunner()
 SEED = 11
@@ -283,15 +284,30 @@ def jail_argv() -> list[str]:
     return argv + ["--dev", "/dev", "--proc", "/proc", "--bind", "/tmp", "/tmp"]
 
 
+PRIVATE_GRADER = f"""from graders.candidate import Fail
+
+ITEM = "{PRIVATE_ITEM}"
+
+
+def grade(candidate):
+    raise Fail("the course's own case fails everyone")
+"""
+
+
 @pytest.fixture(scope="module")
 def bundle(tmp_path_factory) -> Path:
-    """A hidden bundle with one seed for the assignment, made by the CLI from this checkout."""
-    out = tmp_path_factory.mktemp("bundle") / "kata.zip"
+    """A hidden bundle with one seed for the assignment and a private grader that fails every
+    submission's PRIVATE_ITEM, made by the CLI from this checkout."""
+    folder = tmp_path_factory.mktemp("bundle")
+    (folder / "private").mkdir()
+    (folder / "private" / "fails_everyone.py").write_text(PRIVATE_GRADER)
+    out = folder / "kata.zip"
     done = subprocess.run([sys.executable, "-c", "from cli import main; main()", "export",
-                           "gradescope", str(out), "--hidden", "--seed", str(SEED)],
+                           "gradescope", str(out), "--hidden", "--seed", str(SEED),
+                           "--graders", str(folder / "private")],
                           cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert f"seed {SEED}" in done.stdout
+    assert f"seed {SEED}, private graders" in done.stdout
     return out
 
 
@@ -344,19 +360,26 @@ def by_visibility(results: dict, visibility: str) -> list[dict]:
 
 
 @pytest.mark.slow
-def test_a_correct_submission_scores_full_marks_shown_when_published(autograde):
+def test_a_correct_submission_passes_all_but_the_private_case_shown_when_published(autograde):
+    """The reference: every public item passes; the hidden grade passes every item but the one
+    the bundled private grader fails, which shows its message there alone."""
     results, _, done = autograde({"kv_cache.py": (ROOT / "solutions/kv_cache.py").read_text(),
                                   "test_kv_cache.py":
                                       (ROOT / "solutions/test_kv_cache.py").read_text()})
     assert done.returncode == 0, done.stdout + done.stderr
     check_gradescope_schema(results)
-    assert results["score"] == 100
+    private_points = rubric_data.load().item(PRIVATE_ITEM).points
+    assert results["score"] == 100 - private_points
     public, hidden = by_visibility(results, "visible"), by_visibility(results, "after_published")
     items = len(rubric_data.load().track(DENSE))
     assert len(public) == items and {t["status"] for t in public} == {"passed"}
     assert sum(t["max_score"] for t in public) == 0, "public feedback carries no points"
-    assert len(hidden) == items + 1 and {t["status"] for t in hidden} == {"passed"}
-    assert sum(t["score"] for t in hidden) == sum(t["max_score"] for t in hidden) == 100
+    assert len(hidden) == items + 1
+    assert [t["name"].split()[1] for t in hidden if t["status"] == "failed"] == [
+        f"{PRIVATE_ITEM}:"]
+    assert sum(t["max_score"] for t in hidden) == 100
+    assert "the course's own case fails everyone" in str(hidden)
+    assert "the course's own case" not in str(public) + results["output"]
     assert f"Hidden cases (seed {SEED})" in results["output"]
     assert "Isolation: bubblewrap" in results["output"]
     assert f"hidden cases of seed {SEED}" in done.stdout, "the kata's report is in stdout"
@@ -410,3 +433,20 @@ def test_a_file_that_does_not_import_is_a_graded_failure_with_its_error(autograd
     assert {t["status"] for t in results["tests"][:-1]} == {"failed"}
     assert all("SyntaxError" in t["output"] for t in results["tests"][:-1]), [
         t["output"][:80] for t in results["tests"]]
+
+
+@pytest.mark.slow
+def test_a_grade_past_its_time_is_stopped_with_its_processes_and_not_graded(tmp_path,
+                                                                            monkeypatch):
+    """GRADE_SECONDS is the backstop: the grade's whole session is killed, and the submission
+    is told so (a graded result, not an autograder failure)."""
+    monkeypatch.setattr(autograder, "GRADE_SECONDS", 0.5)
+    implementation = tmp_path / "kv_cache.py"
+    implementation.write_text((ROOT / "solutions/kv_cache.py").read_text())
+    before = set(os.listdir("/proc"))
+    with pytest.raises(autograder.NotGraded, match=r"did not finish within 0\.5 s"):
+        autograder.grade(implementation, None, ASSIGNMENT, tmp_path, "process", hidden=False)
+    time.sleep(0.5)
+    left = [pid for pid in set(os.listdir("/proc")) - before if pid.isdigit()
+            and "kvkata-submission" in Path(f"/proc/{pid}/cwd").resolve().as_posix()]
+    assert left == [], "a process of the stopped grade is still running"

@@ -25,7 +25,9 @@ from ROOT/source, find the submitted file in ROOT/submission, grade it with `kat
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -103,7 +105,7 @@ def grade(implementation: Path, tests: Path | None, assignment: Assignment, sour
         if tests is not None:
             shutil.copyfile(tests, work / track.tests)
         results = work / "results.json"
-        argv = [sys.executable, "-c", "from cli import main; main()", "grade",
+        argv = [sys.executable, "-I", "-c", "from cli import main; main()", "grade",
                 track.implementation, "--track", track.id, "--format", "gradescope",
                 "--json", str(results), "--sandbox", "require" if isolated == "bwrap" else
                 "process", "-q"]
@@ -112,13 +114,17 @@ def grade(implementation: Path, tests: Path | None, assignment: Assignment, sour
                                     if assignment.seed is not None else [])
             if assignment.private_graders:
                 argv += ["--graders", str(source / PRIVATE_GRADERS)]
+        # A session of its own, so that a grade past its time is stopped with its workers.
+        kata = subprocess.Popen(argv, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, errors="replace", start_new_session=True)
         try:
-            done = subprocess.run(argv, cwd=work, capture_output=True, text=True,
-                                  errors="replace", timeout=GRADE_SECONDS)
+            shown, _ = kata.communicate(timeout=GRADE_SECONDS)
         except subprocess.TimeoutExpired:
+            os.killpg(kata.pid, signal.SIGKILL)
+            kata.communicate()
             raise NotGraded(f"The grade did not finish within {GRADE_SECONDS} s.") from None
-        print(f"$ kata {' '.join(argv[3:])}\n{done.stdout}{done.stderr}(exit {done.returncode})")
-        if done.returncode == BROKEN or not results.is_file():
+        print(f"$ kata {' '.join(argv[4:])}\n{shown}(exit {kata.returncode})")
+        if kata.returncode == BROKEN or not results.is_file():
             return None
         return json.loads(results.read_text())
 

@@ -101,7 +101,8 @@ RUN_AUTOGRADER = r"""#!/usr/bin/env bash
 # kvkata's Gradescope run: for every submission, grade /autograder/submission and write
 # /autograder/results/results.json (graders.export.autograder says how).
 #   KVKATA_VENV   the kata's virtual environment, as setup.sh made it [@VENV@]
-exec "${KVKATA_VENV:-@VENV@}/bin/python" -m graders.export.autograder /autograder
+# -I: isolated, so that no folder of the bundle or the submission shadows the kata's modules.
+exec "${KVKATA_VENV:-@VENV@}/bin/python" -I -m graders.export.autograder /autograder
 """
 
 
