@@ -68,6 +68,11 @@ _DEPTH = ("gap: no test nests a body exactly MAX_DEPTH deep on each side (legiti
 _CUT = ("gap: no test sends text longer than the cut; the 2,000-character quote of "
         "graders.untrusted still bounds what is shown")
 
+_WORDING = ("equivalent for the verdict: only the words of a malformed reply's message change "
+            "(the tests assert its kind, not its wording)")
+_UNCHECKED = ("gap: no quick test sends a well-formed reply of this kind and reads what comes "
+              "back (graders.replies was landing as this was measured)")
+
 
 def _each(module: str, verdict: str, *descriptions: str) -> dict:
     """One verdict for several survivors of `module`."""
@@ -94,7 +99,46 @@ VERDICTS = {
     ("worker/wire", "_rebuild: len(shape) > MAX_DIMS -> len(shape) >= MAX_DIMS"): (
         "gap: no test sends a descriptor of exactly MAX_DIMS dimensions (torch allows it)"),
     ("worker/wire", "_safe_repr: return f'<{type(value).__name__} whose repr raised "
-                    "{type(exc).__nam..."): "gap: no test returns a value whose __repr__ raises",
+                    "{type(exc).__nam... -> return None"): (
+        "gap: no test returns a value whose __repr__ raises"),
+    **_each("replies", "gap: no test of a float16 or bfloat16 beam search's scores",
+            "<module>: torch.float16 -> torch.bfloat16",
+            "<module>: torch.bfloat16 -> torch.float16"),
+    **_each("replies", _WORDING, "_op_result: 'ok' in fields -> 'ok' not in fields #2",
+            "_shown: return f\"a {str(value.dtype).removeprefix('torch.')} tensor {list(v... "
+            "-> return None", "_shown: 8 -> 9", "_shown: :8 -> :",
+            "_shown: return f'a tensor without data {list(value.shape)[:8]}' -> return None",
+            "_shown: 60 -> 61",
+            "_shown: return f'{type(value).__name__} {clip(repr(value), 60)}' -> return None"),
+    **_each("replies", _CUT, "<module>: 4000 -> 4001", "_raised: -MAX_TAIL: -> :"),
+    **_each("replies", "gap: an allocation measurement is not tested at its bounds (exactly "
+            "LARGEST groups, counts of 0) nor read back group by group",
+            "_measured: len(largest) > LARGEST -> len(largest) >= LARGEST", "_measured: 2 -> 3",
+            "_measured: 0 -> 1 #2", "_measured: 1 -> 2 #3", "_measured: 2 -> 3 #2",
+            "_is_count: 0 -> 1", "_is_count: n >= 0 -> n > 0"),
+    **_each("replies", _UNCHECKED, "tests_reply: return reply -> return None",
+            "loaded: return {'status': kind} -> return None",
+            "_inventory: return {'tensors': listing, 'held': paths} -> return None",
+            "_beams: return fields -> return None",
+            "_inputs_after: return {name: _value(tensor, what, candidate=True) for name, "
+            "tensor... -> return None",
+            "_value: return wire.Opaque(clip(value.dtype), value.shape, clip(value.devic... "
+            "-> return None", "_value: return [_value(v, what, candidate) for v in value] -> "
+            "return None", "_value: return {clip(k): _value(v, what, candidate) for k, v in "
+            "value.items()} -> return None", "_count: return n -> return None"),
+    ("replies", "started: return fields -> return None"): (
+        "equivalent: graders.workers calls started() for its check alone"),
+    ("replies", "read: raise -> pass"): (
+        "gap: no test closes the pipe under read(): it would return None, not raise PipeClosed"),
+    ("replies", "_ok: raise MalformedReply(f'{what}: the judge knows no operation {_shown... -> "
+                "pass"): "equivalent for replies: the operation is the judge's own plan's",
+    ("replies", "_inventory: raise MalformedReply(f'{what} has a tensor of shape "
+                "{_shown(shape)}') -> pass"): "gap: no inventory with a negative size is sent",
+    ("replies", "_typed: bool not in (types if isinstance(types, tuple) else (types,)) -> bool "
+                "in (types if isinstance(types, tuple) else (types,))"): (
+        "gap: no test sends a bool where an int is read (True counts as 1 in Python)"),
+    ("replies", "_typed: raise MalformedReply(f'{what} is {_shown(value)}') -> pass"): (
+        "gap: the tests never send a value of the wrong type to a field _typed alone checks"),
 }
 
 COMPARISONS = {ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt,
