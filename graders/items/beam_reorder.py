@@ -10,9 +10,10 @@ Public: two parts, both against the judge's float64 answers over whole sequences
   ones. This catches a reorder of keys only, or of keys and values but not lengths (rows of
   equal length hide that), a scatter (old row j to row beam_idx[j]) where a gather is meant, a
   copy in place that overwrites a row still to be read, and one that assumes B' == B.
-- Long caches: 1,100 positions in two rows grown by chunks of hundreds and by single tokens,
-  then reordered by a permutation and by duplicates; 1,050 positions in one row, expanded to
-  three rows and shrunk to two (B' != B); a step after each reorder. A
+- Long caches: 1,100 positions in three rows grown by chunks of hundreds and by single tokens,
+  then reordered by a permutation and by duplicates; 1,050 positions in two rows, expanded to
+  three rows and shrunk to two (B' != B); a step after each reorder. (No reorder here gives one
+  row to every beam: that is the hidden cases' question below.) A
   cache that keeps its old positions apart from the newest (fixed segments, a quantized prefix
   and a residual, as transformers' QuantizedCache) must reorder all of them: one that reorders
   only its newest part passes every short schedule, since no short cache has an old part.
@@ -76,14 +77,16 @@ SCHEDULES = [
     Schedule(111, "one row expanded to three (B' != B), then shrunk to two", 1, [
         ("step", (1,)), ("step", (1,)), ("reorder", [0, 0, 0]), ("step", (1, 0, 1)),
         ("reorder", [2, 1]), ("step", (1, 1)), ("reorder", [1, 1, 0]), ("step", (1, 1, 1))]),
-    Schedule(112, "a 1,100-position cache grown by chunks and single tokens, then reordered", 2, [
-        ("chunk", 300), ("step", (1, 1)), ("step", (1, 1)), ("chunk", 500), ("step", (1, 0)),
-        ("chunk", 297), ("step", (1, 1)), ("reorder", [1, 0]), ("step", (1, 1)),
-        ("reorder", [1, 1]), ("step", (1, 1))]),
-    Schedule(113, "a 1,050-position row grown by chunks and single tokens, expanded to three "
-             "(B' != B), then shrunk to two", 1, [
-                 ("chunk", 600), ("step", (1,)), ("chunk", 448), ("step", (1,)),
-                 ("reorder", [0, 0, 0]), ("step", (1, 0, 1)), ("reorder", [2, 0]),
+    Schedule(112, "a 1,100-position cache grown by chunks and single tokens, then reordered",
+             3, [
+                 ("chunk", 300), ("step", (1, 1, 1)), ("step", (1, 1, 1)), ("chunk", 500),
+                 ("step", (1, 0, 1)), ("chunk", 297), ("step", (1, 1, 1)),
+                 ("reorder", [2, 0, 1]), ("step", (1, 1, 1)), ("reorder", [1, 1, 0]),
+                 ("step", (1, 1, 1))]),
+    Schedule(113, "a 1,050-position cache grown by chunks and single tokens, expanded to three "
+             "rows (B' != B), then shrunk to two", 2, [
+                 ("chunk", 600), ("step", (1, 1)), ("chunk", 448), ("step", (1, 0)),
+                 ("reorder", [0, 1, 0]), ("step", (1, 0, 1)), ("reorder", [2, 0]),
                  ("step", (1, 1))]),
 ]
 HIDDEN_SEEDS = [1400 + i for i in range(2)]
