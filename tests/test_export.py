@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
 import subprocess
 import sys
+import tempfile
 import time
 import zipfile
 from pathlib import Path
@@ -174,7 +176,8 @@ def test_a_public_assignment_is_its_grade_visible_with_the_isolation_said():
     public = grade_results(4.0, "passed")
     merged = autograder.merged(public, None, ASSIGNMENT, "process")
     assert merged["tests"] == public["tests"] and merged["score"] == 4.0
-    assert merged["output"].endswith(autograder.ISOLATION_LINES["process"])
+    assert merged["output"].endswith(autograder.isolation_line("process"))
+    assert autograder.ISOLATION_LINES["process"] in merged["output"]
 
 
 # --- the bundle ---------------------------------------------------------------------------------
@@ -312,19 +315,27 @@ def bundle(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def venv(bundle, tmp_path_factory) -> Path:
+def venv(bundle, tmp_path_factory):
     """setup.sh run once, into a fresh venv: its system steps skipped (Python and bubblewrap are
-    here), torch from this machine's pip configuration."""
+    here), torch from this machine's pip configuration. The system's Python (/usr/bin first on
+    PATH, as in Gradescope's image) in a folder every user can read, as /opt/kvkata is: the
+    process fallback's grade runs as an unprivileged user."""
     source = tmp_path_factory.mktemp("setup") / "source"
     zipfile.ZipFile(bundle).extractall(source)
-    folder = tmp_path_factory.mktemp("venv") / "kvkata"
+    readable = Path(tempfile.mkdtemp(prefix="kvkata-test-venv-", dir="/tmp"))
+    readable.chmod(0o755)
+    folder = readable / "kvkata"
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env["PATH"] = f"/usr/local/bin:/usr/bin:/bin:{env['PATH']}"
     done = subprocess.run(["bash", str(source / "setup.sh")], capture_output=True, text=True,
                           env={**env, "KVKATA_VENV": str(folder), "KVKATA_TORCH_INDEX": ""})
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "apt-get" not in done.stdout, "a system step ran though it was satisfied"
-    assert "bubblewrap is there" in done.stdout
-    return folder
+    try:
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "apt-get" not in done.stdout, "a system step ran though it was satisfied"
+        assert "bubblewrap is there" in done.stdout
+        yield folder
+    finally:
+        shutil.rmtree(readable)
 
 
 @pytest.fixture
@@ -399,19 +410,37 @@ def test_the_untouched_starter_fails_every_item_as_not_attempted(autograde):
 
 @pytest.mark.slow
 def test_a_submission_forging_its_results_in_a_container_without_bubblewrap(autograde):
-    """The process fallback, as in a container that forbids namespaces: the submission could
-    write into /autograder/results (its mark is there), and results.json is still the grade's."""
+    """The process fallback, as in a container that forbids namespaces: the submission ran (its
+    KVCache ended its process: the items say so) as an unprivileged user, who could not write
+    into /autograder/results (no mark), and results.json is the grade's."""
     source = (HOSTILE / "forges_its_gradescope_results.py").read_text()
     results, root, done = autograde({"kv_cache.py": source}, bwrap=False)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert (root / "results" / "forger-ran").is_file(), "the hostile file never ran"
+    assert not (root / "results" / "forger-ran").exists(), "the submission wrote the results"
     time.sleep(1.0)  # a forger left running would have rewritten it by now
     results = json.loads((root / "results" / "results.json").read_text())
     check_gradescope_schema(results)
     assert results["score"] == 0 and results["output"] != "forged"
     assert "Isolation: process" in results["output"]
+    assert autograder.UNPRIVILEGED in results["output"]
     assert {t["status"] for t in results["tests"][:-1]} == {"failed"}
     assert any("exited with code 0" in t["output"] for t in results["tests"])
+
+
+@pytest.mark.slow
+def test_a_submission_rewriting_the_installed_kata_forges_nothing(autograde, venv):
+    """As the container's root, this file gives itself full marks in the hidden grade (checked
+    by hand before the fallback ran grades as an unprivileged user); now the venv is unchanged
+    and the grade is 0."""
+    (module,) = venv.glob("lib/python*/site-packages/graders/formats/gradescope.py")
+    before = module.read_bytes()
+    source = (HOSTILE / "rewrites_the_installed_kata.py").read_text()
+    results, _, done = autograde({"kv_cache.py": source}, bwrap=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert module.read_bytes() == before, "the submission rewrote the kata"
+    check_gradescope_schema(results)
+    assert results["score"] == 0
+    assert any("exited with code 0" in t["output"] for t in results["tests"]), "it never ran"
 
 
 @pytest.mark.slow
@@ -445,8 +474,16 @@ def test_a_grade_past_its_time_is_stopped_with_its_processes_and_not_graded(tmp_
     implementation.write_text((ROOT / "solutions/kv_cache.py").read_text())
     before = set(os.listdir("/proc"))
     with pytest.raises(autograder.NotGraded, match=r"did not finish within 0\.5 s"):
-        autograder.grade(implementation, None, ASSIGNMENT, tmp_path, "process", hidden=False)
+        autograder.grade(implementation, None, ASSIGNMENT, tmp_path, "bwrap", hidden=False)
     time.sleep(0.5)
-    left = [pid for pid in set(os.listdir("/proc")) - before if pid.isdigit()
-            and "kvkata-submission" in Path(f"/proc/{pid}/cwd").resolve().as_posix()]
+    left = [pid for pid in set(os.listdir("/proc")) - before
+            if pid.isdigit() and "kvkata-submission" in working_folder(pid)]
     assert left == [], "a process of the stopped grade is still running"
+
+
+def working_folder(pid: str) -> str:
+    """The working folder of process `pid`, or "" when it is gone."""
+    try:
+        return os.readlink(f"/proc/{pid}/cwd")
+    except OSError:
+        return ""

@@ -13,7 +13,10 @@ from ROOT/source, find the submitted file in ROOT/submission, grade it with `kat
 - Isolation: bubblewrap where it can make its namespaces (`--sandbox require`); where it cannot,
   as in a container that forbids them, the container Gradescope makes afresh for each
   submission is the sandbox and the grade runs with `--sandbox process`, on purpose. The
-  top-level `output` says which.
+  top-level `output` says which. In the process fallback a root run_autograder runs the grade
+  as GRADER_UID, a user who owns nothing but the grade's scratch folder: the submission, which
+  runs as that user, cannot write the kata's installed files (the next grade would import
+  them), the bundle, or /autograder/results.
 - A hidden assignment grades twice: the public cases, visible at once and worth no points
   (feedback), then the hidden graders with the assignment's seed and private graders, whose
   tests, summary and score are `after_published`. A public assignment grades once, visible.
@@ -46,12 +49,15 @@ from graders.untrusted import file_name, quote
 # of 10 minutes for both grades of a hidden assignment.
 GRADE_SECONDS = 270
 BROKEN = 4  # kata grade's exit code when the kata itself broke (contract, section 3)
+GRADER_UID = 65534  # 'nobody' on Debian and Ubuntu; a numeric id needs no account
 ISOLATION_LINES = {
     "bwrap": "Isolation: bubblewrap (the submission ran in a sandbox of its own in this "
              "container).",
     "process": "Isolation: process (bubblewrap cannot make namespaces in this container: the "
                "container, made afresh for this submission, is the sandbox).",
 }
+UNPRIVILEGED = (" The submission ran as an unprivileged user, who can write none of the "
+                "grader's files.")
 
 
 class NotGraded(Exception):
@@ -80,6 +86,17 @@ def isolation() -> str:
     return "bwrap" if bwrap_problem() is None else "process"
 
 
+def grader_uid(isolated: str) -> int | None:
+    """The user a grade runs as: GRADER_UID in the process fallback of a root run_autograder,
+    else None (this process's user: bubblewrap gives each sandbox a user of its own)."""
+    return GRADER_UID if isolated == "process" and os.geteuid() == 0 else None
+
+
+def isolation_line(isolated: str) -> str:
+    """What the results say of the isolation of a grade that ran."""
+    return ISOLATION_LINES[isolated] + (UNPRIVILEGED if grader_uid(isolated) else "")
+
+
 def ungraded(track: Track, reason: str, isolated: str) -> dict:
     """The results of a submission that was not graded: every item of `track` failed, 0 points,
     with `reason`."""
@@ -105,6 +122,10 @@ def grade(implementation: Path, tests: Path | None, assignment: Assignment, sour
         if tests is not None:
             shutil.copyfile(tests, work / track.tests)
         results = work / "results.json"
+        grader = grader_uid(isolated)
+        if grader is not None:
+            for path in (work, *work.iterdir()):
+                os.chown(path, grader, grader)
         argv = [sys.executable, "-I", "-c", "from cli import main; main()", "grade",
                 track.implementation, "--track", track.id, "--format", "gradescope",
                 "--json", str(results), "--sandbox", "require" if isolated == "bwrap" else
@@ -115,8 +136,13 @@ def grade(implementation: Path, tests: Path | None, assignment: Assignment, sour
             if assignment.private_graders:
                 argv += ["--graders", str(source / PRIVATE_GRADERS)]
         # A session of its own, so that a grade past its time is stopped with its workers.
-        kata = subprocess.Popen(argv, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True, errors="replace", start_new_session=True)
+        try:
+            kata = subprocess.Popen(argv, cwd=work, stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, text=True, errors="replace",
+                                    start_new_session=True, **_as_user(grader, work))
+        except OSError as exc:  # the venv's Python not usable by GRADER_UID: never run as root
+            print(f"run_autograder: cannot run the grade as user {grader}: {exc}")
+            return None
         try:
             shown, _ = kata.communicate(timeout=GRADE_SECONDS)
         except subprocess.TimeoutExpired:
@@ -129,9 +155,18 @@ def grade(implementation: Path, tests: Path | None, assignment: Assignment, sour
         return json.loads(results.read_text())
 
 
+def _as_user(uid: int | None, home: Path) -> dict:
+    """subprocess.Popen's arguments that run a process as `uid` (its group alike, no other
+    group) with `home` as its home; none for None (the process runs as this one)."""
+    if uid is None:
+        return {}
+    return {"user": uid, "group": uid, "extra_groups": [],
+            "env": {**os.environ, "HOME": str(home), "USER": "nobody", "LOGNAME": "nobody"}}
+
+
 def merged(public: dict, hidden: dict | None, assignment: Assignment, isolated: str) -> dict:
     """One results.json from the public grade and, for a hidden assignment, the hidden one."""
-    output = f"{public['output']}\n{ISOLATION_LINES[isolated]}"
+    output = f"{public['output']}\n{isolation_line(isolated)}"
     if hidden is None:
         return {**public, "output": output}
     seed = "a fresh seed" if assignment.seed is None else f"seed {assignment.seed}"
@@ -146,7 +181,7 @@ def merged(public: dict, hidden: dict | None, assignment: Assignment, isolated: 
                "status": "passed", "output": hidden["output"], "visibility": "after_published"}
     return {**hidden, "visibility": "after_published",
             "output": (f"Public cases: {public['output']}\nHidden cases ({seed}): graded; their "
-                       f"results show when grades are published.\n{ISOLATION_LINES[isolated]}"),
+                       f"results show when grades are published.\n{isolation_line(isolated)}"),
             "tests": feedback + graded + [summary]}
 
 
