@@ -372,11 +372,13 @@ def by_visibility(results: dict, visibility: str) -> list[dict]:
 
 @pytest.mark.slow
 def test_a_correct_submission_passes_all_but_the_private_case_shown_when_published(autograde):
-    """The reference: every public item passes; the hidden grade passes every item but the one
-    the bundled private grader fails, which shows its message there alone."""
+    """The reference, in the process fallback (its grades run as an unprivileged user): every
+    public item passes; the hidden grade passes every item but the one the bundled private
+    grader fails, which shows its message there alone."""
     results, _, done = autograde({"kv_cache.py": (ROOT / "solutions/kv_cache.py").read_text(),
                                   "test_kv_cache.py":
-                                      (ROOT / "solutions/test_kv_cache.py").read_text()})
+                                      (ROOT / "solutions/test_kv_cache.py").read_text()},
+                                 bwrap=False)
     assert done.returncode == 0, done.stdout + done.stderr
     check_gradescope_schema(results)
     private_points = rubric_data.load().item(PRIVATE_ITEM).points
@@ -392,15 +394,16 @@ def test_a_correct_submission_passes_all_but_the_private_case_shown_when_publish
     assert "the course's own case fails everyone" in str(hidden)
     assert "the course's own case" not in str(public) + results["output"]
     assert f"Hidden cases (seed {SEED})" in results["output"]
-    assert "Isolation: bubblewrap" in results["output"]
+    assert autograder.isolation_line("process") in results["output"]
     assert f"hidden cases of seed {SEED}" in done.stdout, "the kata's report is in stdout"
 
 
 @pytest.mark.slow
-def test_the_untouched_starter_fails_every_item_as_not_attempted(autograde):
+def test_the_untouched_starter_fails_every_item_as_not_attempted_in_bubblewrap(autograde):
     results, _, done = autograde({"kv_cache.py": (ROOT / "starter/kv_cache.py").read_text()})
     assert done.returncode == 0, done.stdout + done.stderr
     check_gradescope_schema(results)
+    assert "Isolation: bubblewrap" in results["output"]
     assert results["score"] == 0
     assert {t["status"] for t in results["tests"][:-1]} == {"failed"}
     assert all("still raises NotImplementedError" in t["output"]

@@ -113,18 +113,21 @@ def ungraded(track: Track, reason: str, isolated: str) -> dict:
 
 def grade(implementation: Path, tests: Path | None, assignment: Assignment, source: Path,
           isolated: str, hidden: bool) -> dict | None:
-    """results.json of one `kata grade` of the files (copied into a scratch folder first), or
-    None when the kata itself broke. Raises NotGraded when the grade did not finish in time."""
+    """results.json of one `kata grade` of the files (copied into a scratch folder first, with
+    the private graders of a hidden grade), or None when the kata itself broke. Raises
+    NotGraded when the grade did not finish in time."""
     track = tracks.get(assignment.track)
     with tempfile.TemporaryDirectory(prefix="kvkata-submission-") as scratch:
         work = Path(scratch)
         shutil.copyfile(implementation, work / track.implementation)
         if tests is not None:
             shutil.copyfile(tests, work / track.tests)
+        if hidden and assignment.private_graders:  # a copy the grade's user can read
+            shutil.copytree(source / PRIVATE_GRADERS, work / "private-graders")
         results = work / "results.json"
         grader = grader_uid(isolated)
         if grader is not None:
-            for path in (work, *work.iterdir()):
+            for path in (work, *work.rglob("*")):
                 os.chown(path, grader, grader)
         argv = [sys.executable, "-I", "-c", "from cli import main; main()", "grade",
                 track.implementation, "--track", track.id, "--format", "gradescope",
@@ -134,7 +137,7 @@ def grade(implementation: Path, tests: Path | None, assignment: Assignment, sour
             argv += ["--hidden"] + (["--seed", str(assignment.seed)]
                                     if assignment.seed is not None else [])
             if assignment.private_graders:
-                argv += ["--graders", str(source / PRIVATE_GRADERS)]
+                argv += ["--graders", str(work / "private-graders")]
         # A session of its own, so that a grade past its time is stopped with its workers.
         try:
             kata = subprocess.Popen(argv, cwd=work, stdout=subprocess.PIPE,
