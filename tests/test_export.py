@@ -168,6 +168,7 @@ def test_a_hidden_assignment_shows_public_feedback_at_once_and_the_grade_when_pu
     assert [(t["visibility"], t["status"], t["max_score"]) for t in graded] == [
         ("after_published", "failed", 2.0)] * 2
     assert summary["visibility"] == "after_published" and f"seed {SEED}" in summary["name"]
+    assert summary["status"] == "failed", "the hidden grade has items that do not pass"
     assert "below L4" not in merged["output"], "the hidden level shows only when published"
     assert "Level reached: L4" in merged["output"] and "Isolation: bubblewrap" in merged["output"]
 
@@ -388,8 +389,10 @@ def test_a_correct_submission_passes_all_but_the_private_case_shown_when_publish
     assert len(public) == items and {t["status"] for t in public} == {"passed"}
     assert sum(t["max_score"] for t in public) == 0, "public feedback carries no points"
     assert len(hidden) == items + 1
-    assert [t["name"].split()[1] for t in hidden if t["status"] == "failed"] == [
+    *items_hidden, summary = hidden
+    assert [t["name"].split()[1] for t in items_hidden if t["status"] == "failed"] == [
         f"{PRIVATE_ITEM}:"]
+    assert summary["status"] == "failed" and "Level reached: L4" in summary["output"]
     assert sum(t["max_score"] for t in hidden) == 100
     assert "the course's own case fails everyone" in str(hidden)
     assert "the course's own case" not in str(public) + results["output"]

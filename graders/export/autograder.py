@@ -35,6 +35,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from time import monotonic
 
 from graders import rubric as rubric_data
 from graders import tracks
@@ -61,7 +62,8 @@ UNPRIVILEGED = (" The submission ran as an unprivileged user, who can write none
 
 
 class NotGraded(Exception):
-    """The submission holds no file to grade, or more than one; the message says so."""
+    """The submission holds no file to grade or more than one, or its grade did not finish in
+    time; the message says so, to the student."""
 
 
 def find_submission(folder: Path, track: Track) -> tuple[Path, Path | None]:
@@ -180,8 +182,10 @@ def merged(public: dict, hidden: dict | None, assignment: Assignment, isolated: 
                 for test in public["tests"]]
     graded = [{**test, "name": f"{test['name']} (hidden cases)", "visibility": "after_published"}
               for test in hidden["tests"]]
+    passed = all(test["status"] == "passed" for test in hidden["tests"])
     summary = {"name": f"Hidden cases ({seed}): summary", "score": 0.0, "max_score": 0.0,
-               "status": "passed", "output": hidden["output"], "visibility": "after_published"}
+               "status": "passed" if passed else "failed", "output": hidden["output"],
+               "visibility": "after_published"}
     return {**hidden, "visibility": "after_published",
             "output": (f"Public cases: {public['output']}\nHidden cases ({seed}): graded; their "
                        f"results show when grades are published.\n{isolation_line(isolated)}"),
@@ -191,8 +195,6 @@ def merged(public: dict, hidden: dict | None, assignment: Assignment, isolated: 
 def run(root: Path) -> int:
     """Grade the submission under `root` (/autograder) and write its results.json; 0 when
     written, 1 when the kata broke (nothing written)."""
-    from time import monotonic
-
     started = monotonic()
     assignment = Assignment.read(root / "source" / SETTINGS)
     track = tracks.get(assignment.track)
