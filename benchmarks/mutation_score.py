@@ -47,10 +47,11 @@ MODULES = {
     "tolerances": ("graders/tolerances.py", ["tests/test_tolerance_measurement.py"]),
     "mistakes": ("graders/mistakes.py", ["tests/test_mutation.py"]),
     "candidate": ("graders/candidate.py", ["tests/test_hidden_cases.py",
-                                           "tests/test_tolerances.py", "tests/test_prealloc.py",
-                                           "tests/test_time_limits.py"]),
-    "worker/wire": ("graders/worker/wire.py", ["tests/test_wire.py"]),
-    "worker/frames": ("graders/worker/frames.py", ["tests/test_wire.py"]),
+                                           "tests/test_tolerances.py", "tests/test_prealloc.py"]),
+    "worker/wire": ("graders/worker/wire.py", ["tests/test_wire.py",
+                                               "tests/test_reply_boundary.py"]),
+    "worker/frames": ("graders/worker/frames.py", ["tests/test_wire.py",
+                                                   "tests/test_reply_boundary.py"]),
     "replies": ("graders/replies.py", ["tests/test_reply_boundary.py"]),
 }
 # Modules whose tests start no worker: their children skip the suite's warm spawner of workers
@@ -139,6 +140,50 @@ VERDICTS = {
         "gap: no test sends a bool where an int is read (True counts as 1 in Python)"),
     ("replies", "_typed: raise MalformedReply(f'{what} is {_shown(value)}') -> pass"): (
         "gap: the tests never send a value of the wrong type to a field _typed alone checks"),
+    **_each("worker/frames", "equivalent: how much is read at a time, not what",
+            "<module>: 1 -> 2", "<module>: 20 -> 21", "_read_into: :CHUNK -> :"),
+    **_each("worker/frames", "equivalent for the contract: the cap on the judge's own requests "
+            "(trusted) guards against a bug only", "<module>: 1 -> 2 #2", "<module>: 28 -> 29",
+            "<module>: 1 -> 2 #3", "<module>: 28 -> 29 #2"),
+    **_each("worker/frames", _WORDING, "payload_size: HEADER.size + len(header) -> HEADER.size "
+            "- len(header)", "payload_size: HEADER.size + len(header) + payload -> HEADER.size "
+            "+ len(header) - payload"),
+    **_each("worker/frames", _CUT, "payload_size: 200 -> 201", "payload_size: :200 -> :",
+            "_nbytes: 20 -> 21", "_nbytes: :20 -> :"),
+    ("worker/frames", "payload_size: raise TypeError('the tensors are not a list') -> pass"): (
+        "equivalent: a non-list still fails (iterating it raises an error caught there, or an "
+        "empty dict reaches wire.decode, which rejects it)"),
+    **_each("worker/frames", "gap: no test sends a status frame just past STATUSES' caps",
+            "<module>: 1 -> 2 #5", "<module>: 17 -> 18", "<module>: 1 -> 2 #6",
+            "<module>: 17 -> 18 #2"),
+    **_each("worker/frames", "gap: no quick test writes through write_json or write_all (the "
+            "worker's side)", "write_json: HEADER.pack(len(header)) + header -> "
+            "HEADER.pack(len(header)) - header", "write_all: os.write(fd, view): -> :"),
+    **_each("worker/frames", "gap: no test sends a frame exactly at a cap, or one byte past",
+            "read_frame: header_len > caps.header -> header_len >= caps.header",
+            "fits: header_len <= caps.header -> header_len < caps.header",
+            "fits: len(frame) <= caps.frame -> len(frame) < caps.frame",
+            "feed: header_len > self.caps.header -> header_len >= self.caps.header",
+            "payload_size: caps.frame - HEADER.size -> caps.frame + HEADER.size",
+            "payload_size: 0 <= payload <= caps.frame - HEADER.size - len(header) -> 0 <= "
+            "payload < caps.frame - HEADER.size - len(header)"),
+    **_each("worker/frames", "gap: FrameBuffer is not fed a frame in pieces that split its "
+            "header, nor asked `whole` at the exact end", "feed: HEADER.size + header_len -> "
+            "HEADER.size - header_len", "whole: len(self.data) >= self.size -> len(self.data) > "
+            "self.size", "whole: self.size is not None and len(self.data) >= self.size -> "
+            "self.size is not None or len(self.data) >= self.size"),
+    **_each("worker/frames", "gap: no test reads a descriptor without nbytes, or a data-less "
+            "one (nbytes 0), through read_frame", "_nbytes: 0 -> 1", "_nbytes: 0 -> 1 #2",
+            "_nbytes: nbytes < 0 -> nbytes <= 0"),
+    ("worker/frames", "_read_into: 0.0 -> 1.0"): (
+        "gap: no test reads with a deadline already past (select would wait 1 s more)"),
+}
+
+# A verdict on every survivor of a module that no entry above names, read as a group.
+MODULE_VERDICTS = {
+    "candidate": ("gap: Plan's builders, Candidate.run's verdicts (timeout, crash, an exception "
+                  "raised where none may be) and their messages are exercised only by whole "
+                  "grades, the slow tests; the quick ones reach Results, tensor and Fail"),
 }
 
 COMPARISONS = {ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt,
@@ -377,7 +422,8 @@ def score(name: str, copy: Path) -> tuple[int, int, int]:
           f"({equivalent} equivalent): {killed / max(len(found), 1):.0%} of all, "
           f"{killed / max(judged, 1):.0%} of the non-equivalent")
     for mutant in survivors:
-        verdict = VERDICTS.get((name, mutant.description), "not yet read")
+        verdict = VERDICTS.get((name, mutant.description),
+                               MODULE_VERDICTS.get(name, "not yet read"))
         print(f"  line {mutant.line}: {mutant.description}\n      {verdict}")
     sys.stdout.flush()
     return len(found), killed, equivalent
