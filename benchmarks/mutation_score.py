@@ -8,18 +8,19 @@ comparison operator swapped (< and <=, == and !=, in and not in, is and is not),
 operator swapped, `and` and `or` swapped, a number changed (an int plus one, a float doubled and
 halved), a `raise` made `pass`, a `not` (or a tensor's `~`) dropped, a slice bound dropped, a
 `dim=` moved by one, a torch dtype swapped for its neighbour, a returned value made None. The
-checkout (without .git) is
-copied once to a temporary folder, so the engineers working in it see nothing; each mutant is
-written there over its module (ast.unparse of the edited tree), and the module's quick tests
-(MODULES) run on it in a child forked from this process, which has imported torch and pytest but
-never graders, so the child imports the mutant: -x, -n0, not slow. The mutant is killed when a
-test fails or the run passes its time limit (3x the unmutated run, plus 10 s). The unmutated
-module, written back by ast.unparse the same way, must pass first.
+checkout (without .git) is copied once to a temporary folder, so the engineers working in it
+see nothing; each mutant is written there over its module (ast.unparse of the edited tree), and
+the module's quick tests (MODULES) run on it in a child forked from this process, which has
+imported torch and pytest but never graders, so the child imports the mutant: -x, -n0, not
+slow. The mutant is killed when a test fails or the run passes its time limit (3x the unmutated
+run, plus 10 s). The unmutated module, written back by ast.unparse the same way, must pass
+first.
 
 Printed per module: mutants, killed, survivors, and the score (killed / mutants, and killed /
 the mutants not judged equivalent); each survivor with its line, its edit and, when one has read
-it, the verdict VERDICTS holds for it ("equivalent: why" or "gap: why"). No test runs this
-script: it takes minutes, and its figures are for reading (docs/decisions.md).
+it, the verdict VERDICTS (or MODULE_VERDICTS, for a module's survivors read as a group) holds
+for it ("equivalent: why" or "gap: why"). No test runs this script: it takes minutes, and its
+figures are for reading (docs/decisions.md).
 """
 
 from __future__ import annotations
@@ -388,9 +389,8 @@ def run_tests(copy: Path, tests: list[str], timeout: float, workers: bool = True
     return "timeout"
 
 
-def score(name: str, copy: Path) -> tuple[int, int, int]:
-    """Run every mutant of module `name` in `copy`; print the figures and each survivor.
-    Returns (mutants, killed, survivors judged equivalent)."""
+def score(name: str, copy: Path) -> None:
+    """Run every mutant of module `name` in `copy`; print the figures and each survivor."""
     path, tests = MODULES[name]
     target, original = copy / path, (ROOT / path).read_text()
     workers = name not in NO_WORKERS
@@ -398,14 +398,14 @@ def score(name: str, copy: Path) -> tuple[int, int, int]:
     missing = [test for test in tests if not (copy / test).exists()]
     if missing:
         print(f"{name}: {', '.join(missing)} not found; not scored")
-        return 0, 0, 0
+        return
     try:
         target.write_text(mutated_source(original, None))
         started = time.monotonic()
         if run_tests(copy, tests, 600.0, workers) != "passed":
             print(f"{name}: its tests fail on the unmutated module (written by ast.unparse); "
                   "not scored")
-            return 0, 0, 0
+            return
         timeout = 3 * (time.monotonic() - started) + 10
         survivors = []
         for mutant in found:
@@ -426,7 +426,6 @@ def score(name: str, copy: Path) -> tuple[int, int, int]:
                                MODULE_VERDICTS.get(name, "not yet read"))
         print(f"  line {mutant.line}: {mutant.description}\n      {verdict}")
     sys.stdout.flush()
-    return len(found), killed, equivalent
 
 
 def main(argv: list[str] | None = None) -> None:
