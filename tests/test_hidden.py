@@ -22,6 +22,7 @@ from graders.grade import GradeResult, grade, kata_graders
 from graders.mutation import PAGED_REFERENCE, REFERENCE, Mutant
 from graders.tracks import DENSE, SERVING
 from tests.seeds import SEEDS
+from tests.wrong.shipped_bugs import SEGMENTED_FORK_SHARES_OLD
 
 pytestmark = pytest.mark.slow  # whole grades: `pytest -m "not slow"` is the quick loop
 
@@ -120,7 +121,6 @@ def reorder(cache: KVCache, beam_idx: Tensor) -> None:
 '''
 # Two bugs of public caches that only the hidden cases of long caches and int8 pools catch
 # (tests/wrong/shipped_bugs.py has the ones the public cases catch).
-WRONG_FILES = Path(__file__).resolve().parent / "implementations" / "wrong"
 COW_COPY = "            for pool in (self.k_pool, self.v_pool, self.k_scale, self.v_scale):\n"
 FREED = ("            if self._refs[block] == 0:\n"
          "                self._free.append(block)\n")
@@ -312,11 +312,7 @@ MUTANTS = [
                   "        self._tables[seq_id] = self._tables.pop(seq_id)  # recently used: to the end\n"),),
         base=PAGED_REFERENCE,
     ), "eviction"),
-    hidden_only(Mutant(
-        "segmented-fork-shares-old", "fixed 256-position segments; fork copies only the newest "
-        "segment and shares the full ones (tests/implementations/wrong/, unedited)",
-        base=WRONG_FILES / "segmented_fork_shares_old.py",
-    ), "rope-fork-offset"),
+    hidden_only(SEGMENTED_FORK_SHARES_OLD, "rope-fork-offset"),
     hidden_only(Mutant(
         "int8-cow-forgets-scales", "copy-on-write copies a shared block's int8 keys and values "
         "but not their scales",

@@ -163,7 +163,7 @@ def test_a_state_too_large_to_send_is_left_out_of_the_message(tmp_path):
 
 
 @pytest.mark.parametrize("name, item, start, end", [
-    ("segmented_reorders_newest", "beam-reorder", "a 1,100-position cache grown by chunks and "
+    ("segmented-reorders-newest", "beam-reorder", "a 1,100-position cache grown by chunks and "
      "single tokens, then reordered: cache 0, after reorder(cache, [2, 0, 1])", ""),
     ("release-clears-a-head", "release", "release(cache, 1) changed cache.keys of rows 0 and 2",
      ""),

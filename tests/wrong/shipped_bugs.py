@@ -1,12 +1,12 @@
 """Wrong implementations rewritten from bugs that public KV caches shipped (issue 30).
 
 Each is a mistake a real cache made, rewritten into the contract, with the items it must fail
-publicly. Two are designs of their own (tests/implementations/wrong/): a cache of fixed
-256-position segments whose reorder moves only the newest segment (transformers' QuantizedCache
-never reordered its quantized part), which passed every item until the beam items reordered
-caches of more than 1,000 positions; and the same cache whose fork shares its full segments,
-which only hidden rope-fork-offset catches (tests/test_hidden.py). The others are mutants of the
-reference solutions:
+publicly. Two are mutants of a correct design of fixed 256-position segments
+(tests/implementations/segmented.py): its reorder moving only the newest segment (transformers'
+QuantizedCache never reordered its quantized part), which passed every item until the beam items
+reordered caches of more than 1,000 positions; and its fork sharing the full segments, which only
+hidden rope-fork-offset catches (SEGMENTED_FORK_SHARES_OLD, graded in tests/test_hidden.py).
+The others are mutants of the reference solutions:
 - growth that triggers only when a row is exactly full: an append that crosses the capacity
   part-way overflows (public length-vs-capacity appends such chunks);
 - a fixed 2048 slots (Meta's Llama reference: max_seq_len), never grown;
@@ -25,15 +25,36 @@ from graders.mutation import Mutant
 from tests.wrong import wrong
 
 ROOT = Path(__file__).resolve().parent.parent
-FILES = ROOT / "implementations" / "wrong"
 SDPA = ROOT / "implementations" / "sdpa.py"
+SEGMENTED = ROOT / "implementations" / "segmented.py"
 
 _RESERVED = "    if cache.k_storage is not None and needed <= cache.capacity:\n"
 _GROWTH = "        capacity = _next_power_of_two(needed)\n"
 _RELEASED = "    cache.lengths[index] = 0\n"
 
+SEGMENTED_FORK_SHARES_OLD = Mutant(
+    "segmented-fork-shares-old", "fixed 256-position segments; fork copies only the newest "
+    "segment and shares the full ones (they are full: why copy them?)",
+    replace=(("    copy.k_segments = [s.clone() for s in cache.k_segments]\n"
+              "    copy.v_segments = [s.clone() for s in cache.v_segments]\n",
+              "    copy.k_segments = [*cache.k_segments[:-1], cache.k_segments[-1].clone()]\n"
+              "    copy.v_segments = [*cache.v_segments[:-1], cache.v_segments[-1].clone()]\n"),),
+    base=SEGMENTED,
+)
+
 WRONG = [
-    wrong(FILES / "segmented_reorders_newest.py", fails={"beam-reorder"}),
+    wrong(Mutant(
+        "segmented-reorders-newest", "fixed 256-position segments; reorder index-selects only "
+        "the newest segment (the residual) and the lengths, and checks shapes against it",
+        replace=(("        stored = cache.k_segments[0]\n", "        stored = cache.k_segments[-1]\n"),
+                 ("    stored = cache.k_segments[0]\n    kv_heads",
+                  "    stored = cache.k_segments[-1]\n    kv_heads"),
+                 ("    cache.k_segments = [s.index_select(0, beam_idx) for s in cache.k_segments]\n"
+                  "    cache.v_segments = [s.index_select(0, beam_idx) for s in cache.v_segments]\n",
+                  "    cache.k_segments[-1] = cache.k_segments[-1].index_select(0, beam_idx)\n"
+                  "    cache.v_segments[-1] = cache.v_segments[-1].index_select(0, beam_idx)\n")),
+        base=SEGMENTED,
+    ), fails={"beam-reorder"}),
     wrong(Mutant(
         "grows-only-when-full", "storage grows only when the longest row is exactly at the "
         "capacity: an append that crosses it part-way writes past the storage",
