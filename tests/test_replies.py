@@ -1,0 +1,193 @@
+"""graders.replies at its edges: each check passes a reply that is well formed exactly at its
+bounds and hands back what it read, and fails one just past them with MalformedReply.
+
+Where tests/test_reply_boundary.py feeds every kind of malformed reply, these tests pin what the
+mutation score (benchmarks/mutation_score.py) found unpinned: values at their limits (counts of 0,
+exactly LARGEST allocation groups, half-precision beam scores), what a check returns for a reply
+it accepts, a bool where a number is read, and a pipe closed under `read`. Quick: no worker
+process, only the module's functions on bodies built here.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+import torch
+
+from graders import replies
+from graders.untrusted import MAX_QUOTE
+from graders.worker import frames, wire
+
+BATCH = "0123456789abcdef"
+HUGE = "x" * 100_000
+MEASURE = {"op": "append", "measure": True}
+INVENTORY = {"op": "inventory", "probes": {"queries": None}}
+BEAM_SEARCH = {"op": "beam_search", "steps": 4, "beams": 2}
+
+
+def only_result(op: dict, result: dict) -> dict:
+    """The one checked result of a plan of the single operation `op`."""
+    return replies.plan_reply({"results": [result]}, [op])["results"][0]
+
+
+def measured(largest: list, **counts) -> dict:
+    """An append's measurement as the worker's ops.py makes it, with `largest` groups."""
+    return {"allocations": 0, "bytes": 0, "held": 0, "largest": largest, **counts}
+
+
+def beams(scores: torch.Tensor) -> dict:
+    """A beam search of BEAM_SEARCH's 4 steps of 2 beams whose scores are `scores`."""
+    return {"tokens": torch.zeros(4, 2, dtype=torch.int64),  # [steps, beams]
+            "beam_idx": torch.zeros(4, 2, dtype=torch.int64),  # [steps, beams]
+            "scores": scores}  # [steps, beams]
+
+
+def test_a_measurement_of_exactly_largest_groups_and_zero_counts_is_read_back_group_by_group():
+    groups = [[f"float{n}", [n, 0, 2], n + 10, 0] for n in range(replies.LARGEST)]
+    checked = only_result(MEASURE, {"ok": measured(groups, allocations=3, bytes=0, held=7)})["ok"]
+    assert checked == {"allocations": 3, "bytes": 0, "held": 7, "largest": groups}
+
+
+def test_a_measurement_names_its_groups_clipped():
+    checked = only_result(MEASURE, {"ok": measured([[HUGE, [1], 1, 1]])})["ok"]
+    assert len(checked["largest"][0][0]) <= MAX_QUOTE
+
+
+@pytest.mark.parametrize("group", [
+    ["float32", [1], 1], ["float32", [1], 1, 1, 1], [1, [1], 1, 1], ["float32", 1, 1, 1],
+    ["float32", [-1], 1, 1], ["float32", [1], -1, 1], ["float32", [1], 1, -1],
+    ["float32", [1], 1.0, 1], ["float32", [1], 1, True],
+], ids=["three-fields", "five-fields", "dtype-a-number", "shape-a-number", "negative-size",
+        "negative-count", "negative-bytes", "count-a-float", "bytes-a-bool"])
+def test_an_allocation_group_of_the_wrong_shape_is_malformed(group):
+    with pytest.raises(replies.MalformedReply, match="allocation group"):
+        only_result(MEASURE, {"ok": measured([group])})
+
+
+def test_a_count_of_zero_passes_and_a_negative_one_does_not():
+    rows = {"wq": 0, "wk": 0, "wv": 0}
+    step = {"op": "decode_step"}
+    checked = only_result(step, {"ok": {"output": torch.zeros(1, 1, 8), "rows": rows}})["ok"]
+    assert checked["rows"] == rows
+    with pytest.raises(replies.MalformedReply, match="not a count"):
+        only_result(step, {"ok": {"output": torch.zeros(1, 1, 8), "rows": {**rows, "wv": -1}}})
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+def test_a_beam_search_s_scores_of_each_floating_dtype_pass_unchanged(dtype):
+    reply = beams(torch.ones(4, 2, dtype=dtype))
+    checked = only_result(BEAM_SEARCH, {"ok": reply})["ok"]
+    assert checked.keys() == reply.keys()
+    assert all(checked[name] is reply[name] for name in reply)
+
+
+def test_an_inventory_is_read_back_its_texts_clipped():
+    entry = {"path": "cache.k", "shape": [1, 0, 4], "dtype": "float32"}
+    reply = {"tensors": [entry, {**entry, "path": HUGE}], "held": {"queries": ["cache.q", HUGE]}}
+    checked = only_result(INVENTORY, {"ok": reply})["ok"]
+    assert checked["tensors"][0] == entry
+    assert checked["held"]["queries"][0] == "cache.q"
+    assert len(checked["tensors"][1]["path"]) <= MAX_QUOTE
+    assert len(checked["held"]["queries"][1]) <= MAX_QUOTE
+
+
+def test_an_inventory_tensor_of_negative_size_is_malformed():
+    entry = {"path": "cache.k", "shape": [1, -1], "dtype": "float32"}
+    with pytest.raises(replies.MalformedReply, match="shape"):
+        only_result(INVENTORY, {"ok": {"tensors": [entry], "held": {"queries": []}}})
+
+
+def test_inputs_after_come_back_as_sent_data_less_ones_too():
+    op = {"op": "attend", "return_inputs": True, "query": None, "key": None}
+    query = torch.ones(1, 1, 1, 4)  # [batch, heads, 1, head_dim]
+    key = wire.Opaque("float32", (1, 1, 2, 4), "meta", "torch.Tensor")
+    checked = only_result(op, {"ok": None, "inputs_after": {"query": query, "key": key}})
+    assert checked["inputs_after"]["query"] is query
+    assert checked["inputs_after"]["key"] == key
+
+
+def test_a_candidate_value_comes_back_whole_its_texts_clipped():
+    opaque = wire.Opaque("x" * 10_000, (2, 3), "d" * 10_000, "T" * 10_000)
+    value = {"a": [1, "b", {"c": 2.5}], HUGE: [opaque, wire.Repr(HUGE)]}
+    checked = only_result({"op": "call"}, {"ok": value})["ok"]
+    assert checked["a"] == [1, "b", {"c": 2.5}]
+    (key,) = checked.keys() - {"a"}
+    assert len(key) <= MAX_QUOTE
+    back, text = checked[key]
+    assert isinstance(back, wire.Opaque) and back.shape == (2, 3)
+    assert max(map(len, (back.dtype, back.device, back.type_name))) <= MAX_QUOTE
+    assert isinstance(text, wire.Repr) and len(text) <= MAX_QUOTE
+
+
+def test_a_traceback_keeps_its_last_frames():
+    traceback = "first frame\n" + HUGE + "\nlast frame"
+    raised = {"type": "E", "lineage": ["E"], "message": "m", "traceback": traceback}
+    kept = only_result({"op": "new"}, {"raised": raised})["raised"]["traceback"]
+    assert len(kept) <= replies.MAX_TAIL and traceback.endswith(kept)
+    assert kept.endswith("last frame")
+
+
+def test_an_error_or_an_import_s_status_comes_back_as_it_arrived():
+    assert replies.tests_reply({"error": "no tests"}) == {"error": "no tests"}
+    for kind in ("loaded", "import-timeout"):
+        assert replies.loaded({"status": kind}) == {"status": kind}
+    error = {"status": "import-error", "error": "ImportError: x"}
+    assert replies.loaded(error) == error
+
+
+@pytest.mark.parametrize("check", [
+    lambda: replies.status({"status": "timeout", "index": 0, "batch": BATCH, "seconds": True,
+                            "stderr": ""}, 0, BATCH),
+    lambda: replies.tests_reply({"exit_code": False, "passed": 0, "failed": 0, "errors": 0,
+                                 "tests_sha256": "ab"}),
+], ids=["timeout-seconds", "tests-exit-code"])
+def test_a_bool_where_a_number_is_read_is_malformed(check):
+    with pytest.raises(replies.MalformedReply, match="bool"):
+        check()
+
+
+def test_a_message_names_what_arrived():
+    for value, named in ((torch.zeros(2, 3), "float32 tensor [2, 3]"), (7, "int 7"),
+                         (wire.Opaque("float32", (5,), "meta", "T"), "without data [5]")):
+        with pytest.raises(replies.MalformedReply, match=named.replace("[", r"\[")):
+            only_result({"op": "new"}, {"ok": value})
+
+
+def test_a_pipe_closed_under_read_says_so():
+    read_end, write_end = os.pipe()
+    os.close(write_end)
+    try:
+        with pytest.raises(frames.PipeClosed):
+            replies.read(read_end, time.monotonic() + 5, frames.REPLIES)
+    finally:
+        os.close(read_end)
+
+
+def raised_on(cache) -> dict:
+    """An exception raised on a dense cache whose state at the raise was `cache`."""
+    return {"raised": {"type": "IndexError", "lineage": ["IndexError", "Exception"],
+                       "message": "m", "traceback": "", "cache": cache}}
+
+
+@pytest.mark.parametrize("cache", [
+    {}, {"capacity": 0}, {"capacity": 2**63 - 1}, {"capacity": -2**63},
+    {"lengths": [0] * replies.CACHE_ROWS, "capacity": 2048}, {"lengths": [2**63 - 1, -2**63]},
+], ids=["nothing-held", "capacity-0", "largest-int64", "smallest-int64", "every-row-sent",
+        "lengths-at-int64-s-bounds"])
+def test_an_exception_s_cache_state_within_its_bounds_comes_back_as_sent(cache):
+    checked = only_result({"op": "append"}, raised_on(cache))["raised"]
+    assert checked["cache"] == cache
+
+
+@pytest.mark.parametrize("cache", [
+    [], {"capacity": 2**63}, {"capacity": -2**63 - 1}, {"capacity": True}, {"capacity": 1.0},
+    {"lengths": [0] * (replies.CACHE_ROWS + 1)}, {"lengths": 3}, {"lengths": [2**63]},
+    {"lengths": [True]}, {"lengths": [], "rows": 1},
+], ids=["not-a-dict", "capacity-past-int64", "capacity-below-int64", "capacity-a-bool",
+        "capacity-a-float", "a-row-more-than-sent", "lengths-a-number", "a-length-past-int64",
+        "a-length-a-bool", "an-extra-key"])
+def test_an_exception_s_cache_state_past_its_bounds_is_malformed(cache):
+    with pytest.raises(replies.MalformedReply, match="cache"):
+        only_result({"op": "append"}, raised_on(cache))
