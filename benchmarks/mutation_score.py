@@ -7,8 +7,9 @@ Each module is parsed with ast, and every mutation point gives one mutant, a sin
 comparison operator swapped (< and <=, == and !=, in and not in, is and is not), an arithmetic
 operator swapped, `and` and `or` swapped, a number changed (an int plus one, a float doubled and
 halved), a `raise` made `pass`, a `not` (or a tensor's `~`) dropped, a slice bound dropped, a
-`dim=` moved by one, a torch dtype swapped for its neighbour, a returned value made None. The
-checkout (without .git) is copied once to a temporary folder, so the engineers working in it
+`dim=` moved by one, a torch dtype swapped for its neighbour, a returned value made None, an
+entry dropped from a module's table of objects (a tuple or list of calls: the bundled mistakes).
+The checkout (without .git) is copied once to a temporary folder, so the engineers working in it
 see nothing; each mutant is written there over its module (ast.unparse of the edited tree), and
 the module's quick tests (MODULES) run on it in a child forked from this process, which has
 imported torch and pytest but never graders, so the child imports the mutant: -x, -n0, not
@@ -46,8 +47,10 @@ MODULES = {
                                            "tests/test_tolerances.py"]),
     "hidden_cases": ("graders/hidden_cases.py", ["tests/test_hidden_cases.py"]),
     "tolerances": ("graders/tolerances.py", ["tests/test_tolerance_measurement.py"]),
-    "mistakes": ("graders/mistakes.py", ["tests/test_mutation.py"]),
-    "candidate": ("graders/candidate.py", ["tests/test_hidden_cases.py",
+    "mistakes": ("graders/mistakes.py", ["tests/test_mutation.py",
+                                         "tests/test_bundled_mistakes.py"]),
+    "candidate": ("graders/candidate.py", ["tests/test_candidate_unit.py",
+                                           "tests/test_hidden_cases.py",
                                            "tests/test_tolerances.py", "tests/test_prealloc.py"]),
     "worker/wire": ("graders/worker/wire.py", ["tests/test_wire.py",
                                                "tests/test_reply_boundary.py"]),
@@ -223,10 +226,12 @@ class Mutator(ast.NodeTransformer):
     def __init__(self, target: int | None = None):
         self.target, self.found, self.scope = target, [], ["<module>"]
 
-    def _point(self, node: ast.AST, before: ast.AST, after: ast.AST) -> bool:
-        """Count a point; True when it is the one to apply."""
+    def _point(self, node: ast.AST, before: ast.AST, after: ast.AST,
+               edit: str | None = None) -> bool:
+        """Count a point (`edit` says what it does, by default "before -> after"); True when it
+        is the one to apply."""
         index = len(self.found)
-        description = f"{self.scope[-1]}: {_text(before)} -> {_text(after)}"
+        description = f"{self.scope[-1]}: {edit or f'{_text(before)} -> {_text(after)}'}"
         self.found.append(Mutant(index, getattr(node, "lineno", 0), description))
         return index == self.target
 
@@ -277,6 +282,22 @@ class Mutator(ast.NodeTransformer):
             mutated = ast.Constant(changed)
             if self._point(node, node, mutated):
                 return ast.copy_location(mutated, node)
+        return node
+
+    def visit_Assign(self, node: ast.Assign):
+        """A module's table of objects (a tuple or list of two or more calls: the bundled
+        mistakes) loses one entry."""
+        self.generic_visit(node)
+        table = node.value
+        if (self.scope != ["<module>"] or not isinstance(table, (ast.Tuple, ast.List))
+                or len(table.elts) < 2 or not all(isinstance(e, ast.Call) for e in table.elts)):
+            return node
+        for i, entry in enumerate(table.elts):
+            mutated = type(table)([*table.elts[:i], *table.elts[i + 1:]], ast.Load())
+            if self._point(entry, table, mutated,
+                           f"{_text(node.targets[0])} drops {_text(entry)}"):
+                node.value = ast.copy_location(mutated, table)
+                return node
         return node
 
     def visit_Raise(self, node: ast.Raise):
