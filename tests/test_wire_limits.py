@@ -218,3 +218,12 @@ def test_a_deadline_already_past_times_out_at_once():
     finally:
         os.close(read_end)
         os.close(write_end)
+
+
+def test_a_byte_count_that_is_a_long_string_is_quoted_by_its_first_20_characters():
+    descriptor = {"dtype": "float32", "shape": [2], "device": "cpu", "type": "torch.Tensor",
+                  "nbytes": "n" * 5_000, "data": True}
+    frame = _frame_of(json.dumps({"body": 1, "tensors": [descriptor]}).encode())
+    with pytest.raises(frames.WireError, match="malformed frame header") as refused:
+        _read(frame, frames.REPLIES)
+    assert "n" * 20 in str(refused.value) and "n" * 21 not in str(refused.value)
