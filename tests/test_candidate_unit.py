@@ -310,8 +310,8 @@ def test_a_noncontiguous_key_counts_its_positions_and_a_key_of_other_rank_none()
 def test_more_than_eight_lengths_show_the_first_eight():
     eight = words(append_plan(), {"lengths": list(range(8))})
     assert "at lengths [0, 1, 2, 3, 4, 5, 6, 7] raised" in eight
-    ten = words(append_plan(), {"lengths": list(range(10, 20))})
-    assert "at lengths [10, 11, 12, 13, 14, 15, 16, 17, ...] raised" in ten
+    nine = words(append_plan(), {"lengths": list(range(10, 19))})
+    assert "at lengths [10, 11, 12, 13, 14, 15, 16, 17, ...] raised" in nine
 
 
 @pytest.mark.parametrize("cache", [
