@@ -296,6 +296,16 @@ def test_one_position_is_singular_and_a_decode_step_is_one():
     assert words(plan, None).startswith("`decode_step` of 1 position raised")
 
 
+def test_a_call_without_a_key_is_named_by_its_operation_or_method_alone():
+    attend = Plan()
+    attend.attend("c", key(1))
+    assert words(attend, None).startswith("`attend` raised ValueError")
+    call = Plan()
+    call.call("p", "allocate", 3)
+    assert words(call, {"lengths": [1], "capacity": 1}).startswith(
+        "`allocate` at lengths [1], capacity 1 raised ValueError")
+
+
 def test_a_noncontiguous_key_counts_its_positions_and_a_key_of_other_rank_none():
     plan = Plan()
     plan.append("c", {"noncontiguous": key(3)}, None)
