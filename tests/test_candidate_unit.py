@@ -74,6 +74,12 @@ def error_of(plan: Plan, result: dict, limits: Limits = Limits()) -> CandidateEr
     return caught.value
 
 
+def error_of_reply(reply: Reply, limits: Limits = Limits()) -> CandidateError:
+    with pytest.raises(CandidateError) as caught:
+        run(append_plan(), reply, limits)
+    return caught.value
+
+
 # Plan
 
 
@@ -199,12 +205,6 @@ def test_a_result_that_cannot_be_sent_back_is_an_error_quoting_why():
     assert str(error).endswith(": TypeError: cannot pickle 'generator'")
     memory = error_of_reply(Reply("done", {"error": "MemoryError"}), Limits(memory=1 << 30))
     assert str(memory).startswith("memory limit of 1 GiB reached: ")
-
-
-def error_of_reply(reply: Reply, limits: Limits = Limits()) -> CandidateError:
-    with pytest.raises(CandidateError) as caught:
-        run(append_plan(), reply, limits)
-    return caught.value
 
 
 # Candidate.run: what the candidate's code raised
