@@ -18,7 +18,7 @@ import torch
 
 from graders import replies
 from graders.untrusted import MAX_QUOTE
-from graders.worker import frames, wire
+from graders.worker import frames, ops, wire
 
 BATCH = "0123456789abcdef"
 HUGE = "x" * 100_000
@@ -166,14 +166,15 @@ def test_a_pipe_closed_under_read_says_so():
 
 
 def raised_on(cache) -> dict:
-    """An exception raised on a dense cache whose state at the raise was `cache`."""
+    """An exception raised on a dense cache whose state at the raise was `cache` (the worker's
+    ops.py sends at most ops.CACHE_ROWS rows of its lengths: the judge takes those, no more)."""
     return {"raised": {"type": "IndexError", "lineage": ["IndexError", "Exception"],
                        "message": "m", "traceback": "", "cache": cache}}
 
 
 @pytest.mark.parametrize("cache", [
     {}, {"capacity": 0}, {"capacity": 2**63 - 1}, {"capacity": -2**63},
-    {"lengths": [0] * replies.CACHE_ROWS, "capacity": 2048}, {"lengths": [2**63 - 1, -2**63]},
+    {"lengths": [0] * ops.CACHE_ROWS, "capacity": 2048}, {"lengths": [2**63 - 1, -2**63]},
 ], ids=["nothing-held", "capacity-0", "largest-int64", "smallest-int64", "every-row-sent",
         "lengths-at-int64-s-bounds"])
 def test_an_exception_s_cache_state_within_its_bounds_comes_back_as_sent(cache):
@@ -183,7 +184,7 @@ def test_an_exception_s_cache_state_within_its_bounds_comes_back_as_sent(cache):
 
 @pytest.mark.parametrize("cache", [
     [], {"capacity": 2**63}, {"capacity": -2**63 - 1}, {"capacity": True}, {"capacity": 1.0},
-    {"lengths": [0] * (replies.CACHE_ROWS + 1)}, {"lengths": 3}, {"lengths": [2**63]},
+    {"lengths": [0] * (ops.CACHE_ROWS + 1)}, {"lengths": 3}, {"lengths": [2**63]},
     {"lengths": [True]}, {"lengths": [], "rows": 1},
 ], ids=["not-a-dict", "capacity-past-int64", "capacity-below-int64", "capacity-a-bool",
         "capacity-a-float", "a-row-more-than-sent", "lengths-a-number", "a-length-past-int64",
