@@ -53,10 +53,12 @@ MODULES = {
                                            "tests/test_hidden_cases.py",
                                            "tests/test_tolerances.py", "tests/test_prealloc.py"]),
     "worker/wire": ("graders/worker/wire.py", ["tests/test_wire.py",
-                                               "tests/test_reply_boundary.py"]),
+                                               "tests/test_reply_boundary.py",
+                                               "tests/test_wire_limits.py"]),
     "worker/frames": ("graders/worker/frames.py", ["tests/test_wire.py",
-                                                   "tests/test_reply_boundary.py"]),
-    "replies": ("graders/replies.py", ["tests/test_reply_boundary.py"]),
+                                                   "tests/test_reply_boundary.py",
+                                                   "tests/test_wire_limits.py"]),
+    "replies": ("graders/replies.py", ["tests/test_reply_boundary.py", "tests/test_replies.py"]),
 }
 # Modules whose tests start no worker: their children skip the suite's warm spawner of workers
 # (a process importing torch, 2.5 s of CPU a mutant).
@@ -66,17 +68,11 @@ NO_WORKERS = {"compare", "reference", "hidden_cases", "tolerances"}
 _REL_FLOOR = ("equivalent: the floor only keeps max_rel finite where the reference is exactly 0; "
               "the figure there is error / floor, absurdly large at any floor, and no verdict "
               "reads it")
-_DTYPE_ROUND_TRIP = ("gap: no test sends a tensor of each allowed dtype through encode and "
-                     "decode (the swapped dtype arrives as another, or data-less)")
-_DEPTH = ("gap: no test nests a body exactly MAX_DEPTH deep on each side (legitimate replies "
-          "nest 8, so a cap moved by a few levels, or dropped on the encoding side, passes)")
-_CUT = ("gap: no test sends text longer than the cut; the 2,000-character quote of "
-        "graders.untrusted still bounds what is shown")
+_SHORT_ERRORS = ("equivalent: no error that try catches has a message long enough to be cut "
+                 "(the longest, int's 4,300-digit limit, makes the message about 180 characters)")
 
 _WORDING = ("equivalent for the verdict: only the words of a malformed reply's message change "
             "(the tests assert its kind, not its wording)")
-_UNCHECKED = ("gap: no quick test sends a well-formed reply of this kind and reads what comes "
-              "back (graders.replies was landing as this was measured)")
 
 
 def _each(module: str, verdict: str, *descriptions: str) -> dict:
@@ -92,59 +88,20 @@ VERDICTS = {
         "(the docstrings quote 51 in all); no constant, verdict or grade reads it"),
     ("worker/wire", "_rebuild: offset + nbytes -> offset - nbytes #2"): (
         "equivalent: that return is taken only when numel is 0, so nbytes is 0"),
-    **_each("worker/wire", _DTYPE_ROUND_TRIP, "<module>: torch.float64 -> torch.float32",
-            "<module>: torch.float16 -> torch.bfloat16",
-            "<module>: torch.bfloat16 -> torch.float16", "<module>: torch.int32 -> torch.int64"),
-    **_each("worker/wire", _DEPTH, "<module>: 32 -> 33", "walk: 1 -> 2 #2",
-            "walk: depth + 1 -> depth - 1", "encode: 0 -> 1", "walk: 1 -> 2 #4",
-            "walk: depth + 1 -> depth - 1 #3", "decode: 0 -> 1"),
-    **_each("worker/wire", _CUT, "<module>: 4000 -> 4001", "decode: 200 -> 201",
-            "decode: :200 -> :", "_rebuild: 200 -> 201", "_rebuild: :200 -> :",
-            "_rebuild: 200 -> 201 #2", "_rebuild: :200 -> : #2", "<module>: 200 -> 201",
-            "_safe_repr: :REPR_CHARS -> :"),
-    ("worker/wire", "_rebuild: len(shape) > MAX_DIMS -> len(shape) >= MAX_DIMS"): (
-        "gap: no test sends a descriptor of exactly MAX_DIMS dimensions (torch allows it)"),
-    ("worker/wire", "_safe_repr: return f'<{type(value).__name__} whose repr raised "
-                    "{type(exc).__nam... -> return None"): (
-        "gap: no test returns a value whose __repr__ raises"),
-    **_each("replies", "gap: no test of a float16 or bfloat16 beam search's scores",
-            "<module>: torch.float16 -> torch.bfloat16",
-            "<module>: torch.bfloat16 -> torch.float16"),
+    **_each("worker/wire", _SHORT_ERRORS, "decode: 200 -> 201", "decode: :200 -> :",
+            "_rebuild: 200 -> 201", "_rebuild: :200 -> :"),
     **_each("replies", _WORDING, "_op_result: 'ok' in fields -> 'ok' not in fields #2",
-            "_shown: return f\"a {str(value.dtype).removeprefix('torch.')} tensor {list(v... "
-            "-> return None", "_shown: 8 -> 9", "_shown: :8 -> :",
-            "_shown: return f'a tensor without data {list(value.shape)[:8]}' -> return None",
-            "_shown: 60 -> 61",
-            "_shown: return f'{type(value).__name__} {clip(repr(value), 60)}' -> return None"),
-    **_each("replies", _CUT, "<module>: 4000 -> 4001", "_raised: -MAX_TAIL: -> :"),
-    **_each("replies", "gap: an allocation measurement is not tested at its bounds (exactly "
-            "LARGEST groups, counts of 0) nor read back group by group",
-            "_measured: len(largest) > LARGEST -> len(largest) >= LARGEST", "_measured: 2 -> 3",
-            "_measured: 0 -> 1 #2", "_measured: 1 -> 2 #3", "_measured: 2 -> 3 #2",
-            "_is_count: 0 -> 1", "_is_count: n >= 0 -> n > 0"),
-    **_each("replies", _UNCHECKED, "tests_reply: return reply -> return None",
-            "loaded: return {'status': kind} -> return None",
-            "_inventory: return {'tensors': listing, 'held': paths} -> return None",
-            "_beams: return fields -> return None",
-            "_inputs_after: return {name: _value(tensor, what, candidate=True) for name, "
-            "tensor... -> return None",
-            "_value: return wire.Opaque(clip(value.dtype), value.shape, clip(value.devic... "
-            "-> return None", "_value: return [_value(v, what, candidate) for v in value] -> "
-            "return None", "_value: return {clip(k): _value(v, what, candidate) for k, v in "
-            "value.items()} -> return None", "_count: return n -> return None"),
+            "_shown: 8 -> 9", "_shown: :8 -> :", "_shown: 60 -> 61",
+            "_bounded: type(n) is not int -> type(n) is int #2"),
+    ("replies", "_bounded: return n -> return None"): (
+        "equivalent: _cache_state calls _bounded for its check alone"),
+    ("replies", "<module>: 4000 -> 4001"): (
+        "equivalent: how long a kept traceback's tail is (tests/test_replies.py pins that it is "
+        "cut to MAX_TAIL, its end kept); the 2,000-character quote still bounds what is shown"),
     ("replies", "started: return fields -> return None"): (
         "equivalent: graders.workers calls started() for its check alone"),
-    ("replies", "read: raise -> pass"): (
-        "gap: no test closes the pipe under read(): it would return None, not raise PipeClosed"),
     ("replies", "_ok: raise MalformedReply(f'{what}: the judge knows no operation {_shown... -> "
                 "pass"): "equivalent for replies: the operation is the judge's own plan's",
-    ("replies", "_inventory: raise MalformedReply(f'{what} has a tensor of shape "
-                "{_shown(shape)}') -> pass"): "gap: no inventory with a negative size is sent",
-    ("replies", "_typed: bool not in (types if isinstance(types, tuple) else (types,)) -> bool "
-                "in (types if isinstance(types, tuple) else (types,))"): (
-        "gap: no test sends a bool where an int is read (True counts as 1 in Python)"),
-    ("replies", "_typed: raise MalformedReply(f'{what} is {_shown(value)}') -> pass"): (
-        "gap: the tests never send a value of the wrong type to a field _typed alone checks"),
     **_each("worker/frames", "equivalent: how much is read at a time, not what",
             "<module>: 1 -> 2", "<module>: 20 -> 21", "_read_into: :CHUNK -> :"),
     **_each("worker/frames", "equivalent for the contract: the cap on the judge's own requests "
@@ -153,43 +110,15 @@ VERDICTS = {
     **_each("worker/frames", _WORDING, "payload_size: HEADER.size + len(header) -> HEADER.size "
             "- len(header)", "payload_size: HEADER.size + len(header) + payload -> HEADER.size "
             "+ len(header) - payload"),
-    **_each("worker/frames", _CUT, "payload_size: 200 -> 201", "payload_size: :200 -> :",
-            "_nbytes: 20 -> 21", "_nbytes: :20 -> :"),
+    **_each("worker/frames", _SHORT_ERRORS,
+            "payload_size: 200 -> 201", "payload_size: :200 -> :"),
     ("worker/frames", "payload_size: raise TypeError('the tensors are not a list') -> pass"): (
         "equivalent: a non-list still fails (iterating it raises an error caught there, or an "
         "empty dict reaches wire.decode, which rejects it)"),
-    **_each("worker/frames", "gap: no test sends a status frame just past STATUSES' caps",
-            "<module>: 1 -> 2 #5", "<module>: 17 -> 18", "<module>: 1 -> 2 #6",
-            "<module>: 17 -> 18 #2"),
-    **_each("worker/frames", "gap: no quick test writes through write_json or write_all (the "
-            "worker's side)", "write_json: HEADER.pack(len(header)) + header -> "
-            "HEADER.pack(len(header)) - header", "write_all: os.write(fd, view): -> :"),
-    **_each("worker/frames", "gap: no test sends a frame exactly at a cap, or one byte past",
-            "read_frame: header_len > caps.header -> header_len >= caps.header",
-            "fits: header_len <= caps.header -> header_len < caps.header",
-            "fits: len(frame) <= caps.frame -> len(frame) < caps.frame",
-            "feed: header_len > self.caps.header -> header_len >= self.caps.header",
-            "payload_size: caps.frame - HEADER.size -> caps.frame + HEADER.size",
-            "payload_size: 0 <= payload <= caps.frame - HEADER.size - len(header) -> 0 <= "
-            "payload < caps.frame - HEADER.size - len(header)"),
-    **_each("worker/frames", "gap: FrameBuffer is not fed a frame in pieces that split its "
-            "header, nor asked `whole` at the exact end", "feed: HEADER.size + header_len -> "
-            "HEADER.size - header_len", "whole: len(self.data) >= self.size -> len(self.data) > "
-            "self.size", "whole: self.size is not None and len(self.data) >= self.size -> "
-            "self.size is not None or len(self.data) >= self.size"),
-    **_each("worker/frames", "gap: no test reads a descriptor without nbytes, or a data-less "
-            "one (nbytes 0), through read_frame", "_nbytes: 0 -> 1", "_nbytes: 0 -> 1 #2",
-            "_nbytes: nbytes < 0 -> nbytes <= 0"),
-    ("worker/frames", "_read_into: 0.0 -> 1.0"): (
-        "gap: no test reads with a deadline already past (select would wait 1 s more)"),
 }
 
 # A verdict on every survivor of a module that no entry above names, read as a group.
-MODULE_VERDICTS = {
-    "candidate": ("gap: Plan's builders, Candidate.run's verdicts (timeout, crash, an exception "
-                  "raised where none may be) and their messages are exercised only by whole "
-                  "grades, the slow tests; the quick ones reach Results, tensor and Fail"),
-}
+MODULE_VERDICTS: dict[str, str] = {}
 
 COMPARISONS = {ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt,
                ast.Eq: ast.NotEq, ast.NotEq: ast.Eq, ast.In: ast.NotIn, ast.NotIn: ast.In,
