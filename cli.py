@@ -954,7 +954,9 @@ def export_gradescope(
         _usage_error(f"--wheel {_relative(wheel)} is not a wheel file (.whl)")
     _check_writable("OUT", out)
     if hidden and seed is None and not fresh_seeds:
-        seed = gradescope.draw_seed()
+        from graders.grade import draw_seed
+
+        seed = draw_seed()  # one for every submission, drawn as any hidden run draws its own
     assignment = gradescope.Assignment(track=chosen.id, hidden=hidden, seed=seed,
                                        torch=gradescope.torch_version(),
                                        private_graders=graders is not None)

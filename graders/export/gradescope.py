@@ -16,7 +16,6 @@ No step of setup.sh fetches anything but packages by name (apt-get, pip).
 from __future__ import annotations
 
 import json
-import random
 import stat
 import tempfile
 import zipfile
@@ -29,7 +28,6 @@ SETTINGS = "assignment.json"
 PRIVATE_GRADERS = "graders"  # the folder of the bundle holding --graders' files
 DEFAULT_VENV = "/opt/kvkata"
 TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
-SEED_LIMIT = 2**31  # a seed drawn for the assignment is below this
 
 
 @dataclass(frozen=True)
@@ -108,11 +106,6 @@ exec "${KVKATA_VENV:-@VENV@}/bin/python" -I -m graders.export.autograder /autogr
 
 class ExportError(Exception):
     """The bundle cannot be made as asked; the message says why in one line."""
-
-
-def draw_seed() -> int:
-    """The seed of an assignment whose exporter named none: one for every submission."""
-    return random.SystemRandom().randrange(SEED_LIMIT)
 
 
 def torch_version() -> str:
