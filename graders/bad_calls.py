@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 import torch
 
-from graders.candidate import Fail, Plan, Raised, Results
+from graders.plans import Fail, Plan, Raised, Results
 
 STATE = ("keys", "values", "lengths", "capacity")
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
-from graders.candidate import Fail
+from graders.plans import Fail
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from typing import Callable, NamedTuple
 import torch
 
 from graders import reference
-from graders.candidate import Plan, Results, tensor
+from graders.plans import Plan, Results, tensor
 from graders.compare import require_shape
 
 

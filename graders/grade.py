@@ -26,7 +26,8 @@ import torch
 
 from graders import hidden_cases, tracks
 from graders import rubric as rubric_data
-from graders.candidate import (Candidate, CandidateError, CandidateTimeout, Fail, NotAttempted, Tell)
+from graders.candidate import Candidate
+from graders.plans import CandidateError, CandidateTimeout, Fail, NotAttempted, Tell
 from graders.isolation import Sandbox, reap_strays
 from graders.similarity import similarity
 from graders.tracks import DENSE

@@ -16,7 +16,9 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 
-from graders.candidate import Candidate, CandidateError, CandidateTimeout, Fail, Plan, Results
+from graders.candidate import Candidate
+
+from graders.plans import CandidateError, CandidateTimeout, Fail, Plan, Results
 
 _RUN_SEED: ContextVar[int] = ContextVar("hidden_run_seed")
 

@@ -15,7 +15,7 @@ from typing import Callable, NamedTuple
 import torch
 
 from graders import cases, decode_loop, reference
-from graders.candidate import Fail, Plan, tensor
+from graders.plans import Fail, Plan, tensor
 from graders.compare import UNWRITTEN_SLOTS, Tolerance, close, first_divergence, require_shape
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from graders import cases, reference
-from graders.candidate import Fail, Plan, Raised, Results
+from graders.plans import Fail, Plan, Raised, Results
 from graders.compare import TOLERANCE, UNWRITTEN_SLOTS, close, first_divergence
 from graders.paged_model import Book, Full
 

@@ -19,8 +19,9 @@ from dataclasses import dataclass, field
 import pytest
 import torch
 
-from graders.candidate import (Candidate, CandidateError, CandidateTimeout, Fail, NotAttempted,
-                               Plan, Raised, Results, Tell, tensor)
+from graders.candidate import Candidate
+
+from graders.plans import (CandidateError, CandidateTimeout, Fail, NotAttempted, Plan, Raised, Results, Tell, tensor)
 from graders.untrusted import MAX_QUOTE
 from graders.worker.limits import Limits
 from graders.worker.wire import Opaque

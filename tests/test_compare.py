@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from graders.candidate import Fail
+from graders.plans import Fail
 from graders.compare import (TOLERANCE, Tolerance, close, first_divergence, require_close,
                               require_shape)
 

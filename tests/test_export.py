@@ -288,7 +288,7 @@ def jail_argv() -> list[str]:
     return argv + ["--dev", "/dev", "--proc", "/proc", "--bind", "/tmp", "/tmp"]
 
 
-PRIVATE_GRADER = f"""from graders.candidate import Fail
+PRIVATE_GRADER = f"""from graders.plans import Fail
 
 ITEM = "{PRIVATE_ITEM}"
 

@@ -22,7 +22,7 @@ import pytest
 from rich.console import Console
 
 from graders.tracks import DENSE
-from graders.candidate import Fail, tensor
+from graders.plans import Fail, tensor
 from graders.grade import GradeResult, ItemResult, TellResult, _level, grade
 from graders.formats.gradescope import to_gradescope, write_gradescope
 from graders.formats.junit import write_junit

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from graders import hidden_cases
-from graders.candidate import CandidateError, CandidateTimeout, Fail, NotAttempted, Plan, Results
+from graders.plans import CandidateError, CandidateTimeout, Fail, NotAttempted, Plan, Results
 
 CASE = hidden_cases.name(1234, "B=2, a prompt then chunks")
 

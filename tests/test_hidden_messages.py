@@ -17,7 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from graders.candidate import Candidate, CandidateError, CandidateTimeout, Fail
+from graders.candidate import Candidate
+
+from graders.plans import CandidateError, CandidateTimeout, Fail
 from graders import hidden_cases
 from graders.grade import kata_graders
 from graders.mistakes import MISTAKES

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from graders.candidate import Fail
+from graders.plans import Fail
 from graders.grade import grade
 from graders.items import prealloc
 from graders.items.prealloc import LONG, SHORT, SINGLE, Measured, Run

@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from graders import replies
-from graders.candidate import Plan
+from graders.plans import Plan
 from graders.grade import grade
 from graders.isolation import Sandbox, bwrap_problem
 from graders.mutation import REFERENCE

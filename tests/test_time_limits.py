@@ -20,7 +20,9 @@ from contextlib import contextmanager
 import pytest
 import torch
 
-from graders.candidate import Candidate, CandidateTimeout, Plan
+from graders.candidate import Candidate
+
+from graders.plans import CandidateTimeout, Plan
 from graders import hidden_cases
 from graders.items import prealloc
 from graders.mutation import REFERENCE

@@ -25,7 +25,7 @@ import pytest
 import torch
 
 from graders import bundled, cases, decode_loop, items, reference
-from graders.candidate import Fail, Plan, Results
+from graders.plans import Fail, Plan, Results
 from graders.compare import TOLERANCE, Tolerance, close, require_close
 from graders.items import gqa, low_precision, prefix_equivalence, quantized_kv, reset
 from graders.items import stable_softmax

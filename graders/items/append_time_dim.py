@@ -27,7 +27,8 @@ from __future__ import annotations
 import torch
 
 from graders import cases, hidden_cases
-from graders.candidate import Candidate, Fail, Plan, Raised, tensor
+from graders.candidate import Candidate
+from graders.plans import Fail, Plan, Raised, tensor
 from graders.compare import TOLERANCE, first_divergence, require_shape
 
 ITEM = "append-time-dim"

@@ -24,7 +24,8 @@ from dataclasses import dataclass
 import torch
 
 from graders import cases, decode_loop, hidden_cases
-from graders.candidate import Candidate, Plan, tensor
+from graders.candidate import Candidate
+from graders.plans import Plan, tensor
 from graders.compare import require_shape
 
 ITEM = "attend-shape"

@@ -48,7 +48,8 @@ from typing import NamedTuple
 import torch
 
 from graders import cases, decoder, hidden_cases, reference
-from graders.candidate import Candidate, Fail, Plan, tensor
+from graders.candidate import Candidate
+from graders.plans import Fail, Plan, tensor
 from graders.compare import TOLERANCE, close, require_close, require_shape
 
 ITEM = "beam-reorder"

@@ -38,7 +38,8 @@ from __future__ import annotations
 import torch
 
 from graders import cases, decode_loop, hidden_cases, reference
-from graders.candidate import Candidate, Fail, Plan, tensor
+from graders.candidate import Candidate
+from graders.plans import Fail, Plan, tensor
 from graders.compare import TOLERANCE, UNWRITTEN_SLOTS, first_divergence, require_shape
 
 ITEM = "finished-beams"

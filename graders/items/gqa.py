@@ -38,7 +38,8 @@ from dataclasses import dataclass
 import torch
 
 from graders import cases, decode_loop, hidden_cases, reference
-from graders.candidate import Candidate, Fail, Plan, tensor
+from graders.candidate import Candidate
+from graders.plans import Fail, Plan, tensor
 from graders.compare import TOLERANCE, first_divergence, require_close, require_shape
 
 ITEM = "gqa"

@@ -26,7 +26,8 @@ from __future__ import annotations
 import torch
 
 from graders import cases, hidden_cases, reference
-from graders.candidate import Candidate, Fail, Plan, tensor
+from graders.candidate import Candidate
+from graders.plans import Fail, Plan, tensor
 from graders.compare import TOLERANCE, first_divergence, require_shape
 
 ITEM = "kv-only"

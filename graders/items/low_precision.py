@@ -51,7 +51,8 @@ import math
 import torch
 
 from graders import cases, decode_loop, hidden_cases, reference
-from graders.candidate import Candidate, Fail, Plan, tensor
+from graders.candidate import Candidate
+from graders.plans import Fail, Plan, tensor
 from graders.compare import LARGE_LOGITS_LOW_PRECISION as LARGE_LOGIT_TOLERANCE
 from graders.compare import TOLERANCE, first_divergence, require_close, require_shape
 

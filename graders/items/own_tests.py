@@ -32,7 +32,8 @@ import random
 from typing import NamedTuple
 
 from graders import bundled, hidden_cases, mutation
-from graders.candidate import Candidate, CandidateError, Fail, NotAttempted
+from graders.candidate import Candidate
+from graders.plans import CandidateError, Fail, NotAttempted
 from graders.disguise import disguise
 from graders.isolation import unseen_beside
 from graders.mistakes import MISTAKES, SHAPE_MISTAKES

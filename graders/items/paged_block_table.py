@@ -31,7 +31,8 @@ from dataclasses import dataclass
 import torch
 
 from graders import cases, hidden_cases
-from graders.candidate import Candidate, Fail, Plan
+from graders.candidate import Candidate
+from graders.plans import Fail, Plan
 from graders.compare import TOLERANCE, close
 from graders.paged_pool import Pool
 

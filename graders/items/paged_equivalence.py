@@ -34,7 +34,8 @@ from __future__ import annotations
 import torch
 
 from graders import cases, hidden_cases
-from graders.candidate import Candidate, Fail, Plan, Raised
+from graders.candidate import Candidate
+from graders.plans import Fail, Plan, Raised
 from graders.compare import TOLERANCE
 from graders.paged_pool import Pool
 from graders.paged_scripts import peak_blocks, workload

@@ -74,7 +74,8 @@ from typing import NamedTuple
 import torch
 
 from graders import cases, hidden_cases
-from graders.candidate import Candidate, Fail, Plan
+from graders.candidate import Candidate
+from graders.plans import Fail, Plan
 
 ITEM = "prealloc"
 

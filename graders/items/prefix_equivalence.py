@@ -28,7 +28,8 @@ from dataclasses import dataclass
 import torch
 
 from graders import cases, decode_loop, hidden_cases
-from graders.candidate import Candidate, Plan
+from graders.candidate import Candidate
+from graders.plans import Plan
 from graders.compare import TOLERANCE, require_close
 
 ITEM = "prefix-equivalence"

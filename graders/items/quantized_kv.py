@@ -44,7 +44,8 @@ from __future__ import annotations
 import torch
 
 from graders import cases, hidden_cases
-from graders.candidate import Candidate, Fail, Plan, tensor
+from graders.candidate import Candidate
+from graders.plans import Fail, Plan, tensor
 from graders.compare import require_shape
 from graders.paged_pool import Pool
 from graders.paged_session import INT8_BOUND

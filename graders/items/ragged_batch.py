@@ -32,7 +32,8 @@ from typing import NamedTuple
 import torch
 
 from graders import cases, decode_loop, hidden_cases, reference
-from graders.candidate import Candidate, Fail, Plan, tensor
+from graders.candidate import Candidate
+from graders.plans import Fail, Plan, tensor
 from graders.compare import TOLERANCE, UNWRITTEN_SLOTS, close, first_divergence, require_shape
 
 ITEM = "ragged-batch"

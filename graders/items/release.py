@@ -34,7 +34,8 @@ from typing import NamedTuple
 import torch
 
 from graders import cases, decode_loop, hidden_cases, reference
-from graders.candidate import Candidate, Fail, Plan, Raised, tensor
+from graders.candidate import Candidate
+from graders.plans import Fail, Plan, Raised, tensor
 from graders.compare import (TOLERANCE, UNWRITTEN_SLOTS, first_divergence, require_close,
                              require_shape)
 

@@ -26,7 +26,8 @@ from __future__ import annotations
 import torch
 
 from graders import cases, decode_loop, hidden_cases, reference
-from graders.candidate import Candidate, Fail, Plan, Raised, tensor
+from graders.candidate import Candidate
+from graders.plans import Fail, Plan, Raised, tensor
 from graders.compare import TOLERANCE, require_close, require_shape
 from graders.worker.ops import Missing
 

@@ -33,7 +33,8 @@ from typing import NamedTuple
 import torch
 
 from graders import cases, hidden_cases, reference
-from graders.candidate import Candidate, Fail, Plan, tensor
+from graders.candidate import Candidate
+from graders.plans import Fail, Plan, tensor
 from graders.compare import TOLERANCE, UNWRITTEN_SLOTS, first_divergence, require_shape
 
 ITEM = "rope-absolute"

@@ -39,7 +39,8 @@ import math
 import torch
 
 from graders import cases, decode_loop, hidden_cases, reference
-from graders.candidate import Candidate, Fail, Plan, tensor
+from graders.candidate import Candidate
+from graders.plans import Fail, Plan, tensor
 from graders.compare import LARGE_LOGITS_FLOAT32, require_close, require_shape
 
 ITEM = "stable-softmax"

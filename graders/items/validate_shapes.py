@@ -31,7 +31,8 @@ import torch
 
 from graders import cases, hidden_cases
 from graders.bad_calls import bad_call, on_own_caches, require_rejected
-from graders.candidate import Candidate, Fail, Plan, tensor
+from graders.candidate import Candidate
+from graders.plans import Fail, Plan, tensor
 
 ITEM = "validate-shapes"
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 import torch
 
 from graders import cases, reference
-from graders.candidate import Candidate, Plan, tensor
+from graders.candidate import Candidate
+from graders.plans import Plan, tensor
 from graders.compare import TOLERANCE, require_close, require_shape
 
 ITEM = "prefix-equivalence"
