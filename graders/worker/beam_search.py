@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import torch
 
+from graders.worker.layer import Layer
+
 
 def mlp(h: torch.Tensor, layer: dict) -> torch.Tensor:
     """The feed-forward block, in h's dtype: w2 tanh(w1 h). h [..., d_model]."""
@@ -25,10 +27,9 @@ def mlp(h: torch.Tensor, layer: dict) -> torch.Tensor:
 
 @torch.no_grad()
 def beam_search(state, op: dict) -> dict:
-    from graders.worker.ops import _Layer  # here, not at import: ops imports this module
 
     w, beams = op["weights"], op["beams"]
-    layers = [_Layer({k: layer[k] for k in ("wq", "wk", "wv", "wo")}, op["n_heads"],
+    layers = [Layer({k: layer[k] for k in ("wq", "wk", "wv", "wo")}, op["n_heads"],
                      op["n_kv_heads"], op["head_dim"], op["rope_base"]).requires_grad_(False)
               for layer in w["layers"]]
     new_cache, decode_step, reorder = state.fn("KVCache"), state.fn("decode_step"), state.fn("reorder")

@@ -47,6 +47,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from graders.worker.beam_search import beam_search as _beam_search
+from graders.worker.layer import Layer
 from graders.worker.wire import TEXT_CHARS
 
 PROJECTIONS = ("wq", "wk", "wv")
@@ -261,21 +262,8 @@ def _release(state: _State, op: dict):
     state.fn("release")(state.caches[op["cache"]], op["index"])
 
 
-class _Layer(torch.nn.Module):
-    """What `decode_step` receives: the four projections and the head geometry."""
-
-    def __init__(self, weights: dict, n_heads: int, n_kv_heads: int, head_dim: int, rope_base: float):
-        super().__init__()
-        for name, weight in weights.items():
-            out_features, in_features = weight.shape
-            linear = torch.nn.Linear(in_features, out_features, bias=False, dtype=weight.dtype)
-            linear.weight.data.copy_(weight)
-            setattr(self, name, linear)
-        self.n_heads, self.n_kv_heads, self.head_dim, self.rope_base = n_heads, n_kv_heads, head_dim, rope_base
-
-
 def _layer(state: _State, op: dict):
-    state.layers[op["layer"]] = _Layer(
+    state.layers[op["layer"]] = Layer(
         op["weights"], op["n_heads"], op["n_kv_heads"], op["head_dim"], op["rope_base"]
     ).requires_grad_(False)
 
