@@ -17,15 +17,6 @@ from graders.plans import Plan, Results, tensor
 from graders.compare import require_shape
 
 
-# What `F.scaled_dot_product_attention(q, k, v, is_causal=True)` gives for one query over T
-# keys: its causal mask is aligned to the top-left corner (query i sees keys 0..i), so the one
-# query sees key 0 alone and returns its value (PyTorch issue #103082).
-SDPA_IS_CAUSAL = ("attention over the first key only: scaled_dot_product_attention with "
-                  "is_causal=True and a single query masks from the top-left corner, so the "
-                  "query sees key 0 alone (PyTorch #103082); the newest query needs no mask: "
-                  "is_causal=False, with a mask of each row's lengths")
-
-
 class Step(NamedTuple):
     """One attend of the loop: its operation's index in the plan, and the positions cached."""
 

@@ -14,9 +14,10 @@ from typing import Callable, NamedTuple
 
 import torch
 
-from graders import cases, decode_loop, reference
+from graders import cases, reference
 from graders.plans import Fail, Plan, tensor
-from graders.compare import UNWRITTEN_SLOTS, Tolerance, close, first_divergence, require_shape
+from graders.compare import (SDPA_IS_CAUSAL, UNWRITTEN_SLOTS, Tolerance, close, first_divergence,
+                              require_shape)
 
 
 class Read(NamedTuple):
@@ -130,7 +131,7 @@ def likely_mistake(pool: Pool, got: list, step: int, tol: Tolerance) -> str:
             return label
     if bad and all(close(got[step][i], _first_key_only(read.query[i], read.kv[i][1]), tol).all()
                    for i in bad):
-        return decode_loop.SDPA_IS_CAUSAL
+        return SDPA_IS_CAUSAL
     if any(n and n % pool.bs == 0 for r in pool.reads for n in r.lengths) and all(
             r.lengths[i] % pool.bs for r, i in wrong):
         return ("only sequences whose last block is partly filled are wrong: does attend read "

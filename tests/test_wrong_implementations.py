@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from graders.decode_loop import SDPA_IS_CAUSAL
+from graders.compare import SDPA_IS_CAUSAL
 from graders.grade import GradeResult, grade
 from graders.mutation import REFERENCE
 from tests.wrong import Wrong, everything

@@ -30,7 +30,7 @@ import torch
 from graders import cases, decode_loop, hidden_cases
 from graders.candidate import Candidate
 from graders.plans import Plan
-from graders.compare import TOLERANCE, require_close
+from graders.compare import SDPA_IS_CAUSAL, TOLERANCE, require_close
 
 ITEM = "prefix-equivalence"
 
@@ -137,5 +137,5 @@ def _likely_mistakes(seq: dict, steps: list[decode_loop.Step]) -> dict[str, list
             v[:, :, s.end - 1 : s.end] for s in steps],
         "softmax over an axis other than the cached positions": [
             v[:, :, : s.end].sum(dim=2, keepdim=True) for s in steps],
-        decode_loop.SDPA_IS_CAUSAL: [v[:, :, :1] for _ in steps],
+        SDPA_IS_CAUSAL: [v[:, :, :1] for _ in steps],
     }
