@@ -31,7 +31,7 @@ import math
 import torch
 from torch import Tensor
 
-from benchmarks.subjects import Unavailable
+from benchmarks.machine import Unavailable
 
 
 def fused_attention(query: Tensor, keys: Tensor, values: Tensor, lengths: Tensor) -> Tensor:

@@ -1,4 +1,5 @@
-"""The facts about the machine that a benchmark's figures depend on."""
+"""The facts about the machine that a benchmark's figures depend on, and `Unavailable`: a subject
+this machine cannot run."""
 
 from __future__ import annotations
 
@@ -8,6 +9,10 @@ from importlib import metadata
 from pathlib import Path
 
 import torch
+
+class Unavailable(Exception):
+    """This subject cannot run on this machine (a missing optional package, no compiler)."""
+
 
 CPU_CACHES = Path("/sys/devices/system/cpu/cpu0/cache")
 

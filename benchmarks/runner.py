@@ -56,7 +56,7 @@ def main() -> None:
 
 
 def _load_subjects(specs: list[dict], send) -> dict:
-    from benchmarks.subjects import Unavailable
+    from benchmarks.machine import Unavailable
 
     builders = {}
     for spec in specs:

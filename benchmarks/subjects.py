@@ -34,6 +34,7 @@ from typing import Callable
 import torch
 from torch import Tensor
 
+from benchmarks.machine import Unavailable
 from graders.worker.ops import reachable_tensors
 
 BLOCK_SIZE = 16  # tokens per block of the paged caches (vLLM's default)
@@ -98,10 +99,6 @@ class Stepper:
     held_bytes: Callable[[], int]  # bytes of tensor storage the subject holds now
     appends: bool = True  # False for the floors: they attend over the history as it is
     quantized: bool = False  # int8 storage: judged by int8's error bound, not the dtype's
-
-
-class Unavailable(Exception):
-    """This subject cannot run on this machine (a missing optional package, no compiler)."""
 
 
 def storage_bytes(obj) -> int:
