@@ -37,8 +37,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn
 from rich.text import Text
 
-from graders import bundled
-from graders.tracks import DENSE, TRACKS
+from graders.shared import bundled
+from graders.shared.tracks import DENSE, TRACKS
 
 # Where NumPy is missing, importing torch warns "Failed to initialize NumPy": neither the kata
 # nor torch needs it, and the warning would send a user after a package they do not need.
@@ -60,11 +60,11 @@ SOLUTIONS = {  # in the order a learner reads them
 TRACK_HELP = " or ".join(f"'{t.id}' ({t.title}, {t.implementation})" for t in TRACKS.values()) + "."
 USAGE_ERROR = 2
 BROKEN = 4  # the kata itself, never the user or the candidate
-DEFAULT_IMPORT_TIMEOUT = 60.0  # graders.grade.DEFAULT_IMPORT_TIMEOUT (not imported: it loads torch)
+DEFAULT_IMPORT_TIMEOUT = 60.0  # graders.judge.grade.DEFAULT_IMPORT_TIMEOUT (not imported: it loads torch)
 
 
 class SandboxMode(str, Enum):
-    """--sandbox: see graders.isolation.Sandbox."""
+    """--sandbox: see graders.judge.isolation.Sandbox."""
 
     auto = "auto"
     require = "require"
@@ -111,16 +111,16 @@ def _here(path: Path | None) -> Path | None:
 
 
 def _output(path: Path | None) -> Path | None:
-    """A report file as the user meant it: `-` is standard output (graders.output_files.STDOUT),
+    """A report file as the user meant it: `-` is standard output (graders.shared.output_files.STDOUT),
     any other path is relative to the folder the command runs in (`_here`)."""
-    from graders.output_files import STDOUT
+    from graders.shared.output_files import STDOUT
 
     return path if path == STDOUT else _here(path)
 
 
 def _check_writable(option: str, path: Path | None) -> None:
     """Nothing when `path` is None or can be written as a file; else a one-line error, exit 2."""
-    from graders.output_files import OutputError, check_writable
+    from graders.shared.output_files import OutputError, check_writable
 
     try:
         if path is not None:
@@ -130,10 +130,10 @@ def _check_writable(option: str, path: Path | None) -> None:
 
 
 def _sandbox(mode: SandboxMode | None, memory_gib: float, strangers: bool = False):
-    """The graders.isolation.Sandbox of the --sandbox and --memory options. Without --sandbox
+    """The graders.judge.isolation.Sandbox of the --sandbox and --memory options. Without --sandbox
     (None): 'require' where the run grades strangers' files (`strangers`: `grade --hidden`,
     `grade-all`), else 'auto' (docs/decisions.md, "Interviewers' runs require bubblewrap")."""
-    from graders.isolation import GIB, Sandbox
+    from graders.judge.isolation import GIB, Sandbox
 
     if mode is None:
         return Sandbox(mode="require" if strangers else "auto", memory=int(memory_gib * GIB),
@@ -193,7 +193,7 @@ def grade(
     seed: Annotated[Optional[int], typer.Option(help=SEED_HELP, min=0)] = None,
 ) -> None:
     """Grade an implementation and print a rubric-scored report."""
-    from graders.isolation import SandboxUnavailable
+    from graders.judge.isolation import SandboxUnavailable
     from graders.workflows import target
 
     chosen = _track(track)
@@ -254,9 +254,9 @@ def grade(
 
 
 def _start_workers(implementation: Path, tests: Path | None, options: dict, ahead: bool = False):
-    """The workers a grade with `options` needs (graders.workers.GradeWorkers.start)."""
-    from graders import tracks
-    from graders.workers import GradeWorkers
+    """The workers a grade with `options` needs (graders.judge.workers.GradeWorkers.start)."""
+    from graders.shared import tracks
+    from graders.judge.workers import GradeWorkers
 
     return GradeWorkers.start(implementation, _tests_run(tests, options),
                               tracks.get(options["track"]).module, options["sandbox"],
@@ -265,8 +265,8 @@ def _start_workers(implementation: Path, tests: Path | None, options: dict, ahea
 
 def _tests_run(tests: Path | None, options: dict) -> Path | None:
     """`tests` when an item a grade with `options` runs uses the candidate's tests, else None."""
-    from graders import tracks
-    from graders.rubric import selected
+    from graders.shared import tracks
+    from graders.shared.rubric import selected
 
     track = tracks.get(options["track"])
     chosen = {item.id for item in selected(track, options["only"], options["up_to"])}
@@ -309,7 +309,7 @@ def _check_outputs(output_format: str, json_path: Path | None, markdown: Path | 
     could not write); returns the --json path, ./results.json for gradescope by default."""
     if output_format not in ("kata", "gradescope"):
         _usage_error(f"--format {output_format!r}: choose 'kata' or 'gradescope'")
-    from graders.output_files import STDOUT
+    from graders.shared.output_files import STDOUT
 
     if output_format == "gradescope" and json_path is None:
         json_path = Path.cwd() / "results.json"
@@ -324,8 +324,8 @@ def _check_outputs(output_format: str, json_path: Path | None, markdown: Path | 
 
 
 def _track(track_id: str):
-    """The graders.tracks.Track named by --track; a one-line error, exit 2, when none is."""
-    from graders import tracks
+    """The graders.shared.tracks.Track named by --track; a one-line error, exit 2, when none is."""
+    from graders.shared import tracks
 
     try:
         return tracks.get(track_id)
@@ -340,7 +340,7 @@ def _check_private_graders(folder: Path, hidden: bool, track) -> None:
         _usage_error("--graders adds hidden graders: use it with --hidden")
     if not folder.is_dir():
         _usage_error(f"--graders {folder} is not a folder")
-    from graders.grade import PrivateGraderError, private_graders
+    from graders.judge.grade import PrivateGraderError, private_graders
 
     try:
         private_graders(folder, track)
@@ -363,10 +363,10 @@ def _grade_and_report(implementation: Path, tests: Path | None, *, shown: str,
     # The workers first: each imports torch while this process imports the judge, which does too.
     workers = workers or _start_workers(implementation, tests, options)
     from graders.formats import report
-    from graders.grade import grade as run_grade
+    from graders.judge.grade import grade as run_grade
     from graders.workflows import last_failed
 
-    from graders.output_files import STDOUT
+    from graders.shared.output_files import STDOUT
 
     # A report written to standard output (-) has it alone: the terminal's report goes to stderr.
     console = _console(stderr=STDOUT in (json_path, markdown, junit))
@@ -579,10 +579,10 @@ def grade_all(
     reason. summary.csv and summary.md are rewritten after each grade, so that a batch that is
     interrupted or fails keeps what it finished; --out is made and tried before the first."""
     from graders.workflows import batch
-    from graders.isolation import SandboxUnavailable
-    from graders.output_files import OutputError, make_folder
-    from graders.untrusted import file_name
-    from graders.workers import warm_workers
+    from graders.judge.isolation import SandboxUnavailable
+    from graders.shared.output_files import OutputError, make_folder
+    from graders.shared.untrusted import file_name
+    from graders.judge.workers import warm_workers
 
     chosen = _track(track)
     directory, out = _here(directory), _here(out)
@@ -710,7 +710,7 @@ def _run_bench(settings, console: Console):
     """Run the bench with a progress bar; exit 2 when the sandbox cannot be had, 4 when the
     bench itself broke."""
     from benchmarks import bench as benchmark
-    from graders.isolation import SandboxUnavailable
+    from graders.judge.isolation import SandboxUnavailable
 
     progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
                         MofNCompleteColumn(), console=console, transient=True,
@@ -737,7 +737,7 @@ def _show_bench(result, console: Console, json_path: Path | None, plot: Path | N
     """The tables; the JSON and the PNG plot when asked for; a text plot without the PNG."""
     from benchmarks import plot as plotting
     from benchmarks import report
-    from graders.output_files import write_atomically
+    from graders.shared.output_files import write_atomically
 
     report.render(result, console)
     if json_path:
@@ -777,7 +777,7 @@ def _python_file(path: Path, what: str) -> Path:
 def _check_output_folder(option: str, folder: Path, names: list[str]) -> None:
     """Nothing when `folder` is, or can be made, a folder where `names` can be written; else a
     one-line error, exit 2. Nothing is created."""
-    from graders.output_files import OutputError, check_writable, check_writable_folder
+    from graders.shared.output_files import OutputError, check_writable, check_writable_folder
 
     try:
         check_writable_folder(folder)
@@ -789,8 +789,8 @@ def _check_output_folder(option: str, folder: Path, names: list[str]) -> None:
 
 def _relative(path: Path) -> str:
     """`path` (absolute) relative to the folder the command runs in when it is inside it, shown
-    printable: a folder may be named by a candidate (graders.untrusted.file_name)."""
-    from graders.untrusted import file_name
+    printable: a folder may be named by a candidate (graders.shared.untrusted.file_name)."""
+    from graders.shared.untrusted import file_name
 
     return file_name(path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path)
 
@@ -881,7 +881,7 @@ def interview_report(
     answer beside its model answer."""
     from graders.interview import commands
 
-    from graders.output_files import STDOUT
+    from graders.shared.output_files import STDOUT
 
     markdown, json_path, plot = _output(markdown), _output(json_path), _here(plot)
     if markdown == json_path == STDOUT:
@@ -954,7 +954,7 @@ def export_gradescope(
         _usage_error(f"--wheel {_relative(wheel)} is not a wheel file (.whl)")
     _check_writable("OUT", out)
     if hidden and seed is None and not fresh_seeds:
-        from graders.grade import draw_seed
+        from graders.judge.grade import draw_seed
 
         seed = draw_seed()  # one for every submission, drawn as any hidden run draws its own
     assignment = gradescope.Assignment(track=chosen.id, hidden=hidden, seed=seed,
@@ -981,7 +981,7 @@ def export_github_action(
     """Write .github/workflows/kata.yml: kata grade on every push, public cases only."""
     from graders.export import github_action
     from graders.export.gradescope import torch_version
-    from graders.output_files import OutputError
+    from graders.shared.output_files import OutputError
 
     chosen = _track(track)
     try:

@@ -20,7 +20,7 @@ import ast
 from dataclasses import dataclass
 from pathlib import Path
 
-from graders import bundled
+from graders.shared import bundled
 
 
 @dataclass(frozen=True)

@@ -42,14 +42,14 @@ ROOT = Path(__file__).resolve().parent.parent
 QUICK = "not slow"
 # module name -> (its file, the test files that judge it: their quick tests run, with -x)
 MODULES = {
-    "compare": ("graders/compare.py", ["tests/test_compare.py", "tests/test_tolerances.py"]),
-    "reference": ("graders/reference.py", ["tests/test_reference.py",
+    "compare": ("graders/shared/compare.py", ["tests/test_compare.py", "tests/test_tolerances.py"]),
+    "reference": ("graders/shared/reference.py", ["tests/test_reference.py",
                                            "tests/test_tolerances.py"]),
-    "hidden_cases": ("graders/hidden_cases.py", ["tests/test_hidden_cases.py"]),
-    "tolerances": ("graders/tolerances.py", ["tests/test_tolerance_measurement.py"]),
-    "mistakes": ("graders/mistakes.py", ["tests/test_mutation.py",
+    "hidden_cases": ("graders/shared/hidden_cases.py", ["tests/test_hidden_cases.py"]),
+    "tolerances": ("graders/shared/tolerances.py", ["tests/test_tolerance_measurement.py"]),
+    "mistakes": ("graders/dense/mistakes.py", ["tests/test_mutation.py",
                                          "tests/test_bundled_mistakes.py"]),
-    "candidate": ("graders/candidate.py", ["tests/test_candidate_unit.py",
+    "candidate": ("graders/judge/candidate.py", ["tests/test_candidate_unit.py",
                                            "tests/test_hidden_cases.py",
                                            "tests/test_tolerances.py", "tests/test_prealloc.py"]),
     "worker/wire": ("graders/worker/wire.py", ["tests/test_wire.py",
@@ -58,7 +58,7 @@ MODULES = {
     "worker/frames": ("graders/worker/frames.py", ["tests/test_wire.py",
                                                    "tests/test_reply_boundary.py",
                                                    "tests/test_wire_limits.py"]),
-    "replies": ("graders/replies.py", ["tests/test_reply_boundary.py", "tests/test_replies.py"]),
+    "replies": ("graders/judge/replies.py", ["tests/test_reply_boundary.py", "tests/test_replies.py"]),
 }
 # Modules whose tests start no worker: their children skip the suite's warm spawner of workers
 # (a process importing torch, 2.5 s of CPU a mutant).
@@ -84,7 +84,7 @@ VERDICTS = {
     **_each("compare", _REL_FLOOR, "first_divergence: 1e-12 -> 2e-12",
             "first_divergence: 1e-12 -> 5e-13"),
     ("tolerances", "<module>: 50 -> 51"): (
-        "equivalent for the judge: how many extra seeds `python -m graders.tolerances` measures "
+        "equivalent for the judge: how many extra seeds `python -m graders.shared.tolerances` measures "
         "(the docstrings quote 51 in all); no constant, verdict or grade reads it"),
     ("worker/wire", "_rebuild: offset + nbytes -> offset - nbytes #2"): (
         "equivalent: that return is taken only when numel is 0, so nbytes is 0"),
@@ -99,7 +99,7 @@ VERDICTS = {
         "equivalent: how long a kept traceback's tail is (tests/test_replies.py pins that it is "
         "cut to MAX_TAIL, its end kept); the 2,000-character quote still bounds what is shown"),
     ("replies", "started: return fields -> return None"): (
-        "equivalent: graders.workers calls started() for its check alone"),
+        "equivalent: graders.judge.workers calls started() for its check alone"),
     ("replies", "_ok: raise MalformedReply(f'{what}: the judge knows no operation {_shown... -> "
                 "pass"): "equivalent for replies: the operation is the judge's own plan's",
     **_each("worker/frames", "equivalent: how much is read at a time, not what",
@@ -321,9 +321,9 @@ def run_tests(copy: Path, tests: list[str], timeout: float, workers: bool = True
             if not workers:
                 import contextlib
 
-                import graders.workers
+                import graders.judge.workers
 
-                graders.workers.warm_workers = contextlib.nullcontext
+                graders.judge.workers.warm_workers = contextlib.nullcontext
 
             code = int(pytest.main(["-q", "-x", "-n0", "-m", QUICK, "-p", "no:cacheprovider",
                                     *tests]))

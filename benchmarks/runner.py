@@ -146,7 +146,7 @@ def _check(out, expected, history, stepper) -> str | None:
     """Why the first step's output is not `expected` (float64, [B, Hq, 1, D]), or None."""
     import torch
 
-    from graders.compare import TOLERANCE, close
+    from graders.shared.compare import TOLERANCE, close
 
     if not stepper.appends and out is None:
         return None  # the read bound computes no attention

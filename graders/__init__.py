@@ -1,0 +1,1 @@
+"""kvkata's judge, its tracks and the worker side: read graders/README.md first."""

@@ -6,7 +6,7 @@
 
 `grade` takes the options of `kata grade` as keyword arguments and grades the same way: the
 candidate's code runs in the same sandboxed workers, never in this process. Its result has the
-grade's `level`, `score` and `items` (and every other field of graders.grade.GradeResult), and
+grade's `level`, `score` and `items` (and every other field of graders.judge.grade.GradeResult), and
 shows itself as the terminal's report: in Jupyter (`_repr_mimebundle_`: HTML, and the text for
 frontends without HTML), in rich (`rich.print(result)`, `__rich_console__`) and as `str()`.
 
@@ -28,7 +28,7 @@ _HTML = ('<pre style="white-space:pre;overflow-x:auto;line-height:normal;'
 
 
 class Grade:
-    """One grade: `kata grade`'s result (`.result`, a graders.grade.GradeResult) and its report.
+    """One grade: `kata grade`'s result (`.result`, a graders.judge.grade.GradeResult) and its report.
 
     `.level` (None for a partial run), `.score`, `.max_score`, `.items` (each with `id`,
     `level`, `status`, `points`, `message`) and `.tells` are the grade's; so is every other
@@ -117,14 +117,14 @@ def grade(path: str | os.PathLike | None = None, *, tests: str | os.PathLike | N
     "verbose"). Like `kata grade`, it records the items that did not pass, for `--lf`.
 
     What `kata grade` refuses with exit code 2 raises here: FileNotFoundError for a file that is
-    not there, ValueError for a wrong option; graders.isolation.SandboxUnavailable when
+    not there, ValueError for a wrong option; graders.judge.isolation.SandboxUnavailable when
     `sandbox="require"` cannot be had. This process's torch thread count is left as it was.
     """
     import torch
 
-    from graders import tracks
-    from graders.grade import grade as run_grade
-    from graders.isolation import GIB, Sandbox
+    from graders.shared import tracks
+    from graders.judge.grade import grade as run_grade
+    from graders.judge.isolation import GIB, Sandbox
     from graders.workflows import last_failed, target
 
     try:

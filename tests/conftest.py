@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from graders.mutation import REFERENCE
-from graders.workers import warm_workers
+from graders.shared.mutation import REFERENCE
+from graders.judge.workers import warm_workers
 from tests.seeds import SUITE_SEED
 
 HOSTILE = Path(__file__).parent / "hostile"
@@ -23,7 +23,7 @@ exec(compile({source!r}, "kv_cache_base.py", "exec"), _base_module.__dict__)
 def _one_seed_for_the_suite():
     """A hidden run that does not choose its seed draws SUITE_SEED (tests/seeds.py)."""
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr("graders.grade.draw_seed", lambda: SUITE_SEED)
+        patch.setattr("graders.judge.grade.draw_seed", lambda: SUITE_SEED)
         patch.setattr("graders.workflows.batch.draw_seed", lambda: SUITE_SEED)
         yield
 

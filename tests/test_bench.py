@@ -21,8 +21,8 @@ from benchmarks.bench import (BUNDLED_IDS, BenchResult, Measurement, Settings, S
                               SubjectStatus)
 from benchmarks.timing import Summary
 from cli import app
-from graders.mistakes import MISTAKES
-from graders.mutation import REFERENCE
+from graders.dense.mistakes import MISTAKES
+from graders.shared.mutation import REFERENCE
 
 ROOT = Path(__file__).resolve().parent.parent
 runner = CliRunner()

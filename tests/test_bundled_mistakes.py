@@ -1,4 +1,4 @@
-"""The bundled mistakes own-tests judges a test file by (graders/mistakes.py): they build on the
+"""The bundled mistakes own-tests judges a test file by (graders/dense/mistakes.py): they build on the
 reference however it is formatted, each one is needed, and the shape-only ones are exactly those.
 
 "Needed" is shown by generating, for each mistake, a candidate test file that catches every other
@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from graders import mutation
-from graders.grade import grade
-from graders.mistakes import MISTAKES, SHAPE_MISTAKES
-from graders.mutation import REFERENCE, MutationError, strip_prose
+from graders.shared import mutation
+from graders.judge.grade import grade
+from graders.dense.mistakes import MISTAKES, SHAPE_MISTAKES
+from graders.shared.mutation import REFERENCE, MutationError, strip_prose
 
 MODEL_TESTS = mutation.SOLUTIONS / "test_kv_cache.py"
 NAMES = ("no-scale", "scale-by-head-dim", "softmax-wrong-axis", "values-are-keys",

@@ -14,9 +14,9 @@ import pytest
 from rich.console import Console
 
 from graders.formats.report import render
-from graders.grade import GradeResult, ItemResult, TellResult
-from graders.rubric import load
-from graders.tracks import DENSE
+from graders.judge.grade import GradeResult, ItemResult, TellResult
+from graders.shared.rubric import load
+from graders.shared.tracks import DENSE
 
 COMMAND = "kata grade solutions/concat_kv_cache.py --tests solutions/test_kv_cache.py"
 # As long as the real ones: a pass explains itself in a few lines, prealloc's failure in ten.
@@ -216,7 +216,7 @@ def test_kata_grade_ff_reports_the_items_that_failed_last_time_first(tmp_path, m
     from typer.testing import CliRunner
 
     import cli
-    import graders.grade as judge
+    import graders.judge.grade as judge
     from graders.workflows.last_failed import record
 
     (tmp_path / "kv_cache.py").write_text("")

@@ -1,4 +1,4 @@
-"""graders.candidate on its own: the plans a grader builds, and what `Candidate.run` makes of
+"""graders.judge.candidate on its own: the plans a grader builds, and what `Candidate.run` makes of
 each kind of worker reply, against a stub worker (no process starts).
 
 A plan's builders each add one operation (its None fields left out) and return its index; a
@@ -19,13 +19,13 @@ from dataclasses import dataclass, field
 import pytest
 import torch
 
-from graders.candidate import Candidate
+from graders.judge.candidate import Candidate
 
-from graders.plans import (CandidateError, CandidateTimeout, Fail, NotAttempted, Plan, Raised, Results, Tell, tensor)
-from graders.untrusted import MAX_QUOTE
+from graders.shared.plans import (CandidateError, CandidateTimeout, Fail, NotAttempted, Plan, Raised, Results, Tell, tensor)
+from graders.shared.untrusted import MAX_QUOTE
 from graders.worker.limits import Limits
 from graders.worker.wire import Opaque
-from graders.workers import Reply
+from graders.judge.workers import Reply
 
 TIMEOUT = 10.0
 CANDIDATE_FRAME = 'File "/tmp/work/kv_cache.py", line 41, in append'
@@ -50,7 +50,7 @@ def done(*results: dict) -> Reply:
 
 def raised(type_: str = "ValueError", message: str = "bad shape", *, cache=None,
            traceback: str = "", lineage=("ValueError", "Exception")) -> dict:
-    """One operation's result when the candidate's code raised (as graders.replies passes it)."""
+    """One operation's result when the candidate's code raised (as graders.judge.replies passes it)."""
     return {"raised": {"type": type_, "message": message, "lineage": list(lineage),
                        "traceback": traceback, "cache": cache}}
 

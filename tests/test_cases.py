@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from graders import cases
+from graders.shared import cases
 
 
 def drawn_directly(seed: int, *shape: int, dtype=torch.float32, scale=1.0):

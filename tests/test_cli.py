@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-import graders.grade as judge
+import graders.judge.grade as judge
 from benchmarks import bench
 from cli import app
-from graders import bundled
+from graders.shared import bundled
 from graders.workflows import batch
-from graders.isolation import GIB, Sandbox, SandboxUnavailable
+from graders.judge.isolation import GIB, Sandbox, SandboxUnavailable
 
 ROOT = Path(__file__).resolve().parent.parent
 runner = CliRunner()
@@ -144,13 +144,13 @@ def test_the_report_fits_a_screen_and_closes_with_what_does_not_pass(
 
 @pytest.fixture
 def seen(monkeypatch) -> dict:
-    """Stand-ins for graders.grade.grade (as `kata grade` and batch.grade_all call it) and for
+    """Stand-ins for graders.judge.grade.grade (as `kata grade` and batch.grade_all call it) and for
     benchmarks.bench.run: each records its keyword arguments, then stops the command. No worker
     starts, and bubblewrap counts as there (grade-all checks its sandbox first): the stand-ins
     are reached with or without it."""
     recorded = {}
     monkeypatch.setattr("cli._start_workers", lambda *args, **kwargs: None)
-    monkeypatch.setattr("graders.isolation.bwrap_problem", lambda: None)
+    monkeypatch.setattr("graders.judge.isolation.bwrap_problem", lambda: None)
 
     def grade(implementation, tests, **kwargs):
         recorded.update(kwargs)

@@ -17,13 +17,13 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-import graders.grade as judge
+import graders.judge.grade as judge
 from cli import app
-from graders.isolation import bwrap_problem
+from graders.judge.isolation import bwrap_problem
 from graders.workflows import batch
-from graders.mutation import Mutant
-from graders.rubric import load
-from graders.tracks import SERVING
+from graders.shared.mutation import Mutant
+from graders.shared.rubric import load
+from graders.shared.tracks import SERVING
 
 ROOT = Path(__file__).resolve().parent.parent
 REFERENCE = ROOT / "solutions" / "kv_cache.py"
@@ -150,10 +150,10 @@ def test_watch_regrades_with_a_short_summary(monkeypatch):
 def test_watch_grades_each_save_with_workers_started_after_the_last_report(monkeypatch):
     """Each run but the first takes the workers started once the report before it was out;
     the ones started after the last run are closed when the watch ends."""
-    from graders.isolation import _children
-    from graders.workers import GradeWorkers
+    from graders.judge.isolation import _children
+    from graders.judge.workers import GradeWorkers
 
-    monkeypatch.setattr("graders.workers._SPAWNER", None)  # as `kata grade` starts them
+    monkeypatch.setattr("graders.judge.workers._SPAWNER", None)  # as `kata grade` starts them
 
     started, went = [], []
     start, go = GradeWorkers.start.__func__, GradeWorkers.go

@@ -1,12 +1,12 @@
-"""graders.compare: what counts as close, where outputs first part, and the messages it gives."""
+"""graders.shared.compare: what counts as close, where outputs first part, and the messages it gives."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from graders.plans import Fail
-from graders.compare import (TOLERANCE, Tolerance, close, first_divergence, require_close,
+from graders.shared.plans import Fail
+from graders.shared.compare import (TOLERANCE, Tolerance, close, first_divergence, require_close,
                               require_shape)
 
 TOL = Tolerance(atol=1e-3, rtol=1e-2)

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from graders.grade import GradeResult, grade, kata_graders
-from graders.mutation import REFERENCE
-from graders.rubric import load
-from graders.tracks import DENSE, SERVING
+from graders.judge.grade import GradeResult, grade, kata_graders
+from graders.shared.mutation import REFERENCE
+from graders.shared.rubric import load
+from graders.shared.tracks import DENSE, SERVING
 from tests.seeds import SEEDS
 
 pytestmark = pytest.mark.slow  # whole grades: `pytest -m "not slow"` is the quick loop

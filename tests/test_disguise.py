@@ -1,4 +1,4 @@
-"""graders.disguise rewrites the reference into a correct implementation no test file can know
+"""graders.dense.disguise rewrites the reference into a correct implementation no test file can know
 ahead of a grade: other private names, another order, no docstrings, ast.unparse's layout; the
 contract's names and what the code computes unchanged."""
 
@@ -11,9 +11,9 @@ import types
 import pytest
 import torch
 
-from graders.disguise import disguise
-from graders.mistakes import MISTAKES
-from graders.mutation import REFERENCE
+from graders.dense.disguise import disguise
+from graders.dense.mistakes import MISTAKES
+from graders.shared.mutation import REFERENCE
 
 CONTRACT = ("KVCache", "append", "attend", "reset", "release", "reorder", "fork", "apply_rope",
             "decode_step")

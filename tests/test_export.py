@@ -27,10 +27,10 @@ import yaml
 from typer.testing import CliRunner
 
 from cli import app
-from graders import rubric as rubric_data
+from graders.shared import rubric as rubric_data
 from graders.export import autograder, github_action, gradescope
 from graders.export.gradescope import Assignment
-from graders.tracks import DENSE, SERVING
+from graders.shared.tracks import DENSE, SERVING
 
 ROOT = Path(__file__).resolve().parent.parent
 PRIVATE_ITEM = "reset"  # the bundled private grader fails it for everyone (hidden grade only)
@@ -288,7 +288,7 @@ def jail_argv() -> list[str]:
     return argv + ["--dev", "/dev", "--proc", "/proc", "--bind", "/tmp", "/tmp"]
 
 
-PRIVATE_GRADER = f"""from graders.plans import Fail
+PRIVATE_GRADER = f"""from graders.shared.plans import Fail
 
 ITEM = "{PRIVATE_ITEM}"
 

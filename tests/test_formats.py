@@ -21,15 +21,15 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from graders.tracks import DENSE
-from graders.plans import Fail, tensor
-from graders.grade import GradeResult, ItemResult, TellResult, _level, grade
+from graders.shared.tracks import DENSE
+from graders.shared.plans import Fail, tensor
+from graders.judge.grade import GradeResult, ItemResult, TellResult, _level, grade
 from graders.formats.gradescope import to_gradescope, write_gradescope
 from graders.formats.junit import write_junit
 from graders.formats.report import partial_verdict, render, to_json
-from graders.rubric import load
+from graders.shared.rubric import load
 from graders.formats.scorecard import PASS_REASON_CHARS, write_markdown
-from graders.untrusted import quote
+from graders.shared.untrusted import quote
 from graders.worker import wire
 
 ROOT = Path(__file__).resolve().parent.parent

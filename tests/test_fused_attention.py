@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from benchmarks.fused_attention import fused_attention
-from graders.reference import causal_attention
+from graders.shared.reference import causal_attention
 
 CHUNK = 64  # fused_attention's chunk: its first stage sums 64 positions
 LENGTHS = [1, CHUNK - 1, CHUNK, CHUNK + 1, 2 * CHUNK - 1, 2 * CHUNK, 3 * CHUNK + 17]

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from graders.grade import GradeResult, ItemResult, TellResult
-from graders.rubric import load
-from graders.tracks import DENSE, SERVING
+from graders.judge.grade import GradeResult, ItemResult, TellResult
+from graders.shared.rubric import load
+from graders.shared.tracks import DENSE, SERVING
 from graders.workflows import batch
 from graders.workflows.batch import (Outcome, Skipped, Submission, find_submissions, grade_all,
                                      survey, terminal_table, write_summary)
@@ -161,7 +161,7 @@ def test_a_grade_that_raises_is_an_error_outcome_and_the_others_go_on(monkeypatc
 
 
 def test_every_grade_gets_the_batchs_options(monkeypatch, tmp_path):
-    from graders.isolation import Sandbox
+    from graders.judge.isolation import Sandbox
 
     seen = []
     monkeypatch.setattr(batch, "grade", lambda implementation, tests, **kwargs: seen.append(kwargs))
@@ -177,7 +177,7 @@ def test_every_grade_gets_the_batchs_options(monkeypatch, tmp_path):
 
 def test_an_unavailable_sandbox_stops_the_batch_instead_of_failing_each_submission(
         monkeypatch, tmp_path):
-    from graders.isolation import SandboxUnavailable
+    from graders.judge.isolation import SandboxUnavailable
 
     def no_sandbox(implementation, tests, **kwargs):
         raise SandboxUnavailable("bubblewrap cannot run here")

@@ -1,5 +1,5 @@
-"""The hidden graders (each item's `grade_hidden`, in graders/items/): correct code passes them,
-and each catches a mistake its item's public grader lets through.
+"""The hidden graders (each item's `grade_hidden`, in its track's items package): correct code
+passes them, and each catches a mistake its item's public grader lets through.
 
 Every item's hidden cases have at least one `Mutant` of the reference here: a realistic mistake
 that the public grader of that item passes and the hidden one does not. grade.py runs an item's
@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from graders.grade import GradeResult, grade, kata_graders
-from graders.mutation import PAGED_REFERENCE, REFERENCE, Mutant
-from graders.tracks import DENSE, SERVING
+from graders.judge.grade import GradeResult, grade, kata_graders
+from graders.shared.mutation import PAGED_REFERENCE, REFERENCE, Mutant
+from graders.shared.tracks import DENSE, SERVING
 from tests.seeds import SEEDS
 from tests.wrong.shipped_bugs import SEGMENTED_FORK_SHARES_OLD
 

@@ -1,4 +1,4 @@
-"""graders.hidden_cases: a hidden case's seed is the run's seed plus its offset, and every verdict
+"""graders.shared.hidden_cases: a hidden case's seed is the run's seed plus its offset, and every verdict
 raised inside `labelled` (or `run`) names the case once, keeping its kind: a failure stays a
 failure, a timeout a timeout, a crash a crash. A failure that already names its case is never
 swallowed (were it, wrong code would pass the hidden cases of every item that labels them)."""
@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from graders import hidden_cases
-from graders.plans import CandidateError, CandidateTimeout, Fail, NotAttempted, Plan, Results
+from graders.shared import hidden_cases
+from graders.shared.plans import CandidateError, CandidateTimeout, Fail, NotAttempted, Plan, Results
 
 CASE = hidden_cases.name(1234, "B=2, a prompt then chunks")
 

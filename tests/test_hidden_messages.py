@@ -3,7 +3,7 @@ and they name the likely mistakes the public cases name.
 
 Every item's `grade_hidden` is called directly on wrong implementations, so that it runs even
 where the public cases would fail first (as `kata grade` never lets it): three of the bundled
-mistakes (graders.mistakes) on every dense item, and the hidden-only mutants of
+mistakes (graders.dense.mistakes) on every dense item, and the hidden-only mutants of
 tests/test_hidden.py on their items. Every verdict that is not a pass, whatever its kind (a wrong
 output, an exception or a crash of the implementation, a hang), must read "seed N (kind of
 case)" and show no tensor: no repr, no decimals of the kind inputs are made of.
@@ -17,16 +17,16 @@ from pathlib import Path
 
 import pytest
 
-from graders.candidate import Candidate
+from graders.judge.candidate import Candidate
 
-from graders.plans import CandidateError, CandidateTimeout, Fail
-from graders import hidden_cases
-from graders.grade import kata_graders
-from graders.mistakes import MISTAKES
-from graders.mutation import PAGED_REFERENCE, Mutant
-from graders.rubric import load
-from graders.tracks import SERVING
-from graders.workers import Worker
+from graders.shared.plans import CandidateError, CandidateTimeout, Fail
+from graders.shared import hidden_cases
+from graders.judge.grade import kata_graders
+from graders.dense.mistakes import MISTAKES
+from graders.shared.mutation import PAGED_REFERENCE, Mutant
+from graders.shared.rubric import load
+from graders.shared.tracks import SERVING
+from graders.judge.workers import Worker
 from tests.test_hidden import MUTANTS
 from tests.seeds import SUITE_SEED
 from tests.wrong import everything

@@ -12,9 +12,9 @@ import pytest
 from typer.testing import CliRunner
 
 from cli import app
-from graders import bundled
-from graders.mutation import strip_prose
-from graders.rubric import load
+from graders.shared import bundled
+from graders.shared.mutation import strip_prose
+from graders.shared.rubric import load
 from graders.workflows.hints import hint, label
 
 ITEMS = [item.id for item in load().items]

@@ -26,12 +26,12 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from graders import rubric as rubric_data
-from graders.grade import GradeResult, ItemResult
+from graders.shared import rubric as rubric_data
+from graders.judge.grade import GradeResult, ItemResult
 from graders.interview import commands, record, review, session as verbs
 from graders.interview.questions import MODEL_ANSWERS, QUESTIONS, STAGE_PROMPTS
-from graders.mutation import REFERENCE
-from graders.tracks import DENSE
+from graders.shared.mutation import REFERENCE
+from graders.shared.tracks import DENSE
 from tests.wrong import everything
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -53,7 +53,7 @@ class Clock:
 
 
 def staged_grade(implementation, tests=None, *, only=None, hidden=False, workers=None, **_):
-    """A stand-in for graders.grade.grade: the items of levels up to the file's
+    """A stand-in for graders.judge.grade.grade: the items of levels up to the file's
     `STAGED_UP_TO = "L5"` line pass, the others fail (no such line, or no level: none pass).
     Workers started for it are closed, as the grade closes them."""
     if workers is not None:
@@ -70,7 +70,7 @@ def staged_grade(implementation, tests=None, *, only=None, hidden=False, workers
 @pytest.fixture
 def staged(monkeypatch):
     """Grades are staged_grade's, and the CLI's saves start no workers for it."""
-    monkeypatch.setattr("graders.grade.grade", staged_grade)
+    monkeypatch.setattr("graders.judge.grade.grade", staged_grade)
     monkeypatch.setattr("graders.interview.commands._workers", lambda workspace: None)
 
 

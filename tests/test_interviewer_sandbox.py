@@ -6,7 +6,7 @@ Without bubblewrap the refusal is one line, exit 2, that names the package and t
 comes before the stranger's file runs (tests/hostile/leaves_a_mark.py writes into the judge's
 folder when it runs). A grade in the process fallback says what the fallback does not stop in
 its scorecard, and in its report when hidden. The in-process tests take bubblewrap away by
-graders.isolation.bwrap_problem; the slow one runs `kata` with bwrap off its PATH.
+graders.judge.isolation.bwrap_problem; the slow one runs `kata` with bwrap off its PATH.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cli import app
-from graders.isolation import PROCESS_FALLBACK_NOTE
+from graders.judge.isolation import PROCESS_FALLBACK_NOTE
 
 ROOT = Path(__file__).resolve().parent.parent
 runner = CliRunner()
@@ -40,7 +40,7 @@ INTERVIEWERS_RUNS = {
 def stranger(tmp_path, monkeypatch, hostile_file) -> Path:
     """The folder the commands run in, holding in/alice/kv_cache.py, a stranger's file that
     leaves tmp_path/mark when it runs; returns the mark's path. No bubblewrap here."""
-    monkeypatch.setattr("graders.isolation.bwrap_problem", lambda: "bwrap is not installed")
+    monkeypatch.setattr("graders.judge.isolation.bwrap_problem", lambda: "bwrap is not installed")
     monkeypatch.chdir(tmp_path)
     (tmp_path / "in" / "alice").mkdir(parents=True)
     mark = tmp_path / "mark"
@@ -110,7 +110,7 @@ def test_told_sandbox_require_the_refusal_is_the_options_own(stranger):
 @pytest.fixture
 def path_without_bwrap(tmp_path) -> str:
     """PATH with every folder that holds a `bwrap` replaced by a folder of links to all the
-    rest of it: graders.isolation finds bwrap with shutil.which, as a shell would."""
+    rest of it: graders.judge.isolation finds bwrap with shutil.which, as a shell would."""
     folders = []
     for number, folder in enumerate(os.environ["PATH"].split(os.pathsep)):
         if not os.path.exists(os.path.join(folder, "bwrap")):

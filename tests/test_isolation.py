@@ -21,11 +21,11 @@ from pathlib import Path
 import pytest
 
 from graders.formats import report
-from graders.grade import grade
-from graders.isolation import (KATA, Sandbox, SandboxUnavailable, _children, bwrap_problem,
+from graders.judge.grade import grade
+from graders.judge.isolation import (KATA, Sandbox, SandboxUnavailable, _children, bwrap_problem,
                                unseen_beside)
-from graders.mutation import REFERENCE
-from graders.workers import GradeWorkers, Worker
+from graders.shared.mutation import REFERENCE
+from graders.judge.workers import GradeWorkers, Worker
 
 pytestmark = pytest.mark.slow  # whole grades: `pytest -m "not slow"` is the quick loop
 
@@ -216,7 +216,7 @@ def test_network_and_home_are_out_of_reach(mode, tmp_path, token, hostile_file):
 
 
 def test_require_refuses_to_grade_without_bubblewrap_and_auto_falls_back(monkeypatch):
-    monkeypatch.setattr("graders.isolation.bwrap_problem", lambda: "bwrap is not installed")
+    monkeypatch.setattr("graders.judge.isolation.bwrap_problem", lambda: "bwrap is not installed")
     with pytest.raises(SandboxUnavailable, match="apt-get install bubblewrap"):
         Sandbox("require").resolve()
     assert Sandbox("auto").resolve() == "process"
@@ -229,7 +229,7 @@ def test_the_tests_run_in_a_sandbox_of_their_own_beside_the_implementations(mode
     implementation's, so the candidate's tests, which are sent the reference's source, share
     neither /tmp nor processes with the implementation graded; nothing of either is left
     afterwards (tests/test_tests_sandbox.py grades the hostile files that try)."""
-    monkeypatch.setattr("graders.workers._SPAWNER", None)  # as `kata grade` starts them
+    monkeypatch.setattr("graders.judge.workers._SPAWNER", None)  # as `kata grade` starts them
     launched: list[list[int]] = []
 
     def on_item(item):  # the workers are alive while items run
@@ -332,7 +332,7 @@ def test_workers_started_ahead_that_died_waiting_are_closed_and_say_so(mode, tmp
                                                                        monkeypatch):
     """A worker killed while it waits for its grade (out of memory, by hand): go() says False
     and leaves nothing, and `kata grade --watch` starts fresh workers instead."""
-    monkeypatch.setattr("graders.workers._SPAWNER", None)  # as `kata grade` starts them
+    monkeypatch.setattr("graders.judge.workers._SPAWNER", None)  # as `kata grade` starts them
     before = set(_children(os.getpid()))
     workers = GradeWorkers.start(REFERENCE, None, "kv_cache", Sandbox(mode), 60.0, ahead=True)
     os.killpg(workers.implementation._pid, 9)
@@ -347,7 +347,7 @@ def test_workers_started_ahead_that_died_waiting_are_closed_and_say_so(mode, tmp
 def test_workers_interrupted_while_starting_leave_nothing(mode, tmp_path, monkeypatch):
     """Ctrl-C while a grade's workers start, after their processes and staged copies exist:
     both are gone when the interrupt propagates."""
-    monkeypatch.setattr("graders.workers._SPAWNER", None)  # as `kata grade` starts them
+    monkeypatch.setattr("graders.judge.workers._SPAWNER", None)  # as `kata grade` starts them
     tests = tmp_path / "test_kv_cache.py"
     tests.write_text("def test_nothing():\n    pass\n")
 
@@ -372,7 +372,7 @@ def test_workers_interrupted_while_starting_leave_nothing(mode, tmp_path, monkey
 def test_a_launch_interrupted_midway_leaves_nothing(isolation, staged, tmp_path, monkeypatch):
     """Ctrl-C inside `launch`, after it made descriptors or a folder and before it returns
     them: it closes and removes what it made before the interrupt propagates."""
-    from graders import isolation as module
+    from graders.judge import isolation as module
 
     candidate = tmp_path / "kv_cache.py"
     candidate.write_text("")
@@ -409,8 +409,8 @@ def test_the_judges_own_folders_are_out_of_sight(mode, how, tmp_path, token, hos
     (judge / "secret.txt").write_text(token)
     path = hostile_file("reads_a_file", PATH=judge / "secret.txt")
     (judge / "grade_it.py").write_text(
-        "import sys\nfrom pathlib import Path\nfrom graders.grade import grade\n"
-        "from graders.isolation import Sandbox\n"
+        "import sys\nfrom pathlib import Path\nfrom graders.judge.grade import grade\n"
+        "from graders.judge.isolation import Sandbox\n"
         f"result = grade(Path({str(path)!r}), sandbox=Sandbox({mode!r}), only={{'attend-shape'}})\n"
         "print(result.items[0].unavailable or result.items[0].message)\n")
     argv = ([sys.executable, "grade_it.py"] if how == "script"

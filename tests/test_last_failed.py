@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-import graders.grade as judge
+import graders.judge.grade as judge
 from cli import app
-from graders.grade import GradeResult, ItemResult, grade
-from graders.rubric import load
-from graders.tracks import DENSE, SERVING
+from graders.judge.grade import GradeResult, ItemResult, grade
+from graders.shared.rubric import load
+from graders.shared.tracks import DENSE, SERVING
 from graders.workflows import last_failed
 from graders.workflows.last_failed import Plan, cache_file, failed, plan, record
 
@@ -215,7 +215,7 @@ def test_lf_with_nothing_recorded_grades_every_item_chosen(workspace):
 
 @pytest.fixture
 def seen(monkeypatch) -> dict:
-    """graders.grade.grade replaced: records its keyword arguments and whether the record
+    """graders.judge.grade.grade replaced: records its keyword arguments and whether the record
     existed while it ran, and returns a grade where reset fails."""
     recorded = {}
 

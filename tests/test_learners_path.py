@@ -29,7 +29,7 @@ from typer.testing import CliRunner
 import cli
 from benchmarks import attention_steps
 from benchmarks.subjects import SHAPES
-from graders.mutation import strip_prose
+from graders.shared.mutation import strip_prose
 
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTIONS = ROOT / "solutions"
@@ -404,8 +404,8 @@ ATTENTION_STEPS = [("tiled", "dense"), ("fused", "dense"), ("tiled-paged", "serv
 def test_an_attention_step_grades(step, track, tmp_path):
     """The printed step is a whole implementation: it passes every item of its track, public and
     hidden."""
-    from graders.grade import grade
-    from graders.tracks import TRACKS
+    from graders.judge.grade import grade
+    from graders.shared.tracks import TRACKS
 
     path = tmp_path / TRACKS[track].implementation
     path.write_text(cli._step_source(step)[1])

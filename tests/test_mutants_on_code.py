@@ -1,6 +1,6 @@
 """Mutants find their place in the code: rewording or deleting the prose of solutions/ changes none.
 
-Every bundled mutant (graders/mistakes.py, tests/wrong/, the hidden-only ones of test_hidden.py
+Every bundled mutant (graders/dense/mistakes.py, tests/wrong/, the hidden-only ones of test_hidden.py
 and test_cli_workflows.py's) is built again on a copy of solutions/ with every comment and
 docstring stripped, and on one with every comment reworded, and must give the same source as on
 the real solutions. `own-tests`, which builds its mistakes at grade time, still grades on the
@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from graders import mutation
-from graders.grade import grade
-from graders.mistakes import MISTAKES
-from graders.mutation import Mutant, strip_prose
+from graders.shared import mutation
+from graders.judge.grade import grade
+from graders.dense.mistakes import MISTAKES
+from graders.shared.mutation import Mutant, strip_prose
 from tests.test_cli_workflows import FIXED_MASK_BUFFER
 from tests.test_hidden import MUTANTS as HIDDEN_ONLY
 from tests.wrong import everything

@@ -10,9 +10,9 @@ import tokenize
 
 import pytest
 
-from graders.grade import grade
-from graders.mistakes import MISTAKES
-from graders.mutation import PAGED_REFERENCE, REFERENCE, Mutant, MutationError, strip_prose
+from graders.judge.grade import grade
+from graders.dense.mistakes import MISTAKES
+from graders.shared.mutation import PAGED_REFERENCE, REFERENCE, Mutant, MutationError, strip_prose
 
 DOCUMENTED = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)  # docstring holders
 

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from graders import hidden_cases
-from graders.grade import grade
-from graders.items import own_tests as item
-from graders.mistakes import MISTAKES, SHAPE_MISTAKES
-from graders.workers import Worker
+from graders.shared import hidden_cases
+from graders.judge.grade import grade
+from graders.dense.items import own_tests as item
+from graders.dense.mistakes import MISTAKES, SHAPE_MISTAKES
+from graders.judge.workers import Worker
 
 ROOT = Path(__file__).resolve().parent.parent
 REFERENCE = ROOT / "solutions" / "kv_cache.py"
@@ -81,7 +81,7 @@ def test_no_tests_or_the_untouched_starter_tests_are_not_attempted(tests):
 
 
 def test_a_test_file_that_forges_its_runs_reply_is_an_error_not_a_verdict():
-    """A frame the tests wrote themselves is checked as any reply is (graders.replies): a
+    """A frame the tests wrote themselves is checked as any reply is (graders.judge.replies): a
     malformed reply fails own-tests as the candidate's error (exit 1), never as a grader bug."""
     item, _ = own_tests(OWN / "forges_its_reply.py")
     assert item.status == "error", item.message

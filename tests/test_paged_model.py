@@ -1,4 +1,4 @@
-"""The judge's model of a paged pool (graders.paged_model.Book), on its own: every serving verdict
+"""The judge's model of a paged pool (graders.serving.model.Book), on its own: every serving verdict
 is a comparison with it, so it must be the contract, step by step. No candidate is graded here.
 
 Block names are the book's own: 1, 2, 3, ... in the order blocks are taken.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from graders.paged_model import Book, Full
+from graders.serving.model import Book, Full
 
 
 def book_with(num_blocks: int = 8, block_size: int = 4, **lengths: int) -> Book:

@@ -1,6 +1,6 @@
 """Paths the judge is pointed at, and the targets its reports are written to.
 
-- Report files write where the user pointed (graders.output_files): `-` is standard output, a
+- Report files write where the user pointed (graders.shared.output_files): `-` is standard output, a
   character device or a FIFO is written through (never replaced), a symbolic link writes its
   target (atomically, the link kept), any other kind of file is refused before the grade. Text
   that UTF-8 cannot hold does not crash the write.
@@ -25,8 +25,8 @@ import pytest
 from typer.testing import CliRunner
 
 from cli import app
-from graders.output_files import STDOUT, OutputError, check_writable, write_atomically
-from graders.tracks import DENSE
+from graders.shared.output_files import STDOUT, OutputError, check_writable, write_atomically
+from graders.shared.tracks import DENSE
 from graders.workflows.target import check_selection, python_file
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -226,7 +226,7 @@ def test_reports_through_a_link_a_device_and_a_fifo(here):
 
 def test_a_report_path_that_is_a_socket_stops_the_grade_before_it_starts(here, a_socket,
                                                                          monkeypatch):
-    import graders.grade as judge
+    import graders.judge.grade as judge
 
     monkeypatch.setattr(judge, "grade", lambda *a, **k: pytest.fail("graded"))
     shutil.copyfile(REFERENCE, here / "kv_cache.py")
@@ -277,7 +277,7 @@ def test_python_file_accepts_a_link_to_a_regular_py_file(links):
                                   ["fifo.py"]], ids=["implementation", "tests", "fifo"])
 def test_grade_refuses_a_link_to_a_secret_in_one_line_and_never_reads_it(links, monkeypatch,
                                                                          args):
-    import graders.grade as judge
+    import graders.judge.grade as judge
 
     monkeypatch.chdir(links)
     monkeypatch.setattr(judge, "grade", lambda *a, **k: pytest.fail("graded"))
@@ -321,7 +321,7 @@ def test_grade_names_a_candidates_folder_printable(here):
 def test_the_regrade_command_is_printable_and_runs_on_the_same_path(name):
     import subprocess
 
-    from graders.untrusted import printable
+    from graders.shared.untrusted import printable
     from graders.workflows.target import regrade_command
 
     command = regrade_command(name, None, DENSE)
@@ -341,7 +341,7 @@ def test_a_selection_that_selects_no_item_is_refused(items, level):
 
 
 def test_grade_with_a_selection_of_nothing_exits_2_with_one_line(here, monkeypatch):
-    import graders.grade as judge
+    import graders.judge.grade as judge
 
     monkeypatch.setattr(judge, "grade", lambda *a, **k: pytest.fail("graded"))
     shutil.copyfile(REFERENCE, here / "kv_cache.py")

@@ -1,4 +1,4 @@
-"""prealloc (graders/items/prealloc.py): what its criteria decide on measured appends, and what
+"""prealloc (graders/dense/items/prealloc.py): what its criteria decide on measured appends, and what
 its messages say.
 
 The judging is tested on the numbers the worker would report for a design (bytes each append
@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from graders.plans import Fail
-from graders.grade import grade
-from graders.items import prealloc
-from graders.items.prealloc import LONG, SHORT, SINGLE, Measured, Run
+from graders.shared.plans import Fail
+from graders.judge.grade import grade
+from graders.dense.items import prealloc
+from graders.dense.items.prealloc import LONG, SHORT, SINGLE, Measured, Run
 from tests.wrong import everything
 
 ROOT = Path(__file__).resolve().parent.parent

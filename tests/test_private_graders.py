@@ -12,8 +12,8 @@ import pytest
 from typer.testing import CliRunner
 
 from cli import app
-from graders.grade import PrivateGraderError, private_graders
-from graders.tracks import DENSE, SERVING
+from graders.judge.grade import PrivateGraderError, private_graders
+from graders.shared.tracks import DENSE, SERVING
 
 ROOT = Path(__file__).resolve().parent.parent
 REFERENCE = ROOT / "solutions" / "kv_cache.py"

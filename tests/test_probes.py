@@ -10,7 +10,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from graders.worker.ops import Allocations, _Layer, _ProjectionRows, reachable_tensors
+from graders.worker.layer import Layer
+from graders.worker.ops import Allocations, _ProjectionRows, reachable_tensors
 
 
 def test_new_storages_count_and_writes_and_views_do_not():
@@ -53,14 +54,14 @@ def test_largest_names_the_biggest_storages_by_dtype_and_shape_in_a_few_numbers(
     assert counted.count == 104 and mask.shape == (64, 64) and len(small) == 100
 
 
-def projection_layer(d_model: int = 8) -> _Layer:
+def projection_layer(d_model: int = 8) -> Layer:
     """Two query heads and one kv head of head_dim 4: wq is [8, 8], wk and wv [4, 8]."""
     weights = {name: torch.randn(out, d_model) for name, out in
                (("wq", 8), ("wk", 4), ("wv", 4), ("wo", d_model))}
-    return _Layer(weights, n_heads=2, n_kv_heads=1, head_dim=4, rope_base=10000.0)
+    return Layer(weights, n_heads=2, n_kv_heads=1, head_dim=4, rope_base=10000.0)
 
 
-def fused(layer: _Layer) -> torch.Tensor:
+def fused(layer: Layer) -> torch.Tensor:
     return torch.cat([layer.wq.weight, layer.wk.weight, layer.wv.weight])  # [16, 8]: a wqkv
 
 

@@ -1,4 +1,4 @@
-"""graders.reference: the judge's float64 answers, checked against the contract's formulas
+"""graders.shared.reference: the judge's float64 answers, checked against the contract's formulas
 written out here a second time, the slow way."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from graders import reference
+from graders.shared import reference
 
 
 def randn(*shape, seed: int = 0) -> torch.Tensor:

@@ -1,4 +1,4 @@
-"""graders.replies at its edges: each check passes a reply that is well formed exactly at its
+"""graders.judge.replies at its edges: each check passes a reply that is well formed exactly at its
 bounds and hands back what it read, and fails one just past them with MalformedReply.
 
 Where tests/test_reply_boundary.py feeds every kind of malformed reply, these tests pin what the
@@ -16,8 +16,8 @@ import time
 import pytest
 import torch
 
-from graders import replies
-from graders.untrusted import MAX_QUOTE
+from graders.judge import replies
+from graders.shared.untrusted import MAX_QUOTE
 from graders.worker import frames, ops, wire
 
 BATCH = "0123456789abcdef"

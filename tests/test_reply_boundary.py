@@ -1,7 +1,7 @@
-"""What a worker sends back is checked where it enters the judge (graders.replies), and a worker's
+"""What a worker sends back is checked where it enters the judge (graders.judge.replies), and a worker's
 request child cannot reach the judge's pipes.
 
-The unit tests feed graders.replies every kind of malformed reply and assert the verdict kind
+The unit tests feed graders.judge.replies every kind of malformed reply and assert the verdict kind
 (MalformedReply, or the Reply the worker makes of it), not its wording. The slow tests grade
 each wire attack of tests/hostile/ (in bubblewrap where it runs, as `kata grade` would): the
 item the attack answers is `error` with a malformed-reply message, or the attack has no effect;
@@ -20,14 +20,14 @@ import uuid
 import pytest
 import torch
 
-from graders import replies
-from graders.plans import Plan
-from graders.grade import grade
-from graders.isolation import Sandbox, bwrap_problem
-from graders.mutation import REFERENCE
-from graders.untrusted import MAX_QUOTE
+from graders.judge import replies
+from graders.shared.plans import Plan
+from graders.judge.grade import grade
+from graders.judge.isolation import Sandbox, bwrap_problem
+from graders.shared.mutation import REFERENCE
+from graders.shared.untrusted import MAX_QUOTE
 from graders.worker import frames, wire
-from graders.workers import Worker
+from graders.judge.workers import Worker
 
 BATCH = "0123456789abcdef"
 # Where a sandbox runs, the attacks are graded in it; else in the process fallback.
@@ -360,8 +360,8 @@ def test_a_forgery_from_the_import_puts_the_worker_out_of_step_and_shifts_no_rep
 JUDGE_PEAK = """
 import resource, sys
 from pathlib import Path
-from graders.grade import grade
-from graders.isolation import Sandbox
+from graders.judge.grade import grade
+from graders.judge.isolation import Sandbox
 result = grade(Path(sys.argv[1]), only={"attend-shape", "prefix-equivalence"},
                sandbox=Sandbox(sys.argv[2]))
 print([item.status for item in result.items], result.exit_code())

@@ -1,13 +1,15 @@
-"""The rubric data matches the contract; every item is one file of graders/items/ holding its
-public grader and, but for own-tests, its hidden one; items never import each other."""
+"""The rubric data matches the contract; every item is one file of its track's items package,
+holding its public grader and, but for own-tests, its hidden one; items never import each other."""
 
 from __future__ import annotations
 
 import ast
+import importlib
+from pathlib import Path
 
-from graders.grade import ITEMS, kata_graders
-from graders.rubric import load
-from graders.tracks import TRACKS
+from graders.judge.grade import kata_graders
+from graders.shared.rubric import load
+from graders.shared.tracks import TRACKS
 
 CONTRACT_ITEMS = {
     "L4": {"append-time-dim", "attend-shape"},
@@ -54,8 +56,9 @@ def test_every_item_but_own_tests_has_exactly_one_hidden_grader_in_its_own_file(
 
 
 def test_items_share_code_through_library_modules_never_through_each_other():
-    for path in sorted(ITEMS.glob("*.py")):
-        items = {name for name in _imports(path) if name.startswith("graders.items")}
+    folders = [Path(importlib.import_module(t.items).__path__[0]) for t in TRACKS.values()]
+    for path in sorted(p for folder in folders for p in folder.glob("*.py")):
+        items = {name for name in _imports(path) if ".items" in name}
         assert not items, f"{path.name} imports {sorted(items)}"
 
 

@@ -9,9 +9,9 @@ import pytest
 from typer.testing import CliRunner
 
 from cli import app
-from graders import hidden_cases
-from graders.grade import grade
-from graders.mutation import REFERENCE
+from graders.shared import hidden_cases
+from graders.judge.grade import grade
+from graders.shared.mutation import REFERENCE
 from graders.workflows import batch
 from tests.test_hidden import MUTANTS
 
@@ -29,8 +29,8 @@ def test_a_case_seed_is_the_run_seed_plus_the_case_offset():
 
 
 def test_a_fresh_seed_is_drawn_from_the_os_each_time(monkeypatch):
-    monkeypatch.undo()  # the suite's fixed seed (tests/conftest.py) is patched on graders.grade
-    from graders import grade as judge
+    monkeypatch.undo()  # the suite's fixed seed (tests/conftest.py) is patched on graders.judge.grade
+    from graders.judge import grade as judge
 
     drawn = {judge.secrets.randbelow(10**7) for _ in range(5)}
     assert len(drawn) > 1, "the OS gives different seeds"

@@ -1,4 +1,4 @@
-"""A borrowed answer is visible: graders.similarity, and the line it gives hidden runs.
+"""A borrowed answer is visible: graders.judge.similarity, and the line it gives hidden runs.
 
 The thresholds below come from measurement (the figures print with `pytest -s`): a verbatim copy
 reads exactly 1.0, and so does a disguised copy (every name it binds renamed, docstrings
@@ -19,11 +19,11 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from graders import similarity as sim
+from graders.judge import similarity as sim
 from graders.formats.report import render, to_json
 from graders.formats.scorecard import write_markdown
-from graders.grade import GradeResult, ItemResult, grade
-from graders.tracks import DENSE, SERVING
+from graders.judge.grade import GradeResult, ItemResult, grade
+from graders.shared.tracks import DENSE, SERVING
 
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTIONS = {DENSE: ["kv_cache.py", "concat_kv_cache.py"], SERVING: ["paged_kv_cache.py"]}

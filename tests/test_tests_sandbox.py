@@ -1,9 +1,9 @@
 """The candidate's tests cannot lend the implementation the answer, nor pass by recognising it.
 
-The tests worker is a bubblewrap sandbox of its own (graders.workers.GradeWorkers): what the
+The tests worker is a bubblewrap sandbox of its own (graders.judge.workers.GradeWorkers): what the
 judge sends it (the reference, to run the tests against) reaches no /tmp and no process of the
 implementation's. And own-tests runs the tests on a correct implementation made for the grade
-(graders.disguise), so a test file that checks that it runs on the reference, rather than what
+(graders.dense.disguise), so a test file that checks that it runs on the reference, rather than what
 the code computes, fails. Each promise is graded with a hostile file of tests/hostile/.
 """
 
@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from graders.grade import grade
-from graders.isolation import Sandbox, bwrap_problem
-from graders.mutation import REFERENCE
+from graders.judge.grade import grade
+from graders.judge.isolation import Sandbox, bwrap_problem
+from graders.shared.mutation import REFERENCE
 from tests.conftest import HOSTILE
 
 BWRAP_ONLY = pytest.mark.skipif(bwrap_problem() is not None,

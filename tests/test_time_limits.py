@@ -20,16 +20,16 @@ from contextlib import contextmanager
 import pytest
 import torch
 
-from graders.candidate import Candidate
+from graders.judge.candidate import Candidate
 
-from graders.plans import CandidateTimeout, Plan
-from graders import hidden_cases
-from graders.items import prealloc
-from graders.mutation import REFERENCE
+from graders.shared.plans import CandidateTimeout, Plan
+from graders.shared import hidden_cases
+from graders.dense.items import prealloc
+from graders.shared.mutation import REFERENCE
 from graders.worker import limits, wire
 from graders.worker.limits import WALL_PER_CPU
 from graders.worker.serve import Spares, reap_answered, supervise
-from graders.workers import Reply, Worker, _timeout_detail
+from graders.judge.workers import Reply, Worker, _timeout_detail
 
 TIMEOUT = 1.0  # seconds of CPU time a request may use
 WORK = 0.5  # seconds of CPU time the job that finishes uses: half its limit

@@ -1,4 +1,4 @@
-"""`python -m graders.tolerances`, how the tolerances were chosen: it measures the items' own
+"""`python -m graders.shared.tolerances`, how the tolerances were chosen: it measures the items' own
 public cases, prints a row for every case and style, and its figures are the errors it names
 (recomputed here for the reference solution); correct styles sit well inside every tolerance,
 and the mistake it shows fails only where the docstring says. Run on the public seeds alone."""
@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from graders import tolerances
-from graders.items import gqa, low_precision, prefix_equivalence
+from graders.shared import tolerances
+from graders.dense.items import gqa, low_precision, prefix_equivalence
 from tests.test_tolerances import _decoded, _expected
 
 
@@ -31,7 +31,7 @@ def test_the_measurement_draws_the_items_own_public_cases():
 
 @pytest.fixture(scope="module")
 def table() -> dict[tuple[str, str, str], list[float]]:
-    """`python -m graders.tolerances` on the public seeds alone: (dtype, case, style) -> its
+    """`python -m graders.shared.tolerances` on the public seeds alone: (dtype, case, style) -> its
     figures (max abs, eps units, share of the tolerance; or the float32-softmax reference's
     max abs)."""
     with pytest.MonkeyPatch.context() as patch:

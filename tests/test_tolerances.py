@@ -9,7 +9,7 @@ For each kind (a cache dtype, large logits, int8), two checks on the item's own 
   by element, through the tolerance object the item compares with.
 So loosening a constant (1.1x passes) or tightening it (0.9x fails; correct code's share grows
 past MEASURED * SLACK) fails a test here. quantized-kv's memory bound (0.3x) is pinned the same
-way, at 0.3x and 0.301x. `python -m graders.tolerances` is how the constants
+way, at 0.3x and 0.301x. `python -m graders.shared.tolerances` is how the constants
 were chosen, over 51 seeds (tests/test_tolerance_measurement.py).
 """
 
@@ -24,11 +24,14 @@ from typing import Callable
 import pytest
 import torch
 
-from graders import bundled, cases, decode_loop, items, reference
-from graders.plans import Fail, Plan, Results
-from graders.compare import TOLERANCE, Tolerance, close, require_close
-from graders.items import gqa, low_precision, prefix_equivalence, quantized_kv, reset
-from graders.items import stable_softmax
+from graders.dense import decode_loop
+from graders.shared import bundled, cases, reference
+from graders.shared.plans import Fail, Plan, Results
+from graders.shared.tracks import TRACKS
+from graders.shared.compare import TOLERANCE, Tolerance, close, require_close
+from graders.dense.items import gqa, low_precision, prefix_equivalence, reset
+from graders.serving.items import quantized_kv
+from graders.dense.items import stable_softmax
 
 # How far correct code's measured share may grow before the test says the margin is gone: the
 # measurements are deterministic on one machine; another BLAS may round a worst element apart.
@@ -94,7 +97,7 @@ KINDS = [
          _stable_softmax_cases),
 ]
 # Correct code's worst error as a share of the promised bound on the cases above (1 / margin),
-# measured with torch 2.13 on CPU; graders/compare.py states the same margins at its constants.
+# measured with torch 2.13 on CPU; graders/shared/compare.py states the same margins at its constants.
 MEASURED = {
     "float32": 0.013,  # 4.1e-7 max abs: 80x
     "float64": 0.026,  # 4.3e-7: 39x (the softmax runs in float32 for a float64 cache too)
@@ -213,11 +216,12 @@ def test_int8_attention_just_inside_the_bound_passes_and_just_outside_fails(fact
 def test_every_tolerance_an_item_holds_is_one_pinned_here():
     pinned = {(kind.atol, kind.rtol) for kind in KINDS}
     held = {}
-    for info in pkgutil.iter_modules(items.__path__):
-        module = importlib.import_module(f"graders.items.{info.name}")
-        for name, value in vars(module).items():
-            if isinstance(value, Tolerance):
-                held[f"{info.name}.{name}"] = (value.atol, value.rtol)
+    for package in (track.items for track in TRACKS.values()):
+        for info in pkgutil.iter_modules(importlib.import_module(package).__path__):
+            module = importlib.import_module(f"{package}.{info.name}")
+            for name, value in vars(module).items():
+                if isinstance(value, Tolerance):
+                    held[f"{info.name}.{name}"] = (value.atol, value.rtol)
     assert held and all(bound in pinned for bound in held.values()), held
     assert {(t.atol, t.rtol) for t in TOLERANCE.values()} <= pinned
 

@@ -1,12 +1,12 @@
-"""graders.tracks: one definition of each track, which the rubric and every command follow."""
+"""graders.shared.tracks: one definition of each track, which the rubric and every command follow."""
 
 from __future__ import annotations
 
 import pytest
 
-from graders import tracks
-from graders.rubric import load
-from graders.tracks import DENSE, SERVING, TRACKS
+from graders.shared import tracks
+from graders.shared.rubric import load
+from graders.shared.tracks import DENSE, SERVING, TRACKS
 
 
 def test_every_rubric_item_belongs_to_exactly_one_track():

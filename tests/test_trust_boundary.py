@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from graders.grade import grade
-from graders.mutation import REFERENCE
+from graders.judge.grade import grade
+from graders.shared.mutation import REFERENCE
 
 pytestmark = pytest.mark.slow  # whole grades: `pytest -m "not slow"` is the quick loop
 

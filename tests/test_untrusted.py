@@ -1,4 +1,4 @@
-"""graders.untrusted: candidate text made safe for each output (contract section 5)."""
+"""graders.shared.untrusted: candidate text made safe for each output (contract section 5)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import unicodedata
 
 import pytest
 
-from graders.untrusted import (MAX_QUOTE, _UNSAFE, clip, csv_cell, file_name, markdown_code,
+from graders.shared.untrusted import (MAX_QUOTE, _UNSAFE, clip, csv_cell, file_name, markdown_code,
                                printable, quote, xml_text)
 
 NEWER_FORMAT_CHARACTERS = range(0x13439, 0x13440)  # Cf from Unicode 15 on; escaped here already

@@ -19,12 +19,12 @@ import pytest
 from click.testing import Result
 from typer.testing import CliRunner
 
-import graders.grade as judge
+import graders.judge.grade as judge
 from benchmarks import bench
 from cli import app
-from graders import output_files
+from graders.shared import output_files
 from graders.workflows import batch
-from graders.output_files import OutputError, check_writable, write_atomically
+from graders.shared.output_files import OutputError, check_writable, write_atomically
 
 ROOT = Path(__file__).resolve().parent.parent
 REFERENCE = ROOT / "solutions" / "kv_cache.py"

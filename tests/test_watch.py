@@ -11,7 +11,7 @@ import time
 import pytest
 from rich.console import Console
 
-from graders.grade import GradeResult, ItemResult
+from graders.judge.grade import GradeResult, ItemResult
 from graders.formats.report import render_summary
 from graders.workflows.watch import watch
 

@@ -23,9 +23,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from graders.isolation import bwrap_problem
-from graders.rubric import load
-from graders.tracks import DENSE
+from graders.judge.isolation import bwrap_problem
+from graders.shared.rubric import load
+from graders.shared.tracks import DENSE
 
 pytestmark = pytest.mark.slow
 
@@ -138,7 +138,7 @@ def test_every_module_of_the_kata_imports_with_what_it_declares(venv, empty):
 
 
 def test_the_venv_runs_the_wheels_code_not_the_checkouts(venv, empty):
-    probe = ("import json, cli, benchmarks, graders, graders.worker, graders.bundled as b, kvkata; "
+    probe = ("import json, cli, benchmarks, graders, graders.worker, graders.shared.bundled as b, kvkata; "
              "print(json.dumps([cli.__file__, benchmarks.__file__, graders.__file__, "
              "graders.worker.__file__, str(b.DATA), str(b.STARTER), str(b.RUBRIC), "
              "kvkata.__file__]))")

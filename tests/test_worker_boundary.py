@@ -1,7 +1,7 @@
 """The worker side is one folder that stands alone, the judge never runs candidate code, and a
 request child that runs it holds nothing of the judge's.
 
-graders/worker/ is all a sandboxed worker sees of the kata (`graders.isolation` binds it in
+graders/worker/ is all a sandboxed worker sees of the kata (`graders.judge.isolation` binds it in
 alone), so nothing in it may import the judge's modules; and the judge's modules may load a
 candidate's file only by handing its path to a worker.
 """
@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from benchmarks.bench import BENCH_CODE
-from graders import isolation
-from graders.isolation import WORKER_ENV
+from graders.judge import isolation
+from graders.judge.isolation import WORKER_ENV
 from graders.worker import wire
 from graders.worker.serve import Spares, reap_answered, supervise
 

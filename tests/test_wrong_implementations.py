@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from graders.compare import SDPA_IS_CAUSAL
-from graders.grade import GradeResult, grade
-from graders.mutation import REFERENCE
+from graders.shared.compare import SDPA_IS_CAUSAL
+from graders.judge.grade import GradeResult, grade
+from graders.shared.mutation import REFERENCE
 from tests.wrong import Wrong, everything
 
 pytestmark = pytest.mark.slow  # whole grades: `pytest -m "not slow"` is the quick loop

@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 import torch
 
-from graders.plans import Fail, Plan, Raised, Results
+from graders.shared.plans import Fail, Plan, Raised, Results
 
 STATE = ("keys", "values", "lengths", "capacity")
 

@@ -12,9 +12,9 @@ from typing import Callable, NamedTuple
 
 import torch
 
-from graders import reference
-from graders.plans import Plan, Results, tensor
-from graders.compare import require_shape
+from graders.shared import reference
+from graders.shared.plans import Plan, Results, tensor
+from graders.shared.compare import require_shape
 
 
 class Step(NamedTuple):

@@ -1,7 +1,7 @@
 """The judge's small decoder, float64, and its uncached forwards: what cached decoding must equal.
 
 Nothing here knows about caches or solutions. The model: a token embedding, then per layer
-``h = h + attention(h)`` (graders.reference.attention_layer: RoPE, causal, float64) and
+``h = h + attention(h)`` (graders.shared.reference.attention_layer: RoPE, causal, float64) and
 ``h = h + mlp(h)``, then a head tied to the embedding. The worker runs the same model in float32,
 with the candidate's decode_step as the attention and its reorder between steps
 (graders/worker/beam_search.py, where `mlp` lives); the judge recomputes every step from the whole
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from graders import cases, reference
+from graders.shared import cases, reference
 from graders.worker.beam_search import mlp
 
 

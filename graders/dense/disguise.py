@@ -34,7 +34,7 @@ import hashlib
 import keyword
 import random
 
-from graders.mutation import _PARSE
+from graders.shared.mutation import _PARSE
 
 CONTRACT_ATTRIBUTES = frozenset({"keys", "values", "lengths", "capacity"})
 WORDS = ("acc", "aux", "blk", "buf", "cur", "dim", "grid", "hold", "item", "kept", "mat", "node",

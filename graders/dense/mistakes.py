@@ -13,7 +13,7 @@ a test file that catches all the others passes `own-tests` without it
 
 from __future__ import annotations
 
-from graders.mutation import Mutant
+from graders.shared.mutation import Mutant
 
 _SCORES = "scores = (q.float() @ keys.float().transpose(-1, -2)) / math.sqrt(head_dim)"
 _MASK = "scores = scores.masked_fill(past_end[:, None, None, :], float(\"-inf\"))"

@@ -37,13 +37,13 @@ import tempfile
 from pathlib import Path
 from time import monotonic
 
-from graders import rubric as rubric_data
-from graders import tracks
+from graders.shared import rubric as rubric_data
+from graders.shared import tracks
 from graders.export.gradescope import PRIVATE_GRADERS, SETTINGS, Assignment
-from graders.isolation import bwrap_problem
-from graders.output_files import write_atomically
-from graders.tracks import Track
-from graders.untrusted import file_name, quote
+from graders.judge.isolation import bwrap_problem
+from graders.shared.output_files import write_atomically
+from graders.shared.tracks import Track
+from graders.shared.untrusted import file_name, quote
 
 # One grade's wall clock: a submission that hangs in every item takes about 50 s a grade (the
 # kata stops after three hung items), so this is a backstop, under Gradescope's default limit

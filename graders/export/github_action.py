@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from graders.output_files import make_folder, write_atomically
-from graders.tracks import Track
+from graders.shared.output_files import make_folder, write_atomically
+from graders.shared.tracks import Track
 
 WORKFLOW = Path(".github") / "workflows" / "kata.yml"
 INSTALL_STEP = "Install the kata"  # the one step that needs the network

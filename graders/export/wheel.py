@@ -12,7 +12,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from graders import bundled
+from graders.shared import bundled
 
 # What the build reads (pyproject.toml's packages and data folders).
 SOURCES = ("pyproject.toml", "README.md", "cli.py", "graders", "benchmarks", "kvkata", "starter",

@@ -13,7 +13,7 @@ hint when it ran and did not pass), `tags` [level], and `visibility` "visible" -
 "after_published" for every test when the grade includes the hidden graders, whose failure
 messages describe hidden cases and must stay unseen until the grades are published.
 
-Every message, and why items were not run, is as graders.untrusted.quote shows it (escaped, at
+Every message, and why items were not run, is as graders.shared.untrusted.quote shows it (escaped, at
 most MAX_QUOTE characters): the file is valid UTF-8 and bounded whatever the candidate sent.
 """
 
@@ -22,11 +22,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from graders import rubric as rubric_data
-from graders.grade import GradeResult
-from graders.output_files import write_atomically
+from graders.shared import rubric as rubric_data
+from graders.judge.grade import GradeResult
+from graders.shared.output_files import write_atomically
 from graders.formats.report import partial_verdict
-from graders.untrusted import quote
+from graders.shared.untrusted import quote
 
 
 def to_gradescope(result: GradeResult) -> dict:

@@ -11,8 +11,8 @@ message as text (an item the worker could not run gives the worker's reason too)
 counts its tests, failures, errors and skipped (always 0). A GradeResult carries no durations,
 so `time` is 0.
 
-Messages can quote the candidate's output: each is as graders.untrusted.quote shows it (escaped,
-at most MAX_QUOTE characters), with only characters XML 1.0 can hold (graders.untrusted.xml_text).
+Messages can quote the candidate's output: each is as graders.shared.untrusted.quote shows it (escaped,
+at most MAX_QUOTE characters), with only characters XML 1.0 can hold (graders.shared.untrusted.xml_text).
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from graders import rubric as rubric_data
-from graders.grade import GradeResult
-from graders.output_files import write_atomically
-from graders.untrusted import quote, xml_text
+from graders.shared import rubric as rubric_data
+from graders.judge.grade import GradeResult
+from graders.shared.output_files import write_atomically
+from graders.shared.untrusted import quote, xml_text
 
 OUTCOME = {"fail": "failure", "error": "error", "timeout": "error", "not_attempted": "failure"}
 

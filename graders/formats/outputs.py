@@ -13,9 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from graders.grade import GradeResult
-from graders.output_files import OutputError
-from graders.untrusted import quote
+from graders.judge.grade import GradeResult
+from graders.shared.output_files import OutputError
+from graders.shared.untrusted import quote
 
 USAGE_ERROR, BROKEN = 2, 4  # exit codes of the contract, section 3
 

@@ -1,7 +1,7 @@
 """Showing a grade: the rich report for people, the JSON of the contract for machines.
 
 Every message can quote the candidate (contract section 5), so each is shown as
-graders.untrusted.quote makes it: control characters, escape sequences and bidi controls
+graders.shared.untrusted.quote makes it: control characters, escape sequences and bidi controls
 escaped, at most MAX_QUOTE characters. In the terminal, every line of a message (an item's, a
 tell's, why items were not run) is indented under the line that introduces it: a line at column 0
 is always the kata's own, and a message cannot print a closing block of its own.
@@ -20,11 +20,11 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from graders import rubric as rubric_data
-from graders import tracks
-from graders.grade import GradeResult, ItemResult
-from graders.isolation import PROCESS_FALLBACK_NOTE
-from graders.untrusted import printable, quote
+from graders.shared import rubric as rubric_data
+from graders.shared import tracks
+from graders.judge.grade import GradeResult, ItemResult
+from graders.judge.isolation import PROCESS_FALLBACK_NOTE
+from graders.shared.untrusted import printable, quote
 
 INDENT = 4  # columns a quoted message stands in from the line that introduces it
 STATUS_STYLE = {
@@ -62,7 +62,7 @@ def to_json(result: GradeResult) -> dict:
 
 
 def write_json(result: GradeResult, path: Path) -> None:
-    from graders.output_files import write_atomically
+    from graders.shared.output_files import write_atomically
 
     write_atomically(path, json.dumps(to_json(result), indent=2) + "\n")
 
@@ -263,7 +263,7 @@ def partial_verdict(items: list[ItemResult]) -> str:
 
 
 def similarity_line(similarity: list[dict]) -> str:
-    """A hidden run's `similarity` (graders.similarity) in one line for the interviewer, said to
+    """A hidden run's `similarity` (graders.judge.similarity) in one line for the interviewer, said to
     be information rather than a verdict."""
     shares = ", ".join(f"{s['solution']} {s['fraction']:.0%}" for s in similarity)
     return ("Similarity to the bundled solutions (the share of this file's code found in each, "

@@ -9,8 +9,8 @@ interviewer-only items as a checklist with blanks; in a hidden run, the similari
 solutions; and a Decision line with blanks.
 
 Reasons, tell messages and why items were not run are the graders' messages, which can quote
-the candidate's own output: every one is shortened (graders.untrusted.quote), and each of its
-lines is a code span (graders.untrusted.markdown_code), the lines joined by `<br>`: it shows as
+the candidate's own output: every one is shortened (graders.shared.untrusted.quote), and each of its
+lines is a code span (graders.shared.untrusted.markdown_code), the lines joined by `<br>`: it shows as
 written, with no link, image, HTML or table cell of the candidate's, and cannot break its row.
 The implementation's name, in the title, is a code span too.
 """
@@ -21,13 +21,13 @@ import re
 from datetime import date
 from pathlib import Path
 
-from graders import rubric as rubric_data
-from graders import tracks
-from graders.grade import GradeResult, ItemResult
-from graders.isolation import PROCESS_FALLBACK_NOTE
-from graders.output_files import write_atomically
+from graders.shared import rubric as rubric_data
+from graders.shared import tracks
+from graders.judge.grade import GradeResult, ItemResult
+from graders.judge.isolation import PROCESS_FALLBACK_NOTE
+from graders.shared.output_files import write_atomically
 from graders.formats.report import partial_verdict, similarity_line
-from graders.untrusted import MAX_QUOTE, markdown_code, quote
+from graders.shared.untrusted import MAX_QUOTE, markdown_code, quote
 
 PASS_REASON_CHARS = 100  # a pass needs a phrase on a one-page card; --json keeps every word
 OTHER_REASON_CHARS = 300

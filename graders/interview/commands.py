@@ -5,7 +5,7 @@ Exit codes: 0 done (a save whose items all pass, a report written); 1 a save wit
 not pass, or a save refused (time up, the session ended); 2 a usage error (no session, another
 session holds the workspace, an unknown snapshot, a file that cannot be written); 4 the grader
 broke. Every line that quotes the candidate (an item's message, a diff, an answer) is printable
-(graders.untrusted).
+(graders.shared.untrusted).
 """
 
 from __future__ import annotations
@@ -17,13 +17,13 @@ from pathlib import Path
 from rich.console import Console
 from rich.text import Text
 
-from graders import tracks
+from graders.shared import tracks
 from graders.interview import record, review, session as verbs
 from graders.interview.questions import STAGE_PROMPTS
-from graders.untrusted import file_name, quote
+from graders.shared.untrusted import file_name, quote
 
 USAGE_ERROR = 2
-IMPORT_TIMEOUT = 60.0  # graders.grade.DEFAULT_IMPORT_TIMEOUT (not imported: it loads torch)
+IMPORT_TIMEOUT = 60.0  # graders.judge.grade.DEFAULT_IMPORT_TIMEOUT (not imported: it loads torch)
 
 
 def start(console: Console, workspace: Path, minutes: float, strict: bool, track: str) -> int:
@@ -78,7 +78,7 @@ def end(console: Console, workspace: Path) -> int:
 def report(console: Console, workspace: Path, markdown: Path | None, json_path: Path | None,
            plot: Path | None) -> int:
     """`kata interview report DIR`: the report in the terminal, and the files asked for."""
-    from graders.output_files import OutputError, write_atomically
+    from graders.shared.output_files import OutputError, write_atomically
 
     try:
         session = verbs.load(workspace)
@@ -220,7 +220,7 @@ def _clear_status(console: Console) -> None:
 def _workers(workspace: Path):
     """Workers for the next save, started now so that their torch import is done by the time
     the candidate saves (as `kata grade --watch` does); None when they cannot be started."""
-    from graders.workers import GradeWorkers
+    from graders.judge.workers import GradeWorkers
 
     try:
         session = verbs.load(workspace)

@@ -1,7 +1,7 @@
 """An interview's record on disk: `DIR/.kata/session.json` as contract section 7 specifies it,
 the snapshots beside it, and the lock that keeps one session to a workspace.
 
-- The record is written whole and atomically (graders.output_files.write_atomically) after
+- The record is written whole and atomically (graders.shared.output_files.write_atomically) after
   every event: a session killed at any moment resumes with every completed event.
 - A snapshot is the folder `DIR/.kata/NNN-<hash>/` holding the implementation and the
   candidate's test file as they were saved; `<hash>` is the first 8 hex digits of the sha256
@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 
-from graders.output_files import write_atomically
+from graders.shared.output_files import write_atomically
 
 VERSION = "1.2"
 FOLDER = ".kata"

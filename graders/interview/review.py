@@ -7,7 +7,7 @@ same report is written as Markdown and as JSON. The replay shows each snapshot's
 one before, with its grade and time.
 
 Everything the candidate wrote (answers.md, the files in a diff) is data (contract section 5):
-printable in the terminal (graders.untrusted), in fenced blocks no line of theirs can close in
+printable in the terminal (graders.shared.untrusted), in fenced blocks no line of theirs can close in
 Markdown, and quoted in JSON.
 """
 
@@ -17,11 +17,11 @@ import difflib
 import re
 from pathlib import Path
 
-from graders import rubric as rubric_data
-from graders import tracks
+from graders.shared import rubric as rubric_data
+from graders.shared import tracks
 from graders.interview import record, session as verbs
 from graders.interview.questions import MODEL_ANSWERS, QUESTIONS
-from graders.untrusted import clip, printable, quote
+from graders.shared.untrusted import clip, printable, quote
 
 STRIP_WIDTH = 60  # columns of the level-over-time strip
 

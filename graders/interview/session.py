@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from graders import rubric as rubric_data
-from graders import tracks
+from graders.shared import rubric as rubric_data
+from graders.shared import tracks
 from graders.interview import record
-from graders.tracks import DENSE
+from graders.shared.tracks import DENSE
 
 Clock = Callable[[], float]
 
@@ -42,7 +42,7 @@ class Refused(Exception):
 class Saved:
     """What `save` did. `event` is the save event recorded (None: nothing changed since the last
     snapshot graded at this stage); `opened` the stage the save opened, if any; `result` the
-    graders.grade.GradeResult (None when nothing was graded)."""
+    graders.judge.grade.GradeResult (None when nothing was graded)."""
 
     event: dict | None
     opened: str | None
@@ -134,7 +134,7 @@ def save(workspace: Path, *, clock: Clock = time.time, sandbox=None,
     opened so far, record the save (and the stage it opens). Nothing is recorded when the files
     are those of the last snapshot and no stage has opened since it was graded. After time up,
     the save is refused and the session ended (Refused, once `end` has run). `workers`: started
-    ahead for these files (graders.workers.GradeWorkers), else started here; closed either way.
+    ahead for these files (graders.judge.workers.GradeWorkers), else started here; closed either way.
     SessionBusy when another live process holds the session."""
     try:
         return _save(workspace, clock, sandbox, workers)
@@ -145,7 +145,7 @@ def save(workspace: Path, *, clock: Clock = time.time, sandbox=None,
 
 def _save(workspace: Path, clock: Clock, sandbox, workers) -> Saved:
     """`save`'s work; it closes `workers` itself on each way out that grades nothing."""
-    from graders.grade import grade
+    from graders.judge.grade import grade
 
     with record.locked(workspace):
         session = load(workspace)
@@ -193,9 +193,9 @@ def _save(workspace: Path, clock: Clock, sandbox, workers) -> Saved:
 
 def reached(result, track: tracks.Track) -> str:
     """The level a save's grade reaches on the items it graded (the stages opened so far), after
-    the tells' caps: the contract's rule for a level (graders.grade), applied to those items.
+    the tells' caps: the contract's rule for a level (graders.judge.grade), applied to those items.
     A track without levels reaches its section when every item passes, else "none"."""
-    from graders.grade import _level
+    from graders.judge.grade import _level
 
     if not track.levels:
         return track.section if result.passed else "none"
@@ -224,7 +224,7 @@ def end(workspace: Path, *, clock: Clock = time.time, sandbox=None) -> dict:
     the hidden cases, as `final`, and the time it ended. Idempotent: an ended session's record
     is returned as it is. SessionBusy when another live process holds the session."""
     from graders.formats.report import to_json
-    from graders.grade import grade
+    from graders.judge.grade import grade
 
     with record.locked(workspace):
         session = load(workspace)
@@ -350,7 +350,7 @@ def _t(session: dict, now: float) -> float:
 def default_sandbox():
     """The sandbox of a session's grades: bubblewrap where it works, else the process fallback
     (the candidate's own files, on the candidate's machine, as `kata grade` takes them)."""
-    from graders.isolation import Sandbox
+    from graders.judge.isolation import Sandbox
 
     return Sandbox(mode="auto", chosen=False)
 

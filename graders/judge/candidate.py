@@ -1,6 +1,6 @@
 """What a grader holds of the candidate: `Candidate.run(plan)`, reached only through its worker.
 
-`run` sends a plan (graders.plans) to the implementation's worker and turns the reply into
+`run` sends a plan (graders.shared.plans) to the implementation's worker and turns the reply into
 `Results`, or into the exception that says what the candidate's code did on its own (raised
 where it should have answered, hung, crashed, is still a stub), naming the call that raised and
 the candidate's own line.
@@ -12,12 +12,12 @@ from pathlib import Path
 
 import torch
 
-from graders.isolation import limit_reached
-from graders.plans import (MEASURED_TIME, CandidateError, CandidateTimeout, NotAttempted, Plan,
+from graders.judge.isolation import limit_reached
+from graders.shared.plans import (MEASURED_TIME, CandidateError, CandidateTimeout, NotAttempted, Plan,
                            Raised, Results, Tell)
-from graders.untrusted import clip
+from graders.shared.untrusted import clip
 from graders.worker.limits import Limits
-from graders.workers import Worker
+from graders.judge.workers import Worker
 
 
 class Candidate:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import pkgutil
 import re
 import secrets
 import sys
@@ -24,16 +25,15 @@ from typing import Callable
 
 import torch
 
-from graders import hidden_cases, tracks
-from graders import rubric as rubric_data
-from graders.candidate import Candidate
-from graders.plans import CandidateError, CandidateTimeout, Fail, NotAttempted, Tell
-from graders.isolation import Sandbox, reap_strays
-from graders.similarity import similarity
-from graders.tracks import DENSE
-from graders.workers import GradeWorkers, WorkerUnavailable
+from graders.shared import hidden_cases, tracks
+from graders.shared import rubric as rubric_data
+from graders.judge.candidate import Candidate
+from graders.shared.plans import CandidateError, CandidateTimeout, Fail, NotAttempted, Tell
+from graders.judge.isolation import Sandbox, reap_strays
+from graders.judge.similarity import similarity
+from graders.shared.tracks import DENSE
+from graders.judge.workers import GradeWorkers, WorkerUnavailable
 
-ITEMS = Path(__file__).resolve().parent / "items"  # one file an item: grade() and grade_hidden()
 DEFAULT_TIMEOUT = 10.0
 DEFAULT_IMPORT_TIMEOUT = 60.0  # a correct file may import a large library: transformers takes 8-27 s cold
 MAX_TIMEOUTS = 3
@@ -91,7 +91,7 @@ class GradeResult:
     isolation: str = "process"  # how the candidate's code was isolated: "bwrap" or "process"
     partial: bool = False
     seed: int | None = None  # the hidden cases' seed (hidden runs only)
-    similarity: list[dict] | None = None  # graders.similarity.similarity (hidden runs only)
+    similarity: list[dict] | None = None  # graders.judge.similarity.similarity (hidden runs only)
 
     @property
     def unavailable(self) -> str | None:
@@ -129,10 +129,13 @@ class PrivateGraderError(Exception):
 
 @cache
 def kata_graders(hidden: bool) -> tuple[Grader, ...]:
-    """The kata's own graders, one file an item in graders/items/: each file's `grade`, or with
-    `hidden` its `grade_hidden` (a file without hidden cases has none). Loaded once a process."""
-    modules = [importlib.import_module(f"graders.items.{path.stem}")
-               for path in sorted(ITEMS.glob("*.py")) if not path.name.startswith("_")]
+    """The kata's own graders, one file an item in each track's items package (`Track.items`):
+    each file's `grade`, or with `hidden` its `grade_hidden` (a file without hidden cases has
+    none), in file-name order across the tracks. Loaded once a process."""
+    found = sorted((info.name, track.items) for track in tracks.TRACKS.values()
+                   for info in pkgutil.iter_modules(importlib.import_module(track.items).__path__)
+                   if not info.name.startswith("_"))
+    modules = [importlib.import_module(f"{package}.{name}") for name, package in found]
     if hidden:
         return tuple(Grader(m.ITEM, m.grade_hidden, True) for m in modules if hasattr(m, "grade_hidden"))
     return tuple(Grader(m.ITEM, m.grade, False) for m in modules)
@@ -187,10 +190,10 @@ def grade(implementation: Path, tests: Path | None = None, *, track: str = DENSE
           on_item: Callable[[ItemResult], None] | None = None) -> GradeResult:
     """Grade `implementation` (and the candidate's `tests`, when given) against the rubric.
 
-    `track` is the id of a graders.tracks.Track (a track without own-tests does not run
+    `track` is the id of a graders.shared.tracks.Track (a track without own-tests does not run
     `tests`). `hidden` adds each item's hidden cases, and `extra_graders` an interviewer's own
     folder of graders, judged as hidden (PrivateGraderError, before anything runs, for a file
-    that cannot be used). Hidden cases are drawn from `seed` (graders.hidden_cases), a fresh
+    that cannot be used). Hidden cases are drawn from `seed` (graders.shared.hidden_cases), a fresh
     one when None; the result records it. `only` selects item ids, `up_to` the items up to a level; `exitfirst`
     stops after the first item that does not pass (the rest are left out of the result).
     `first` names items to run before the others (`kata grade --ff`): the items run in rubric
@@ -205,7 +208,7 @@ def grade(implementation: Path, tests: Path | None = None, *, track: str = DENSE
     starts them before it imports torch), else started here; closed either way.
     Returns only once every process the candidate's code started is gone.
     A hidden run also records how much of the file matches each bundled solution of the track
-    (graders.similarity): information for the interviewer, which no status or level uses.
+    (graders.judge.similarity): information for the interviewer, which no status or level uses.
     Sets this process's torch to one thread: the judge's tensors are tiny, and a thread pool
     only adds overhead (and spin-waits on a busy machine).
     """

@@ -33,7 +33,7 @@ from functools import cache
 from pathlib import Path
 
 import graders.worker
-from graders import bundled
+from graders.shared import bundled
 from graders.worker.limits import Limits
 
 GIB = 1 << 30

@@ -21,7 +21,7 @@ import math
 
 import torch
 
-from graders.untrusted import clip
+from graders.shared.untrusted import clip
 from graders.worker import frames, wire
 
 # The status frame of each request, after its "status", "index" and "batch": key -> types.

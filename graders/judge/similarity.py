@@ -37,8 +37,8 @@ import tokenize
 from functools import lru_cache
 from pathlib import Path
 
-from graders import bundled
-from graders.tracks import DENSE, SERVING, Track
+from graders.shared import bundled
+from graders.shared.tracks import DENSE, SERVING, Track
 
 K = 25  # tokens a fingerprint hashes
 W = 10  # consecutive hashes winnowing keeps one of

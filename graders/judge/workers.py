@@ -1,5 +1,5 @@
 """The judge's handle on a worker process (see `graders.worker`), started under the chosen
-isolation (`graders.isolation`).
+isolation (`graders.judge.isolation`).
 
 `Worker.start` launches the process at once, so that its torch import overlaps the judge's own;
 the first request waits for it. Inside `warm_workers()`, process-isolated workers are forked from
@@ -21,8 +21,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from graders import isolation
-from graders.untrusted import clip
+from graders.judge import isolation
+from graders.shared.untrusted import clip
 from graders.worker import frames
 from graders.worker.limits import WALL_PER_CPU, Limits, cpu_seconds
 
@@ -33,7 +33,7 @@ OUTPUT_TAIL = 1 << 20
 
 @dataclass
 class Reply:
-    """What became of one request: status "done" (with `body`, checked by `graders.replies`),
+    """What became of one request: status "done" (with `body`, checked by `graders.judge.replies`),
     "timeout" or "crashed". `malformed`: a crash of a kind of its own, the worker's reply was
     not the reply to this request (`detail` says how)."""
 
@@ -54,7 +54,7 @@ class WorkerUnavailable(Exception):
 class Worker:
     """A worker in mode "implementation" (serves plans) or "tests" (runs pytest files).
 
-    `isolation` is "bwrap" or "process" (`graders.isolation`); `files` are what it may read
+    `isolation` is "bwrap" or "process" (`graders.judge.isolation`); `files` are what it may read
     besides the Python environment (the implementation, the candidate's test file); `limits`
     are its rlimits.
     """
@@ -411,9 +411,9 @@ def warm_workers():
 
 
 def _replies():
-    """graders.replies (and through it graders.worker.wire), imported at first use: they import
+    """graders.judge.replies (and through it graders.worker.wire), imported at first use: they import
     torch, and a worker is started (its first frame written with graders.worker.frames) before
     the judge imports torch, so that the two imports overlap."""
-    from graders import replies
+    from graders.judge import replies
 
     return replies

@@ -2,7 +2,7 @@
 
 `Book` is what the contract (section 4) says a PagedKVCache holds after each call, in the
 judge's own terms and nothing else: no tensors, no plans, no candidate. The serving items play
-their scripts on a `graders.paged_session.Session`, which does every step to a Book as well and
+their scripts on a `graders.serving.session.Session`, which does every step to a Book as well and
 compares the candidate's outcomes and readings with the Book's.
 """
 

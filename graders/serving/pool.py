@@ -1,10 +1,10 @@
 """One PagedKVCache in a plan, with the judge's own copy of every sequence's keys and values.
 
 `Pool` sends adds, appends and frees to the candidate's cache and keeps what each sequence was
-given; each `attend` records the float64 answer (graders.reference) over every row's own keys
+given; each `attend` records the float64 answer (graders.shared.reference) over every row's own keys
 and values, and `check` compares the candidate's outputs with them after the run. What a Pool
 judges is the data attention reads and how it computes; which blocks hold it is the bookkeeping
-of graders.paged_model and graders.paged_session.
+of graders.serving.model and graders.serving.session.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from typing import Callable, NamedTuple
 
 import torch
 
-from graders import cases, reference
-from graders.plans import Fail, Plan, tensor
-from graders.compare import (SDPA_IS_CAUSAL, UNWRITTEN_SLOTS, Tolerance, close, first_divergence,
+from graders.shared import cases, reference
+from graders.shared.plans import Fail, Plan, tensor
+from graders.shared.compare import (SDPA_IS_CAUSAL, UNWRITTEN_SLOTS, Tolerance, close, first_divergence,
                               require_shape)
 
 

@@ -1,8 +1,8 @@
 """Seeded random scripts for the serving items' hidden cases.
 
 `play` draws bookkeeping scripts (add, admit, can_admit, append, fork, free, evict) onto a
-`graders.paged_session.Session`, reading the arguments from the session's book; `workload`
-draws the add / append / free scripts that paged-equivalence plays on a `graders.paged_pool.Pool`,
+`graders.serving.session.Session`, reading the arguments from the session's book; `workload`
+draws the add / append / free scripts that paged-equivalence plays on a `graders.serving.pool.Pool`,
 and `peak_blocks` sizes a pool for one. Every choice comes from the seed's generator, never from
 the candidate's outputs, so a case replays exactly.
 """
@@ -13,8 +13,8 @@ import math
 
 import torch
 
-from graders import cases
-from graders.paged_session import Session
+from graders.shared import cases
+from graders.serving.session import Session
 
 
 def play(s: Session, g: torch.Generator, steps: int, weights: dict[str, int], longest: int,

@@ -1,10 +1,10 @@
 """A script played on the candidate's PagedKVCache and on the judge's model of it, compared.
 
 `Session` sends each step to the candidate's cache (through a plan) and to a
-`graders.paged_model.Book`, and records what to compare once the plan has run: the call's
+`graders.serving.model.Book`, and records what to compare once the plan has run: the call's
 outcome and the readings after it, each as a small check that knows its own problem. The
 serving graders of paged-cow, paged-free, admission and eviction, public and hidden, are
-scripts over a Session (the hidden ones drawn by graders.paged_scripts.play).
+scripts over a Session (the hidden ones drawn by graders.serving.scripts.play).
 """
 
 from __future__ import annotations
@@ -13,14 +13,14 @@ from dataclasses import dataclass
 
 import torch
 
-from graders import cases, reference
-from graders.plans import Fail, Plan, Raised, Results
-from graders.compare import TOLERANCE, UNWRITTEN_SLOTS, close, first_divergence
-from graders.paged_model import Book, Full
+from graders.shared import cases, reference
+from graders.shared.plans import Fail, Plan, Raised, Results
+from graders.shared.compare import TOLERANCE, UNWRITTEN_SLOTS, close, first_divergence
+from graders.serving.model import Book, Full
 
 TOL = TOLERANCE[torch.float32]
 # How far an int8 pool's attention may be from float64 attention over the values written, as a
-# share of the largest of them: quantized-kv's bound, measured in graders/items/quantized_kv.py.
+# share of the largest of them: quantized-kv's bound, measured in graders/serving/items/quantized_kv.py.
 INT8_BOUND = 2e-2
 
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-PACKAGES = Path(__file__).resolve().parent.parent  # holds the packages graders and benchmarks
-_WHEEL_DATA = Path(__file__).resolve().parent / "_data"
+PACKAGES = Path(__file__).resolve().parents[2]  # holds the packages graders and benchmarks
+_WHEEL_DATA = PACKAGES / "graders" / "_data"
 DATA = _WHEEL_DATA if _WHEEL_DATA.is_dir() else PACKAGES  # holds starter/, solutions/, rubric/
 
 STARTER = DATA / "starter"

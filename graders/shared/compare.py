@@ -1,6 +1,6 @@
 """Comparing a candidate's outputs with the judge's reference, and saying where they part.
 
-Tolerances come from measurement: `python -m graders.tolerances` runs correct implementations of
+Tolerances come from measurement: `python -m graders.shared.tolerances` runs correct implementations of
 several styles (the reference, the concat baseline, a float32-product attend, SDPA) over the
 public cases' shapes and 51 seeds, and prints their error against the float64 reference. An
 element passes when ``|got - expected| <= atol + rtol * |expected|``; NaN and inf never do.
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
-from graders.plans import Fail
+from graders.shared.plans import Fail
 
 
 @dataclass(frozen=True)

@@ -16,9 +16,8 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 
-from graders.candidate import Candidate
 
-from graders.plans import CandidateError, CandidateTimeout, Fail, Plan, Results
+from graders.shared.plans import CandidateError, CandidateTimeout, Fail, Plan, PlanRunner, Results
 
 _RUN_SEED: ContextVar[int] = ContextVar("hidden_run_seed")
 
@@ -64,7 +63,7 @@ def layout(Hq: int, Hkv: int) -> str:
     return "MHA" if Hq == Hkv else "MQA" if Hkv == 1 else f"GQA {Hq}/{Hkv}"
 
 
-def run(candidate: Candidate, plan: Plan, case: str) -> Results:
+def run(candidate: PlanRunner, plan: Plan, case: str) -> Results:
     """`candidate.run(plan)`, with `case` in front of what a crash, hang or unexpected exception
     says."""
     with labelled(case):

@@ -11,7 +11,7 @@ docstring of the solutions changes no mutant. An edit that is not found exactly 
 copy of the reference.
 
 Text edits keep the reference's layout but break when it is reformatted; statement edits (the
-bundled mistakes' own, `graders.mistakes`) are matched as syntax, so they apply to the reference
+bundled mistakes' own, `graders.dense.mistakes`) are matched as syntax, so they apply to the reference
 however it is laid out (parentheses, quotes, line breaks, comments), and their mutant is written
 by `ast.unparse`.
 """
@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-from graders import bundled
+from graders.shared import bundled
 
 SOLUTIONS = bundled.SOLUTIONS
 REFERENCE = SOLUTIONS / "kv_cache.py"

@@ -1,7 +1,7 @@
 """What a grader says to the candidate's code and hears back: plans, results, verdicts.
 
 A grader is a plain function ``grade(candidate) -> str``. It builds a `Plan`, runs it with
-`candidate.run(plan)` (graders.candidate), compares the `Results` with its own reference, and
+`candidate.run(plan)` (graders.judge.candidate), compares the `Results` with its own reference, and
 either returns a one-line pass message or raises `Fail` with the reason. What the candidate's
 code did wrong on its own (raised, hung, crashed, is still a stub) comes out of `run` as
 `CandidateError`, `CandidateTimeout` or `NotAttempted`, so graders only deal with outputs.
@@ -10,6 +10,7 @@ code did wrong on its own (raised, hung, crashed, is still a stub) comes out of 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import torch
 
@@ -26,11 +27,11 @@ class NotAttempted(Exception):
 
 class CandidateError(Exception):
     """The candidate's code raised, crashed or exited where it should have answered, or its
-    worker's reply was malformed (`graders.replies`: every reply is checked there, before it
+    worker's reply was malformed (`graders.judge.replies`: every reply is checked there, before it
     reaches `Candidate.run`, and its texts clipped).
 
     `signature`: for an exception the candidate's code raised, its type, message and place in
-    the candidate's file, so that a grade names the same error once (graders.grade)."""
+    the candidate's file, so that a grade names the same error once (graders.judge.grade)."""
 
     def __init__(self, message: str, signature: tuple[str, str, str] | None = None):
         super().__init__(message)
@@ -181,3 +182,10 @@ def _without_data(value: wire.Opaque) -> str:
     if value.type_name != "torch.Tensor":
         text += f" of type {value.type_name} (a torch.Tensor subclass)"
     return text + (f" on {value.device}" if value.device != "cpu" else "")
+
+
+class PlanRunner(Protocol):
+    """What the shared library needs of a candidate: a way to run a plan. The judge's
+    `graders.judge.candidate.Candidate` is one; the shared room names only this."""
+
+    def run(self, plan: Plan) -> Results: ...

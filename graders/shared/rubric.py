@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from graders import bundled
-from graders.tracks import Track
+from graders.shared import bundled
+from graders.shared.tracks import Track
 
 RUBRIC_FILE = bundled.RUBRIC
 

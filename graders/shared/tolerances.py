@@ -1,13 +1,13 @@
 """Measure how far correct implementations land from the judge's reference, to set tolerances.
 
-    python -m graders.tolerances
+    python -m graders.shared.tolerances
 
 Correct implementations (trusted code, imported here in-process; a candidate's file never is):
 the reference solution, the concat baseline, and two other styles of `attend` over the
 reference's cache: the weights multiplied with float32 values (no rounding of the weights), and
 torch's scaled_dot_product_attention in the cache's dtype. Each decodes the public cases' shapes
 one token at a time (the public seed and EXTRA_SEEDS more), and every prefix is compared with
-graders.reference.causal_attention (float64, from the same inputs: low-precision inputs upcast
+graders.shared.reference.causal_attention (float64, from the same inputs: low-precision inputs upcast
 exactly). Printed per dtype, case and style: the max abs error, the worst error in units of
 eps * (1 + |expected|), and the share of the tolerance in use the worst element takes (its inverse
 is the margin). One mistake is measured alongside (two variants), to show what still fails.
@@ -29,7 +29,7 @@ of a low-precision output (half an ulp: 0.5 eps relative); at logits near 20000 
 by 2.7e-03 (its scores are float32). So the judge keeps one reference, float64, and the
 low-precision tolerances cover the output rounding.
 
-Chosen (graders/compare.py; an element passes when its error <= atol + rtol*|expected|):
+Chosen (graders/shared/compare.py; an element passes when its error <= atol + rtol*|expected|):
     bfloat16      3e-2 + 3e-2*|expected|   (3.8 eps)
     float16       4e-3 + 4e-3*|expected|   (4.1 eps)
     large logits  5e-2 + 5e-2*|expected|, both dtypes
@@ -46,8 +46,8 @@ import math
 import torch
 import torch.nn.functional as F
 
-from graders import bundled, cases, reference
-from graders.compare import LARGE_LOGITS_LOW_PRECISION, TOLERANCE
+from graders.shared import bundled, cases, reference
+from graders.shared.compare import LARGE_LOGITS_LOW_PRECISION, TOLERANCE
 
 EXTRA_SEEDS = 50
 DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
@@ -58,7 +58,7 @@ SHAPES = [  # case, B, Hq, Hkv, T, D, public seed: prefix-equivalence's and gqa'
     ("gqa 12/4", 2, 12, 4, 7, 8, 701),
     ("mqa 4/1", 2, 4, 1, 7, 8, 702),
 ]
-# low-precision's public cases (graders/items/low_precision.py), per dtype from one seed: an
+# low-precision's public cases (graders/dense/items/low_precision.py), per dtype from one seed: an
 # ordinary sequence [B, H, T, D], then q and k of logits near LOGIT, a few SPREADs apart.
 LOW_PRECISION_SEEDS = {torch.bfloat16: 600, torch.float16: 601}
 LP_B, LP_H, LP_T, LP_D, LP_LARGE_H, LP_LARGE_T, LOGIT, SPREAD = 2, 4, 12, 16, 2, 8, 20000.0, 3.0

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Track:
     """`module` is the name the candidate's file is imported as, `implementation` and `tests`
-    the file names in a workspace (`tests` None: the track has no own-tests item). A track with
+    the file names in a workspace (`tests` None: the track has no own-tests item), `items` the
+    package holding one grader file per item of the track. A track with
     `levels` is graded by the rubric's levels; one without carries `section` in its items'
     `level` field and reaches that name when every item passes."""
 
@@ -24,6 +25,7 @@ class Track:
     implementation: str
     tests: str | None
     levels: bool
+    items: str
     section: str | None = None
 
     def runs_tests(self, item_ids) -> bool:
@@ -38,9 +40,10 @@ class Track:
 
 TESTS_ITEM = "own-tests"  # the rubric item that runs the candidate's own tests
 
-DENSE = Track("dense", "the levels", "kv_cache", "kv_cache.py", "test_kv_cache.py", levels=True)
+DENSE = Track("dense", "the levels", "kv_cache", "kv_cache.py", "test_kv_cache.py", levels=True,
+              items="graders.dense.items")
 SERVING = Track("serving", "serving track", "paged_kv_cache", "paged_kv_cache.py", None,
-                levels=False, section="serving")
+                levels=False, items="graders.serving.items", section="serving")
 TRACKS = {track.id: track for track in (DENSE, SERVING)}
 SECTIONS = tuple(track.section for track in TRACKS.values() if track.section)
 

@@ -1,6 +1,6 @@
 """The worker side: everything that runs beside a candidate's code, and nothing else.
 
-This folder is all of the kata that a sandboxed worker can see (`graders.isolation` binds it in
+This folder is all of the kata that a sandboxed worker can see (`graders.judge.isolation` binds it in
 alone). It imports nothing from the judge's side of `graders`:
 
     serve.py          the worker process: a zygote that forks a child per request, and the spawner

@@ -1,4 +1,4 @@
-"""`python -m graders.worker [--spawner FD]`: started by `graders.workers`, never by hand."""
+"""`python -m graders.worker [--spawner FD]`: started by `graders.judge.workers`, never by hand."""
 
 import sys
 

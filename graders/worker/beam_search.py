@@ -1,7 +1,7 @@
 """The worker side of `beam-reorder`: a cached beam search through the candidate's functions.
 
 Trusted code, run in the worker as the plan operation ``beam_search``. It builds the judge's
-decoder (graders/decoder.py) in float32: the token embedding, the MLP and the tied head are
+decoder (graders/dense/decoder.py) in float32: the token embedding, the MLP and the tied head are
 computed here, each layer's attention is the candidate's `decode_step` on that layer's own
 `KVCache`, and after every choice of beams the candidate's `reorder` is called on every layer's
 cache with the same indices. It returns what it chose; the judge checks every choice against its

@@ -1,6 +1,6 @@
 """The worker process: the only place a candidate's code runs.
 
-    python -m graders.worker            (started by graders.workers, never by hand)
+    python -m graders.worker            (started by graders.judge.workers, never by hand)
     python -m graders.worker --spawner FD   (forks workers on request, see `spawner`)
 
 It speaks `graders.worker.wire` frames on the stdin/stdout it was started with, moved to private file
@@ -20,7 +20,7 @@ runs its own request. Replies, one per request in order: a status frame ``{"stat
 "timeout" | "crashed" | "malformed", "index", "batch", ...}``; after "done", the child's own
 result frame ``{"index", "batch", "reply"}``, relayed byte for byte (the zygote reads no more than
 one frame within `frames.REPLIES`, and does not decode it). `batch` is the judge's fresh nonce and
-`index` the request's place in it: the judge checks both (`graders.replies`).
+`index` the request's place in it: the judge checks both (`graders.judge.replies`).
 
 A request child holds no descriptor but its request pipe, its reply pipe, /dev/null and its
 output (`_close_all_but`): the candidate's code it runs cannot reach the judge's pipes, the

@@ -16,7 +16,7 @@ tensors that own their memory: what arrives is data, never behaviour. Whatever t
 returns a body or raises WireError: a body nests at most MAX_DEPTH containers deep, a tensor has
 at most MAX_DIMS dimensions. The encoder refuses a body nested deeper (a candidate's return
 value), so what one side sends the other accepts. What a body must hold is the judge's to check
-(`graders.replies`).
+(`graders.judge.replies`).
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ MAX_DEPTH = 32
 MAX_DIMS = 64  # what torch allows a tensor
 # Characters of one text the candidate's code made (an exception's message, an import error)
 # that a worker sends: a reply stays small; the judge shows at most 2,000 of them
-# (graders.untrusted.MAX_QUOTE), and says how many it cut of those that arrived.
+# (graders.shared.untrusted.MAX_QUOTE), and says how many it cut of those that arrived.
 TEXT_CHARS = 4_000
 REPR_CHARS = 200  # of the repr of a value that is neither JSON nor a tensor: it names the value
 _MAX_DIM = 1 << 62  # the largest size of one dimension

@@ -25,13 +25,13 @@ from typing import Callable
 
 from rich.cells import cell_len, set_cell_size
 
-from graders import rubric as rubric_data
-from graders.grade import DEFAULT_IMPORT_TIMEOUT, DEFAULT_TIMEOUT, GradeResult, draw_seed, grade
-from graders.isolation import Sandbox, SandboxUnavailable
-from graders.output_files import write_atomically
+from graders.shared import rubric as rubric_data
+from graders.judge.grade import DEFAULT_IMPORT_TIMEOUT, DEFAULT_TIMEOUT, GradeResult, draw_seed, grade
+from graders.judge.isolation import Sandbox, SandboxUnavailable
+from graders.shared.output_files import write_atomically
 from graders.formats.report import STATUS_STYLE
-from graders.tracks import DENSE, TESTS_ITEM, Track
-from graders.untrusted import clip, csv_cell, file_name, markdown_code
+from graders.shared.tracks import DENSE, TESTS_ITEM, Track
+from graders.shared.untrusted import clip, csv_cell, file_name, markdown_code
 
 WIDTH = 80  # columns of the terminal table
 

@@ -6,7 +6,7 @@ The steps are the item's `hints` in `rubric/rubric.toml`; nothing here is hard-c
 
 from __future__ import annotations
 
-from graders import rubric as rubric_data
+from graders.shared import rubric as rubric_data
 
 
 def hint(item_id: str, step: int = 1) -> tuple[str, int]:

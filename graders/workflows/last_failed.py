@@ -34,11 +34,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from graders.rubric import selected
-from graders.tracks import Track
+from graders.shared.rubric import selected
+from graders.shared.tracks import Track
 
-if TYPE_CHECKING:  # graders.grade imports torch: the CLI reads the record before the judge loads
-    from graders.grade import GradeResult
+if TYPE_CHECKING:  # graders.judge.grade imports torch: the CLI reads the record before the judge loads
+    from graders.judge.grade import GradeResult
 
 FOLDER = ".kata_cache"
 VERSION = 1

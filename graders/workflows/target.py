@@ -12,9 +12,9 @@ import shlex
 import stat
 from pathlib import Path
 
-from graders.rubric import load, selected
-from graders.tracks import DENSE, Track
-from graders.untrusted import printable
+from graders.shared.rubric import load, selected
+from graders.shared.tracks import DENSE, Track
+from graders.shared.untrusted import printable
 from graders.workflows.workspace import default_target
 
 

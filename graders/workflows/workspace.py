@@ -12,8 +12,8 @@ import os
 import shutil
 from pathlib import Path
 
-from graders import bundled
-from graders.tracks import DENSE, SERVING, Track
+from graders.shared import bundled
+from graders.shared.tracks import DENSE, SERVING, Track
 
 STARTER = bundled.STARTER
 

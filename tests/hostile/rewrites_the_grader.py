@@ -6,7 +6,7 @@ import os
 from kv_cache_base import *  # noqa: F401,F403
 
 KATA = "@KATA@"
-for name in ("graders/compare.py", "solutions/kv_cache.py", "rubric/rubric.toml"):
+for name in ("graders/shared/compare.py", "solutions/kv_cache.py", "rubric/rubric.toml"):
     try:
         with open(os.path.join(KATA, name), "a") as f:
             f.write("\n# tampered\n")

@@ -13,8 +13,8 @@ import pkgutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from graders.mutation import Mutant
-from graders.tracks import DENSE, SERVING, Track
+from graders.shared.mutation import Mutant
+from graders.shared.tracks import DENSE, SERVING, Track
 
 
 @dataclass(frozen=True)

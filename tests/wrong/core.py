@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from graders.mutation import Mutant
+from graders.shared.mutation import Mutant
 from tests.wrong import wrong
 
 FILES = Path(__file__).resolve().parent.parent / "implementations" / "wrong"

@@ -4,7 +4,7 @@ reprojects-the-prefix keeps are not reordered by `reorder`, so its beams break t
 
 from __future__ import annotations
 
-from graders.mutation import Mutant
+from graders.shared.mutation import Mutant
 from tests.wrong import wrong
 
 PROJECT_Q = "    q = layer.wq(x).view(batch, 1, heads, head_dim).transpose(1, 2)\n"

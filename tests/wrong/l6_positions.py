@@ -12,7 +12,7 @@ only, so reorder mistakes fail nothing else.
 
 from __future__ import annotations
 
-from graders.mutation import Mutant
+from graders.shared.mutation import Mutant
 from tests.wrong import wrong
 
 POSITIONS = "    positions = lengths.to(x.device)[:, None]\n"

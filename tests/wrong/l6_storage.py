@@ -9,7 +9,7 @@ general, so every item that decodes rows skipping steps fails them too.
 
 from __future__ import annotations
 
-from graders.mutation import Mutant
+from graders.shared.mutation import Mutant
 from tests.wrong import wrong
 
 _GROUPS = "q = query.reshape(batch, kv_heads, groups, head_dim)"

@@ -3,7 +3,7 @@
 Each fails `reset` or `release` and nothing else: decoding one batch from a new cache is right.
 """
 
-from graders.mutation import Mutant
+from graders.shared.mutation import Mutant
 from tests.wrong import wrong
 
 _CAPACITY_ATTRIBUTE = '''

@@ -9,7 +9,7 @@ scaling and head mapping).
 
 from pathlib import Path
 
-from graders.mutation import PAGED_REFERENCE, Mutant
+from graders.shared.mutation import PAGED_REFERENCE, Mutant
 from tests.wrong import wrong_serving
 
 # tests/implementations/paged_vllm.py gathers padded block tables: block 0 stands in for blocks a

@@ -5,7 +5,7 @@ Each is solutions/paged_kv_cache.py with one mistake candidates make; `fails` li
 serving items it fails (all seven are graded).
 """
 
-from graders.mutation import PAGED_REFERENCE, Mutant
+from graders.shared.mutation import PAGED_REFERENCE, Mutant
 from tests.wrong import wrong_serving
 
 _FORK_REFS = """        for block in table:

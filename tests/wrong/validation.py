@@ -4,7 +4,7 @@ Each fails `validate-shapes` and/or `validate-dtype-device` and nothing else: th
 compatible inputs are right, so only the graders that send incompatible ones can tell.
 """
 
-from graders.mutation import Mutant
+from graders.shared.mutation import Mutant
 from tests.wrong import wrong
 
 _VALIDATE = "counts = _validate_append(cache, new_key, new_value, counts)"

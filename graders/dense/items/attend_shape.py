@@ -23,10 +23,12 @@ from dataclasses import dataclass
 
 import torch
 
-from graders import cases, decode_loop, hidden_cases
-from graders.candidate import Candidate
-from graders.plans import Plan, tensor
-from graders.compare import require_shape
+from graders.shared import cases, hidden_cases
+
+from graders.dense import decode_loop
+from graders.judge.candidate import Candidate
+from graders.shared.plans import Plan, tensor
+from graders.shared.compare import require_shape
 
 ITEM = "attend-shape"
 

@@ -19,7 +19,7 @@ Public: two parts, both against the judge's float64 answers over whole sequences
   only its newest part passes every short schedule, since no short cache has an old part.
 - A beam search (3 beams, 6 steps) through a 2-layer decoder, run in the worker by trusted code
   (graders/worker/beam_search.py) with the candidate's decode_step and reorder on every layer. The
-  judge follows the search's choices with its own uncached forwards (graders/decoder.py): at
+  judge follows the search's choices with its own uncached forwards (graders/dense/decoder.py): at
   each step every chosen continuation's score must match, and the chosen ones must be a top 3
   of the judge's scores up to the tolerance (a near-tie may break either way in float32;
   elsewhere the tokens must be the same). The first choice expands 1 row to 3 with duplicate
@@ -47,10 +47,12 @@ from typing import NamedTuple
 
 import torch
 
-from graders import cases, decoder, hidden_cases, reference
-from graders.candidate import Candidate
-from graders.plans import Fail, Plan, tensor
-from graders.compare import TOLERANCE, close, require_close, require_shape
+from graders.shared import cases, hidden_cases, reference
+
+from graders.dense import decoder
+from graders.judge.candidate import Candidate
+from graders.shared.plans import Fail, Plan, tensor
+from graders.shared.compare import TOLERANCE, close, require_close, require_shape
 
 ITEM = "beam-reorder"
 

@@ -3,7 +3,7 @@ cache stores kv_heads heads.
 
 Query head h reads KV head h // G, G = Hq // Hkv (contiguous groups, as in Llama). The judge's
 reference expands K and V with `repeat_interleave`; the cache must not: GQA exists to store Hkv
-heads instead of Hq. Every case is decoded in chunks (graders.decode_loop), every prefix
+heads instead of Hq. Every case is decoded in chunks (graders.dense.decode_loop), every prefix
 compared; when the outputs match the other common mapping, h % Hkv (`repeat` instead of
 `repeat_interleave`, or a reshape to [B, G, Hkv, D]), the message names it. After each case the
 cache must hold kv_heads heads.
@@ -37,10 +37,12 @@ from dataclasses import dataclass
 
 import torch
 
-from graders import cases, decode_loop, hidden_cases, reference
-from graders.candidate import Candidate
-from graders.plans import Fail, Plan, tensor
-from graders.compare import TOLERANCE, first_divergence, require_close, require_shape
+from graders.shared import cases, hidden_cases, reference
+
+from graders.dense import decode_loop
+from graders.judge.candidate import Candidate
+from graders.shared.plans import Fail, Plan, tensor
+from graders.shared.compare import TOLERANCE, first_divergence, require_close, require_shape
 
 ITEM = "gqa"
 

@@ -1,7 +1,7 @@
 """low-precision: bf16 and fp16 caches keep their dtype, compute the scores (q.k and the scale) and
 the softmax in float32, and return outputs close to the reference in the query's dtype.
 
-Public: per dtype, two caches decoded one token at a time, every prefix compared with graders.reference
+Public: per dtype, two caches decoded one token at a time, every prefix compared with graders.shared.reference
 (float64, from the same low-precision inputs, upcast exactly):
 - ordinary inputs (B=2, H=4, T=12, D=16): outputs must have the query's dtype and the cache's
   keys and values the inputs' dtype (a cache upcast to float32 spends twice the memory the
@@ -16,9 +16,9 @@ A softmax computed in the cache's dtype is NOT detectable on ordinary inputs: me
 stays within 2.2 eps (eps: bf16 7.8e-3, fp16 9.8e-4) where correct implementations reach 0.8
 eps; only the large-logit case tells it apart, by 29x the tolerance or NaN.
 
-The reference is graders.reference in float64; a float32-softmax reference differs from it by
+The reference is graders.shared.reference in float64; a float32-softmax reference differs from it by
 5e-7, nothing beside the rounding of a low-precision output. Tolerances, measured by
-`python -m graders.tolerances` (reference solution, concat baseline, a float32 product with the
+`python -m graders.shared.tolerances` (reference solution, concat baseline, a float32 product with the
 values, scaled_dot_product_attention; the public seed and 50 more; worst error as a share of
 the tolerance, i.e. 1 / margin):
     bf16  ordinary 3e-2 + 3e-2*|expected| (3.8 eps): worst 0.65 eps, share 0.17 (6x margin)
@@ -38,7 +38,7 @@ dtype, seeded:
   (measured: 11x the tolerance in fp16, 43x in bf16). head_dim 32, 24 positions in chunks of
   1 to 4;
 - ordinary inputs, head_dim 128, one row, 300 positions in chunks of up to 16.
-Every append is followed by an attend (graders.decode_loop); outputs must have the query's dtype
+Every append is followed by an attend (graders.dense.decode_loop); outputs must have the query's dtype
 and be within the public tolerances of the float64 reference (from the same low-precision
 inputs), and the cache must keep the dtype it was given. Measured, the correct implementations
 stay within 1/12 of those tolerances here.
@@ -50,11 +50,13 @@ import math
 
 import torch
 
-from graders import cases, decode_loop, hidden_cases, reference
-from graders.candidate import Candidate
-from graders.plans import Fail, Plan, tensor
-from graders.compare import LARGE_LOGITS_LOW_PRECISION as LARGE_LOGIT_TOLERANCE
-from graders.compare import TOLERANCE, first_divergence, require_close, require_shape
+from graders.shared import cases, hidden_cases, reference
+
+from graders.dense import decode_loop
+from graders.judge.candidate import Candidate
+from graders.shared.plans import Fail, Plan, tensor
+from graders.shared.compare import LARGE_LOGITS_LOW_PRECISION as LARGE_LOGIT_TOLERANCE
+from graders.shared.compare import TOLERANCE, first_divergence, require_close, require_shape
 
 ITEM = "low-precision"
 
@@ -135,7 +137,7 @@ def grade_hidden(candidate: Candidate) -> str:
 
 
 def _case_inputs() -> dict[tuple[torch.dtype, str], dict[str, torch.Tensor]]:
-    """The public cases, by (dtype, kind). graders.tolerances measures on the same inputs."""
+    """The public cases, by (dtype, kind). graders.shared.tolerances measures on the same inputs."""
     inputs = {}
     for dtype, seed in SEEDS.items():
         g = cases.generator(seed)

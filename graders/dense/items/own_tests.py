@@ -2,9 +2,9 @@
 
 The candidate's test file runs in the tests worker (pytest, in a forked child per run, in a
 sandbox of its own: `GradeWorkers`) with `kv_cache` bound in turn to the reference solution, to
-a correct implementation made for this grade (`graders.disguise`: the reference with its private
+a correct implementation made for this grade (`graders.dense.disguise`: the reference with its private
 names, the order of its definitions and its layout rewritten from the grade's seed) and to each
-bundled mistake (`graders.mistakes`), disguised with the same seed. A test suite that passes on
+bundled mistake (`graders.dense.mistakes`), disguised with the same seed. A test suite that passes on
 the reference and on the disguise and fails on every mistake compares outputs, prefix by prefix;
 one that catches none of the mistakes whose outputs have the right shape checks shapes only (the
 `shape-only-tests` tell). One that passes on the reference but not on the disguise recognises
@@ -31,13 +31,13 @@ import json
 import random
 from typing import NamedTuple
 
-from graders import bundled, hidden_cases, mutation
-from graders.candidate import Candidate
-from graders.plans import CandidateError, Fail, NotAttempted
-from graders.disguise import disguise
-from graders.isolation import unseen_beside
-from graders.mistakes import MISTAKES, SHAPE_MISTAKES
-from graders.workers import Reply, WorkerUnavailable
+from graders.shared import bundled, hidden_cases, mutation
+from graders.judge.candidate import Candidate
+from graders.shared.plans import CandidateError, Fail, NotAttempted
+from graders.dense.disguise import disguise
+from graders.judge.isolation import unseen_beside
+from graders.dense.mistakes import MISTAKES, SHAPE_MISTAKES
+from graders.judge.workers import Reply, WorkerUnavailable
 
 ITEM = "own-tests"
 
@@ -47,7 +47,7 @@ REFERENCE_FILE = "<reference>"  # the reference's __file__ in the runs: it is no
 TEST_TIMEOUT = 60.0
 PARALLEL = 2
 PUBLIC_SEED = 0  # the disguise's seed outside hidden runs
-SEED_OFFSET = 29_000  # of the disguise's seed from the hidden run's (graders.hidden_cases)
+SEED_OFFSET = 29_000  # of the disguise's seed from the hidden run's (graders.shared.hidden_cases)
 
 
 class _Runs(NamedTuple):
@@ -104,7 +104,7 @@ def grade(candidate: Candidate) -> str:
 
 def implementations(seed: int) -> list[dict]:
     """What the tests run against, as the worker is sent them (``{"source", "file"}``): the
-    reference (wherever `graders.mutation.REFERENCE` points), its disguise, then each of
+    reference (wherever `graders.shared.mutation.REFERENCE` points), its disguise, then each of
     MISTAKES disguised, all from `seed`."""
     draw = random.Random(f"own-tests:{seed}")
     reference = mutation.REFERENCE.read_text()

@@ -73,9 +73,9 @@ from typing import NamedTuple
 
 import torch
 
-from graders import cases, hidden_cases
-from graders.candidate import Candidate
-from graders.plans import Fail, Plan
+from graders.shared import cases, hidden_cases
+from graders.judge.candidate import Candidate
+from graders.shared.plans import Fail, Plan
 
 ITEM = "prealloc"
 
@@ -157,7 +157,7 @@ SINGLE = Run(appends=256, t=1, B=2, Hkv=2, D=128)
 SHORT = Run(appends=64, t=64, B=1, Hkv=2, D=16)
 LONG = Run(appends=64, t=512, B=1, Hkv=2, D=16)
 SINGLE_SEED, SHORT_SEED, LONG_SEED = 730, 731, 732
-HIDDEN_SEED = 1800  # an offset from the run's seed (graders.hidden_cases)
+HIDDEN_SEED = 1800  # an offset from the run's seed (graders.shared.hidden_cases)
 
 
 def hidden_run(seed: int) -> Run:

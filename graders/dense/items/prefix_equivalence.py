@@ -1,7 +1,7 @@
 """prefix-equivalence: the newest-token output equals full causal attention at every prefix.
 
 The question's core invariant. Each case decodes a whole sequence through the cache
-(graders.decode_loop) and compares every step, not only the last: a mistake in how the prefix is
+(graders.dense.decode_loop) and compares every step, not only the last: a mistake in how the prefix is
 kept shows at some prefix even when the final step happens to agree. When the outputs match a
 known mistake (no scale, 1/head_dim, only the newest position, softmax over another axis, SDPA's
 is_causal=True with one query, which sees only the first key), the message names it. Still MHA
@@ -27,10 +27,12 @@ from dataclasses import dataclass
 
 import torch
 
-from graders import cases, decode_loop, hidden_cases
-from graders.candidate import Candidate
-from graders.plans import Plan
-from graders.compare import SDPA_IS_CAUSAL, TOLERANCE, require_close
+from graders.shared import cases, hidden_cases
+
+from graders.dense import decode_loop
+from graders.judge.candidate import Candidate
+from graders.shared.plans import Plan
+from graders.shared.compare import SDPA_IS_CAUSAL, TOLERANCE, require_close
 
 ITEM = "prefix-equivalence"
 

@@ -31,10 +31,12 @@ from typing import NamedTuple
 
 import torch
 
-from graders import cases, decode_loop, hidden_cases, reference
-from graders.candidate import Candidate
-from graders.plans import Fail, Plan, tensor
-from graders.compare import TOLERANCE, UNWRITTEN_SLOTS, close, first_divergence, require_shape
+from graders.shared import cases, hidden_cases, reference
+
+from graders.dense import decode_loop
+from graders.judge.candidate import Candidate
+from graders.shared.plans import Fail, Plan, tensor
+from graders.shared.compare import TOLERANCE, UNWRITTEN_SLOTS, close, first_divergence, require_shape
 
 ITEM = "ragged-batch"
 

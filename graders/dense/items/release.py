@@ -33,10 +33,12 @@ from typing import NamedTuple
 
 import torch
 
-from graders import cases, decode_loop, hidden_cases, reference
-from graders.candidate import Candidate
-from graders.plans import Fail, Plan, Raised, tensor
-from graders.compare import (TOLERANCE, UNWRITTEN_SLOTS, first_divergence, require_close,
+from graders.shared import cases, hidden_cases, reference
+
+from graders.dense import decode_loop
+from graders.judge.candidate import Candidate
+from graders.shared.plans import Fail, Plan, Raised, tensor
+from graders.shared.compare import (TOLERANCE, UNWRITTEN_SLOTS, first_divergence, require_close,
                              require_shape)
 
 ITEM = "release"

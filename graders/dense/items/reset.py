@@ -25,10 +25,12 @@ from __future__ import annotations
 
 import torch
 
-from graders import cases, decode_loop, hidden_cases, reference
-from graders.candidate import Candidate
-from graders.plans import Fail, Plan, Raised, tensor
-from graders.compare import TOLERANCE, require_close, require_shape
+from graders.shared import cases, hidden_cases, reference
+
+from graders.dense import decode_loop
+from graders.judge.candidate import Candidate
+from graders.shared.plans import Fail, Plan, Raised, tensor
+from graders.shared.compare import TOLERANCE, require_close, require_shape
 from graders.worker.ops import Missing
 
 ITEM = "reset"

@@ -1,7 +1,7 @@
 """rope-absolute: cached decoding with RoPE equals a full RoPE forward at every prefix.
 
 decode_step must rotate the new token's q and k at its row's absolute position, cache.lengths[b]
-before the append. Every step is compared with graders.reference.attention_layer (float64) over
+before the append. Every step is compared with graders.shared.reference.attention_layer (float64) over
 each row's whole sequence. Public, three cases:
 - one token at a time from an empty cache;
 - ragged rows through counts 0/1 (a row joins late, another skips steps), so the rows of one
@@ -32,10 +32,10 @@ from typing import NamedTuple
 
 import torch
 
-from graders import cases, hidden_cases, reference
-from graders.candidate import Candidate
-from graders.plans import Fail, Plan, tensor
-from graders.compare import TOLERANCE, UNWRITTEN_SLOTS, first_divergence, require_shape
+from graders.shared import cases, hidden_cases, reference
+from graders.judge.candidate import Candidate
+from graders.shared.plans import Fail, Plan, tensor
+from graders.shared.compare import TOLERANCE, UNWRITTEN_SLOTS, first_divergence, require_shape
 
 ITEM = "rope-absolute"
 

@@ -3,7 +3,7 @@
 Public: two rows decode 5 steps through decode_step, row 1 skipping one (lengths 5 and 4, in a
 KVCache(capacity=16), so later writes land in storage that already exists). Then
 `fork(cache)`, and the original and the fork take turns for 4 steps with different tokens.
-Every step of each branch must equal graders.reference.attention_layer (float64, RoPE) over that
+Every step of each branch must equal graders.shared.reference.attention_layer (float64, RoPE) over that
 branch's whole sequence; at the end each branch's lengths, keys (rotated at their absolute
 positions) and values must be its own. Taking turns means every write of one branch comes
 before a read of the other, so this catches a fork that shares storage (the same tensors or the
@@ -35,10 +35,10 @@ from typing import NamedTuple
 
 import torch
 
-from graders import cases, hidden_cases, reference
-from graders.candidate import Candidate
-from graders.plans import Fail, Plan, tensor
-from graders.compare import TOLERANCE, UNWRITTEN_SLOTS, first_divergence, require_shape
+from graders.shared import cases, hidden_cases, reference
+from graders.judge.candidate import Candidate
+from graders.shared.plans import Fail, Plan, tensor
+from graders.shared.compare import TOLERANCE, UNWRITTEN_SLOTS, first_divergence, require_shape
 
 ITEM = "rope-fork-offset"
 

@@ -38,10 +38,12 @@ import math
 
 import torch
 
-from graders import cases, decode_loop, hidden_cases, reference
-from graders.candidate import Candidate
-from graders.plans import Fail, Plan, tensor
-from graders.compare import LARGE_LOGITS_FLOAT32, require_close, require_shape
+from graders.shared import cases, hidden_cases, reference
+
+from graders.dense import decode_loop
+from graders.judge.candidate import Candidate
+from graders.shared.plans import Fail, Plan, tensor
+from graders.shared.compare import LARGE_LOGITS_FLOAT32, require_close, require_shape
 
 ITEM = "stable-softmax"
 

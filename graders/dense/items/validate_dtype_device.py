@@ -9,7 +9,7 @@ refused, and a float64 cache read by a float64 query must answer in float64: a c
 returns the float32 softmax's product as it is passes every float32 test and fails here. The
 query itself must come back unchanged (the contract: attend never modifies the query).
 Each bad call runs on its own cache; its state before and after must be equal
-(graders.bad_calls).
+(graders.dense.bad_calls).
 
 Hidden, on seeded shapes, each bad call on its own cache as in the public cases:
 - key on the CPU with the value on the meta device, and the other way round: a check that looks
@@ -26,11 +26,11 @@ from __future__ import annotations
 
 import torch
 
-from graders import cases, hidden_cases
-from graders.bad_calls import bad_call, on_own_caches, require_rejected
-from graders.candidate import Candidate
-from graders.plans import Fail, Plan, tensor
-from graders.compare import require_shape
+from graders.shared import cases, hidden_cases
+from graders.dense.bad_calls import bad_call, on_own_caches, require_rejected
+from graders.judge.candidate import Candidate
+from graders.shared.plans import Fail, Plan, tensor
+from graders.shared.compare import require_shape
 
 ITEM = "validate-dtype-device"
 

@@ -5,7 +5,7 @@ cache's state (keys, values, lengths, capacity) is read before and after it. So 
 on its own the three ways candidates get this wrong: no check at all (a silent broadcast or a
 write of the wrong rows), a check that lets torch raise RuntimeError somewhere inside, and a check
 made after the cache has already grown or been written ("validate, then mutate" done backwards)
-(graders.bad_calls). A bad first append on an empty cache must leave it empty too, and a good
+(graders.dense.bad_calls). A bad first append on an empty cache must leave it empty too, and a good
 append must still work. The wording of the error is free; the candidate's messages are shown in
 the pass message.
 
@@ -29,10 +29,10 @@ from __future__ import annotations
 
 import torch
 
-from graders import cases, hidden_cases
-from graders.bad_calls import bad_call, on_own_caches, require_rejected
-from graders.candidate import Candidate
-from graders.plans import Fail, Plan, tensor
+from graders.shared import cases, hidden_cases
+from graders.dense.bad_calls import bad_call, on_own_caches, require_rejected
+from graders.judge.candidate import Candidate
+from graders.shared.plans import Fail, Plan, tensor
 
 ITEM = "validate-shapes"
 

@@ -1,7 +1,7 @@
 """admission: admit reserves a request's future growth, not just its first token.
 
 Public: one pool of 10 blocks of 4 positions, every outcome judged against the judge's model of
-the pool (graders/paged_model.py): admit(seq, max_tokens) reserves ceil(max_tokens / 4) blocks
+the pool (graders/serving/model.py): admit(seq, max_tokens) reserves ceil(max_tokens / 4) blocks
 when the free blocks not promised to other admitted sequences cover them.
 - A is admitted for 21 tokens (6 blocks) and has written 1 token: 9 blocks are free, but 5 are
   still promised to A. B asking for 20 tokens (5 blocks) must be refused while the pool is still
@@ -19,7 +19,7 @@ Free counts (whether a reserved block counts as free, leaks) are paged-free's to
 only admit, can_admit and append outcomes are.
 
 Hidden: seeded random scripts of admits, adds, appends, can_admit and frees
-(graders.paged_scripts.play), block sizes 1 and 16, pools small enough that refusals are
+(graders.serving.scripts.play), block sizes 1 and 16, pools small enough that refusals are
 frequent. Admitted sequences grow within their max_tokens and never get CacheFull; sequences
 added without admission get CacheFull rather than take promised blocks (and are then freed, as
 a scheduler drops a request that does not fit: whether CacheFull changed nothing is paged-free's
@@ -28,10 +28,10 @@ question); free gives back what was left of a reservation.
 
 from __future__ import annotations
 
-from graders import cases, hidden_cases
-from graders.candidate import Candidate
-from graders.paged_scripts import play
-from graders.paged_session import Session
+from graders.shared import cases, hidden_cases
+from graders.judge.candidate import Candidate
+from graders.serving.scripts import play
+from graders.serving.session import Session
 
 ITEM = "admission"
 

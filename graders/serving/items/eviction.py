@@ -5,7 +5,7 @@ Public: one pool of 64 blocks of 4 positions; sequences come in by add, by admit
 dst (all three count as adding, in call order, as the starter's docstrings say), some are freed
 by hand, an admit is refused (it adds nothing), and evictions are interleaved with new
 additions. Each evict must return the id the judge's model of the pool gives
-(graders/paged_model.py), the id must be gone afterwards (add takes it again), and
+(graders/serving/model.py), the id must be gone afterwards (add takes it again), and
 num_free_blocks must grow by the blocks the victim held, checked for victims none of whose
 blocks was ever shared (what happens to shared blocks is paged-cow's and paged-free's question).
 With nothing left, evict raises ValueError.
@@ -14,17 +14,17 @@ id, or an id it already freed, returns a wrong one at some step; one that drops 
 not its blocks shows in the free count.
 
 Hidden: seeded random scripts of adds, admits, forks, appends, frees and evicts
-(graders.paged_scripts.play), block sizes 1 and 16, then evicts until the cache is empty and
+(graders.serving.scripts.play), block sizes 1 and 16, then evicts until the cache is empty and
 one more (ValueError). The pool is large and admits ask for at most two blocks, so no admission
 question decides who is present.
 """
 
 from __future__ import annotations
 
-from graders import cases, hidden_cases
-from graders.candidate import Candidate
-from graders.paged_scripts import play
-from graders.paged_session import Session
+from graders.shared import cases, hidden_cases
+from graders.judge.candidate import Candidate
+from graders.serving.scripts import play
+from graders.serving.session import Session
 
 ITEM = "eviction"
 

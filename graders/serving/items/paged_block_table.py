@@ -30,11 +30,11 @@ from dataclasses import dataclass
 
 import torch
 
-from graders import cases, hidden_cases
-from graders.candidate import Candidate
-from graders.plans import Fail, Plan
-from graders.compare import TOLERANCE, close
-from graders.paged_pool import Pool
+from graders.shared import cases, hidden_cases
+from graders.judge.candidate import Candidate
+from graders.shared.plans import Fail, Plan
+from graders.shared.compare import TOLERANCE, close
+from graders.serving.pool import Pool
 
 ITEM = "paged-block-table"
 

@@ -13,10 +13,10 @@ Tables are judged by their sharing: where the judge's book has one block in two 
 candidate's ids must be equal; where it has two blocks, different (any ids will do). The keys
 written are zero, so attention is the mean of exactly the values a branch holds: this item
 judges which data a branch reads, not how attention computes (paged-equivalence's question).
-Every script is played on a graders.paged_session.Session, against the judge's model of the pool
-(graders/paged_model.py).
+Every script is played on a graders.serving.session.Session, against the judge's model of the pool
+(graders/serving/model.py).
 
-Hidden: seeded random trees of forks (graders.paged_scripts.play: adds, appends of 1 to 20
+Hidden: seeded random trees of forks (graders.serving.scripts.play: adds, appends of 1 to 20
 positions, forks of random sequences, forks of forks and of empty sequences, mid-block and at
 block boundaries) on a pool large enough that nothing runs out, checked after every step as the
 public scripts are. Block size 1 (never a partial block: forks only share) and 16 (writes into
@@ -32,10 +32,10 @@ quantization mistake would fail it too, and those are quantized-kv's to name.
 
 from __future__ import annotations
 
-from graders import cases, hidden_cases
-from graders.candidate import Candidate
-from graders.paged_scripts import play
-from graders.paged_session import INT8_BOUND, TOL, Session
+from graders.shared import cases, hidden_cases
+from graders.judge.candidate import Candidate
+from graders.serving.scripts import play
+from graders.serving.session import INT8_BOUND, TOL, Session
 
 ITEM = "paged-cow"
 HINTS = {

@@ -5,15 +5,15 @@ block boundary) are interleaved with frees, so freed blocks are reused by other 
 tables end up out of order and far apart. After every append and free, one attend over every
 live sequence, an id repeated, and a sequence that never got a position (zeros expected), each
 row compared with float64 attention over that sequence's own keys and values
-(graders.reference), for MHA 4/4, GQA 8/2 and MQA 4/1. A bfloat16 pool must answer in bfloat16.
+(graders.shared.reference), for MHA 4/4, GQA 8/2 and MQA 4/1. A bfloat16 pool must answer in bfloat16.
 What this catches: blocks read in an order other than the table, slots past a sequence's length
 in its last block (stale data of a freed sequence), NaN for an empty sequence, a GQA head
 mapping other than h // (Hq // Hkv), a missing 1/sqrt(D).
 Last, the dense contract's validation, kept light: append with wrong kv_heads, head_dim, rank,
 dtype or device, and attend with a bad query raise ValueError and change nothing.
-Each workload is played on a graders.paged_pool.Pool, the judge's copy of every sequence.
+Each workload is played on a graders.serving.pool.Pool, the judge's copy of every sequence.
 
-Hidden: seeded random workloads (graders.paged_scripts.workload) on tight pools: sequences added,
+Hidden: seeded random workloads (graders.serving.scripts.workload) on tight pools: sequences added,
 grown by chunks, and freed at random, in a pool sized to the workload's peak (plus 0 to 2 blocks),
 so freed blocks are always reused and tables scatter; block sizes 1, 3 and 16; head layouts MHA,
 GQA (groups of 2 to 8) and MQA; every other append's key and value non-contiguous (strided last
@@ -33,12 +33,12 @@ from __future__ import annotations
 
 import torch
 
-from graders import cases, hidden_cases
-from graders.candidate import Candidate
-from graders.plans import Fail, Plan, Raised
-from graders.compare import TOLERANCE
-from graders.paged_pool import Pool
-from graders.paged_scripts import peak_blocks, workload
+from graders.shared import cases, hidden_cases
+from graders.judge.candidate import Candidate
+from graders.shared.plans import Fail, Plan, Raised
+from graders.shared.compare import TOLERANCE
+from graders.serving.pool import Pool
+from graders.serving.scripts import peak_blocks, workload
 
 ITEM = "paged-equivalence"
 

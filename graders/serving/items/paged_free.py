@@ -13,10 +13,10 @@ Public: three scripts (pools of 4-position blocks):
 - a forked sequence whose shared partial last block must be copied, with no block free:
   CacheFull, nothing changed; a sequence whose partial block is its own still fits a token.
 
-Every script is played on a graders.paged_session.Session, against the judge's model of the
-pool (graders/paged_model.py).
+Every script is played on a graders.serving.session.Session, against the judge's model of the
+pool (graders/serving/model.py).
 
-Hidden: seeded random scripts (graders.paged_scripts.play) of add / append / fork / free steps,
+Hidden: seeded random scripts (graders.serving.scripts.play) of add / append / fork / free steps,
 and frees of ids that are gone or were never added, on pools small enough that many appends do
 not fit (multi-block appends with a few blocks free, copy-on-write copies with none), checked
 after every step as the public scripts are; at the end every sequence is freed and the whole
@@ -30,10 +30,10 @@ Hidden only, as paged-cow's int8 case: every quantization mistake would fail it 
 
 from __future__ import annotations
 
-from graders import cases, hidden_cases
-from graders.candidate import Candidate
-from graders.paged_scripts import play
-from graders.paged_session import Session
+from graders.shared import cases, hidden_cases
+from graders.judge.candidate import Candidate
+from graders.serving.scripts import play
+from graders.serving.session import Session
 
 ITEM = "paged-free"
 HINTS = {
