@@ -7,4 +7,6 @@
                    grade it, write /autograder/results/results.json
     github_action  a GitHub Actions workflow grading a candidate's repository on push (public
                    cases only)
+
+May import: graders.judge, graders.shared. Never a track.
 """

@@ -1,3 +1,5 @@
 """How a grade is shown and written: the terminal report and the contract's JSON (report),
 the interviewer's scorecard (scorecard), JUnit XML (junit) and Gradescope's results (gradescope);
-`outputs` writes the files a grade was asked for, each apart from the others."""
+`outputs` writes the files a grade was asked for, each apart from the others.
+
+May import: graders.judge (a grade's result), graders.shared. Never a track."""

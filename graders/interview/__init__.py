@@ -8,4 +8,6 @@
   the replay of every snapshot.
 - commands: the verbs as the terminal shows them, cli.py's to call; the interactive one shows
   the stage and watches the files (graders.workflows.watch), made of the others.
+
+May import: graders.judge, graders.shared, graders.formats, graders.workflows. Never a track.
 """
