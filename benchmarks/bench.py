@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Callable
 
 from benchmarks.timing import Summary
-from graders.shared import bundled
 from graders.judge import isolation
 from graders.judge.isolation import GIB, Sandbox
 from graders.judge.workers import OutputTail
+from graders.shared import bundled
 from graders.worker import frames, wire
 
 SOLUTIONS = bundled.SOLUTIONS

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from graders.shared.mutation import REFERENCE
 from graders.judge.workers import warm_workers
+from graders.shared.mutation import REFERENCE
 from tests.seeds import SUITE_SEED
 
 HOSTILE = Path(__file__).parent / "hostile"

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from graders.shared import mutation
-from graders.judge.grade import grade
 from graders.dense.mistakes import MISTAKES, SHAPE_MISTAKES
+from graders.judge.grade import grade
+from graders.shared import mutation
 from graders.shared.mutation import REFERENCE, MutationError, strip_prose
 
 MODEL_TESTS = mutation.SOLUTIONS / "test_kv_cache.py"

@@ -21,11 +21,11 @@ import torch
 
 from graders.judge.candidate import Candidate
 
+from graders.judge.workers import Reply
 from graders.shared.plans import (CandidateError, CandidateTimeout, Fail, NotAttempted, Plan, Raised, Results, Tell, tensor)
 from graders.shared.untrusted import MAX_QUOTE
 from graders.worker.limits import Limits
 from graders.worker.wire import Opaque
-from graders.judge.workers import Reply
 
 TIMEOUT = 10.0
 CANDIDATE_FRAME = 'File "/tmp/work/kv_cache.py", line 41, in append'

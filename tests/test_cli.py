@@ -11,9 +11,9 @@ from typer.testing import CliRunner
 import graders.judge.grade as judge
 from benchmarks import bench
 from cli import app
+from graders.judge.isolation import GIB, Sandbox, SandboxUnavailable
 from graders.shared import bundled
 from graders.workflows import batch
-from graders.judge.isolation import GIB, Sandbox, SandboxUnavailable
 
 ROOT = Path(__file__).resolve().parent.parent
 runner = CliRunner()

@@ -20,10 +20,10 @@ from typer.testing import CliRunner
 import graders.judge.grade as judge
 from cli import app
 from graders.judge.isolation import bwrap_problem
-from graders.workflows import batch
 from graders.shared.mutation import Mutant
 from graders.shared.rubric import load
 from graders.shared.tracks import SERVING
+from graders.workflows import batch
 
 ROOT = Path(__file__).resolve().parent.parent
 REFERENCE = ROOT / "solutions" / "kv_cache.py"

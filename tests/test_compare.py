@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from graders.shared.plans import Fail
 from graders.shared.compare import (TOLERANCE, Tolerance, close, first_divergence, require_close,
                               require_shape)
+from graders.shared.plans import Fail
 
 TOL = Tolerance(atol=1e-3, rtol=1e-2)
 

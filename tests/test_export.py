@@ -27,9 +27,9 @@ import yaml
 from typer.testing import CliRunner
 
 from cli import app
-from graders.shared import rubric as rubric_data
 from graders.export import autograder, github_action, gradescope
 from graders.export.gradescope import Assignment
+from graders.shared import rubric as rubric_data
 from graders.shared.tracks import DENSE, SERVING
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -21,14 +21,14 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from graders.shared.tracks import DENSE
-from graders.shared.plans import Fail, tensor
-from graders.judge.grade import GradeResult, ItemResult, TellResult, _level, grade
 from graders.formats.gradescope import to_gradescope, write_gradescope
 from graders.formats.junit import write_junit
 from graders.formats.report import partial_verdict, render, to_json
-from graders.shared.rubric import load
 from graders.formats.scorecard import PASS_REASON_CHARS, write_markdown
+from graders.judge.grade import GradeResult, ItemResult, TellResult, _level, grade
+from graders.shared.plans import Fail, tensor
+from graders.shared.rubric import load
+from graders.shared.tracks import DENSE
 from graders.shared.untrusted import quote
 from graders.worker import wire
 

@@ -19,14 +19,14 @@ import pytest
 
 from graders.judge.candidate import Candidate
 
-from graders.shared.plans import CandidateError, CandidateTimeout, Fail
-from graders.shared import hidden_cases
-from graders.judge.grade import kata_graders
 from graders.dense.mistakes import MISTAKES
+from graders.judge.grade import kata_graders
+from graders.judge.workers import Worker
+from graders.shared import hidden_cases
 from graders.shared.mutation import PAGED_REFERENCE, Mutant
+from graders.shared.plans import CandidateError, CandidateTimeout, Fail
 from graders.shared.rubric import load
 from graders.shared.tracks import SERVING
-from graders.judge.workers import Worker
 from tests.test_hidden import MUTANTS
 from tests.seeds import SUITE_SEED
 from tests.wrong import everything

@@ -26,10 +26,10 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from graders.shared import rubric as rubric_data
-from graders.judge.grade import GradeResult, ItemResult
 from graders.interview import commands, record, review, session as verbs
 from graders.interview.questions import MODEL_ANSWERS, QUESTIONS, STAGE_PROMPTS
+from graders.judge.grade import GradeResult, ItemResult
+from graders.shared import rubric as rubric_data
 from graders.shared.mutation import REFERENCE
 from graders.shared.tracks import DENSE
 from tests.wrong import everything

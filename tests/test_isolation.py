@@ -24,8 +24,8 @@ from graders.formats import report
 from graders.judge.grade import grade
 from graders.judge.isolation import (KATA, Sandbox, SandboxUnavailable, _children, bwrap_problem,
                                unseen_beside)
-from graders.shared.mutation import REFERENCE
 from graders.judge.workers import GradeWorkers, Worker
+from graders.shared.mutation import REFERENCE
 
 pytestmark = pytest.mark.slow  # whole grades: `pytest -m "not slow"` is the quick loop
 

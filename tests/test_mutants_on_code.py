@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from graders.shared import mutation
-from graders.judge.grade import grade
 from graders.dense.mistakes import MISTAKES
+from graders.judge.grade import grade
+from graders.shared import mutation
 from graders.shared.mutation import Mutant, strip_prose
 from tests.test_cli_workflows import FIXED_MASK_BUFFER
 from tests.test_hidden import MUTANTS as HIDDEN_ONLY

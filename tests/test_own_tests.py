@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from graders.shared import hidden_cases
-from graders.judge.grade import grade
 from graders.dense.items import own_tests as item
 from graders.dense.mistakes import MISTAKES, SHAPE_MISTAKES
+from graders.judge.grade import grade
 from graders.judge.workers import Worker
+from graders.shared import hidden_cases
 
 ROOT = Path(__file__).resolve().parent.parent
 REFERENCE = ROOT / "solutions" / "kv_cache.py"

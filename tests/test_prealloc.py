@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from graders.shared.plans import Fail
-from graders.judge.grade import grade
 from graders.dense.items import prealloc
 from graders.dense.items.prealloc import LONG, SHORT, SINGLE, Measured, Run
+from graders.judge.grade import grade
+from graders.shared.plans import Fail
 from tests.wrong import everything
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -21,13 +21,13 @@ import pytest
 import torch
 
 from graders.judge import replies
-from graders.shared.plans import Plan
 from graders.judge.grade import grade
 from graders.judge.isolation import Sandbox, bwrap_problem
+from graders.judge.workers import Worker
 from graders.shared.mutation import REFERENCE
+from graders.shared.plans import Plan
 from graders.shared.untrusted import MAX_QUOTE
 from graders.worker import frames, wire
-from graders.judge.workers import Worker
 
 BATCH = "0123456789abcdef"
 # Where a sandbox runs, the attacks are graded in it; else in the process fallback.

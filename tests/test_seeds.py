@@ -9,8 +9,8 @@ import pytest
 from typer.testing import CliRunner
 
 from cli import app
-from graders.shared import hidden_cases
 from graders.judge.grade import grade
+from graders.shared import hidden_cases
 from graders.shared.mutation import REFERENCE
 from graders.workflows import batch
 from tests.test_hidden import MUTANTS

@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from graders.judge import similarity as sim
 from graders.formats.report import render, to_json
 from graders.formats.scorecard import write_markdown
+from graders.judge import similarity as sim
 from graders.judge.grade import GradeResult, ItemResult, grade
 from graders.shared.tracks import DENSE, SERVING
 

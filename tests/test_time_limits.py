@@ -22,14 +22,14 @@ import torch
 
 from graders.judge.candidate import Candidate
 
-from graders.shared.plans import CandidateTimeout, Plan
-from graders.shared import hidden_cases
 from graders.dense.items import prealloc
+from graders.judge.workers import Reply, Worker, _timeout_detail
+from graders.shared import hidden_cases
 from graders.shared.mutation import REFERENCE
+from graders.shared.plans import CandidateTimeout, Plan
 from graders.worker import limits, wire
 from graders.worker.limits import WALL_PER_CPU
 from graders.worker.serve import Spares, reap_answered, supervise
-from graders.judge.workers import Reply, Worker, _timeout_detail
 
 TIMEOUT = 1.0  # seconds of CPU time a request may use
 WORK = 0.5  # seconds of CPU time the job that finishes uses: half its limit

@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from graders.shared import tolerances
 from graders.dense.items import gqa, low_precision, prefix_equivalence
+from graders.shared import tolerances
 from tests.test_tolerances import _decoded, _expected
 
 

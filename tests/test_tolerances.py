@@ -25,13 +25,13 @@ import pytest
 import torch
 
 from graders.dense import decode_loop
+from graders.dense.items import gqa, low_precision, prefix_equivalence, reset
+from graders.dense.items import stable_softmax
+from graders.serving.items import quantized_kv
 from graders.shared import bundled, cases, reference
+from graders.shared.compare import TOLERANCE, Tolerance, close, require_close
 from graders.shared.plans import Fail, Plan, Results
 from graders.shared.tracks import TRACKS
-from graders.shared.compare import TOLERANCE, Tolerance, close, require_close
-from graders.dense.items import gqa, low_precision, prefix_equivalence, reset
-from graders.serving.items import quantized_kv
-from graders.dense.items import stable_softmax
 
 # How far correct code's measured share may grow before the test says the margin is gone: the
 # measurements are deterministic on one machine; another BLAS may round a worst element apart.

@@ -23,8 +23,8 @@ import graders.judge.grade as judge
 from benchmarks import bench
 from cli import app
 from graders.shared import output_files
-from graders.workflows import batch
 from graders.shared.output_files import OutputError, check_writable, write_atomically
+from graders.workflows import batch
 
 ROOT = Path(__file__).resolve().parent.parent
 REFERENCE = ROOT / "solutions" / "kv_cache.py"

@@ -11,8 +11,8 @@ import time
 import pytest
 from rich.console import Console
 
-from graders.judge.grade import GradeResult, ItemResult
 from graders.formats.report import render_summary
+from graders.judge.grade import GradeResult, ItemResult
 from graders.workflows.watch import watch
 
 POLL = 0.05

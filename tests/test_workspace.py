@@ -14,10 +14,10 @@ import pytest
 from typer.testing import CliRunner
 
 from cli import app
-from graders.shared.tracks import DENSE
-from graders.shared import bundled
 from graders.judge.grade import grade
+from graders.shared import bundled
 from graders.shared.rubric import load
+from graders.shared.tracks import DENSE
 from graders.workflows.workspace import README, default_target, init_workspace
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from graders.shared.compare import SDPA_IS_CAUSAL
 from graders.judge.grade import GradeResult, grade
+from graders.shared.compare import SDPA_IS_CAUSAL
 from graders.shared.mutation import REFERENCE
 from tests.wrong import Wrong, everything
 

@@ -13,8 +13,8 @@ from typing import Callable, NamedTuple
 import torch
 
 from graders.shared import reference
-from graders.shared.plans import Plan, Results, tensor
 from graders.shared.compare import require_shape
+from graders.shared.plans import Plan, Results, tensor
 
 
 class Step(NamedTuple):

@@ -37,10 +37,10 @@ import tempfile
 from pathlib import Path
 from time import monotonic
 
-from graders.shared import rubric as rubric_data
-from graders.shared import tracks
 from graders.export.gradescope import PRIVATE_GRADERS, SETTINGS, Assignment
 from graders.judge.isolation import bwrap_problem
+from graders.shared import rubric as rubric_data
+from graders.shared import tracks
 from graders.shared.output_files import write_atomically
 from graders.shared.tracks import Track
 from graders.shared.untrusted import file_name, quote

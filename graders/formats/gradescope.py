@@ -22,10 +22,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from graders.shared import rubric as rubric_data
-from graders.judge.grade import GradeResult
-from graders.shared.output_files import write_atomically
 from graders.formats.report import partial_verdict
+from graders.judge.grade import GradeResult
+from graders.shared import rubric as rubric_data
+from graders.shared.output_files import write_atomically
 from graders.shared.untrusted import quote
 
 

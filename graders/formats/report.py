@@ -20,10 +20,10 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from graders.shared import rubric as rubric_data
-from graders.shared import tracks
 from graders.judge.grade import GradeResult, ItemResult
 from graders.judge.isolation import PROCESS_FALLBACK_NOTE
+from graders.shared import rubric as rubric_data
+from graders.shared import tracks
 from graders.shared.untrusted import printable, quote
 
 INDENT = 4  # columns a quoted message stands in from the line that introduces it

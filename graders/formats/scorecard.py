@@ -21,12 +21,12 @@ import re
 from datetime import date
 from pathlib import Path
 
-from graders.shared import rubric as rubric_data
-from graders.shared import tracks
+from graders.formats.report import partial_verdict, similarity_line
 from graders.judge.grade import GradeResult, ItemResult
 from graders.judge.isolation import PROCESS_FALLBACK_NOTE
+from graders.shared import rubric as rubric_data
+from graders.shared import tracks
 from graders.shared.output_files import write_atomically
-from graders.formats.report import partial_verdict, similarity_line
 from graders.shared.untrusted import MAX_QUOTE, markdown_code, quote
 
 PASS_REASON_CHARS = 100  # a pass needs a phrase on a one-page card; --json keeps every word

@@ -17,9 +17,9 @@ from pathlib import Path
 from rich.console import Console
 from rich.text import Text
 
-from graders.shared import tracks
 from graders.interview import record, review, session as verbs
 from graders.interview.questions import STAGE_PROMPTS
+from graders.shared import tracks
 from graders.shared.untrusted import file_name, quote
 
 USAGE_ERROR = 2

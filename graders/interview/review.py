@@ -17,10 +17,10 @@ import difflib
 import re
 from pathlib import Path
 
-from graders.shared import rubric as rubric_data
-from graders.shared import tracks
 from graders.interview import record, session as verbs
 from graders.interview.questions import MODEL_ANSWERS, QUESTIONS
+from graders.shared import rubric as rubric_data
+from graders.shared import tracks
 from graders.shared.untrusted import clip, printable, quote
 
 STRIP_WIDTH = 60  # columns of the level-over-time strip

@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from graders.interview import record
 from graders.shared import rubric as rubric_data
 from graders.shared import tracks
-from graders.interview import record
 from graders.shared.tracks import DENSE
 
 Clock = Callable[[], float]

@@ -13,11 +13,11 @@ from pathlib import Path
 import torch
 
 from graders.judge.isolation import limit_reached
+from graders.judge.workers import Worker
 from graders.shared.plans import (MEASURED_TIME, CandidateError, CandidateTimeout, NotAttempted, Plan,
                            Raised, Results, Tell)
 from graders.shared.untrusted import clip
 from graders.worker.limits import Limits
-from graders.judge.workers import Worker
 
 
 class Candidate:

@@ -25,14 +25,14 @@ from typing import Callable
 
 import torch
 
-from graders.shared import hidden_cases, tracks
-from graders.shared import rubric as rubric_data
 from graders.judge.candidate import Candidate
-from graders.shared.plans import CandidateError, CandidateTimeout, Fail, NotAttempted, Tell
 from graders.judge.isolation import Sandbox, reap_strays
 from graders.judge.similarity import similarity
-from graders.shared.tracks import DENSE
 from graders.judge.workers import GradeWorkers, WorkerUnavailable
+from graders.shared import hidden_cases, tracks
+from graders.shared import rubric as rubric_data
+from graders.shared.plans import CandidateError, CandidateTimeout, Fail, NotAttempted, Tell
+from graders.shared.tracks import DENSE
 
 DEFAULT_TIMEOUT = 10.0
 DEFAULT_IMPORT_TIMEOUT = 60.0  # a correct file may import a large library: transformers takes 8-27 s cold

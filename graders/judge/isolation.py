@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
-import graders.worker
 from graders.shared import bundled
+import graders.worker
 from graders.worker.limits import Limits
 
 GIB = 1 << 30

@@ -15,9 +15,9 @@ from typing import Callable, NamedTuple
 import torch
 
 from graders.shared import cases, reference
-from graders.shared.plans import Fail, Plan, tensor
 from graders.shared.compare import (SDPA_IS_CAUSAL, UNWRITTEN_SLOTS, Tolerance, close, first_divergence,
                               require_shape)
+from graders.shared.plans import Fail, Plan, tensor
 
 
 class Read(NamedTuple):

@@ -13,8 +13,8 @@ import math
 
 import torch
 
-from graders.shared import cases
 from graders.serving.session import Session
+from graders.shared import cases
 
 
 def play(s: Session, g: torch.Generator, steps: int, weights: dict[str, int], longest: int,

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 
 import torch
 
-from graders.shared import cases, reference
-from graders.shared.plans import Fail, Plan, Raised, Results
-from graders.shared.compare import TOLERANCE, UNWRITTEN_SLOTS, close, first_divergence
 from graders.serving.model import Book, Full
+from graders.shared import cases, reference
+from graders.shared.compare import TOLERANCE, UNWRITTEN_SLOTS, close, first_divergence
+from graders.shared.plans import Fail, Plan, Raised, Results
 
 TOL = TOLERANCE[torch.float32]
 # How far an int8 pool's attention may be from float64 attention over the values written, as a

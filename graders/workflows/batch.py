@@ -25,11 +25,11 @@ from typing import Callable
 
 from rich.cells import cell_len, set_cell_size
 
-from graders.shared import rubric as rubric_data
+from graders.formats.report import STATUS_STYLE
 from graders.judge.grade import DEFAULT_IMPORT_TIMEOUT, DEFAULT_TIMEOUT, GradeResult, draw_seed, grade
 from graders.judge.isolation import Sandbox, SandboxUnavailable
+from graders.shared import rubric as rubric_data
 from graders.shared.output_files import write_atomically
-from graders.formats.report import STATUS_STYLE
 from graders.shared.tracks import DENSE, TESTS_ITEM, Track
 from graders.shared.untrusted import clip, csv_cell, file_name, markdown_code
 

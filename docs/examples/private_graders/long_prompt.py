@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import torch
 
-from graders.shared import cases, reference
 from graders.judge.candidate import Candidate
-from graders.shared.plans import Plan, tensor
+from graders.shared import cases, reference
 from graders.shared.compare import TOLERANCE, require_close, require_shape
+from graders.shared.plans import Plan, tensor
 
 ITEM = "prefix-equivalence"
 

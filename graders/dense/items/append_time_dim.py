@@ -26,10 +26,10 @@ from __future__ import annotations
 
 import torch
 
-from graders.shared import cases, hidden_cases
 from graders.judge.candidate import Candidate
-from graders.shared.plans import Fail, Plan, Raised, tensor
+from graders.shared import cases, hidden_cases
 from graders.shared.compare import TOLERANCE, first_divergence, require_shape
+from graders.shared.plans import Fail, Plan, Raised, tensor
 
 ITEM = "append-time-dim"
 

@@ -27,8 +27,8 @@ from graders.shared import cases, hidden_cases
 
 from graders.dense import decode_loop
 from graders.judge.candidate import Candidate
-from graders.shared.plans import Plan, tensor
 from graders.shared.compare import require_shape
+from graders.shared.plans import Plan, tensor
 
 ITEM = "attend-shape"
 

@@ -51,8 +51,8 @@ from graders.shared import cases, hidden_cases, reference
 
 from graders.dense import decoder
 from graders.judge.candidate import Candidate
-from graders.shared.plans import Fail, Plan, tensor
 from graders.shared.compare import TOLERANCE, close, require_close, require_shape
+from graders.shared.plans import Fail, Plan, tensor
 
 ITEM = "beam-reorder"
 

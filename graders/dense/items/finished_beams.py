@@ -41,8 +41,8 @@ from graders.shared import cases, hidden_cases, reference
 
 from graders.dense import decode_loop
 from graders.judge.candidate import Candidate
-from graders.shared.plans import Fail, Plan, tensor
 from graders.shared.compare import TOLERANCE, UNWRITTEN_SLOTS, first_divergence, require_shape
+from graders.shared.plans import Fail, Plan, tensor
 
 ITEM = "finished-beams"
 

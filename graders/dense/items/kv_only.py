@@ -25,10 +25,10 @@ from __future__ import annotations
 
 import torch
 
-from graders.shared import cases, hidden_cases, reference
 from graders.judge.candidate import Candidate
-from graders.shared.plans import Fail, Plan, tensor
+from graders.shared import cases, hidden_cases, reference
 from graders.shared.compare import TOLERANCE, first_divergence, require_shape
+from graders.shared.plans import Fail, Plan, tensor
 
 ITEM = "kv-only"
 

@@ -41,10 +41,10 @@ from __future__ import annotations
 
 import torch
 
-from graders.shared import cases, hidden_cases, reference
 from graders.judge.candidate import Candidate
-from graders.shared.plans import Fail, Plan, tensor
+from graders.shared import cases, hidden_cases, reference
 from graders.shared.compare import TOLERANCE, require_close
+from graders.shared.plans import Fail, Plan, tensor
 
 ITEM = "length-vs-capacity"
 

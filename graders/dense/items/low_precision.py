@@ -54,9 +54,9 @@ from graders.shared import cases, hidden_cases, reference
 
 from graders.dense import decode_loop
 from graders.judge.candidate import Candidate
-from graders.shared.plans import Fail, Plan, tensor
 from graders.shared.compare import LARGE_LOGITS_LOW_PRECISION as LARGE_LOGIT_TOLERANCE
 from graders.shared.compare import TOLERANCE, first_divergence, require_close, require_shape
+from graders.shared.plans import Fail, Plan, tensor
 
 ITEM = "low-precision"
 

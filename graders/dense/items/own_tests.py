@@ -31,13 +31,13 @@ import json
 import random
 from typing import NamedTuple
 
-from graders.shared import bundled, hidden_cases, mutation
-from graders.judge.candidate import Candidate
-from graders.shared.plans import CandidateError, Fail, NotAttempted
 from graders.dense.disguise import disguise
-from graders.judge.isolation import unseen_beside
 from graders.dense.mistakes import MISTAKES, SHAPE_MISTAKES
+from graders.judge.candidate import Candidate
+from graders.judge.isolation import unseen_beside
 from graders.judge.workers import Reply, WorkerUnavailable
+from graders.shared import bundled, hidden_cases, mutation
+from graders.shared.plans import CandidateError, Fail, NotAttempted
 
 ITEM = "own-tests"
 

@@ -73,8 +73,8 @@ from typing import NamedTuple
 
 import torch
 
-from graders.shared import cases, hidden_cases
 from graders.judge.candidate import Candidate
+from graders.shared import cases, hidden_cases
 from graders.shared.plans import Fail, Plan
 
 ITEM = "prealloc"

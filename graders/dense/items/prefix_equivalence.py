@@ -31,8 +31,8 @@ from graders.shared import cases, hidden_cases
 
 from graders.dense import decode_loop
 from graders.judge.candidate import Candidate
-from graders.shared.plans import Plan
 from graders.shared.compare import SDPA_IS_CAUSAL, TOLERANCE, require_close
+from graders.shared.plans import Plan
 
 ITEM = "prefix-equivalence"
 

@@ -37,9 +37,9 @@ from graders.shared import cases, hidden_cases, reference
 
 from graders.dense import decode_loop
 from graders.judge.candidate import Candidate
-from graders.shared.plans import Fail, Plan, Raised, tensor
 from graders.shared.compare import (TOLERANCE, UNWRITTEN_SLOTS, first_divergence, require_close,
                              require_shape)
+from graders.shared.plans import Fail, Plan, Raised, tensor
 
 ITEM = "release"
 

@@ -29,8 +29,8 @@ from graders.shared import cases, hidden_cases, reference
 
 from graders.dense import decode_loop
 from graders.judge.candidate import Candidate
-from graders.shared.plans import Fail, Plan, Raised, tensor
 from graders.shared.compare import TOLERANCE, require_close, require_shape
+from graders.shared.plans import Fail, Plan, Raised, tensor
 from graders.worker.ops import Missing
 
 ITEM = "reset"

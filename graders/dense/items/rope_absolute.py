@@ -32,10 +32,10 @@ from typing import NamedTuple
 
 import torch
 
-from graders.shared import cases, hidden_cases, reference
 from graders.judge.candidate import Candidate
-from graders.shared.plans import Fail, Plan, tensor
+from graders.shared import cases, hidden_cases, reference
 from graders.shared.compare import TOLERANCE, UNWRITTEN_SLOTS, first_divergence, require_shape
+from graders.shared.plans import Fail, Plan, tensor
 
 ITEM = "rope-absolute"
 

@@ -42,8 +42,8 @@ from graders.shared import cases, hidden_cases, reference
 
 from graders.dense import decode_loop
 from graders.judge.candidate import Candidate
-from graders.shared.plans import Fail, Plan, tensor
 from graders.shared.compare import LARGE_LOGITS_FLOAT32, require_close, require_shape
+from graders.shared.plans import Fail, Plan, tensor
 
 ITEM = "stable-softmax"
 

@@ -29,9 +29,9 @@ from __future__ import annotations
 
 import torch
 
-from graders.shared import cases, hidden_cases
 from graders.dense.bad_calls import bad_call, on_own_caches, require_rejected
 from graders.judge.candidate import Candidate
+from graders.shared import cases, hidden_cases
 from graders.shared.plans import Fail, Plan, tensor
 
 ITEM = "validate-shapes"

@@ -28,10 +28,10 @@ question); free gives back what was left of a reservation.
 
 from __future__ import annotations
 
-from graders.shared import cases, hidden_cases
 from graders.judge.candidate import Candidate
 from graders.serving.scripts import play
 from graders.serving.session import Session
+from graders.shared import cases, hidden_cases
 
 ITEM = "admission"
 

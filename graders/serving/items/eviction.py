@@ -21,10 +21,10 @@ question decides who is present.
 
 from __future__ import annotations
 
-from graders.shared import cases, hidden_cases
 from graders.judge.candidate import Candidate
 from graders.serving.scripts import play
 from graders.serving.session import Session
+from graders.shared import cases, hidden_cases
 
 ITEM = "eviction"
 

@@ -30,11 +30,11 @@ from dataclasses import dataclass
 
 import torch
 
-from graders.shared import cases, hidden_cases
 from graders.judge.candidate import Candidate
-from graders.shared.plans import Fail, Plan
-from graders.shared.compare import TOLERANCE, close
 from graders.serving.pool import Pool
+from graders.shared import cases, hidden_cases
+from graders.shared.compare import TOLERANCE, close
+from graders.shared.plans import Fail, Plan
 
 ITEM = "paged-block-table"
 

@@ -32,10 +32,10 @@ quantization mistake would fail it too, and those are quantized-kv's to name.
 
 from __future__ import annotations
 
-from graders.shared import cases, hidden_cases
 from graders.judge.candidate import Candidate
 from graders.serving.scripts import play
 from graders.serving.session import INT8_BOUND, TOL, Session
+from graders.shared import cases, hidden_cases
 
 ITEM = "paged-cow"
 HINTS = {

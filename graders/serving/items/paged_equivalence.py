@@ -33,12 +33,12 @@ from __future__ import annotations
 
 import torch
 
-from graders.shared import cases, hidden_cases
 from graders.judge.candidate import Candidate
-from graders.shared.plans import Fail, Plan, Raised
-from graders.shared.compare import TOLERANCE
 from graders.serving.pool import Pool
 from graders.serving.scripts import peak_blocks, workload
+from graders.shared import cases, hidden_cases
+from graders.shared.compare import TOLERANCE
+from graders.shared.plans import Fail, Plan, Raised
 
 ITEM = "paged-equivalence"
 

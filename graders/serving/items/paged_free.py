@@ -30,10 +30,10 @@ Hidden only, as paged-cow's int8 case: every quantization mistake would fail it 
 
 from __future__ import annotations
 
-from graders.shared import cases, hidden_cases
 from graders.judge.candidate import Candidate
 from graders.serving.scripts import play
 from graders.serving.session import Session
+from graders.shared import cases, hidden_cases
 
 ITEM = "paged-free"
 HINTS = {

@@ -43,12 +43,12 @@ from __future__ import annotations
 
 import torch
 
-from graders.shared import cases, hidden_cases
 from graders.judge.candidate import Candidate
-from graders.shared.plans import Fail, Plan, tensor
-from graders.shared.compare import require_shape
 from graders.serving.pool import Pool
 from graders.serving.session import INT8_BOUND
+from graders.shared import cases, hidden_cases
+from graders.shared.compare import require_shape
+from graders.shared.plans import Fail, Plan, tensor
 
 ITEM = "quantized-kv"
 
