@@ -55,6 +55,7 @@ SOLUTIONS = {  # in the order a learner reads them
     "fused": bundled.FUSED_ATTENTION,
     "tiled-paged": bundled.TILED_PAGED_ATTENTION,
     "fused-paged": bundled.FUSED_PAGED_ATTENTION,
+    "scheduler": bundled.SOLUTIONS / "scheduler.py",
     "tests": bundled.SOLUTIONS / "test_kv_cache.py",
 }
 TRACK_HELP = " or ".join(f"'{t.id}' ({t.title}, {t.implementation})" for t in TRACKS.values()) + "."

@@ -26,8 +26,11 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from typer.testing import CliRunner
 
+from cli import app
 from graders.batching import reference
+from graders.shared.mutation import Mutant, strip_prose
 from graders.worker.batching import drive
 from tests.wrong.batching import SCHEDULERS
 
@@ -363,7 +366,9 @@ def test_the_starter_is_the_contract_stubbed():
         assert list(cls.__dataclass_fields__) == fields
         assert cls.__dataclass_params__.frozen
     for module in (REFERENCE, load(SOLUTION), load(ONE_QUEUE)):
-        assert list(module.Request.__dataclass_fields__) == list(starter.Request.__dataclass_fields__)
+        for cls in ("Request", "Scheduled"):
+            assert getattr(module, cls).__dataclass_fields__.keys() == \
+                getattr(starter, cls).__dataclass_fields__.keys()
         assert module.Request("x", (1,), 1).eos is None
     scheduler = starter.Scheduler(4, 4, 2, 8, prefix_caching=True)
     for call in (lambda: scheduler.add(starter.Request("a", (1,), 1)), scheduler.schedule,
@@ -450,3 +455,20 @@ def test_no_chunking_never_starts_a_prompt_longer_than_the_budget():
     got, _, found = _scripted("no-chunking", "decodes-go-on")
     assert all(seq_id != "B" for step in got for seq_id, _, _ in step)
     assert "end: B did not produce its 1 tokens" in found
+
+
+def test_the_mutants_find_their_place_in_the_code_alone(tmp_path):
+    """Built on the solution with its comments and docstrings removed, each mutant is the same:
+    rewording the solution's prose changes no wrong scheduler."""
+    stripped = tmp_path / "scheduler.py"
+    stripped.write_text(strip_prose(SOLUTION.read_text()))
+    for wrong in SCHEDULERS:
+        again = Mutant(wrong.name, wrong.mutant.description, replace=wrong.mutant.replace,
+                       base=stripped)
+        assert again.source() == wrong.mutant.source(), wrong.name
+
+
+def test_kata_solution_scheduler_prints_the_solution():
+    result = CliRunner().invoke(app, ["solution", "scheduler"])
+    assert result.exit_code == 0
+    assert result.stdout_bytes == SOLUTION.read_bytes()
