@@ -1,0 +1,433 @@
+"""The judge's replay of a scheduler's trace: every rule of contract section 6, checked step by
+step on the kata's model, and the figures the items compare.
+
+`replay(workload, trace)` walks the trace the driver recorded (graders.worker.batching; its shape
+and its `produced` were checked when the reply arrived, graders.judge.replies), runs each step's
+valid entries on a `PagedRunner` and returns `Findings`: the FIRST finding of each rubric id, each
+naming the step, the request and the rule, and the summary figures (steps, tokens computed,
+prompt tokens computed).
+
+What the judge cannot see, it infers from what the tables and starts say:
+- A running sequence missing from a step was PREEMPTED at that step when it comes back
+  recomputing (its next entry starts before the positions it had computed) or never comes back
+  (nor finishes); an entry that restarts in the very next step was preempted in that step.
+  Otherwise it kept its blocks (a decode that waited for tokens, a prefill the budget left out). With prefix caching, a comeback at exactly its
+  computed positions, a whole number of blocks, may be either: the count of free blocks after
+  the step's schedule decides (the reading under which the scheduler's count is true).
+- The blocks a sequence holds are those of its latest table, from the step it last ran until it
+  finishes (update returned it) or is preempted; `num_free_blocks` is true when it equals
+  num_blocks minus the blocks in the union of those tables (a cached block nobody holds is free).
+- The waiting queue is the contract's: arrivals at its back; the victims of a step at its front,
+  the earliest arrived first.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from graders.batching.model import Decoder, PagedRunner
+from graders.shared.untrusted import quote
+from graders.worker.batching import produced_by
+
+RULES = ("batch-equivalence", "budgets", "preemption", "fcfs", "block-accounting",
+         "chunked-prefill", "prefix-caching")
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A broken rule: `rule` a rubric id, `step` the trace's step index (None: the end)."""
+
+    rule: str
+    step: int | None
+    seq_id: str | None
+    message: str
+
+
+@dataclass
+class Findings:
+    """What a replay found: the first finding of each rule, and the run's figures."""
+
+    first: dict[str, Finding] = field(default_factory=dict)
+    steps: int = 0
+    tokens_computed: int = 0
+    prompt_tokens_computed: int = 0
+    error: dict | None = None
+    stalled: bool = False
+
+    def add(self, rule: str, step: int | None, seq_id: str | None, message: str) -> None:
+        where = "at the end" if step is None else f"step {step}"
+        self.first.setdefault(rule, Finding(rule, step, seq_id, f"{where}: {message}"))
+
+    def passed(self, rule: str) -> bool:
+        return rule not in self.first
+
+
+@dataclass(eq=False)
+class _Seq:
+    """A request as the judge follows it."""
+
+    id: str
+    order: int  # place in arrival order
+    prompt: int  # its length
+    oracle: list[int]
+    eos: int | None
+    added: bool = False
+    state: str = "new"  # new, waiting, running, finished
+    outputs: int = 0
+    computed: int = 0  # positions computed in its current life
+    table: list[int] = field(default_factory=list)  # its latest table while running
+    restarted: bool = False
+
+    @property
+    def known(self) -> int:
+        return self.prompt + self.outputs
+
+    @property
+    def done(self) -> bool:
+        return self.outputs == len(self.oracle)
+
+
+def replay(workload: dict, trace: dict, model: Decoder | None = None) -> Findings:
+    """Replay `trace` (the driver's, shape checked) of a scheduler on `workload`."""
+    return _Replay(workload, trace, model or shared_model()).run()
+
+
+_MODEL: list[Decoder] = []
+
+
+def shared_model() -> Decoder:
+    """The track's decoder, made once a process."""
+    if not _MODEL:
+        _MODEL.append(Decoder())
+    return _MODEL[0]
+
+
+def name(seq_id: str) -> str:
+    """A request id in a message: quoted, escaped, short (a scheduler's ids are untrusted)."""
+    return f"'{quote(seq_id, 40)}'"
+
+
+class _Replay:
+    def __init__(self, workload: dict, trace: dict, model: Decoder):
+        config = workload["config"]
+        self.num_blocks, self.bs = config["num_blocks"], config["block_size"]
+        self.max_seqs, self.budget = config["max_num_seqs"], config["max_batched_tokens"]
+        self.prefix_caching = config["prefix_caching"]
+        requests = sorted(workload["requests"], key=lambda r: r["arrival"])
+        self.arrivals = [(r["arrival"], r["id"]) for r in requests]
+        self.seqs = {r["id"]: _Seq(r["id"], n, len(r["prompt"]), workload["oracle"][r["id"]],
+                                   r["eos"]) for n, r in enumerate(requests)}
+        self.runner = PagedRunner(model, self.num_blocks, self.bs, {
+            r["id"]: list(r["prompt"]) + workload["oracle"][r["id"]] for r in requests})
+        self.trace = trace
+        self.queue: deque[str] = deque()  # the waiting queue, its head first
+        self.found = Findings(steps=len(trace["steps"]), error=trace["error"],
+                              stalled=trace["stalled"])
+        self.releases, self.ambiguous = _releases(trace, self.seqs, self.bs, self.prefix_caching)
+
+    def run(self) -> Findings:
+        for n, step in enumerate(self.trace["steps"]):
+            self._step(n, step)
+        self._end()
+        return self.found
+
+    def _step(self, n: int, step: dict) -> None:
+        for arrival, seq_id in self.arrivals:
+            seq = self.seqs[seq_id]
+            if arrival <= step["at"] and not seq.added:
+                seq.added, seq.state = True, "waiting"
+                self.queue.append(seq_id)
+        batch = step["batch"]
+        before = {s.id: (s.known, s.computed) for s in self._running()}
+        victims = self.releases.get(n, set()) | {
+            seq_id for seq_id in self.ambiguous.get(n, set())
+            if self._free_if(batch, released={seq_id}) == step["free_after_schedule"]
+            != self._free_if(batch, released=set())}
+        self._preempt(n, victims)
+        valid = self._budgets(n, batch)
+        started = self._starts(n, batch, victims)
+        self._run(n, batch, valid)
+        self._decodes_waited(n, batch, before, victims | started)
+        self._head_of_line(n, batch, victims, step["free_after_schedule"])
+        self._account(n, step["free_after_schedule"], "after schedule()")
+        self._finished(n, step["finished"])
+        self._account(n, step["free_after_update"], "after update()")
+
+    def _running(self) -> list[_Seq]:
+        return [s for s in self.seqs.values() if s.state == "running"]
+
+    def _free_if(self, batch: list, released: set) -> int:
+        """Free blocks after this step's schedule were `released` preempted in it."""
+        tables = {s.id: s.table for s in self._running() if s.id not in released}
+        for seq_id, _, _, table in batch:
+            if seq_id in self.seqs and self.seqs[seq_id].state != "finished":
+                tables[seq_id] = table
+        held = {b for table in tables.values() for b in table if 0 <= b < self.num_blocks}
+        return self.num_blocks - len(held)
+
+    def _preempt(self, n: int, victims: set) -> None:
+        running = self._running()
+        for victim in sorted(victims, key=lambda v: -self.seqs[v].order):
+            later = [s.id for s in running
+                     if s.id not in victims and s.order > self.seqs[victim].order]
+            if later:
+                self.found.add("preemption", n, victim, (
+                    f"request {name(victim)} was preempted while {name(later[0])}, which "
+                    "arrived later, kept running: the victim is the most recently arrived "
+                    "running sequence"))
+            seq = self.seqs[victim]
+            seq.state, seq.computed, seq.table, seq.restarted = "waiting", 0, [], True
+            self.queue.appendleft(victim)
+
+    def _budgets(self, n: int, batch: list) -> list:
+        """Check the step's budgets; the entries the runner can compute."""
+        add = self.found.add
+        if len(batch) > self.max_seqs:
+            add("budgets", n, None, f"{len(batch)} sequences scheduled, more than max_num_seqs "
+                                    f"({self.max_seqs})")
+        total = sum(tokens for _, _, tokens, _ in batch)
+        if total > self.budget:
+            add("budgets", n, None, f"{total} tokens scheduled, more than max_batched_tokens "
+                                    f"({self.budget})")
+        valid, seen, writers = [], set(), {}
+        for seq_id, start, tokens, table in batch:
+            seq = self.seqs.get(seq_id)
+            problem = self._entry_problem(seq, seq_id, start, tokens, table)
+            if seq_id in seen:
+                problem = f"request {name(seq_id)} is scheduled twice in one step"
+            seen.add(seq_id)
+            if problem:
+                add("budgets", n, seq_id, problem)
+                continue
+            for index in range(start // self.bs, (start + tokens - 1) // self.bs + 1):
+                block = table[index]
+                if block in writers:
+                    add("budgets", n, seq_id, (
+                        f"block {block} is written by {name(writers[block])} and "
+                        f"{name(seq_id)} in one step"))
+                writers.setdefault(block, seq_id)
+            valid.append((seq_id, start, tokens, table))
+        for seq_id, _, _, table in batch:
+            for block in table:
+                if block in writers and writers[block] != seq_id:
+                    add("budgets", n, seq_id, (
+                        f"block {block}, written by {name(writers[block])} this step, is also "
+                        f"in the table of {name(seq_id)}: a block is shared only from the step "
+                        "after the one that computed it"))
+        running = len(self._running()) + sum(
+            1 for seq_id in seen if seq_id in self.seqs and self.seqs[seq_id].state == "waiting")
+        if running > self.max_seqs:
+            add("budgets", n, None, f"{running} sequences running, more than max_num_seqs "
+                                    f"({self.max_seqs})")
+        return valid
+
+    def _entry_problem(self, seq: _Seq | None, seq_id: str, start: int, tokens: int,
+                       table: list) -> str | None:
+        if seq is None:
+            return f"it schedules {name(seq_id)}, which is no request of the workload"
+        if not seq.added:
+            return f"it schedules {name(seq_id)}, which has not arrived"
+        if seq.state == "finished":
+            return f"it schedules {name(seq_id)}, which has finished"
+        if start < 0 or tokens < 1:
+            return f"{name(seq_id)} is scheduled with start {start} and tokens {tokens}"
+        if start + tokens > seq.known:
+            return (f"{name(seq_id)} computes positions {start}..{start + tokens - 1}, past "
+                    f"the {seq.known} tokens known (start + tokens never exceeds them)")
+        bad = [b for b in table if not 0 <= b < self.num_blocks]
+        if bad:
+            return (f"{name(seq_id)}'s block table holds block {bad[0]}, not in "
+                    f"range(num_blocks={self.num_blocks})")
+        if len(table) * self.bs < start + tokens:
+            return (f"{name(seq_id)}'s block table of {len(table)} blocks covers "
+                    f"{len(table) * self.bs} positions, fewer than start + tokens = "
+                    f"{start + tokens}")
+        return None
+
+    def _starts(self, n: int, batch: list, victims: set) -> set:
+        """Requests that start (or restart) this step: check the queue's order, then run them."""
+        started = {seq_id for seq_id, *_ in batch
+                   if seq_id in self.seqs and self.seqs[seq_id].state == "waiting"}
+        for seq_id in started:
+            ahead = list(self.queue)[: self.queue.index(seq_id)]
+            skipped = [q for q in ahead if q not in started]
+            if skipped:
+                why = (" (a preempted request goes back to the front of the queue)"
+                       if self.seqs[skipped[0]].restarted else "")
+                self.found.add("fcfs", n, seq_id, (
+                    f"request {name(seq_id)} started while {name(skipped[0])}, ahead of it in "
+                    f"the waiting queue{why}, was still waiting"))
+        if started and victims:
+            self.found.add("preemption", n, min(started), (
+                f"request {name(min(started))} started in a step that preempted "
+                f"{name(min(victims))}: no waiting request starts in a step that preempted"))
+        for seq_id in started:
+            self.queue.remove(seq_id)
+            self.seqs[seq_id].state = "running"
+        return started
+
+    def _run(self, n: int, batch: list, valid: list) -> None:
+        added = [s for s in self.seqs.values() if s.added]
+        produced = produced_by(batch, {s.id: s.known for s in added},
+                               {s.id: [None] * s.outputs for s in added},
+                               {s.id: s.oracle for s in added})  # the driver's rule
+        tokens, misread = self.runner.step(valid)
+        if misread:
+            self._misread(n, misread)
+        for seq_id, token in produced.items():
+            if seq_id in tokens and tokens[seq_id] != token and not misread:
+                seq = self.seqs[seq_id]
+                self.found.add("batch-equivalence", n, seq_id, (
+                    f"request {name(seq_id)} produced token {tokens.get(seq_id)} at position "
+                    f"{seq.known}, where decoding it alone produces {token}"))
+        for seq_id, start, tokens_, table in batch:
+            seq = self.seqs.get(seq_id)
+            if seq is not None and seq.state == "running":
+                seq.table = table
+                if (seq_id, start, tokens_, table) in valid:
+                    seq.computed = start + tokens_
+                    self.found.tokens_computed += tokens_
+                    self.found.prompt_tokens_computed += max(0, min(start + tokens_,
+                                                                    seq.prompt) - start)
+        for seq_id in produced:
+            self.seqs[seq_id].outputs += 1
+
+    def _misread(self, n: int, misread) -> None:
+        if misread.holder is None:
+            holder = "which was never written"
+        else:
+            whose = ("its own" if misread.holder == misread.seq_id
+                     else f"request {name(misread.holder)}'s")
+            holder = f"which holds {whose} position {misread.holder_position}"
+        message = (f"request {name(misread.seq_id)}, position {misread.position} read block "
+                   f"{misread.block} slot {misread.slot}, {holder}")
+        self.found.add("batch-equivalence", n, misread.seq_id, message)
+        if self.seqs[misread.seq_id].restarted:
+            self.found.add("preemption", n, misread.seq_id, message + " (after its restart)")
+        if misread.same_token and self.prefix_caching:
+            self.found.add("prefix-caching", n, misread.seq_id, message + (
+                ": the same token after a different prefix; a block's identity is its tokens "
+                "and every token before it"))
+
+    def _decodes_waited(self, n: int, batch: list, before: dict, excused: set) -> None:
+        """A running decode left out of a step that had room for it, or gave it to a prefill."""
+        scheduled = {seq_id for seq_id, *_ in batch}
+        prefill = any(seq_id in before and before[seq_id][0] - start > 1
+                      or seq_id not in before for seq_id, start, _, _ in batch)
+        room = (len(batch) < self.max_seqs
+                and sum(tokens for _, _, tokens, _ in batch) < self.budget)
+        for seq_id, (known, computed) in before.items():
+            if known - computed == 1 and seq_id not in scheduled | excused and (prefill or room):
+                self.found.add("chunked-prefill", n, seq_id, (
+                    f"running request {name(seq_id)} was ready to decode but not scheduled, "
+                    + ("while a prefill was" if prefill else "though the budgets had room")
+                    + ": every running decode runs every step, before any prefill"))
+                return
+
+    def _head_of_line(self, n: int, batch: list, victims: set, reported: int) -> None:
+        """The head of the waiting queue kept out though a slot, tokens and blocks were free
+        (free by the judge's count and by the scheduler's own: a leak is block-accounting's)."""
+        if not self.queue or victims:
+            return
+        head = self.seqs[self.queue[0]]
+        free = min(self._free_if([], set()), reported)
+        tokens = sum(tokens for _, _, tokens, _ in batch)
+        if (len(batch) < self.max_seqs and len(self._running()) < self.max_seqs
+                and tokens < self.budget and free >= -(-head.known // self.bs)):
+            self.found.add("fcfs", n, head.id, (
+                f"request {name(head.id)}, the head of the waiting queue, did not start though "
+                f"{self.max_seqs - len(self._running())} sequence slots, "
+                f"{self.budget - tokens} tokens and {free} free blocks were left"))
+
+    def _account(self, n: int, reported: int, when: str) -> None:
+        judged = self._free_if([], set())
+        if reported != judged:
+            self.found.add("block-accounting", n, None, (
+                f"num_free_blocks {when} is {reported}; the blocks in the running sequences' "
+                f"tables leave {judged} of {self.num_blocks} free"))
+
+    def _finished(self, n: int, finished: list) -> None:
+        add = self.found.add
+        just_done = {s.id for s in self._running() if s.done and s.state == "running"}
+        for seq_id in finished:
+            seq = self.seqs.get(seq_id)
+            if seq is None or seq.state != "running":
+                add("batch-equivalence", n, seq_id, (
+                    f"update() returned {name(seq_id)} finished, which is no running request"))
+                continue
+            if not seq.done:
+                add("batch-equivalence", n, seq_id, (
+                    f"update() returned {name(seq_id)} finished after {seq.outputs} of the "
+                    f"{len(seq.oracle)} tokens it produces alone"))
+            seq.state, seq.table = "finished", []
+        for seq_id in sorted(just_done - set(finished), key=lambda s: self.seqs[s].order):
+            seq = self.seqs[seq_id]
+            why = (f"its eos ({seq.eos})" if seq.oracle[-1] == seq.eos
+                   else f"its max_new_tokens ({len(seq.oracle)})")
+            add("batch-equivalence", n, seq_id, (
+                f"request {name(seq_id)} produced {why} but update() did not return it "
+                "finished"))
+
+    def _end(self) -> None:
+        found, steps = self.found, self.trace["steps"]
+        if found.error is not None:
+            return
+        if found.stalled:
+            last = len(steps) - 1
+            empty = not steps[-1]["batch"]
+            found.add("preemption", last, None, (
+                "schedule() returned nothing while has_work() was true" if empty else
+                f"the workload was not done after {len(steps)} steps") + ": the scheduler stalls")
+            waiting = [self.seqs[s] for s in self.queue]
+            long = [s for s in waiting if s.prompt > self.budget and s.computed == 0]
+            if long:
+                found.add("chunked-prefill", last, long[0].id, (
+                    f"request {name(long[0].id)}'s prompt of {long[0].prompt} tokens, longer "
+                    f"than max_batched_tokens ({self.budget}), never started: it is computed in "
+                    "chunks over several steps"))
+        for seq in sorted(self.seqs.values(), key=lambda s: s.order):
+            if not seq.done:
+                found.add("batch-equivalence", None, seq.id, (
+                    f"request {name(seq.id)} produced {seq.outputs} of the {len(seq.oracle)} "
+                    "tokens it produces alone when "
+                    + ("the scheduler stalled" if found.stalled else "has_work() became false")))
+                break
+        if not found.stalled and steps and steps[-1]["free_after_update"] != self.num_blocks:
+            found.add("block-accounting", None, None, (
+                f"num_free_blocks is {steps[-1]['free_after_update']} of {self.num_blocks} "
+                "once every request is done: every block is free at the end"))
+
+
+def _releases(trace: dict, seqs: dict, bs: int, prefix_caching: bool):
+    """The steps at which running sequences were preempted (step -> ids), and the steps where
+    a sequence may have been (prefix caching: see the module's docstring)."""
+    releases: dict[int, set] = {}
+    ambiguous: dict[int, set] = {}
+    computed: dict[str, int] = {}
+    gap: dict[str, int] = {}  # running sequence -> the first step it was missing
+    last_seen: dict[str, int] = {}
+    for n, step in enumerate(trace["steps"]):
+        present = set()
+        for seq_id, start, tokens, _ in step["batch"]:
+            if seq_id not in seqs or seq_id in present:
+                continue
+            present.add(seq_id)
+            if seq_id in computed and start < computed[seq_id]:
+                releases.setdefault(gap.get(seq_id, n), set()).add(seq_id)
+            elif (seq_id in gap and prefix_caching and start == computed[seq_id]
+                  and start % bs == 0):
+                ambiguous.setdefault(gap[seq_id], set()).add(seq_id)
+            gap.pop(seq_id, None)
+            if start >= 0 and tokens >= 1:
+                computed[seq_id] = start + tokens
+            last_seen[seq_id] = n
+        for seq_id in computed:
+            if seq_id not in present and seq_id not in gap:
+                gap[seq_id] = n
+        for seq_id in step["finished"]:
+            computed.pop(seq_id, None)
+            gap.pop(seq_id, None)
+    for seq_id, first_missing in gap.items():  # never back, never finished: let go of
+        releases.setdefault(first_missing, set()).add(seq_id)
+    return releases, ambiguous
