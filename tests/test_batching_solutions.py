@@ -365,7 +365,7 @@ def test_the_starter_is_the_contract_stubbed():
                         (starter.Scheduled, ["seq_id", "start", "tokens", "block_table"])):
         assert list(cls.__dataclass_fields__) == fields
         assert cls.__dataclass_params__.frozen
-    for module in (REFERENCE, load(SOLUTION), load(ONE_QUEUE)):
+    for module in (reference, load(SOLUTION), load(ONE_QUEUE)):
         for cls in ("Request", "Scheduled"):
             assert getattr(module, cls).__dataclass_fields__.keys() == \
                 getattr(starter, cls).__dataclass_fields__.keys()
