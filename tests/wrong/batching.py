@@ -4,7 +4,9 @@ Each is a mutant of the learner's solution (solutions/scheduler.py): the diff is
 is the set of the contract's batching rubric ids the scheduler must not pass once the track's
 items grade it (phase 2 of issue 34: the judge's replay names each concern); the first is the
 item the mistake is about, the others are what it drags with it on the track's workloads, as
-predicted from the rules (a stall leaves outputs incomplete, and so on).
+predicted from the rules: a stall leaves outputs incomplete (batch-equivalence), is a stall
+(preemption) and never finishes (iteration-level); a head of the queue kept out while the judge
+counts enough free blocks and tokens for it is fcfs's (leaked blocks look free to the judge).
 tests/test_batching_solutions.py checks today, with the track's driver and a ledger of its own,
 that each one breaks the rule it is named for.
 
@@ -63,7 +65,7 @@ SCHEDULERS = [
     _wrong("never-frees-finished", "a finished sequence leaves the running list but keeps its "
            "blocks: the pool leaks until nothing fits",
            ((_RELEASE, "                self.running.remove(seq)\n"),),
-           {"block-accounting", "batch-equivalence", "preemption", "iteration-level"}),
+           {"block-accounting", "batch-equivalence", "preemption", "iteration-level", "fcfs"}),
     _wrong("prefix-hash-own-tokens", "a block's prefix-cache hash is of its own tokens only: "
            "the same tokens after a different prefix share K/V computed in another context",
            (("parent = seq.block_hashes[i - 1] if i else None", "parent = None"),),
