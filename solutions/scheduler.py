@@ -30,7 +30,9 @@ The parts, each where it happens below:
   to host memory costs PCIe bandwidth and host memory; for short sequences recompute wins.
 - Chunked prefill (`_fill`): a prompt longer than the tokens left is computed in chunks over
   several steps, so a 4,000-token prompt never stalls the decodes of everyone else for a step,
-  and never waits forever for an empty step.
+  and never waits forever for an empty step. It also fills the step: a decode step reads the
+  whole KV cache to compute a few positions (memory-bound), so prefill positions riding along
+  in the same step cost little more (Sarathi-Serve's point).
 - Prefix caching (`BlockPool`): a full block is named by a hash of its tokens and its parent
   block's hash, so the name stands for the whole prefix up to the block's end. A new request
   whose prompt begins with cached blocks takes them (reference count + 1) and starts after them.
@@ -290,7 +292,9 @@ class Scheduler:
 
     def _hash(self, seq: Sequence, i: int) -> int:
         """Block i's name: its tokens and its parent's name, i.e. every token up to its end. The
-        same tokens after a different prefix have different K/V (attention mixes in the past)."""
+        same tokens after a different prefix have different K/V (attention mixes in the past).
+        Python's 64-bit hash of the tuple: a collision would share the wrong K/V, which is why
+        vLLM offers sha256 for block hashes; at this kata's sizes the odds are negligible."""
         parent = seq.block_hashes[i - 1] if i else None
         return hash((parent, tuple(seq.tokens[i * self.block_size:(i + 1) * self.block_size])))
 
