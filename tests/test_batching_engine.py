@@ -1,0 +1,495 @@
+"""The batching track's judging engine (issue 34), without a candidate: the driver
+(graders.worker.batching), the kata's model and paged runner with its ledger
+(graders.batching.model), the replay's findings (graders.batching.replay) and the workloads.
+
+Schedulers here are the file's own: `Tiny`, a small correct one (FCFS, chunked prefill,
+recompute preemption of the most recently arrived), and `Scripted`, which returns batches
+written by hand, so each rule is broken exactly once where a test says.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+import pytest
+import torch
+
+from graders.batching import model, replay, workloads
+from graders.batching.reference import ReferenceScheduler
+from graders.batching.reference import Request as ReferenceRequest
+from graders.worker.batching import drive
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    """The judge grades on one thread (graders.judge.grade); two fight on a busy machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@dataclass(frozen=True)
+class Request:
+    id: str
+    prompt: tuple[int, ...]
+    max_new_tokens: int
+    eos: int | None = None
+
+
+@dataclass(frozen=True)
+class Scheduled:
+    seq_id: str
+    start: int
+    tokens: int
+    block_table: tuple[int, ...]
+
+
+class Tiny:
+    """A correct scheduler, as small as the contract allows (no prefix caching): decodes, then
+    running prefills, then waiting requests in order, all chunked to the budget; when the
+    blocks the running work needs are not free, the most recently arrived running sequence is
+    preempted (recompute) and nothing starts that step."""
+
+    def __init__(self, num_blocks, block_size, max_num_seqs, max_batched_tokens, *,
+                 prefix_caching=False):
+        self.bs, self.seqs_cap, self.budget = block_size, max_num_seqs, max_batched_tokens
+        self.free = list(range(num_blocks))
+        self.waiting, self.running, self.last = [], [], {}
+
+    @property
+    def num_free_blocks(self):
+        return len(self.free)
+
+    def has_work(self):
+        return bool(self.waiting or self.running)
+
+    def add(self, request):
+        self.waiting.append({"r": request, "tokens": list(request.prompt), "done": 0,
+                             "table": []})
+
+    def _need(self, seq, n):
+        return max(0, -(-(seq["done"] + n) // self.bs) - len(seq["table"]))
+
+    def schedule(self):
+        preempted = False
+        while True:
+            plan, left = [], self.budget
+            for seq in sorted(self.running, key=lambda s: len(s["tokens"]) - s["done"] != 1):
+                n = min(len(seq["tokens"]) - seq["done"], left)
+                if n:
+                    plan.append((seq, n))
+                    left -= n
+            if sum(self._need(s, n) for s, n in plan) <= len(self.free):
+                break
+            victim = self.running.pop()
+            self.free += victim["table"]
+            victim["table"], victim["done"] = [], 0
+            self.waiting.insert(0, victim)
+            preempted = True
+        for seq, n in plan:
+            seq["table"] += [self.free.pop(0) for _ in range(self._need(seq, n))]
+        while not preempted and self.waiting and len(self.running) < self.seqs_cap and left:
+            seq = self.waiting[0]
+            n = min(len(seq["tokens"]), left)
+            if self._need(seq, n) > len(self.free):
+                break
+            self.running.append(self.waiting.pop(0))
+            seq["table"] += [self.free.pop(0) for _ in range(self._need(seq, n))]
+            plan.append((seq, n))
+            left -= n
+        batch = [Scheduled(seq["r"].id, seq["done"], n, tuple(seq["table"])) for seq, n in plan]
+        self.last = {seq["r"].id: (seq, n) for seq, n in plan}
+        return batch
+
+    def update(self, new_tokens):
+        finished = []
+        for seq_id, (seq, n) in self.last.items():
+            seq["done"] += n
+            if seq_id in new_tokens:
+                seq["tokens"].append(new_tokens[seq_id])
+                out = len(seq["tokens"]) - len(seq["r"].prompt)
+                if out == seq["r"].max_new_tokens or new_tokens[seq_id] == seq["r"].eos:
+                    self.running.remove(seq)
+                    self.free += seq["table"]
+                    finished.append(seq_id)
+        return finished
+
+
+class Scripted:
+    """Returns `script`'s batches in turn, each entry (seq_id, start, tokens, table); a request
+    finishes on its max_new_tokens-th token or its eos. num_free_blocks: the blocks outside the
+    latest tables of unfinished requests, plus `off[(step, "schedule" | "update")]`."""
+
+    def __init__(self, script, off, num_blocks, block_size, max_num_seqs, max_batched_tokens, *,
+                 prefix_caching=False):
+        self.script, self.off, self.num_blocks = script, off, num_blocks
+        self.requests, self.outputs, self.tables = {}, {}, {}
+        self.step, self.phase = 0, "schedule"
+
+    @property
+    def num_free_blocks(self):
+        held = {b for table in self.tables.values() for b in table}
+        return self.num_blocks - len(held) + self.off.get((self.step - 1, self.phase), 0)
+
+    def has_work(self):
+        return self.step < len(self.script)
+
+    def add(self, request):
+        self.requests[request.id], self.outputs[request.id] = request, 0
+
+    def schedule(self):
+        batch = [Scheduled(*entry) for entry in self.script[self.step]]
+        for entry in batch:
+            if entry.seq_id in self.requests:
+                self.tables[entry.seq_id] = entry.block_table
+        self.step, self.phase = self.step + 1, "schedule"
+        return batch
+
+    def update(self, new_tokens):
+        finished = []
+        for seq_id, token in new_tokens.items():
+            self.outputs[seq_id] += 1
+            request = self.requests[seq_id]
+            if self.outputs[seq_id] == request.max_new_tokens or token == request.eos:
+                finished.append(seq_id)
+                self.tables.pop(seq_id, None)
+        self.phase = "update"
+        return finished
+
+
+def scripted(script, off=None):
+    return lambda **config: Scripted(script, off or {}, **config)
+
+
+@pytest.fixture(scope="module")
+def decoder():
+    return model.Decoder()
+
+
+def build(decoder, config, *specs, seed=1):
+    """A workload of (id, prompt length or tokens, max_new_tokens, arrival) specs."""
+    return workloads._build(decoder, torch.Generator().manual_seed(seed), {
+        "num_blocks": 8, "block_size": 4, "max_num_seqs": 2, "max_batched_tokens": 8, **config},
+        [{"id": i, "prompt": p, "max_new_tokens": m, "arrival": a} for i, p, m, a in specs])
+
+
+def run(workload, new_scheduler, max_steps=200):
+    trace = drive(new_scheduler, workload, max_steps, request_type=Request)
+    return trace, replay.replay(workload, trace)
+
+
+def fake(config=None, *requests):
+    """A workload of made-up oracles (the driver never runs the model): (id, prompt length,
+    max_new_tokens, arrival); each request produces 100, 101, ... ."""
+    return {"config": {"num_blocks": 16, "block_size": 4, "max_num_seqs": 4,
+                       "max_batched_tokens": 16, "prefix_caching": False, **(config or {})},
+            "requests": [{"id": i, "prompt": list(range(p)), "max_new_tokens": m, "eos": None,
+                          "arrival": a} for i, p, m, a in requests],
+            "oracle": {i: list(range(100, 100 + m)) for i, _, m, _ in requests}}
+
+
+# --- the driver ---
+
+
+def test_the_driver_records_each_step_as_plain_data():
+    load = fake({}, ("a", 5, 3, 0), ("b", 2, 1, 1))
+    trace = drive(Tiny, load, 50, request_type=Request)
+    assert trace["error"] is None and trace["stalled"] is False
+    assert trace["adds"] == [{"id": "a", "at": 0}, {"id": "b", "at": 1}]
+    first, second = trace["steps"][:2]
+    assert first == {"at": 0, "batch": [["a", 0, 5, [0, 1]]], "free_after_schedule": 14,
+                     "produced": {"a": 100}, "finished": [], "free_after_update": 14}
+    assert second["batch"] == [["a", 5, 1, [0, 1]], ["b", 0, 2, [2]]]
+    assert second["produced"] == {"a": 101, "b": 100} and second["finished"] == ["b"]
+    assert trace["steps"][-1]["finished"] == ["a"]
+    produced = [t for step in trace["steps"] for s, t in step["produced"].items() if s == "a"]
+    assert produced == [100, 101, 102]  # the oracle's tokens, in order
+
+
+def test_idle_time_is_skipped_and_counts_no_step():
+    load = fake({}, ("a", 2, 2, 0), ("b", 2, 2, 500))
+    trace = drive(Tiny, load, 50, request_type=Request)
+    assert [step["at"] for step in trace["steps"]] == [0, 1, 500, 501]
+    assert trace["adds"][1] == {"id": "b", "at": 500} and not trace["stalled"]
+
+
+def test_an_entry_off_the_known_tokens_or_of_a_request_not_yet_added_produces_nothing():
+    load = fake({}, ("a", 3, 2, 0), ("b", 2, 1, 5))
+    script = [[("a", 0, 2, (0,)), ("b", 0, 2, (1,))], [("a", 0, 3, (0,))]]
+    trace = drive(scripted(script), load, 50, request_type=Request)
+    assert [step["produced"] for step in trace["steps"]] == [{}, {"a": 100}]
+
+
+class Raises(Tiny):
+    def schedule(self):
+        if getattr(self, "calls", 0) == 2:
+            raise IndexError("pop from empty list")
+        self.calls = getattr(self, "calls", 0) + 1
+        return super().schedule()
+
+
+def test_an_exception_ends_the_drive_and_is_recorded_with_its_step():
+    trace = drive(Raises, fake({}, ("a", 2, 5, 0)), 50, request_type=Request)
+    error = trace["error"]
+    assert (error["call"], error["step"], error["kind"], error["type"], error["message"]) == (
+        "schedule", 2, "raised", "IndexError", "pop from empty list")
+    assert "Raises" not in error["message"] and "raise IndexError" in error["traceback"]
+    assert len(trace["steps"]) == 2  # the step that raised is in the error alone
+
+
+class Rejects(Tiny):
+    def add(self, request):
+        raise ValueError(f"no room for {request.id}")
+
+
+class BadFree(Tiny):
+    num_free_blocks = "plenty"
+
+
+class IntIds(Tiny):
+    def schedule(self):
+        return [Scheduled(7, e.start, e.tokens, e.block_table) for e in super().schedule()]
+
+
+class HugeTable(Tiny):
+    def schedule(self):
+        return [Scheduled(e.seq_id, e.start, e.tokens, tuple(range(10**6)))
+                for e in super().schedule()]
+
+
+class HostileText(Tiny):
+    def update(self, new_tokens):
+        class Loud(Exception):
+            def __str__(self):
+                raise RuntimeError("no message for you")
+        raise Loud()
+
+
+class BoolFinished(Tiny):
+    def update(self, new_tokens):
+        return [True] if super().update(new_tokens) else []
+
+
+@pytest.mark.parametrize("scheduler, call, kind, words", [
+    (Rejects, "add", "raised", "no room for a"),
+    (BadFree, "num_free_blocks", "returned", "num_free_blocks is a str, not an int"),
+    (IntIds, "schedule", "returned", "entry 0 has a seq_id of a int, not a str"),
+    (HugeTable, "schedule", "returned", "block_table of 1000000 blocks, more than the pool's 16"),
+    (HostileText, "update", "raised", "could not be read"),
+    (BoolFinished, "update", "returned", "a finished id of a bool, not a str"),
+])
+def test_what_the_contract_does_not_allow_ends_the_drive_with_a_recorded_error(
+        scheduler, call, kind, words):
+    trace = drive(scheduler, fake({}, ("a", 2, 1, 0)), 50, request_type=Request)
+    assert trace["error"]["call"] == call and trace["error"]["kind"] == kind
+    assert words in trace["error"]["message"]
+
+
+def test_a_step_that_schedules_nothing_while_work_exists_stalls_the_drive():
+    class Idle(Tiny):
+        def schedule(self):
+            return []
+
+    trace = drive(Idle, fake({}, ("a", 2, 1, 0)), 50, request_type=Request)
+    assert trace["stalled"] and len(trace["steps"]) == 1 and trace["error"] is None
+
+
+def test_a_scheduler_that_never_ends_stops_at_max_steps():
+    class Again(Tiny):
+        def schedule(self):
+            return [Scheduled("a", 0, 1, (0,))]
+
+        def update(self, new_tokens):
+            return []
+
+    trace = drive(Again, fake({}, ("a", 2, 1, 0)), 30, request_type=Request)
+    assert trace["stalled"] and len(trace["steps"]) == 30
+
+
+# --- the model and the runner ---
+
+
+def test_decoding_together_equals_decoding_alone(decoder):
+    g = torch.Generator().manual_seed(5)
+    requests = [(torch.randint(0, model.VOCAB, (n,), generator=g).tolist(), m, None)
+                for n, m in ((1, 12), (9, 3), (40, 20), (4, 1))]
+    together = model.decode_together(decoder, requests)
+    for (prompt, most, _), (tokens, margin) in zip(requests, together):
+        assert tokens == model.greedy_alone(decoder, prompt, most) and len(tokens) == most
+        assert margin > workloads.MIN_MARGIN
+    alone = model.greedy_alone(decoder, requests[2][0], 20)
+    eos = alone[5]
+    assert model.greedy_alone(decoder, requests[2][0], 20, eos) == alone[:alone.index(eos) + 1]
+
+
+def test_the_runner_reproduces_greedy_decoding_alone_through_chunks_and_preemption(decoder):
+    load = build(decoder, {"num_blocks": 7, "max_num_seqs": 3, "max_batched_tokens": 6},
+                 ("a", 9, 12, 0), ("b", 5, 10, 0), ("c", 3, 8, 1))
+    trace, found = run(load, Tiny)
+    assert found.first == {} and not trace["stalled"] and trace["error"] is None
+    entries = [e for step in trace["steps"] for e in step["batch"]]
+    assert any(e[0] == "a" and 0 < e[2] < 9 and e[1] == 0 for e in entries)  # a chunk
+    assert found.prompt_tokens_computed > 17  # a preempted prompt computed again
+    runner = model.PagedRunner(decoder, 7, 4, {r["id"]: r["prompt"] + load["oracle"][r["id"]]
+                                               for r in load["requests"]})
+    produced = {r["id"]: [] for r in load["requests"]}
+    for step in trace["steps"]:
+        tokens, misread = runner.step([tuple(e) for e in step["batch"]])
+        assert misread is None
+        for seq_id in step["produced"]:
+            produced[seq_id].append(tokens[seq_id])
+    for r in load["requests"]:
+        assert produced[r["id"]] == model.greedy_alone(decoder, r["prompt"], r["max_new_tokens"])
+
+
+def test_a_table_pointing_at_a_freed_and_reused_block_is_a_misread(decoder):
+    load = build(decoder, {}, ("a", 4, 2, 0), ("b", 4, 1, 1))
+    script = [[("a", 0, 4, (0,))],
+              [("b", 0, 4, (0,))],                  # a left out: its block 0 reused by b
+              [("a", 4, 1, (0, 1))]]                # a comes back to block 0, not recomputing
+    _, found = run(load, scripted(script))
+    assert found.first["batch-equivalence"].message == (
+        "step 2: request 'a', position 0 read block 0 slot 0, which holds request 'b''s "
+        "position 0")
+
+
+def test_a_table_pointing_at_another_requests_block_is_a_misread(decoder):
+    load = build(decoder, {}, ("a", 8, 1, 0), ("b", 8, 1, 0))
+    script = [[("a", 0, 8, (0, 1))], [("b", 4, 4, (1, 2))]]  # b's first block is a's second
+    _, found = run(load, scripted(script))
+    assert found.first["batch-equivalence"].message == (
+        "step 1: request 'b', position 0 read block 1 slot 0, which holds request 'a''s "
+        "position 4")
+    assert "prefix-caching" not in found.first  # other tokens: not a prefix cache's mistake
+
+
+def test_a_position_never_written_is_a_misread(decoder):
+    load = build(decoder, {}, ("a", 6, 1, 0))
+    _, found = run(load, scripted([[("a", 2, 4, (0, 1))]]))
+    assert found.first["batch-equivalence"].message == (
+        "step 0: request 'a', position 0 read block 0 slot 0, which was never written")
+
+
+def test_a_block_shared_across_different_prefixes_is_a_misread_and_a_prefix_finding(decoder):
+    g = torch.Generator().manual_seed(9)
+    p, q, r = (torch.randint(0, model.VOCAB, (4,), generator=g).tolist() for _ in range(3))
+    load = build(decoder, {"prefix_caching": True, "max_batched_tokens": 16},
+                 ("a", p + q + [1], 1, 0), ("b", r + q + [2], 1, 1))
+    script = [[("a", 0, 9, (0, 1, 2))],
+              [("b", 0, 4, (3,))],
+              [("b", 8, 1, (3, 1, 4))]]  # b's second block: a's, the same tokens after p
+    _, found = run(load, scripted(script))
+    expected = ("step 2: request 'b', position 4 read block 1 slot 0, which holds request "
+                "'a''s position 4")
+    assert found.first["batch-equivalence"].message == expected
+    assert found.first["prefix-caching"].message.startswith(expected + ": the same token")
+
+
+# --- the budgets, each broken once ---
+
+TWO = (("a", 3, 2, 0), ("b", 2, 2, 0))
+CORRECT = [[("a", 0, 3, (0,)), ("b", 0, 2, (1,))], [("a", 3, 1, (0,)), ("b", 2, 1, (1,))]]
+
+
+def test_the_correct_script_has_no_finding(decoder):
+    _, found = run(build(decoder, {}, *TWO), scripted(CORRECT))
+    assert found.first == {} and found.steps == 2 and found.tokens_computed == 7
+
+
+@pytest.mark.parametrize("config, step0, message", [
+    ({"max_num_seqs": 1}, None, "step 0: 2 sequences scheduled, more than max_num_seqs (1)"),
+    ({"max_batched_tokens": 4}, None,
+     "step 0: 5 tokens scheduled, more than max_batched_tokens (4)"),
+    ({}, [("a", 0, 3, (8,)), ("b", 0, 2, (1,))],
+     "step 0: 'a''s block table holds block 8, not in range(num_blocks=8)"),
+    ({}, [("a", 0, 3, (0,)), ("b", 0, 2, ())],
+     "step 0: 'b''s block table of 0 blocks covers 0 positions, fewer than start + tokens = 2"),
+    ({}, [("a", 0, 3, (0,)), ("b", 0, 2, (0,))],
+     "step 0: block 0 is written by 'a' and 'b' in one step"),
+    ({}, [("a", 0, 3, (0,)), ("b", 0, 2, (1, 0))],
+     "step 0: block 0, written by 'a' this step, is also in the table of 'b': a block is "
+     "shared only from the step after the one that computed it"),
+    ({}, [("a", 0, 4, (0,)), ("b", 0, 2, (1,))],
+     "step 0: 'a' computes positions 0..3, past the 3 tokens known (start + tokens never "
+     "exceeds them)"),
+    ({}, [("a", 0, 3, (0,)), ("zz", 0, 2, (1,))],
+     "step 0: it schedules 'zz', which is no request of the workload"),
+    ({}, [("a", 0, 3, (0,)), ("a", 0, 3, (1,))],
+     "step 0: request 'a' is scheduled twice in one step"),
+    ({}, [("a", 0, 0, (0,)), ("b", 0, 2, (1,))],
+     "step 0: 'a' is scheduled with start 0 and tokens 0"),
+])
+def test_each_budget_broken_once_is_named_at_its_step(decoder, config, step0, message):
+    script = [step0 or CORRECT[0], *CORRECT[1:]]
+    _, found = run(build(decoder, config, *TWO), scripted(script))
+    assert found.first["budgets"].message == message
+
+
+def test_a_request_scheduled_before_its_arrival_or_after_it_finished_breaks_the_budgets(decoder):
+    load = build(decoder, {}, ("a", 3, 1, 0), ("b", 2, 1, 5))
+    _, early = run(load, scripted([[("a", 0, 3, (0,)), ("b", 0, 2, (1,))]]))
+    assert early.first["budgets"].message == "step 0: it schedules 'b', which has not arrived"
+    _, late = run(load, scripted([[("a", 0, 3, (0,))], [("a", 3, 1, (0,))]]))
+    assert late.first["budgets"].message == "step 1: it schedules 'a', which has finished"
+
+
+def test_more_running_than_max_num_seqs_breaks_the_budgets(decoder):
+    load = build(decoder, {}, *TWO, ("c", 2, 1, 0))
+    script = [CORRECT[0], [("a", 3, 1, (0,)), ("c", 0, 2, (2,))], [("b", 2, 1, (1,))]]
+    _, found = run(load, scripted(script))
+    assert found.first["budgets"].message == (
+        "step 1: 3 sequences running, more than max_num_seqs (2)")
+
+
+def test_num_free_blocks_off_by_one_is_named_at_its_step(decoder):
+    off = {(1, "update"): -1}
+    _, found = run(build(decoder, {}, *TWO), scripted(CORRECT, off))
+    assert found.first["block-accounting"].message == (
+        "step 1: num_free_blocks after update() is 7; the blocks in the running sequences' "
+        "tables leave 8 of 8 free")
+    assert set(found.first) == {"block-accounting"}
+
+
+# --- the workloads, and the kata's reference scheduler on them ---
+
+
+def test_the_public_workloads_are_fixed_and_every_oracle_is_a_decoding_alone(decoder):
+    public = workloads.public()
+    assert [kind for kind, _ in public] == ["staggered", "mixed", "preemption", "long-prompt",
+                                            "shared-prefix"]
+    assert public == workloads.public()
+    kind, load = public[0]
+    for r in load["requests"][:3]:
+        assert load["oracle"][r["id"]] == model.greedy_alone(
+            decoder, r["prompt"], r["max_new_tokens"], r["eos"])
+    assert any(r["eos"] is not None and len(load["oracle"][r["id"]]) < r["max_new_tokens"]
+               for r in load["requests"])
+
+
+@pytest.mark.parametrize("draw", ["public", "hidden"])
+def test_the_reference_scheduler_breaks_no_rule_and_batching_beats_static(draw):
+    drawn = workloads.public() if draw == "public" else workloads.hidden(20261202)
+    for kind, load in drawn:
+        trace = drive(ReferenceScheduler, load, workloads.max_steps(load),
+                      request_type=ReferenceRequest)
+        found = replay.replay(load, trace)
+        assert found.first == {}, (kind, found.first)
+        static = drive(lambda **c: ReferenceScheduler(**c, static=True), load,
+                       workloads.max_steps(load), request_type=ReferenceRequest)
+        assert found.steps < len(static["steps"]), kind
+        if kind == "mixed":
+            assert found.steps <= 0.7 * len(static["steps"])
+        if kind == "shared-prefix":
+            assert found.prompt_tokens_computed == workloads.unshared_prompt_tokens(load)
+        if kind == "preemption":
+            prompts = sum(len(r["prompt"]) for r in load["requests"])
+            assert found.prompt_tokens_computed > prompts  # some recomputed
+
+
+def test_a_trace_is_replayed_alike_twice():
+    kind, load = workloads.public()[0]
+    trace = drive(Tiny, load, workloads.max_steps(load), request_type=Request)
+    first = replay.replay(load, copy.deepcopy(trace))
+    assert replay.replay(load, trace) == first
