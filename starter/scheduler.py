@@ -47,16 +47,18 @@ after the one that computed it. A cached block nobody holds stays reusable until
 needed: take never-cached free blocks first, then evict the least recently released (a sequence
 releases its last block first). num_free_blocks counts it as free.
 
-An example: block_size 4, max_num_seqs 2, max_batched_tokens 8, 6 blocks; A has a
-5-token prompt, B a 10-token prompt, both arrive at step 0; C (3 tokens) arrives at step 1.
+An example: block_size 4, max_num_seqs 2, max_batched_tokens 8, 6 blocks. A (a 5-token prompt,
+max_new_tokens 3) and B (10 tokens, 2) arrive at step 0; C (3 tokens, 2) arrives at step 1.
 
     step  batch (seq: start+tokens [table])        produced     why
     0     A: 0+5 [0 1]   B: 0+3 [2]                 A            B gets the 3 tokens left
     1     A: 5+1 [0 1]   B: 3+7 [2 3 4]             A, B         decode first, B's last chunk
     2     A: 6+1 [0 1]   B: 10+1 [2 3 4]            A, B         both finish (max_new_tokens)
     3     C: 0+3 [0]                                C            C waited for a sequence slot
+    4     C: 3+1 [0]                                C            C finishes
 
-And preemption: block_size 2, 4 blocks, A and B (3-token prompts) arrive at step 0:
+And preemption: block_size 2, 4 blocks, the same budgets. A (a 3-token prompt, max_new_tokens
+4) and B (3 tokens, 3) arrive at step 0:
 
     0     A: 0+3 [0 1]   B: 0+3 [2 3]               A, B         the pool is full
     1     A: 3+1 [0 1]   B: 3+1 [2 3]               A, B         slot 1 of the last blocks

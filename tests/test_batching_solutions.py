@@ -472,3 +472,16 @@ def test_kata_solution_scheduler_prints_the_solution():
     result = CliRunner().invoke(app, ["solution", "scheduler"])
     assert result.exit_code == 0
     assert result.stdout_bytes == SOLUTION.read_bytes()
+
+
+def test_the_starters_examples_are_what_the_reference_does():
+    """Each step of the starter's two worked examples, as the reference runs them."""
+    examples = [SCRIPTED["decode-first"][0], workload(
+        {"num_blocks": 4, "block_size": 2, "max_num_seqs": 2, "max_batched_tokens": 8},
+        [request("A", range(1, 4), 4), request("B", range(10, 13), 3)])]
+    doc = " ".join(STARTER.read_text().split())
+    for load_ in examples:
+        for n, step in enumerate(run(REFERENCE, load_)["steps"]):
+            shown = "   ".join(f"{seq_id}: {start}+{tokens} [{' '.join(map(str, table))}]"
+                               for seq_id, start, tokens, table in step["batch"])
+            assert f"{n} {' '.join(shown.split())} " in doc, shown
