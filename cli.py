@@ -195,7 +195,7 @@ def grade(
 ) -> None:
     """Grade an implementation and print a rubric-scored report."""
     from graders.judge.isolation import SandboxUnavailable
-    from graders.workflows import target
+    from graders.workflows import grading, target
 
     chosen = _track(track)
     shown = path  # the report names the file as the user typed it
@@ -210,83 +210,18 @@ def grade(
     _check_report_flags(verbose, quiet, hidden, failed_first or last_failed)
     json_path = _check_outputs(output_format, json_path, markdown, junit)
     detail = "quiet" if quiet else "verbose" if verbose else "brief" if watch else "default"
-    follow_failures = not hidden and (failed_first or last_failed or watch)
-
-    def planned() -> tuple:
-        """(the plan, the options) of a run now: with --watch, --ff or --lf, they follow the
-        items the last grade did not pass."""
-        from graders.workflows.last_failed import Plan, plan
-
-        only = set(item) if item else None
-        order = (plan(implementation, chosen, only, level, last_failed=last_failed)
-                 if follow_failures else Plan(only, set(), ""))
-        return order, dict(track=track, hidden=hidden, extra_graders=graders, only=order.only,
-                           first=order.first, up_to=level, exitfirst=exitfirst, timeout=timeout,
-                           import_timeout=import_timeout,
-                           sandbox=_sandbox(sandbox, memory, strangers=hidden),
-                           seed=seed)
-
-    ahead = []  # --watch: the next run's workers, started once a report is out
-
-    def run_once() -> int:
-        order, options = planned()
-        code = _grade_and_report(implementation, tests, shown=str(shown or implementation),
-                                 json_path=json_path, output_format=output_format,
-                                 markdown=markdown, junit=junit, detail=detail, note=order.note,
-                                 command=command, workers=_take(ahead, implementation, tests,
-                                                                options), **options)
-        if watch:  # torch imported in them while the files are edited, not after the save
-            ahead.append(_start_workers(implementation, tests, planned()[1], ahead=True))
-        return code
-
     try:
-        if not watch:
-            raise typer.Exit(run_once())
-        from graders.workflows.watch import watch as watch_files
-
-        _console().print(Text(f"watching {implementation}" + (f" and {tests}" if tests else "")
-                              + " (Ctrl-C to stop)"))
-        watch_files([p for p in (implementation, tests) if p], run_once)
+        code = grading.grade(
+            _console, implementation, tests, watch=watch, last_failed=last_failed,
+            follow_failures=not hidden and (failed_first or last_failed or watch),
+            shown=str(shown or implementation), command=command, detail=detail,
+            json_path=json_path, output_format=output_format, markdown=markdown, junit=junit,
+            track=track, hidden=hidden, extra_graders=graders, only=set(item) if item else None,
+            up_to=level, exitfirst=exitfirst, timeout=timeout, import_timeout=import_timeout,
+            sandbox=_sandbox(sandbox, memory, strangers=hidden), seed=seed)
     except SandboxUnavailable as exc:
         _usage_error(str(exc))
-    finally:
-        for workers in ahead:
-            workers.close()
-
-
-def _start_workers(implementation: Path, tests: Path | None, options: dict, ahead: bool = False):
-    """The workers a grade with `options` needs (graders.judge.workers.GradeWorkers.start)."""
-    from graders.shared import tracks
-    from graders.judge.workers import GradeWorkers
-
-    return GradeWorkers.start(implementation, _tests_run(tests, options),
-                              tracks.get(options["track"]).module, options["sandbox"],
-                              options["import_timeout"], ahead=ahead)
-
-
-def _tests_run(tests: Path | None, options: dict) -> Path | None:
-    """`tests` when an item a grade with `options` runs uses the candidate's tests, else None."""
-    from graders.shared import tracks
-    from graders.shared.rubric import selected
-
-    track = tracks.get(options["track"])
-    chosen = {item.id for item in selected(track, options["only"], options["up_to"])}
-    return tests if track.runs_tests(chosen) else None
-
-
-def _take(ahead: list, implementation: Path, tests: Path | None, options: dict):
-    """The workers started ahead for this run, let go on the files as they are now; None when
-    there are none, or they do not fit (the run needs a tests worker they lack, or the other
-    way round; a file is missing), or they died while waiting: then they are closed, and the
-    run starts its own."""
-    if not ahead:
-        return None
-    workers = ahead.pop()
-    files = [implementation, *([workers.tests] if workers.tests else [])]
-    if workers.tests != _tests_run(tests, options) or not all(f.is_file() for f in files):
-        workers.close()
-        return None
-    return workers if workers.go() else None
+    raise typer.Exit(code)
 
 
 def _check_report_flags(verbose: bool, quiet: bool, hidden: bool, follow_failures: bool) -> None:
@@ -335,69 +270,13 @@ def _track(track_id: str):
 
 
 def _check_private_graders(folder: Path, hidden: bool, track) -> None:
-    """--graders: with --hidden, a folder whose every grader file can be used on `track`, before
-    anything is graded; a one-line error, exit 2, naming the file and the problem when not."""
+    """--graders: with --hidden, a folder whose every grader file can be used on `track`
+    (graders.workflows.grading.check_private_graders); a one-line error, exit 2, when not."""
     if not hidden:
         _usage_error("--graders adds hidden graders: use it with --hidden")
-    if not folder.is_dir():
-        _usage_error(f"--graders {folder} is not a folder")
-    from graders.judge.grade import PrivateGraderError, private_graders
+    from graders.workflows.grading import check_private_graders
 
-    try:
-        private_graders(folder, track)
-    except PrivateGraderError as exc:
-        _usage_error(f"--graders: {exc}")
-
-
-def _grade_and_report(implementation: Path, tests: Path | None, *, shown: str,
-                      json_path: Path | None, output_format: str, markdown: Path | None,
-                      junit: Path | None, detail: str, note: str, command: str,
-                      workers=None, **options) -> int:
-    """Grade, record which items did not pass (graders.workflows.last_failed), print a line
-    naming the files and `note` (not for the "quiet" and "brief" details), then the report at
-    `detail` (graders.formats.report.render), and write the files asked for.
-
-    Every path is absolute; `shown` is how the report names the implementation, `command` how
-    to grade it again. `workers`: started ahead for this grade (None: started here)."""
-    from dataclasses import replace
-
-    # The workers first: each imports torch while this process imports the judge, which does too.
-    workers = workers or _start_workers(implementation, tests, options)
-    from graders.formats import report
-    from graders.judge.grade import grade as run_grade
-    from graders.workflows import last_failed
-
-    from graders.shared.output_files import STDOUT
-
-    # A report written to standard output (-) has it alone: the terminal's report goes to stderr.
-    console = _console(stderr=STDOUT in (json_path, markdown, junit))
-    progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
-                        MofNCompleteColumn(), console=console, transient=True,
-                        disable=not console.is_terminal)
-    with progress:
-        task = progress.add_task(f"grading {shown}", total=None)
-
-        def advance(result) -> None:
-            progress.update(task, advance=1, description=f"graded {result.id}")
-
-        result = replace(run_grade(implementation, tests, workers=workers, on_item=advance,
-                                   **options), implementation=shown)
-
-    last_failed.record(implementation, result)
-    if detail not in ("quiet", "brief"):
-        console.print(Text.assemble(("kata grade ", "bold"), _relative(implementation),
-                                    f"  (tests: {_relative(tests)})" if tests
-                                    else "  (no test file)"))
-        if note:
-            console.print(Text(note, style="dim"))
-    report.render(result, console, detail, command, first=options["first"])
-    from graders.formats.outputs import write_outputs
-
-    failures = write_outputs(result, json_path=json_path, output_format=output_format,
-                             markdown=markdown, junit=junit)
-    for failure in failures:  # each file apart: one that fails costs no other
-        _console(stderr=True).print(Text(f"kata: error: {failure}"), soft_wrap=True)
-    return max([result.exit_code(), *(f.exit_code for f in failures)])
+    _checked(check_private_graders, folder, track)
 
 
 @app.command()

@@ -217,12 +217,13 @@ def test_kata_grade_ff_reports_the_items_that_failed_last_time_first(tmp_path, m
 
     import cli
     import graders.judge.grade as judge
+    from graders.workflows import grading
     from graders.workflows.last_failed import record
 
     (tmp_path / "kv_cache.py").write_text("")
     monkeypatch.chdir(tmp_path)
     record(tmp_path / "kv_cache.py", concat(("prealloc",)))
-    monkeypatch.setattr(cli, "_start_workers", lambda *args, **kwargs: None)
+    monkeypatch.setattr(grading, "start_workers", lambda *args, **kwargs: None)
     monkeypatch.setattr(judge, "grade", lambda *args, **kwargs: concat(("prealloc",)))
     output = CliRunner().invoke(cli.app, ["grade", "kv_cache.py", "--ff"],
                                 env={"COLUMNS": "80"}).output

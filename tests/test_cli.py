@@ -149,7 +149,7 @@ def seen(monkeypatch) -> dict:
     starts, and bubblewrap counts as there (grade-all checks its sandbox first): the stand-ins
     are reached with or without it."""
     recorded = {}
-    monkeypatch.setattr("cli._start_workers", lambda *args, **kwargs: None)
+    monkeypatch.setattr("graders.workflows.grading.start_workers", lambda *args, **kwargs: None)
     monkeypatch.setattr("graders.judge.isolation.bwrap_problem", lambda: None)
 
     def grade(implementation, tests, **kwargs):
