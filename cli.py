@@ -26,7 +26,6 @@ import os
 import shlex
 import sys
 import warnings
-from contextlib import nullcontext
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
@@ -458,58 +457,24 @@ def grade_all(
     Nothing that resolves outside DIRECTORY is graded; what is skipped is listed, with the
     reason. summary.csv and summary.md are rewritten after each grade, so that a batch that is
     interrupted or fails keeps what it finished; --out is made and tried before the first."""
-    from graders.workflows import batch
     from graders.judge.isolation import SandboxUnavailable
-    from graders.shared.output_files import OutputError, make_folder
+    from graders.shared.output_files import OutputError
     from graders.shared.untrusted import file_name
-    from graders.judge.workers import warm_workers
+    from graders.workflows import grade_all as command
 
     chosen = _track(track)
     directory, out = _here(directory), _here(out)
     if not directory.is_dir():
         _usage_error(f"{file_name(directory)} is not a folder")
     _check_seed(seed, hidden)
-    submissions, skipped = batch.survey(directory, chosen)
-    if not submissions:
-        why = (f" ({len(skipped)} skipped: {skipped[0].reason}{', ...' * (len(skipped) > 1)})"
-               if skipped else "")
-        _usage_error(f"no folder under {file_name(directory)} holds a {chosen.implementation}"
-                     + why)
-    _check_output_folder("--out", out, ["summary.csv", "summary.md"])
+    submissions, skipped = _checked(command.survey, directory, chosen)
+    summaries = _checked(command.make_out, out)
     try:
-        make_folder(out)
-    except OutputError as exc:
-        _usage_error(f"--out: {exc}")
-    summaries = out / "summary.csv", out / "summary.md"
-    console = _console()
-    done = []
-
-    def finished(outcome) -> None:
-        """Count the grade, and write the summaries of every grade so far."""
-        done.append(outcome)
-        batch.write_summary(done, *summaries, chosen, skipped)
-        progress.advance(task)
-
-    with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
-                  MofNCompleteColumn(), console=console,
-                  disable=not console.is_terminal) as progress:
-        task = progress.add_task("grading submissions", total=len(submissions))
-        try:
-            isolation = _sandbox(sandbox, memory, strangers=True)
-            # Process-isolated workers fork from one warm process; each sandbox starts its own.
-            with warm_workers() if isolation.resolve() == "process" else nullcontext():
-                batch.grade_all(submissions, jobs, track=chosen, hidden=hidden, timeout=timeout,
-                                import_timeout=import_timeout, sandbox=isolation, seed=seed,
-                                on_done=finished)
-        except SandboxUnavailable as exc:
-            _usage_error(str(exc))
-        except (OSError, OutputError) as exc:  # a summary no longer writable (a full disk)
-            reason = getattr(exc, "strerror", None) or exc
-            _usage_error(f"--out: cannot write the summary: {reason}")
-    for line in batch.terminal_table(done, skipped):
-        console.print(Text(line), soft_wrap=True)
-    console.print(Text(f"wrote {_relative(summaries[0])} and {_relative(summaries[1])} "
-                       "(the full table)"))
+        command.run(_console(), submissions, skipped, summaries, chosen, jobs, hidden=hidden,
+                    timeout=timeout, import_timeout=import_timeout,
+                    sandbox=_sandbox(sandbox, memory, strangers=True), seed=seed)
+    except (SandboxUnavailable, OutputError) as exc:
+        _usage_error(str(exc))
 
 
 @app.command()
@@ -652,19 +617,6 @@ def _python_file(path: Path, what: str) -> Path:
     from graders.workflows.target import python_file
 
     return _checked(python_file, path, what)
-
-
-def _check_output_folder(option: str, folder: Path, names: list[str]) -> None:
-    """Nothing when `folder` is, or can be made, a folder where `names` can be written; else a
-    one-line error, exit 2. Nothing is created."""
-    from graders.shared.output_files import OutputError, check_writable, check_writable_folder
-
-    try:
-        check_writable_folder(folder)
-        for name in names if folder.is_dir() else ():
-            check_writable(folder / name)
-    except OutputError as exc:
-        _usage_error(f"{option}: {exc}")
 
 
 def _relative(path: Path) -> str:
