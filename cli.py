@@ -21,7 +21,6 @@ absolute paths. Every output file is checked for writability before any grading 
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import sys
@@ -33,7 +32,6 @@ from typing import Annotated, Optional
 import typer
 from typer.core import TyperGroup
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn
 from rich.text import Text
 
 from graders.shared import bundled
@@ -508,106 +506,30 @@ def bench(
 ) -> None:
     """Measure ms per decode step (append one token, then attend) and memory held, against bare
     attention, the pure read of K and V, and Hugging Face's caches."""
-    from benchmarks import bench as benchmark
-    from benchmarks.subjects import SHAPES
+    from benchmarks import command
+    from graders.judge.isolation import SandboxUnavailable
 
     paths, json_path, plot = [_here(path) for path in paths or []], _here(json_path), _here(plot)
-    chosen = set(_listed(subjects, benchmark.BUNDLED_IDS, "subject") if subjects
-                 else benchmark.BUNDLED_IDS)
+    chosen = _checked(command.chosen_subjects, subjects)
     if not paths and (Path.cwd() / DENSE.implementation).is_file():
         paths = [Path.cwd() / DENSE.implementation]  # a workspace: the candidate's own file
     candidates = [_python_file(path, "candidate file") for path in paths]
     _check_writable("--json", json_path)
     _check_writable("--plot", plot)
-    settings = benchmark.Settings(
-        lengths=_lengths(lengths), dtypes=_listed(dtypes, ("float32", "bfloat16", "float16"), "dtype"),
-        shapes=_listed(shapes, list(SHAPES), "shape"),
-        subjects=[s for s in benchmark.BUNDLED if s.id in chosen]
-        + benchmark.candidate_specs(candidates),
-        warmup=warmup, reps=reps, timeout=timeout, sandbox=_sandbox(sandbox, memory))
-    console = _console()
-    result = _run_bench(settings, console)
-    _show_bench(result, console, json_path, plot)
-    raise typer.Exit(1 if result.failed_candidates() else 0)
-
-
-def _listed(text: str, known, what: str) -> list[str]:
-    """The comma-separated names in `text`, each one of `known`; a one-line error, exit 2, if not."""
-    names = [name.strip() for name in text.split(",") if name.strip()]
-    for name in names:
-        if name not in known:
-            _usage_error(f"no {what} {name!r}: choose from {', '.join(known)}")
-    return names or _usage_error(f"no {what} given")
-
-
-def _lengths(text: str) -> list[int]:
-    """--lengths as positive integers; a one-line error, exit 2, otherwise."""
+    settings = _checked(command.settings, lengths_text=lengths, dtypes=dtypes, shapes=shapes,
+                        subjects=chosen, candidates=candidates, warmup=warmup, reps=reps,
+                        timeout=timeout, sandbox=_sandbox(sandbox, memory))
     try:
-        sizes = [int(n) for n in text.split(",")]
-    except ValueError:
-        sizes = []
-    if not sizes or min(sizes) < 1:
-        _usage_error(f"--lengths {text!r}: give positive integers, comma-separated")
-    return sizes
+        raise typer.Exit(command.run(_console(), settings, json_path, plot))
+    except SandboxUnavailable as exc:
+        _usage_error(str(exc))
 
 
-def _run_bench(settings, console: Console):
-    """Run the bench with a progress bar; exit 2 when the sandbox cannot be had, 4 when the
-    bench itself broke."""
-    from benchmarks import bench as benchmark
-    from graders.judge.isolation import SandboxUnavailable
-
-    progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
-                        MofNCompleteColumn(), console=console, transient=True,
-                        disable=not console.is_terminal)
-    with progress:
-        task = progress.add_task("starting", total=len(settings.cells) * len(settings.subjects))
-
-        def on_event(event: dict) -> None:
-            if event["event"] == "call":
-                progress.update(task, description=f"{settings.cells[event['cell']]}: {event['subject']}")
-            elif event["event"] == "result":
-                progress.advance(task)
-
-        try:
-            return benchmark.run(settings, on_event)
-        except SandboxUnavailable as exc:
-            _usage_error(str(exc))
-        except RuntimeError as exc:
-            console.print(Text(f"kata bench: {exc}", style="red"))
-            raise typer.Exit(BROKEN) from None
-
-
-def _show_bench(result, console: Console, json_path: Path | None, plot: Path | None) -> None:
-    """The tables; the JSON and the PNG plot when asked for; a text plot without the PNG."""
-    from benchmarks import plot as plotting
-    from benchmarks import report
-    from graders.shared.output_files import write_atomically
-
-    report.render(result, console)
-    if json_path:
-        write_atomically(json_path, json.dumps(report.to_json(result), indent=2) + "\n")
-        console.print(Text(f"wrote {json_path}"))
-    if plot is not None:
-        try:
-            plotting.save_png(result, plot)
-            console.print(Text(f"wrote {plot}"))
-        except ImportError:
-            console.print(Text("matplotlib is not installed (pip install 'kvkata[bench]'): "
-                               "a text plot instead", style="yellow"))
-            plot = None
-    if plot is None:
-        for (shape, dtype), group in plotting.series(result).items():
-            console.print(Text(f"\n{shape}, {dtype}: ms per step against T", style="bold"))
-            for line in plotting.terminal(group):
-                console.print(Text(line))
-
-
-def _checked(check, *args):
-    """`check(*args)` (a graders.workflows.target function); its one-line error, exit 2, when it
-    raises."""
+def _checked(check, *args, **kwargs):
+    """`check(*args, **kwargs)` (a check that raises FileNotFoundError or ValueError with one
+    line, as graders.workflows.target's do); that line as an error, exit 2, when it raises."""
     try:
-        return check(*args)
+        return check(*args, **kwargs)
     except (FileNotFoundError, ValueError) as exc:
         _usage_error(str(exc))
 
