@@ -119,12 +119,13 @@ class Tiny:
 
 class Scripted:
     """Returns `script`'s batches in turn, each entry (seq_id, start, tokens, table); a request
-    finishes on its max_new_tokens-th token or its eos. num_free_blocks: the blocks outside the
-    latest tables of unfinished requests, plus `off[(step, "schedule" | "update")]`."""
+    finishes on its max_new_tokens-th token or its eos, unless `finish[step]` says which do.
+    num_free_blocks: the blocks outside the latest tables of unfinished requests, plus
+    `off[(step, "schedule" | "update")]`."""
 
-    def __init__(self, script, off, num_blocks, block_size, max_num_seqs, max_batched_tokens, *,
-                 prefix_caching=False):
-        self.script, self.off, self.num_blocks = script, off, num_blocks
+    def __init__(self, script, off, finish, num_blocks, block_size, max_num_seqs,
+                 max_batched_tokens, *, prefix_caching=False):
+        self.script, self.off, self.finish, self.num_blocks = script, off, finish, num_blocks
         self.requests, self.outputs, self.tables = {}, {}, {}
         self.step, self.phase = 0, "schedule"
 
@@ -154,13 +155,15 @@ class Scripted:
             request = self.requests[seq_id]
             if self.outputs[seq_id] == request.max_new_tokens or token == request.eos:
                 finished.append(seq_id)
-                self.tables.pop(seq_id, None)
+        finished = self.finish.get(self.step - 1, finished)
+        for seq_id in finished:
+            self.tables.pop(seq_id, None)
         self.phase = "update"
         return finished
 
 
-def scripted(script, off=None):
-    return lambda **config: Scripted(script, off or {}, **config)
+def scripted(script, off=None, finish=None):
+    return lambda **config: Scripted(script, off or {}, finish or {}, **config)
 
 
 @pytest.fixture(scope="module")
@@ -267,6 +270,11 @@ class HostileText(Tiny):
         raise Loud()
 
 
+class HugeStart(Tiny):
+    def schedule(self):
+        return [Scheduled(e.seq_id, 2**70, e.tokens, e.block_table) for e in super().schedule()]
+
+
 class BoolFinished(Tiny):
     def update(self, new_tokens):
         return [True] if super().update(new_tokens) else []
@@ -275,9 +283,10 @@ class BoolFinished(Tiny):
 @pytest.mark.parametrize("scheduler, call, kind, words", [
     (Rejects, "add", "raised", "no room for a"),
     (BadFree, "num_free_blocks", "returned", "num_free_blocks is a str, not an int"),
-    (IntIds, "schedule", "returned", "entry 0 has a seq_id of a int, not a str"),
+    (IntIds, "schedule", "returned", "entry 0 has a seq_id of an int, not a str"),
     (HugeTable, "schedule", "returned", "block_table of 1000000 blocks, more than the pool's 16"),
     (HostileText, "update", "raised", "could not be read"),
+    (HugeStart, "schedule", "returned", "a start of an int out of int64's range"),
     (BoolFinished, "update", "returned", "a finished id of a bool, not a str"),
 ])
 def test_what_the_contract_does_not_allow_ends_the_drive_with_a_recorded_error(
@@ -450,6 +459,115 @@ def test_num_free_blocks_off_by_one_is_named_at_its_step(decoder):
         "step 1: num_free_blocks after update() is 7; the blocks in the running sequences' "
         "tables leave 8 of 8 free")
     assert set(found.first) == {"block-accounting"}
+
+
+# --- the other rules ---
+
+
+def test_update_returning_a_request_too_early_or_too_late_or_unknown_is_named(decoder):
+    load = build(decoder, {}, *TWO)
+    _, early = run(load, scripted(CORRECT, finish={0: ["a"]}))
+    assert early.first["batch-equivalence"].message == (
+        "step 0: update() returned 'a' finished after 1 of the 2 tokens it produces alone")
+    _, late = run(load, scripted(CORRECT, finish={1: ["b"]}))
+    assert late.first["batch-equivalence"].message == (
+        "step 1: request 'a' produced its max_new_tokens (2) but update() did not return it "
+        "finished")
+    assert late.first["block-accounting"].message == (  # a's block: the scheduler holds it
+        "at the end: num_free_blocks is 7 of 8 once every request is done: every block is free "
+        "at the end")
+    _, unknown = run(load, scripted(CORRECT, finish={1: ["a", "zz"]}))
+    assert unknown.first["batch-equivalence"].message == (
+        "step 1: update() returned 'zz' finished, which is no running request")
+
+
+THREE = (("a", 3, 3, 0), ("b", 2, 3, 0), ("c", 2, 3, 0))
+ALL_START = [("a", 0, 3, (0,)), ("b", 0, 2, (1,)), ("c", 0, 2, (2,))]
+
+
+def test_preempting_other_than_the_most_recently_arrived_is_named(decoder):
+    load = build(decoder, {"max_num_seqs": 3, "max_batched_tokens": 16}, *THREE)
+    script = [ALL_START,
+              [("b", 2, 1, (1,)), ("c", 2, 1, (2,))],  # a, the oldest, left out
+              [("b", 3, 1, (1,)), ("c", 3, 1, (2,))],
+              [("a", 0, 4, (0, 3))],                   # a recomputes: it was preempted
+              [("a", 4, 1, (0, 3))]]
+    _, found = run(load, scripted(script))
+    assert found.first["preemption"].message == (
+        "step 1: request 'a' was preempted while 'b', which arrived later, kept running: the "
+        "victim is the most recently arrived running sequence")
+
+
+def test_a_request_starting_in_a_step_that_preempted_is_named(decoder):
+    load = build(decoder, {"max_num_seqs": 3, "max_batched_tokens": 16}, *THREE,
+                 ("d", 2, 1, 1))
+    script = [ALL_START,
+              [("a", 3, 1, (0,)), ("b", 2, 1, (1,)), ("d", 0, 2, (3,))],  # c preempted
+              [("a", 4, 1, (0, 4)), ("b", 3, 1, (1,))],
+              [("c", 0, 3, (2,))], [("c", 3, 1, (2,))]]
+    _, found = run(load, scripted(script))
+    assert found.first["preemption"].message == (
+        "step 1: request 'd' started in a step that preempted 'c': no waiting request starts "
+        "in a step that preempted")
+
+
+def test_a_running_decode_left_out_for_a_prefill_is_named(decoder):
+    load = build(decoder, {"max_batched_tokens": 16}, ("a", 3, 2, 0), ("b", 6, 1, 1))
+    script = [[("a", 0, 3, (0,))],
+              [("b", 0, 6, (1, 2))],   # a's decode waits, though it is running
+              [("a", 3, 1, (0,))]]
+    _, found = run(load, scripted(script))
+    assert found.first["chunked-prefill"].message == (
+        "step 1: running request 'a' was ready to decode but not scheduled, while a prefill "
+        "was: every running decode runs every step, before any prefill")
+
+
+def test_a_head_of_the_queue_left_waiting_with_room_to_start_is_named(decoder):
+    load = build(decoder, {"max_batched_tokens": 16}, ("a", 3, 3, 0), ("b", 2, 1, 0))
+    script = [[("a", 0, 3, (0,))], [("a", 3, 1, (0,))], [("a", 4, 1, (0, 1)),
+                                                          ("b", 0, 2, (2,))]]
+    _, found = run(load, scripted(script))
+    assert found.first["fcfs"].message == (
+        "step 0: request 'b', the head of the waiting queue, did not start though 1 sequence "
+        "slots, 13 tokens and 7 free blocks were left")
+
+
+def test_a_request_started_before_an_earlier_one_still_waiting_is_named(decoder):
+    load = build(decoder, {"max_num_seqs": 1}, ("a", 3, 1, 0), ("b", 2, 1, 0))
+    _, found = run(load, scripted([[("b", 0, 2, (1,))], [("a", 0, 3, (0,))]]))
+    assert found.first["fcfs"].message == (
+        "step 0: request 'b' started while 'a', ahead of it in the waiting queue, was still "
+        "waiting")
+
+
+def test_a_stall_is_named_and_leaves_outputs_incomplete(decoder):
+    load = build(decoder, {"max_batched_tokens": 4}, ("a", 3, 2, 0), ("long", 9, 1, 0))
+    _, found = run(load, scripted([[("a", 0, 3, (0,))], [("a", 3, 1, (0,))], []]))
+    assert found.stalled
+    assert found.first["preemption"].message == (
+        "step 2: schedule() returned nothing while has_work() was true: the scheduler stalls")
+    assert found.first["chunked-prefill"].message == (
+        "step 2: request 'long''s prompt of 9 tokens, longer than max_batched_tokens (4), never "
+        "started: it is computed in chunks over several steps")
+    assert found.first["batch-equivalence"].message == (
+        "at the end: request 'long' produced 0 of the 1 tokens it produces alone when the "
+        "scheduler stalled")
+
+
+CACHED = [[("b", 0, 2, (2,)), ("a", 0, 8, (0, 1))],
+          [("b", 2, 1, (2,))],          # a left out: preempted, or waiting with its blocks
+          [("a", 8, 1, (0, 1, 3))],     # back at 8: its two full blocks were cached
+          [("a", 9, 1, (0, 1, 3))]]
+
+
+def test_a_comeback_on_cached_blocks_is_read_by_the_free_count(decoder):
+    load = build(decoder, {"prefix_caching": True, "max_batched_tokens": 16},
+                 ("b", 2, 2, 0), ("a", 8, 3, 0))
+    released = {(1, "schedule"): 2, (1, "update"): 2}  # the scheduler let a's blocks go
+    _, found = run(load, scripted(CACHED, off=released))
+    assert found.first == {}
+    _, held = run(load, scripted(CACHED))  # it kept them: a's decode waited for b's prefill
+    assert set(held.first) == {"chunked-prefill"}
 
 
 # --- the workloads, and the kata's reference scheduler on them ---

@@ -11,9 +11,10 @@ What the judge cannot see, it infers from what the tables and starts say:
 - A running sequence missing from a step was PREEMPTED at that step when it comes back
   recomputing (its next entry starts before the positions it had computed) or never comes back
   (nor finishes); an entry that restarts in the very next step was preempted in that step.
-  Otherwise it kept its blocks (a decode that waited for tokens, a prefill the budget left out). With prefix caching, a comeback at exactly its
-  computed positions, a whole number of blocks, may be either: the count of free blocks after
-  the step's schedule decides (the reading under which the scheduler's count is true).
+  Otherwise it kept its blocks (a decode that waited for tokens, a prefill the budget left
+  out). With prefix caching, a comeback at exactly its computed positions, a whole number of
+  blocks, may be either: the count of free blocks after the step's schedule decides (the
+  reading under which the scheduler's count is true).
 - The blocks a sequence holds are those of its latest table, from the step it last ran until it
   finishes (update returned it) or is preempted; `num_free_blocks` is true when it equals
   num_blocks minus the blocks in the union of those tables (a cached block nobody holds is free).

@@ -196,7 +196,7 @@ def shared_prefix(model: Decoder, g: torch.Generator, *, system_blocks: int, sha
 _PUBLIC = [
     ("staggered", staggered, {"count": 8, "longest_prompt": 30, "longest_output": 40,
                               "spread": 20}),
-    ("mixed", mixed, {"count": 8, "long_output": 100, "short_output": 20}),
+    ("mixed", mixed, {"count": 8, "long_output": 80, "short_output": 20}),
     ("preemption", preemption, {"count": 5, "num_blocks": 14, "output": 20}),
     ("long-prompt", long_prompt, {"prompt": 200, "budget": 48, "output": 16}),
     ("shared-prefix", shared_prefix, {"system_blocks": 3, "sharers": 4, "output": 12}),

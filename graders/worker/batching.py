@@ -111,9 +111,10 @@ def drive(new_scheduler, workload: dict, max_steps: int, *, request_type) -> dic
 
 def produced_by(batch: list, known: dict, outputs: dict, oracle: dict) -> dict:
     """The tokens a step's `batch` produces: for each entry of an added request (`known` holds
-    the added ones) still producing (fewer outputs than its oracle) that computes up to its last known token (start >= 0, tokens >= 1,
-    start + tokens == known[id]), the oracle's next token; a request produces once a step (its
-    first such entry). Any other entry produces nothing: the judge names the rule it breaks."""
+    the added ones) still producing (fewer outputs than its oracle) that computes up to its
+    last known token (start >= 0, tokens >= 1, start + tokens == known[id]), the oracle's next
+    token; a request produces once a step (its first such entry). Any other entry produces
+    nothing: the judge names the rule it breaks."""
     produced = {}
     for seq_id, start, tokens, _ in batch:
         if (seq_id in known and seq_id not in produced
@@ -209,7 +210,12 @@ def _is_int(value) -> bool:
 
 def _kind(value) -> str:
     """A value of the candidate's named by its type alone (its repr would run its code)."""
-    return f"a {type(value).__name__[:ID_CHARS]}" if value is not None else "None"
+    if value is None:
+        return "None"
+    if type(value) is int:
+        return "an int out of int64's range"
+    kind = type(value).__name__[:ID_CHARS]
+    return f"{'an' if kind[:1].lower() in 'aeiou' else 'a'} {kind}"
 
 
 def _text(fn) -> str:
