@@ -2,11 +2,12 @@
 
 Each is a mutant of the learner's solution (solutions/scheduler.py): the diff is the bug. `fails`
 is the set of the contract's batching rubric ids the scheduler must not pass once the track's
-items grade it (phase 2 of issue 34: the judge's replay names each concern); the first is the
-item the mistake is about, the others are what it drags with it on the track's workloads, as
-predicted from the rules: a stall leaves outputs incomplete (batch-equivalence), is a stall
-(preemption) and never finishes (iteration-level); a head of the queue kept out while the judge
-counts enough free blocks and tokens for it is fcfs's (leaked blocks look free to the judge).
+items grade it (phase 2 of issue 34: the judge's replay names each concern): the item the
+mistake is about, and what it drags with it on the track's public workloads: a stall leaves outputs incomplete (batch-equivalence), is a stall (preemption) and
+never finishes (iteration-level); decodes held back behind a 200-token prompt take 19 steps
+where the reference takes 16 (iteration-level's 1.1x). Each set was checked against the judge's
+replay (graders.batching.replay) on the public workloads while it was being written: every rule
+it found is in the set, iteration-level's figures from its step counts.
 tests/test_batching_solutions.py checks today, with the track's driver and a ledger of its own,
 that each one breaks the rule it is named for.
 
@@ -65,7 +66,7 @@ SCHEDULERS = [
     _wrong("never-frees-finished", "a finished sequence leaves the running list but keeps its "
            "blocks: the pool leaks until nothing fits",
            ((_RELEASE, "                self.running.remove(seq)\n"),),
-           {"block-accounting", "batch-equivalence", "preemption", "iteration-level", "fcfs"}),
+           {"block-accounting", "batch-equivalence", "preemption", "iteration-level"}),
     _wrong("prefix-hash-own-tokens", "a block's prefix-cache hash is of its own tokens only: "
            "the same tokens after a different prefix share K/V computed in another context",
            (("parent = seq.block_hashes[i - 1] if i else None", "parent = None"),),
@@ -73,7 +74,7 @@ SCHEDULERS = [
     _wrong("prefill-starves-decodes", "running prefills are planned before decodes: a long "
            "prompt takes the whole token budget and everyone else's decodes wait",
            (("for seq in decodes + prefills:", "for seq in prefills + decodes:"),),
-           {"chunked-prefill"}),
+           {"chunked-prefill", "iteration-level"}),
     _wrong("seats-off-by-one", "admits while len(running) <= max_num_seqs: one sequence more "
            "than the budget runs",
            (("len(self.running) < self.max_num_seqs", "len(self.running) <= self.max_num_seqs"),),
