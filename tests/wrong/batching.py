@@ -3,9 +3,10 @@
 Each is a mutant of the learner's solution (solutions/scheduler.py): the diff is the bug. `fails`
 is the set of the contract's batching rubric ids the scheduler must not pass once the track's
 items grade it (phase 2 of issue 34: the judge's replay names each concern): the item the
-mistake is about, and what it drags with it on the track's public workloads: a stall leaves outputs incomplete (batch-equivalence), is a stall (preemption) and
-never finishes (iteration-level); decodes held back behind a 200-token prompt take 19 steps
-where the reference takes 16 (iteration-level's 1.1x). Each set was checked against the judge's
+mistake is about, and what it drags with it on the track's public workloads: a stall leaves
+outputs incomplete (batch-equivalence), is a stall (preemption) and never finishes
+(iteration-level); decodes held back behind a 200-token prompt take 19 steps where the
+reference takes 16 (iteration-level's 1.1x). Each set was checked against the judge's
 replay (graders.batching.replay) on the public workloads while it was being written: every rule
 it found is in the set, iteration-level's figures from its step counts.
 tests/test_batching_solutions.py checks today, with the track's driver and a ledger of its own,
