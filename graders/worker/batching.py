@@ -212,7 +212,7 @@ def _kind(value) -> str:
     """A value of the candidate's named by its type alone (its repr would run its code)."""
     if value is None:
         return "None"
-    if type(value) is int:
+    if type(value) is int and not _is_int(value):
         return "an int out of int64's range"
     kind = type(value).__name__[:ID_CHARS]
     return f"{'an' if kind[:1].lower() in 'aeiou' else 'a'} {kind}"
