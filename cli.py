@@ -36,6 +36,7 @@ from rich.text import Text
 
 from graders.shared import bundled
 from graders.shared.tracks import DENSE, TRACKS
+from graders.workflows.solutions import SOLUTIONS
 
 # Where NumPy is missing, importing torch warns "Failed to initialize NumPy": neither the kata
 # nor torch needs it, and the warning would send a user after a package they do not need.
@@ -44,17 +45,6 @@ warnings.filterwarnings("ignore", message="Failed to initialize NumPy", category
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Practice kata: incremental decoding with a KV cache.")
 
-SOLUTIONS = {  # in the order a learner reads them
-    "concat": bundled.SOLUTIONS / "concat_kv_cache.py",
-    "preallocated": bundled.SOLUTIONS / "kv_cache.py",
-    "paged": bundled.SOLUTIONS / "paged_kv_cache.py",
-    "tiled": bundled.TILED_ATTENTION,
-    "fused": bundled.FUSED_ATTENTION,
-    "tiled-paged": bundled.TILED_PAGED_ATTENTION,
-    "fused-paged": bundled.FUSED_PAGED_ATTENTION,
-    "scheduler": bundled.SOLUTIONS / "scheduler.py",
-    "tests": bundled.SOLUTIONS / "test_kv_cache.py",
-}
 TRACK_HELP = " or ".join(f"'{t.id}' ({t.title}, {t.implementation})" for t in TRACKS.values()) + "."
 USAGE_ERROR = 2
 BROKEN = 4  # the kata itself, never the user or the candidate
@@ -338,44 +328,26 @@ def solution(
 
     In a terminal, highlighted; otherwise the file's exact source (or the plain unified diff,
     or the README's Markdown), so that `kata solution concat > f.py` makes a file to grade."""
-    from rich.syntax import Syntax
+    from graders.workflows import solutions
 
     if readme:
         if name is not None or diff is not None:
             _usage_error("--readme prints the steps' story alone: no NAME, no --diff")
-        _print_readme()
+        solutions.show_readme(_console)
         return
     if diff is not None:
         if name is not None:
             _usage_error("give a solution NAME or --diff FROM TO, not both")
-        text = _step_diff(*diff)
+        for step in diff:
+            _known_step(step)
+        text = solutions.step_diff(*diff)
         _in_session("solution", " -> ".join(diff))
-        if not sys.stdout.isatty():
-            sys.stdout.write(text)
-        elif text:
-            _console().print(Syntax(text, "diff", word_wrap=True))
+        solutions.show_diff(_console, text)
         return
     name = name or "preallocated"
     _known_step(name)
     _in_session("solution", name)
-    path = SOLUTIONS[name]
-    if not sys.stdout.isatty():
-        sys.stdout.flush()
-        sys.stdout.buffer.write(path.read_bytes())
-        sys.stdout.flush()
-        return
-    _console().print(Syntax(path.read_text(), "python", line_numbers=True, word_wrap=True))
-
-
-def _print_readme() -> None:
-    """solutions/README.md (bundled.SOLUTIONS_README): rendered in a terminal, else as it is."""
-    from rich.markdown import Markdown
-
-    text = bundled.SOLUTIONS_README.read_text()
-    if not sys.stdout.isatty():
-        sys.stdout.write(text)
-        return
-    _console().print(Markdown(text))
+    solutions.show(_console, name)
 
 
 def _in_session(what: str, name: str, step: int = 1) -> None:
@@ -400,34 +372,6 @@ def _known_step(name: str) -> None:
     """A one-line error, exit 2, unless `name` is one of SOLUTIONS."""
     if name not in SOLUTIONS:
         _usage_error(f"no solution {name!r}: choose one of {', '.join(SOLUTIONS)}")
-
-
-def _step_diff(old: str, new: str) -> str:
-    """The unified diff from step `old` to step `new` (names of SOLUTIONS), "" when they are the
-    same. Each step is its whole file as `_step_source` gives it."""
-    import difflib
-
-    for name in (old, new):
-        _known_step(name)
-    (old_label, old_text), (new_label, new_text) = _step_source(old), _step_source(new)
-    return "".join(difflib.unified_diff(old_text.splitlines(keepends=True),
-                                        new_text.splitlines(keepends=True),
-                                        fromfile=f"{old} ({old_label})",
-                                        tofile=f"{new} ({new_label})"))
-
-
-def _step_source(name: str) -> tuple[str, str]:
-    """(what the step is, its whole file). Every step is its file, except the attention steps
-    (benchmarks/attention_steps.py), each a function, not a cache: its step is the solution it
-    starts from with attend's math replaced by a call to that function."""
-    from benchmarks import attention_steps
-
-    step = attention_steps.STEPS.get(name)
-    if step is None:
-        return SOLUTIONS[name].name, SOLUTIONS[name].read_text()
-    start = SOLUTIONS[step.start]
-    return (f"{start.name}, attend's math in {step.file.name}",
-            attention_steps.step_file(name, start.read_text()))
 
 
 @app.command("grade-all")

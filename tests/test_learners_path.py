@@ -30,6 +30,7 @@ import cli
 from benchmarks import attention_steps
 from benchmarks.subjects import SHAPES
 from graders.shared.mutation import strip_prose
+from graders.workflows import solutions
 
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTIONS = ROOT / "solutions"
@@ -285,7 +286,7 @@ def test_diff_is_coloured_in_a_terminal(monkeypatch):
         stdout = type("Stdout", (), {"isatty": staticmethod(lambda: True)})()
 
     shown = io.StringIO()
-    monkeypatch.setattr(cli, "sys", Terminal)
+    monkeypatch.setattr(solutions, "sys", Terminal)
     monkeypatch.setattr(cli, "_console", lambda stderr=False: Console(
         file=shown, force_terminal=True, color_system="truecolor", width=120))
     cli.solution(name=None, diff=("concat", "preallocated"))
@@ -314,7 +315,7 @@ def test_readme_is_rendered_in_a_terminal(monkeypatch):
         stdout = type("Stdout", (), {"isatty": staticmethod(lambda: True)})()
 
     shown = io.StringIO()
-    monkeypatch.setattr(cli, "sys", Terminal)
+    monkeypatch.setattr(solutions, "sys", Terminal)
     monkeypatch.setattr(cli, "_console", lambda stderr=False: Console(file=shown, width=120))
     cli.solution(name=None, diff=None, readme=True)
     title = README.read_text().splitlines()[0]
@@ -341,7 +342,7 @@ DENSE_ATTENTION_STEPS = ["tiled", "fused"]
 
 @pytest.mark.parametrize("step", DENSE_ATTENTION_STEPS)
 def test_an_attention_step_is_the_preallocated_file_with_attends_math_swapped(step):
-    label, source = cli._step_source(step)
+    label, source = solutions.step_source(step)
     preallocated = (SOLUTIONS / "kv_cache.py").read_text()
     function = f"{step}_attention"
     assert f"{function}.py" in label
@@ -366,7 +367,7 @@ PAGED_ATTENTION_STEPS = {"tiled-paged": True, "fused-paged": False}  # step: kee
                          ids=PAGED_ATTENTION_STEPS)
 def test_a_paged_attention_step_is_the_paged_file_with_attends_math_and_its_gather_swapped(
         step, keeps_scratch):
-    label, source = cli._step_source(step)
+    label, source = solutions.step_source(step)
     paged = (SOLUTIONS / "paged_kv_cache.py").read_text()
     function = step.replace("-", "_") + "_attention"
     assert f"{function}.py" in label
@@ -408,7 +409,7 @@ def test_an_attention_step_grades(step, track, tmp_path):
     from graders.shared.tracks import TRACKS
 
     path = tmp_path / TRACKS[track].implementation
-    path.write_text(cli._step_source(step)[1])
+    path.write_text(solutions.step_source(step)[1])
     tests = SOLUTIONS / "test_kv_cache.py" if track == "dense" else None
     result = grade(path, tests, track=track, hidden=True)
     assert not result.grader_broke
