@@ -36,6 +36,7 @@ from rich.text import Text
 
 from graders.shared import bundled
 from graders.shared.tracks import DENSE, TRACKS
+from graders.workflows.grading import relative
 from graders.workflows.solutions import SOLUTIONS
 
 # Where NumPy is missing, importing torch warns "Failed to initialize NumPy": neither the kata
@@ -485,14 +486,6 @@ def _python_file(path: Path, what: str) -> Path:
     return _checked(python_file, path, what)
 
 
-def _relative(path: Path) -> str:
-    """`path` (absolute) relative to the folder the command runs in when it is inside it, shown
-    printable: a folder may be named by a candidate (graders.shared.untrusted.file_name)."""
-    from graders.shared.untrusted import file_name
-
-    return file_name(path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path)
-
-
 class _InterviewVerbs(TyperGroup):
     """`kata interview`'s verbs, with `run` (the interactive session) taken when the first word
     is no verb: `kata interview [DIR]`. A verb wins over a folder of its name (./start)."""
@@ -640,7 +633,7 @@ def export_gradescope(
     chosen = _track(track)
     out, graders, wheel = _here(out), _here(graders), _here(wheel)
     if out.suffix != ".zip":
-        _usage_error(f"{_relative(out)}: the bundle is a zip: name it .zip")
+        _usage_error(f"{relative(out)}: the bundle is a zip: name it .zip")
     if fresh_seeds and seed is not None:
         _usage_error("--fresh-seeds and --seed: choose one")
     if fresh_seeds and not hidden:
@@ -649,7 +642,7 @@ def export_gradescope(
     if graders is not None:
         _check_private_graders(graders, hidden, chosen)
     if wheel is not None and (not wheel.is_file() or wheel.suffix != ".whl"):
-        _usage_error(f"--wheel {_relative(wheel)} is not a wheel file (.whl)")
+        _usage_error(f"--wheel {relative(wheel)} is not a wheel file (.whl)")
     _check_writable("OUT", out)
     if hidden and seed is None and not fresh_seeds:
         from graders.judge.grade import draw_seed
@@ -663,7 +656,7 @@ def export_gradescope(
     except (gradescope.ExportError, WheelError) as exc:
         _usage_error(str(exc))
     seeded = f", seed {seed}" if seed is not None else ", a fresh seed each" if hidden else ""
-    _console().print(Text(f"wrote {_relative(out)}: track {chosen.id}"
+    _console().print(Text(f"wrote {relative(out)}: track {chosen.id}"
                           + (", hidden graders" if hidden else ", public cases") + seeded
                           + (", private graders" if graders is not None else "")))
 
@@ -686,7 +679,7 @@ def export_github_action(
         path = github_action.export(_here(directory), chosen, torch_version(), package)
     except OutputError as exc:
         _usage_error(str(exc))
-    _console().print(Text(f"wrote {_relative(path)}"))
+    _console().print(Text(f"wrote {relative(path)}"))
 
 
 def main() -> None:
