@@ -334,6 +334,7 @@ def solution(
     if readme:
         if name is not None or diff is not None:
             _usage_error("--readme prints the steps' story alone: no NAME, no --diff")
+        _in_session("solution", "readme")
         solutions.show_readme(_console)
         return
     if diff is not None:
@@ -352,18 +353,13 @@ def solution(
 
 
 def _in_session(what: str, name: str, step: int = 1) -> None:
-    """A hint or a solution asked inside a workspace (the folder the command runs in) whose
-    interview session is live: recorded; in a strict session refused (exit 1) and the refusal
-    recorded (graders.interview.session)."""
-    from graders.interview import record, session
+    """A hint or a solution asked inside a workspace (the folder the command runs in, or one of
+    its parents) whose interview session is live: recorded; in a strict session refused (exit 1)
+    and the refusal recorded (graders.interview.session.asked_from)."""
+    from graders.interview import session
 
-    if not record.path(Path.cwd()).is_file():
-        return
     try:
-        if what == "hint":
-            session.hint(Path.cwd(), name, step)
-        else:
-            session.solution(Path.cwd(), name)
+        session.asked_from(Path.cwd(), what, name, step)
     except session.Refused as exc:
         _console(stderr=True).print(Text(f"kata: {exc}"), soft_wrap=True)
         raise typer.Exit(1) from None

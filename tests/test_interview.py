@@ -71,7 +71,7 @@ def staged_grade(implementation, tests=None, *, only=None, hidden=False, workers
 def staged(monkeypatch):
     """Grades are staged_grade's, and the CLI's saves start no workers for it."""
     monkeypatch.setattr("graders.judge.grade.grade", staged_grade)
-    monkeypatch.setattr("graders.interview.commands._workers", lambda workspace: None)
+    monkeypatch.setattr("graders.interview.warm.NextWorkers.start", lambda self: None)
 
 
 def write_level(workspace: Path, level: str, note: str = "") -> None:
@@ -224,14 +224,19 @@ def test_after_time_up_a_save_is_refused_and_the_session_ends_once(tmp_path, sta
 
 # --- hints and strict sessions ---------------------------------------------------------------
 
-def test_every_hint_asked_in_a_session_is_recorded(tmp_path):
+def test_every_hint_and_solution_asked_in_a_session_is_recorded(tmp_path):
     clock, ws = Clock(), tmp_path / "ws"
     verbs.start(ws, clock=clock)
     clock.advance(42)
     verbs.hint(ws, "ragged-batch", 2, clock=clock)
-    verbs.solution(ws, "preallocated", clock=clock)  # not strict: allowed, and not a hint
+    clock.advance(8)
+    verbs.solution(ws, "preallocated", clock=clock)  # not strict: allowed, and recorded
     assert verbs.load(ws)["events"] == [
-        {"t": 42.0, "kind": "hint", "item": "ragged-batch", "step": 2}]
+        {"t": 42.0, "kind": "hint", "item": "ragged-batch", "step": 2},
+        {"t": 50.0, "kind": "solution", "item": "preallocated"}]
+    shown = "\n".join(review.lines(verbs.load(ws), ws))
+    assert "Solutions read: preallocated at 0m 50s" in shown
+    assert "- solution `preallocated` read at 0m 50s" in review.markdown(verbs.load(ws), ws)
 
 
 def test_a_strict_session_refuses_hints_and_solutions_and_records_each_refusal(tmp_path):
@@ -288,6 +293,36 @@ def test_the_verbs_through_the_cli(tmp_path, staged, monkeypatch):
     assert runner.invoke(app, ["interview", "replay", "ws", "--step", "1"]).exit_code == 0
     unknown = runner.invoke(app, ["interview", "replay", "ws", "--step", "5"])
     assert unknown.exit_code == 2 and unknown.output.strip().count("\n") == 0
+
+
+@pytest.mark.parametrize("words", [["solution", "--readme"], ["solution", "concat"],
+                                   ["solution", "--diff", "concat", "preallocated"],
+                                   ["hint", "gqa", "--step", "3"]])
+def test_no_way_to_see_a_solution_or_hint_in_a_strict_sessions_workspace(tmp_path, monkeypatch,
+                                                                          words):
+    """Every form of `kata solution`, and the last hint, from the workspace or a folder under
+    it: refused before anything is shown (exit 1), the refusal recorded; outside, shown."""
+    from typer.testing import CliRunner
+
+    from cli import app
+
+    ws = tmp_path / "ws"
+    verbs.start(ws, strict=True)
+    (ws / "notes").mkdir()
+    for folder in (ws, ws / "notes"):
+        monkeypatch.chdir(folder)
+        refused = CliRunner().invoke(app, words)
+        assert refused.exit_code == 1, refused.output
+        assert refused.output.startswith("kata: this is a strict interview session")
+        assert len(refused.output.strip().splitlines()) == 1  # nothing of the solution
+    events = verbs.load(ws)["events"]
+    assert [(e["kind"], e["what"]) for e in events] == [("refused", words[0])] * 2
+    assert events[0]["item"] == {"--readme": "readme", "concat": "concat", "--diff":
+                                 "concat -> preallocated", "gqa": "gqa"}[words[1]]
+    monkeypatch.chdir(tmp_path)  # outside every workspace: shown, nothing recorded
+    shown = CliRunner().invoke(app, words)
+    assert shown.exit_code == 0 and len(shown.output.splitlines()) > 1
+    assert len(verbs.load(ws)["events"]) == 2
 
 
 def test_a_verb_wins_over_a_folder_of_its_name_and_any_other_word_is_a_folder():

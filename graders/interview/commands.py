@@ -4,7 +4,8 @@ one function here, which prints and returns the exit code.
 Exit codes: 0 done (a save whose items all pass, a report written); 1 a save with items that do
 not pass, or a save refused (time up, the session ended); 2 a usage error (no session, another
 session holds the workspace, an unknown snapshot, a file that cannot be written); 4 the grader
-broke. Every line that quotes the candidate (an item's message, a diff, an answer) is printable
+broke; 130 the final grade interrupted by Ctrl-C (the session ended with the items it graded).
+Every line that quotes the candidate (an item's message, a diff, an answer) is printable
 (graders.shared.untrusted).
 """
 
@@ -19,11 +20,17 @@ from rich.text import Text
 
 from graders.interview import record, review, session as verbs
 from graders.interview.questions import STAGE_PROMPTS
+from graders.interview.warm import NextWorkers, OwnTestsVerdict
 from graders.shared import tracks
 from graders.shared.untrusted import file_name, quote
 
 USAGE_ERROR = 2
-IMPORT_TIMEOUT = 60.0  # graders.judge.grade.DEFAULT_IMPORT_TIMEOUT (not imported: it loads torch)
+POLL_SECONDS = 0.05  # of the watch: a save is seen 0.05-0.1 s after it lands
+INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command ended by Ctrl-C
+WARNINGS = {600: "10 minutes left: finish the stage you are on, and answer its questions in "
+                 "answers.md",
+            120: "2 minutes left: save what you want graded; at time up the last save is "
+                 "graded with the hidden cases"}  # seconds left: the warning then
 
 
 def start(console: Console, workspace: Path, minutes: float, strict: bool, track: str) -> int:
@@ -42,12 +49,20 @@ def start(console: Console, workspace: Path, minutes: float, strict: bool, track
     return 0
 
 
-def save(console: Console, workspace: Path, workers=None, ticking: bool = False) -> int:
+def save(console: Console, workspace: Path, workers=None, ticking: bool = False,
+         own_tests: OwnTestsVerdict | None = None) -> int:
     """`kata interview save DIR`: snapshot, grade, record; the verdict and the status line (left
     to the interactive verb's own when it keeps one `ticking`). Without `workers`, they are
-    started first: their torch imports overlap this process's own."""
+    started first: their torch imports overlap this process's own. `own_tests`: the verdict the
+    interactive verb keeps across saves (verbs.save)."""
+    if workers is None:
+        now = NextWorkers(workspace)
+        now.start()
+        workers = now.take(with_tests=True)
     try:
-        saved = verbs.save(workspace, workers=workers or _take([_workers(workspace)]))
+        saved = verbs.save(workspace, workers=workers, own_tests=own_tests)
+    except verbs.Interrupted as exc:  # time was up, and the final grade interrupted
+        return _interrupted(console, exc, workspace)
     except verbs.Refused as exc:
         console.print(Text(str(exc), style="bold red"))
         return 1
@@ -68,11 +83,23 @@ def end(console: Console, workspace: Path) -> int:
     """`kata interview end DIR`: the final hidden grade (once), then the session's report."""
     try:
         session = verbs.end(workspace)
+    except verbs.Interrupted as exc:
+        return _interrupted(console, exc, workspace)
     except (verbs.NoSession, record.SessionBusy, ValueError, OSError) as exc:
         return _error(console, exc)
     for line in review.lines(session, workspace):
         console.print(Text(line), soft_wrap=True)
     return 0
+
+
+def _interrupted(console: Console, exc: "verbs.Interrupted", workspace: Path) -> int:
+    """The final grade was interrupted (Ctrl-C): the session has ended with the items it graded
+    (recorded); say so, show the report, and exit as a command ended by Ctrl-C does. Further
+    Ctrl-Cs are ignored (verbs.end): nothing is left to interrupt."""
+    console.print(Text(f"\n{exc}", style="bold yellow"), soft_wrap=True)
+    for line in review.lines(exc.record, workspace):
+        console.print(Text(line), soft_wrap=True)
+    return INTERRUPTED
 
 
 def report(console: Console, workspace: Path, markdown: Path | None, json_path: Path | None,
@@ -132,34 +159,59 @@ def interactive(console: Console, workspace: Path, minutes: float, strict: bool,
             paths = [p for p in verbs.files(workspace, chosen) if p]
             console.print(Text(f"watching {', '.join(p.name for p in paths)}: save to be graded "
                                "(Ctrl-C ends the session)", style="dim"))
-            ahead, shown = [], [0.0]
+            ahead, own_tests, ticker = NextWorkers(workspace), OwnTestsVerdict(), Ticker(console)
 
             def graded() -> None:
                 _clear_status(console)
-                save(console, workspace, _take(ahead), ticking=console.is_terminal)
-                ahead.append(_workers(workspace))
-
-            def time_up() -> bool:
-                """Asked once a poll: whether time is up; in a terminal, the status line kept
-                ticking, rewritten in place once a second."""
-                now, current = time.time(), verbs.load(workspace)
-                if console.is_terminal and now - shown[0] >= 1:
-                    shown[0] = now
-                    console.file.write(f"\r{status(current, now).plain}\x1b[K")
-                    console.file.flush()
-                return verbs.time_left(current, now) <= 0
+                with_tests = not own_tests.covers(verbs.files(workspace, chosen)[1])
+                save(console, workspace, ahead.take(with_tests), ticking=console.is_terminal,
+                     own_tests=own_tests)
+                ahead.start()  # torch imported in them while the files are edited
 
             try:
-                watch(paths, graded, stop=time_up)
+                watch(paths, graded, poll=POLL_SECONDS,
+                      stop=lambda: ticker.time_up(workspace, time.time()))
             finally:
                 _clear_status(console)
-                for workers in ahead:
-                    workers.close()
+                ahead.close()
             console.print(Text("\nthe session ends: the final grade, with the hidden cases",
                                style="bold"))
             return end(console, workspace)
     except (record.SessionBusy, OSError) as exc:
         return _error(console, exc)
+
+
+class Ticker:
+    """The interactive verb's clock, asked once a poll (`time_up`): each low-time warning of
+    WARNINGS printed once, on a line of its own, when its time comes (one only, the latest due,
+    for a session resumed late); in a terminal, the status line rewritten in place once a
+    second. The record is read once a second: its clock (started, minutes) never changes."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.session: dict | None = None
+        self.read = self.ticked = float("-inf")
+        self.warned: set[int] = set()
+
+    def time_up(self, workspace: Path, now: float) -> bool:
+        """Whether time is up at `now` (seconds since the epoch); the warnings and the status
+        line as they fall due."""
+        if now - self.read >= 1 or self.session is None:
+            self.session, self.read = verbs.load(workspace), now
+        left = verbs.time_left(self.session, now)
+        due = [seconds for seconds in WARNINGS if left <= seconds and seconds not in self.warned]
+        if due and left > 0:
+            self.warned.update(due)
+            _clear_status(self.console)
+            self.console.print(Text(WARNINGS[min(due)], style="bold yellow"))
+            self.ticked = float("-inf")
+        if self.console.is_terminal and now - self.ticked >= 1:
+            self.ticked = now
+            self.console.file.write("\r")
+            self.console.print(status(self.session, now), end="")
+            self.console.file.write("\x1b[K")
+            self.console.file.flush()
+        return left <= 0
 
 
 def show_stage(console: Console, session: dict, stage: str) -> None:
@@ -202,12 +254,16 @@ def show_verdict(console: Console, saved: verbs.Saved) -> None:
 
 
 def status(session: dict, now: float) -> Text:
-    """The status line: the time left, the stage and the level of the last save."""
+    """The status line: the time left, the stage and the level of the last save. Under each of
+    WARNINGS' times, it says so, in yellow, then in red under the last."""
     left = verbs.time_left(session, now)
     saves = review.saves(session)
     level = saves[-1]["level"] if saves else "not graded yet"
-    return Text(f"[{review.clock(left)} left | stage {session['stage']} | level {level} | "
-                f"{len(saves)} saves]", style="cyan")
+    under = [seconds for seconds in WARNINGS if 0 < left <= seconds]
+    warning = f", under {min(under) // 60} minutes!" if under else ""
+    style = ("bold red" if min(under) == min(WARNINGS) else "bold yellow") if under else "cyan"
+    return Text(f"[{review.clock(left)} left{warning} | stage {session['stage']} | level "
+                f"{level} | {len(saves)} saves]", style=style)
 
 
 def _clear_status(console: Console) -> None:
@@ -215,33 +271,6 @@ def _clear_status(console: Console) -> None:
     if console.is_terminal:
         console.file.write("\r\x1b[K")
         console.file.flush()
-
-
-def _workers(workspace: Path):
-    """Workers for the next save, started now so that their torch import is done by the time
-    the candidate saves (as `kata grade --watch` does); None when they cannot be started."""
-    from graders.judge.workers import GradeWorkers
-
-    try:
-        session = verbs.load(workspace)
-    except (verbs.NoSession, ValueError):  # the save says so
-        return None
-    track = tracks.get(session["track"])
-    implementation, tests = verbs.files(workspace, track)
-    runs_tests = track.runs_tests(set(verbs.stage_items(track, session["stage"])))
-    try:
-        return GradeWorkers.start(implementation, tests if runs_tests and tests.is_file()
-                                  else None, track.module, verbs.default_sandbox(),
-                                  IMPORT_TIMEOUT, ahead=True)
-    except Exception:  # the save starts its own, and says why if it cannot either
-        return None
-
-
-def _take(ahead: list):
-    """The workers started ahead, let go on the files as they are now; None when there are none
-    or they died while waiting."""
-    workers = ahead.pop() if ahead else None
-    return workers if workers is not None and workers.go() else None
 
 
 def _error(console: Console, exc: Exception) -> int:

@@ -1,14 +1,14 @@
 """What an interviewer reads after a session: `kata interview report` and `replay`.
 
-The report gives the time to each level, each item's first pass, the hints asked (and refused),
-the level over time (a text strip, or a PNG with matplotlib, the `bench` extra), the final
-hidden grade with its similarity line, and each conceptual answer beside its model answer. The
-same report is written as Markdown and as JSON. The replay shows each snapshot's diff from the
-one before, with its grade and time.
+The report gives the time to each level, each item's first pass, the hints and solutions asked
+(and refused), the level over time (a text strip, or a PNG with matplotlib, the `bench` extra),
+the final hidden grade with its similarity line, and each conceptual answer beside its model
+answer. The same report is written as Markdown and as JSON. The replay shows each snapshot's
+diff from the one before, with its grade and time.
 
 Everything the candidate wrote (answers.md, the files in a diff) is data (contract section 5):
-printable in the terminal (graders.shared.untrusted), in fenced blocks no line of theirs can close in
-Markdown, and quoted in JSON.
+printable in the terminal (graders.shared.untrusted), in fenced blocks no line of theirs can
+close in Markdown, and quoted in JSON.
 """
 
 from __future__ import annotations
@@ -37,8 +37,8 @@ def saves(session: dict) -> list[dict]:
 
 def figures(session: dict) -> dict:
     """The report's figures: seconds to each level (None: never reached), each item's first
-    pass in seconds (None: never), the hints and refusals, the level after each save and the
-    final grade's level, score and similarity."""
+    pass in seconds (None: never), the hints, solutions and refusals, the level after each save
+    and the final grade's level, score and similarity."""
     track = tracks.get(session["track"])
     order = ranks(track)
     to_level = {}
@@ -52,6 +52,7 @@ def figures(session: dict) -> dict:
         "time_to_level": to_level,
         "first_pass": first_pass,
         "hints": [e for e in session["events"] if e["kind"] == "hint"],
+        "solutions": [e for e in session["events"] if e["kind"] == "solution"],
         "refused": [e for e in session["events"] if e["kind"] == "refused"],
         "stages": [e for e in session["events"] if e["kind"] == "stage"],
         "levels": [[e["t"], e["level"]] for e in saves(session)],
@@ -102,12 +103,15 @@ def lines(session: dict, workspace: Path) -> list[str]:
     out += [f"  {item:<22}{clock(t)}" for item, t in found["first_pass"].items()]
     out += ["", "Hints asked: " + (", ".join(f"{e['item']} step {e['step']} at {clock(e['t'])}"
                                              for e in found["hints"]) or "none")]
+    if found["solutions"]:
+        out.append("Solutions read: " + ", ".join(
+            f"{printable(str(e['item']))} at {clock(e['t'])}" for e in found["solutions"]))
     if found["refused"]:
         out.append("Refused (strict): " + ", ".join(
             f"{e['what']} {printable(str(e['item']))} at {clock(e['t'])}"
             for e in found["refused"]))
     out += ["", "Level over time", *(f"  {row}" for row in strip(session)), ""]
-    out += _final_lines(session)
+    out += _final_lines(session, workspace)
     for item_id, question, answer, model in _answers(session, workspace):
         out += ["", f"## {item_id}: {question}", "  Candidate's answer:"]
         out += [f"    {line}" for line in (quote(answer) or "(no answer)").splitlines()]
@@ -130,10 +134,12 @@ def markdown(session: dict, workspace: Path) -> str:
     out += ["", "## Hints", ""]
     out += [f"- {e['item']}, step {e['step']}, at {clock(e['t'])}" for e in found["hints"]] or [
         "None asked."]
+    out += [f"- solution `{_plain(str(e['item']))}` read at {clock(e['t'])}"
+            for e in found["solutions"]]
     out += [f"- refused: {e['what']} `{_plain(str(e['item']))}` at {clock(e['t'])}"
             for e in found["refused"]]
     out += ["", "## Level over time", "", "```", *strip(session), "```", "", "## Final grade", ""]
-    out += _final_lines(session)
+    out += _final_lines(session, workspace)
     out += ["", "## Conceptual questions"]
     for item_id, question, answer, model in _answers(session, workspace):
         out += ["", f"### {item_id}", "", f"*{question}*", "", "Candidate's answer:", "",
@@ -199,15 +205,26 @@ def replay_lines(session: dict, workspace: Path, step: int | None = None) -> lis
     return out
 
 
-def _final_lines(session: dict) -> list[str]:
+def _final_lines(session: dict, workspace: Path) -> list[str]:
+    """The final grade's lines: its level and score, the items that do not pass and the
+    similarity line; for one interrupted (partial), the items it graded and how to grade the
+    snapshot in full with the same cases."""
     from graders.formats.report import similarity_line
 
     final = session["final"]
     if final is None:
         return ["Final grade: not yet (the session has not ended: `kata interview end DIR`)."]
+    failing = [i["id"] for i in final["items"] if i["status"] != "pass"]
+    if final["partial"]:  # the final grade was interrupted (Ctrl-C): the items it graded
+        total = len(rubric_data.load().track(tracks.get(session["track"])))
+        return [f"Final grade (--hidden, seed {final['seed']}): interrupted (Ctrl-C) after "
+                f"{len(final['items'])} of {total} items, {final['score']:g}/"
+                f"{final['max_score']:g} points on those; no level",
+                "Items graded that do not pass: " + (", ".join(failing) or "none"),
+                f"Grade the snapshot in full: kata grade --hidden --seed {final['seed']} "
+                f"{printable(str(record.folder(Path(workspace)) / final['implementation']))}"]
     out = [f"Final grade (--hidden, seed {final['seed']}): {final['level']}, "
            f"{final['score']:g}/{final['max_score']:g} points"]
-    failing = [i["id"] for i in final["items"] if i["status"] != "pass"]
     out.append("Items that do not pass: " + (", ".join(failing) or "none"))
     if final.get("similarity"):
         out.append(similarity_line(final["similarity"]))

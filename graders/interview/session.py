@@ -15,6 +15,8 @@ saves and ends) is held by record.locked, one process at a time.
 from __future__ import annotations
 
 import fcntl
+import signal
+import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -36,6 +38,16 @@ class NoSession(Exception):
 class Refused(Exception):
     """Something the session does not allow now (a hint in a strict session, a save after time
     up); it has been recorded where the contract says so. The message is one line."""
+
+
+class Interrupted(Exception):
+    """The final grade was interrupted (Ctrl-C): the session has ended all the same, with the
+    items graded before the interrupt as its `final` (a partial hidden grade), recorded.
+    `record` is the session's record; the message is one line."""
+
+    def __init__(self, message: str, session: dict):
+        super().__init__(message)
+        self.record = session
 
 
 @dataclass
@@ -128,22 +140,25 @@ def load(workspace: Path) -> dict:
     return session
 
 
-def save(workspace: Path, *, clock: Clock = time.time, sandbox=None,
-         workers=None) -> Saved:
+def save(workspace: Path, *, clock: Clock = time.time, sandbox=None, workers=None,
+         own_tests=None) -> Saved:
     """What a watched save does: snapshot the files, grade them on the items of the stages
     opened so far, record the save (and the stage it opens). Nothing is recorded when the files
     are those of the last snapshot and no stage has opened since it was graded. After time up,
     the save is refused and the session ended (Refused, once `end` has run). `workers`: started
-    ahead for these files (graders.judge.workers.GradeWorkers), else started here; closed either way.
+    ahead for these files (graders.judge.workers.GradeWorkers), else started here; closed either
+    way. `own_tests`: the interactive verb's graders.interview.warm.OwnTestsVerdict, kept across
+    its saves: a save whose test file is the one it holds the verdict of takes that verdict
+    instead of running the item again, and a save that runs the item leaves its verdict there.
     SessionBusy when another live process holds the session."""
     try:
-        return _save(workspace, clock, sandbox, workers)
+        return _save(workspace, clock, sandbox, workers, own_tests)
     except BaseException:
         _close(workers)
         raise
 
 
-def _save(workspace: Path, clock: Clock, sandbox, workers) -> Saved:
+def _save(workspace: Path, clock: Clock, sandbox, workers, own_tests) -> Saved:
     """`save`'s work; it closes `workers` itself on each way out that grades nothing."""
     from graders.judge.grade import grade
 
@@ -165,11 +180,17 @@ def _save(workspace: Path, clock: Clock, sandbox, workers) -> Saved:
         implementation, tests = files(record.folder(workspace) / name, track)
         tests = tests if tests and tests.is_file() else None
         items = set(stage_items(track, session["stage"]))
+        kept = own_tests is not None and track.runs_tests(items) and own_tests.covers(tests)
+        graded = items - {tracks.TESTS_ITEM} if kept else items
         if workers is not None and (workers.tests is None) != (
-                tests is None or not track.runs_tests(items)):
+                tests is None or not track.runs_tests(graded)):
             workers = _close(workers)  # started for other files: the grade starts its own
-        result = grade(implementation, tests, track=track.id, only=items,
+        result = grade(implementation, tests, track=track.id, only=graded,
                        sandbox=sandbox or default_sandbox(), workers=workers)
+        if kept:
+            result = own_tests.fill(result)
+        elif own_tests is not None:
+            own_tests.keep(result, tests, name)
         level = reached(result, track)
         opened = None
 
@@ -213,18 +234,39 @@ def hint(workspace: Path, item: str, step: int, *, clock: Clock = time.time) -> 
 
 
 def solution(workspace: Path, name: str, *, clock: Clock = time.time) -> None:
-    """A reference solution asked for inside the workspace's live session: refused, and the
-    refusal recorded, in a strict session (Refused); otherwise nothing is recorded (reading a
-    solution is the practice session's own business, as the contract records only hints)."""
-    _ask(workspace, "solution", name, clock, None)
+    """A reference solution asked for inside the workspace's live session (`name`: a solution,
+    "FROM -> TO" for a diff of two, "readme" for their story): recorded as hints are
+    (`{"kind": "solution", "item": name}`); in a strict session refused, and the refusal
+    recorded (Refused). Nothing when the workspace has no session, or its session has ended."""
+    _ask(workspace, "solution", name, clock, {})
+
+
+def asked_from(folder: Path, what: str, name: str, step: int = 1, *,
+               clock: Clock = time.time) -> None:
+    """A hint (`what` "hint": item `name`, `step`) or a solution (`what` "solution") asked by a
+    command run in `folder`: inside a session's workspace (the folder itself or any folder
+    under it), recorded, or refused (Refused) in a strict session, as `hint` and `solution`
+    do. Nothing outside every session's workspace. cli.py's `kata hint` and `kata solution`
+    (each of its forms) call this before they show anything."""
+    workspace = next((place for place in (folder, *folder.parents)
+                      if record.path(place).is_file()), None)
+    if workspace is None:
+        return
+    if what == "hint":
+        hint(workspace, name, step, clock=clock)
+    else:
+        solution(workspace, name, clock=clock)
 
 
 def end(workspace: Path, *, clock: Clock = time.time, sandbox=None) -> dict:
     """End the session: the last snapshot (one is taken if there is none) graded in full with
     the hidden cases, as `final`, and the time it ended. Idempotent: an ended session's record
-    is returned as it is. SessionBusy when another live process holds the session."""
-    from graders.formats.report import to_json
-    from graders.judge.grade import grade
+    is returned as it is. SessionBusy when another live process holds the session.
+
+    A Ctrl-C during the final grade ends the session with the items graded so far: `final` is
+    their partial hidden grade (its seed kept, to grade the snapshot again in full), recorded
+    with Ctrl-C ignored until the record is written; then Interrupted."""
+    from graders.judge.grade import draw_seed, grade
 
     with record.locked(workspace):
         session = load(workspace)
@@ -235,16 +277,60 @@ def end(workspace: Path, *, clock: Clock = time.time, sandbox=None) -> dict:
         name = saves[-1]["snapshot"] if saves else record.snapshot(
             workspace, _contents(workspace, track))
         implementation, tests = files(record.folder(workspace) / name, track)
-        result = grade(implementation, tests if tests and tests.is_file() else None,
-                       track=track.id, hidden=True, sandbox=sandbox or default_sandbox())
-        result.implementation = f"{name}/{track.implementation}"
-        ended = clock()
+        seed, done = draw_seed(), []
+        try:
+            result = grade(implementation, tests if tests and tests.is_file() else None,
+                           track=track.id, hidden=True, seed=seed,
+                           sandbox=sandbox or default_sandbox(), on_item=done.append)
+        except KeyboardInterrupt:
+            with _interrupts_ignored():
+                total = len(rubric_data.load().track(track))
+                session = _ended(workspace, name, _partial(implementation, track, done, seed),
+                                 clock())
+            raise Interrupted(f"the final grade was interrupted (Ctrl-C) after {len(done)} of "
+                              f"{total} items: the session ends with those, recorded",
+                              session) from None
+        return _ended(workspace, name, result, clock())
 
-        def close(session: dict) -> None:
-            session["ended"] = record.iso(ended)
-            session["final"] = to_json(result)
 
-        return update(workspace, close)
+def _partial(implementation: Path, track: tracks.Track, done: list, seed: int):
+    """The final grade interrupted: a partial hidden grade (graders.judge.grade.GradeResult) of
+    the items `done`, in rubric order; no level, no tells (their items may not have run), and
+    no isolation (the workers' were not heard of): null in the record."""
+    from graders.judge.grade import GradeResult
+
+    order = [item.id for item in rubric_data.load().track(track)]
+    result = GradeResult(str(implementation), None, sorted(done, key=lambda i: order.index(i.id)),
+                         [], True, track=track.id, partial=True, seed=seed)
+    result.isolation = None
+    return result
+
+
+def _ended(workspace: Path, name: str, result, ended: float) -> dict:
+    """Record the session's end at `ended` with `result`, the final grade of snapshot `name`."""
+    from graders.formats.report import to_json
+
+    result.implementation = f"{name}/{tracks.get(load(workspace)['track']).implementation}"
+
+    def close(session: dict) -> None:
+        session["ended"] = record.iso(ended)
+        session["final"] = to_json(result)
+
+    return update(workspace, close)
+
+
+@contextmanager
+def _interrupts_ignored():
+    """Within the block, Ctrl-C (SIGINT) is ignored: a record is being written, and nothing is
+    left to interrupt. Nothing changes outside the main thread, where Python takes no signal."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
 
 
 def update(workspace: Path, change: Callable[[dict], None]) -> dict:
@@ -292,9 +378,9 @@ def answers(workspace: Path) -> dict[str, str]:
     return {key: "\n".join(lines).strip() for key, lines in found.items()}
 
 
-def _ask(workspace: Path, what: str, item: str, clock: Clock, fields: dict | None) -> None:
+def _ask(workspace: Path, what: str, item: str, clock: Clock, fields: dict) -> None:
     """In a live strict session, record the refusal of `what` and raise Refused; in a live
-    session otherwise, record the event `what` with `fields` (None: nothing is recorded)."""
+    session otherwise, record the event `what` with `fields`."""
     try:
         session = record.load(workspace)
     except ValueError:  # not a record of ours: no session to record in
@@ -306,9 +392,8 @@ def _ask(workspace: Path, what: str, item: str, clock: Clock, fields: dict | Non
             {"t": _t(s, clock()), "kind": "refused", "what": what, "item": item}))
         raise Refused(f"this is a strict interview session: no {what}s (the refusal is "
                       "recorded)")
-    if fields is not None:
-        update(workspace, lambda s: s["events"].append(
-            {"t": _t(s, clock()), "kind": what, "item": item, **fields}))
+    update(workspace, lambda s: s["events"].append(
+        {"t": _t(s, clock()), "kind": what, "item": item, **fields}))
 
 
 @contextmanager
