@@ -425,6 +425,234 @@ def test_a_replay_shows_no_control_of_the_candidates_file(tmp_path, staged):
     assert "+# \\x1b[2J\\x1b]8;;http://evil.example\\x07click here" in shown
 
 
+# --- the clock's warnings ---------------------------------------------------------------------
+
+def test_the_status_line_warns_under_10_then_2_minutes_left(tmp_path):
+    clock, ws = Clock(), tmp_path / "ws"
+    session = verbs.start(ws, minutes=15, clock=clock)[0]
+    early, late, last = (commands.status(session, START + (15 - left) * 60)
+                         for left in (11, 9.5, 1.5))
+    assert "under" not in early.plain and early.style == "cyan"
+    assert early.plain.startswith("[11m 00s left | stage L4")
+    assert late.plain.startswith("[9m 30s left, under 10 minutes! | stage L4")
+    assert last.plain.startswith("[1m 30s left, under 2 minutes! | stage L4")
+    assert (late.style, last.style) == ("bold yellow", "bold red")
+    assert "under" not in commands.status(session, START + 15 * 60).plain  # time up: 0m 00s
+
+
+def test_each_warning_is_printed_once_when_its_time_comes(tmp_path):
+    clock, ws = Clock(), tmp_path / "ws"
+    verbs.start(ws, minutes=15, clock=clock)
+    out_console, out = console()
+    ticker = commands.Ticker(out_console)
+    printed = []
+    for minutes in (0, 4.9, 5.1, 6, 12.9, 13.1, 14, 14.99):
+        assert not ticker.time_up(ws, START + minutes * 60)
+        printed.append(out.getvalue())
+    assert printed[1] == "" and printed[2] == commands.WARNINGS[600] + "\n"
+    assert printed[4] == printed[2]  # not again while it holds
+    assert printed[5] == printed[2] + commands.WARNINGS[120] + "\n" == printed[7]
+    assert ticker.time_up(ws, START + 15 * 60) and out.getvalue() == printed[7]
+    resumed_console, resumed = console()  # a session resumed with a minute left: the latest
+    assert not commands.Ticker(resumed_console).time_up(ws, START + 14 * 60)
+    assert resumed.getvalue() == commands.WARNINGS[120] + "\n"
+
+
+def test_in_a_terminal_the_status_line_ticks_in_place_with_its_warning(tmp_path):
+    import io
+
+    clock, ws = Clock(), tmp_path / "ws"
+    verbs.start(ws, minutes=15, clock=clock)
+    out = io.StringIO()
+    ticker = commands.Ticker(Console(file=out, width=100, force_terminal=True))
+    ticker.time_up(ws, START + 60)
+    ticker.time_up(ws, START + 60.5)  # within the second: not rewritten
+    assert out.getvalue().count("\r") == 1 and out.getvalue().endswith("\x1b[K")
+    assert "14m 00s left | stage L4" in out.getvalue()
+    ticker.time_up(ws, START + 13.5 * 60)
+    tail = out.getvalue().rsplit("\r", 1)[1]
+    assert "1m 30s left, under 2 minutes! |" in tail and "\x1b[1;31m" in tail  # bold red
+
+
+# --- saves kept warm --------------------------------------------------------------------------
+
+def test_an_unchanged_test_file_keeps_its_own_tests_verdict_across_saves(tmp_path, monkeypatch):
+    """A save that changes kv_cache.py alone is graded without own-tests and takes the verdict
+    the same test file got, with its tell; a change of the test file grades the item again."""
+    from graders.interview.warm import OWN_TESTS_TELLS, OwnTestsVerdict
+    from graders.judge.grade import TellResult
+
+    graded = []
+
+    def grade_with_tells(implementation, tests=None, *, only=None, **options):
+        graded.append(set(only))
+        result = staged_grade(implementation, tests, only=only, **options)
+        mark = "caught" if b"caught" in Path(tests).read_bytes() else "shapes only"
+        result.tells = [TellResult("caches-q", False, "clear"),
+                        TellResult("shape-only-tests", mark != "caught", mark,
+                                   checked="own-tests" in only)]
+        return result
+
+    monkeypatch.setattr("graders.judge.grade.grade", grade_with_tells)
+    clock, ws, kept = Clock(), tmp_path / "ws", OwnTestsVerdict()
+    verbs.start(ws, clock=clock)
+    (ws / "test_kv_cache.py").write_text("# caught\n")
+    write_level(ws, "L6")
+    # Opens L5; graded with L5's items, own-tests kept, opens L6; graded with L6's.
+    first, graded_l5, last = (verbs.save(ws, clock=clock, own_tests=kept) for _ in range(3))
+    assert ["own-tests" in items for items in graded] == [False, True, False]
+    assert kept.covers(ws / "test_kv_cache.py") and last.event["level"] == "L6"
+    write_level(ws, "L6", note="kv_cache.py alone changes")
+    again = verbs.save(ws, clock=clock, own_tests=kept)
+    assert "own-tests" not in graded[-1] and len(graded[-1]) == 18
+    own = next(i for i in again.result.items if i.id == "own-tests")
+    assert own.status == "pass" and graded_l5.event["snapshot"].startswith("002-")
+    assert own.message == f"as graded at {graded_l5.event['snapshot']} (the test file is " \
+        "unchanged): staged"
+    assert [i.id for i in again.result.items] == [i.id for i in last.result.items]
+    assert again.event["level"] == "L6" and "own-tests" in again.event["passing"]
+    tells = {t.id: t for t in again.result.tells}
+    assert tells["shape-only-tests"].checked and tells["shape-only-tests"].message == "caught"
+    assert OWN_TESTS_TELLS == ("shape-only-tests",)
+    (ws / "test_kv_cache.py").write_text("# checks shapes\n")
+    verbs.save(ws, clock=clock, own_tests=kept)
+    assert "own-tests" in graded[-1]  # a new test file: graded again
+    assert kept.tells[0].detected and kept.tells[0].message == "shapes only"
+
+
+def test_a_verdict_that_broke_is_not_kept(tmp_path):
+    from graders.interview.warm import OwnTestsVerdict
+
+    tests = tmp_path / "test_kv_cache.py"
+    tests.write_text("def test_x(): pass\n")
+    kept = OwnTestsVerdict()
+    for status, holds in (("pass", True), ("timeout", False), ("fail", True), ("error", False)):
+        item = ItemResult("own-tests", "L5", status, 0.0, 7.0, "m")
+        kept.keep(GradeResult("f", None, [item], [], False), tests, "001-00000000")
+        assert kept.covers(tests) == holds, status
+    kept.keep(GradeResult("f", None, [ItemResult("own-tests", "L5", "pass", 7.0, 7.0, "m")], [],
+                          False), tests, "002-00000000")
+    assert kept.covers(tests)
+    kept.keep(GradeResult("f", None, [], [], False), tests, "003-00000000")  # not graded
+    assert not kept.covers(tests)
+    tests.write_text("def test_y(): pass\n")
+    assert not kept.covers(tests) and not kept.covers(None)
+
+
+class FakeWorker:
+    """Stands for a graders.judge.workers.Worker: counts its go() and close()."""
+
+    started: list = []
+
+    def __init__(self, mode: str, **_) -> None:
+        self.mode, self.gone, self.closed = mode, False, False
+        FakeWorker.started.append(self)
+
+    def start(self) -> "FakeWorker":
+        return self
+
+    def go(self) -> None:
+        self.gone = True
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_the_next_workers_keep_an_idle_tests_worker_across_saves(tmp_path, monkeypatch):
+    from graders.interview.warm import NextWorkers
+    from graders.judge import workers as judge_workers
+
+    def start(implementation, tests, module, sandbox, import_timeout, ahead=False):
+        assert tests is None and ahead
+        return judge_workers.GradeWorkers(FakeWorker("implementation"), None, None, "bwrap")
+
+    FakeWorker.started = []
+    monkeypatch.setattr(judge_workers.GradeWorkers, "start", staticmethod(start))
+    monkeypatch.setattr(judge_workers, "Worker", FakeWorker)
+    ws = tmp_path / "ws"
+    verbs.start(ws)
+    ahead = NextWorkers(ws)
+    ahead.start()  # stage L4: no item runs the tests
+    assert [w.mode for w in FakeWorker.started] == ["implementation"]
+    assert ahead.take(with_tests=True).test_worker is None
+    verbs.update(ws, lambda s: s.update(stage="L5"))
+    ahead.start()
+    assert [w.mode for w in FakeWorker.started] == ["implementation"] * 2 + ["tests"]
+    tests_worker = FakeWorker.started[-1]
+    alone = ahead.take(with_tests=False)  # the test file's verdict is kept: not needed
+    assert alone.test_worker is None and not tests_worker.gone
+    ahead.start()  # a fresh implementation worker; the tests worker is still the one kept
+    assert [w.mode for w in FakeWorker.started].count("tests") == 1
+    both = ahead.take(with_tests=True)
+    assert both.test_worker is tests_worker and tests_worker.gone
+    assert both.tests == ws / "test_kv_cache.py" and both.implementation.gone
+    ahead.start()
+    ahead.close()
+    assert all(w.closed for w in FakeWorker.started[-2:])
+
+
+# --- a Ctrl-C during the final grade ----------------------------------------------------------
+
+def interrupted_after(count: int):
+    """A stand-in for the final grade: `count` items graded (heard of by on_item), then a Ctrl-C
+    (KeyboardInterrupt), as a second Ctrl-C during `end` brings."""
+    def grade(implementation, tests=None, *, on_item=None, **_):
+        for item in staged_grade(implementation, tests).items[:count]:
+            on_item(item)
+        raise KeyboardInterrupt
+    return grade
+
+
+def test_a_ctrl_c_during_the_final_grade_ends_the_session_with_what_it_has(tmp_path,
+                                                                            monkeypatch):
+    import signal
+
+    clock, ws = Clock(), tmp_path / "ws"
+    verbs.start(ws, clock=clock)
+    write_level(ws, "L4")
+    with monkeypatch.context() as patched:
+        patched.setattr("graders.judge.grade.grade", staged_grade)
+        saved = verbs.save(ws, clock=clock)
+    writes = []
+    original_save = record.save
+    monkeypatch.setattr(record, "save", lambda w, r: (
+        writes.append(signal.getsignal(signal.SIGINT)), original_save(w, r)))
+    monkeypatch.setattr("graders.judge.grade.grade", interrupted_after(5))
+    clock.advance(60)
+    with pytest.raises(verbs.Interrupted, match="after 5 of 19 items") as caught:
+        verbs.end(ws, clock=clock)
+    assert writes == [signal.SIG_IGN]  # a third Ctrl-C cannot cut the record's write
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # and then restored
+    ended = verbs.load(ws)
+    assert caught.value.record == ended and ended["ended"] == record.iso(START + 60)
+    final = ended["final"]
+    assert final["partial"] and final["hidden"] and final["level"] is None
+    assert [i["id"] for i in final["items"]] == [
+        "append-time-dim", "attend-shape", "prefix-equivalence", "validate-shapes",
+        "validate-dtype-device"]
+    assert isinstance(final["seed"], int) and final["isolation"] is None
+    assert final["implementation"] == f"{saved.event['snapshot']}/kv_cache.py"
+    assert verbs.end(ws, clock=clock) == ended  # ended: idempotent, nothing graded again
+    shown = "\n".join(review.lines(ended, ws))
+    assert "interrupted (Ctrl-C) after 5 of 19 items, 10/27 points on those; no level" in shown
+    assert (f"kata grade --hidden --seed {final['seed']} "
+            f"{ws / '.kata' / saved.event['snapshot'] / 'kv_cache.py'}") in shown
+    assert "interrupted (Ctrl-C)" in review.markdown(ended, ws)
+
+
+def test_the_end_verb_interrupted_exits_130_with_the_report_and_no_traceback(tmp_path,
+                                                                             monkeypatch):
+    ws = tmp_path / "ws"
+    verbs.start(ws)
+    monkeypatch.setattr("graders.judge.grade.grade", interrupted_after(0))
+    out_console, out = console()
+    assert commands.end(out_console, ws) == commands.INTERRUPTED == 130
+    shown = out.getvalue()
+    assert "the final grade was interrupted (Ctrl-C) after 0 of 19 items" in shown
+    assert "Time to each level" in shown and "Traceback" not in shown
+    assert verbs.load(ws)["ended"] is not None
+
+
 # --- the scripted session, for real -----------------------------------------------------------
 
 def wrong_file(name: str) -> str:
