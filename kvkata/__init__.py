@@ -108,10 +108,11 @@ def grade(path: str | os.PathLike | None = None, *, tests: str | os.PathLike | N
     """Grade `path` as `kata grade PATH` does, and return the Grade (which shows the report).
 
     Paths are relative to the current folder. `path` None grades what `kata grade` grades
-    there (a workspace's kv_cache.py, or paged_kv_cache.py for track "serving"). `tests`
-    defaults to test_<name>.py beside the file, when it exists. The other arguments are the
-    options of `kata grade`: `track` ("dense" or "serving"), `hidden` and its `seed` and
-    `graders` (a folder of private graders), `items` (--item ids) and `level` (--level),
+    there (a workspace's kv_cache.py, paged_kv_cache.py for track "serving", scheduler.py for
+    "batching"). `tests` defaults to test_<name>.py beside the file, when it exists. The other
+    arguments are the options of `kata grade`: `track` ("dense", "serving" or "batching"),
+    `hidden` and its `seed` and `graders` (a folder of private graders), `items` (--item ids)
+    and `level` (--level),
     `exitfirst` (-x), `timeout`, `import_timeout`, `sandbox` ("auto", "require", "process"),
     `memory` (GiB a process), and `detail`, the report's ("quiet", "brief", "default",
     "verbose"). Like `kata grade`, it records the items that did not pass, for `--lf`.

@@ -137,7 +137,8 @@ def test_init_makes_the_workspace_in_the_folder(here):
     result = kata("init", "a/b")
     assert result.exit_code == 0, result.output
     assert sorted(p.name for p in (here / "a" / "b").iterdir()) == [
-        ".gitignore", "README.md", "kv_cache.py", "paged_kv_cache.py", "test_kv_cache.py"]
+        ".gitignore", "README.md", "kv_cache.py", "paged_kv_cache.py", "scheduler.py",
+        "test_kv_cache.py"]
     assert "created a/b/kv_cache.py" in result.output and "cd a/b && kata grade" in result.output
 
 

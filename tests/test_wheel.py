@@ -152,7 +152,8 @@ def test_init_then_grade_by_relative_and_absolute_path(venv, empty):
     made = kata(venv, empty, "init", "ws")
     assert made.returncode == 0, text(made)
     assert sorted(p.name for p in (empty / "ws").iterdir()) == [
-        ".gitignore", "README.md", "kv_cache.py", "paged_kv_cache.py", "test_kv_cache.py"]
+        ".gitignore", "README.md", "kv_cache.py", "paged_kv_cache.py", "scheduler.py",
+        "test_kv_cache.py"]
     assert (empty / "ws/kv_cache.py").read_bytes() == (ROOT / "starter/kv_cache.py").read_bytes()
 
     relative = kata(venv, empty, "grade", "ws/kv_cache.py", "--json", "relative.json")

@@ -21,7 +21,7 @@ from graders.shared.tracks import DENSE
 from graders.workflows.workspace import README, default_target, init_workspace
 
 ROOT = Path(__file__).resolve().parent.parent
-FILES = {"kv_cache.py", "test_kv_cache.py", "paged_kv_cache.py", "README.md", ".gitignore"}
+FILES = {"kv_cache.py", "test_kv_cache.py", "paged_kv_cache.py", "scheduler.py", "README.md", ".gitignore"}
 
 
 def body_lines(path: Path) -> set[str]:
@@ -55,11 +55,11 @@ def workspace(tmp_path):
 def test_init_writes_the_starter_files_and_a_readme(workspace):
     target, written = workspace
     assert {p.name for p in target.iterdir()} == {p.name for p in written} == FILES
-    for name in ("kv_cache.py", "test_kv_cache.py"):
+    for name in ("kv_cache.py", "test_kv_cache.py", "paged_kv_cache.py", "scheduler.py"):
         assert (target / name).read_text() == (ROOT / "starter" / name).read_text()
     readme = (target / "README.md").read_text()
     for says in ("L4", "L5", "L6", "kata grade --watch", "--item", "--level", "-x", "kata hint",
-                 "kata rubric"):
+                 "kata rubric", "--track serving", "--track batching"):
         assert says in readme
 
 

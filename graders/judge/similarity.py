@@ -38,14 +38,15 @@ from functools import lru_cache
 from pathlib import Path
 
 from graders.shared import bundled
-from graders.shared.tracks import DENSE, SERVING, Track
+from graders.shared.tracks import BATCHING, DENSE, SERVING, Track
 
 K = 25  # tokens a fingerprint hashes
 W = 10  # consecutive hashes winnowing keeps one of
 MAX_BYTES = 1 << 18  # a candidate's file is tens of KB: a larger one is compared on its start
 _BASE, _MASK = 1_000_003, 2**64 - 1  # the rolling hash's base (odd) and modulus
 
-SOLUTIONS = {DENSE: ("kv_cache.py", "concat_kv_cache.py"), SERVING: ("paged_kv_cache.py",)}
+SOLUTIONS = {DENSE: ("kv_cache.py", "concat_kv_cache.py"), SERVING: ("paged_kv_cache.py",),
+             BATCHING: ("scheduler.py",)}
 
 _NAME, _STRING = "N", "S"
 _LAYOUT = {tokenize.COMMENT, tokenize.NL, tokenize.INDENT, tokenize.DEDENT, tokenize.ENDMARKER}

@@ -4,6 +4,8 @@
               L4-L6 and capped by the down-level tells (contract sections 1-3)
     serving   beyond L6: paged_kv_cache.py, a paged cache for many sequences, graded all or
               nothing beside the levels, with no own-tests item and no tells (section 4)
+    batching  the question's "related" topic: scheduler.py, continuous batching over a paged
+              pool, graded as the serving track is (section 6)
 """
 
 from __future__ import annotations
@@ -44,7 +46,9 @@ DENSE = Track("dense", "the levels", "kv_cache", "kv_cache.py", "test_kv_cache.p
               items="graders.dense.items")
 SERVING = Track("serving", "serving track", "paged_kv_cache", "paged_kv_cache.py", None,
                 levels=False, items="graders.serving.items", section="serving")
-TRACKS = {track.id: track for track in (DENSE, SERVING)}
+BATCHING = Track("batching", "batching track", "scheduler", "scheduler.py", None, levels=False,
+                 items="graders.batching.items", section="batching")
+TRACKS = {track.id: track for track in (DENSE, SERVING, BATCHING)}
 SECTIONS = tuple(track.section for track in TRACKS.values() if track.section)
 
 
@@ -53,7 +57,9 @@ def get(track_id: str) -> Track:
     try:
         return TRACKS[track_id]
     except KeyError:
-        raise KeyError(f"no track {track_id!r}: choose {' or '.join(map(repr, TRACKS))}") from None
+        names = [repr(name) for name in TRACKS]
+        raise KeyError(f"no track {track_id!r}: choose {', '.join(names[:-1])} or {names[-1]}"
+                       ) from None
 
 
 def groups(levels: tuple[str, ...]) -> list[tuple[str, str, Track | None]]:

@@ -13,7 +13,7 @@ import shutil
 from pathlib import Path
 
 from graders.shared import bundled
-from graders.shared.tracks import DENSE, SERVING, Track
+from graders.shared.tracks import BATCHING, DENSE, SERVING, Track
 
 STARTER = bundled.STARTER
 
@@ -64,6 +64,13 @@ Past L6: `paged_kv_cache.py` is a paged cache for many sequences (blocks of one 
 copy-on-write forks, admission on future growth, eviction, int8 KV). Its docstring explains the
 layout. Grade it with `kata grade --track serving`.
 
+## The batching track
+
+The question's "related" topic: `scheduler.py` is the scheduler of a serving engine
+(continuous batching, as vLLM and Orca do it): at every step it chooses which requests run and
+how many tokens each, and manages their KV blocks; the kata's own small model runs each step it
+returns. Its docstrings give the rules. Grade it with `kata grade --track batching`.
+
 ## The rubric
 
 `kata rubric` lists every item, its level, its points and what it checks.
@@ -79,7 +86,8 @@ __pycache__/
 def init_workspace(target: Path) -> list[Path]:
     """Make `target` (and its parents, if missing) a fresh workspace; return the paths written.
 
-    Writes the starter's kv_cache.py, test_kv_cache.py and paged_kv_cache.py and a README.md
+    Writes the starter's kv_cache.py, test_kv_cache.py, paged_kv_cache.py and scheduler.py and a
+    README.md
     for the candidate, and a .gitignore (for kata grade's `.kata_cache/` and Python's and
     pytest's caches) unless `target` has one, which is left as it is. Raises FileExistsError,
     writing nothing, if any of the others is already there (a candidate's work is never
@@ -89,7 +97,7 @@ def init_workspace(target: Path) -> list[Path]:
     removed before the error propagates: a failed init leaves nothing behind.
     """
     files = [target / DENSE.implementation, target / DENSE.tests, target / SERVING.implementation,
-             target / "README.md"]
+             target / BATCHING.implementation, target / "README.md"]
     blocking = next((p for p in (target, *target.parents) if p.exists() and not p.is_dir()), None)
     if blocking is not None:
         raise FileExistsError(f"{blocking} is a file, not a folder: choose another place "
@@ -103,9 +111,9 @@ def init_workspace(target: Path) -> list[Path]:
     written = files + ([] if os.path.lexists(ignore) else [ignore])
     try:
         target.mkdir(parents=True, exist_ok=True)
-        for path in files[:3]:
+        for path in files[:-1]:
             shutil.copyfile(STARTER / path.name, path)
-        files[3].write_text(README)
+        files[-1].write_text(README)
         if ignore in written:
             ignore.write_text(GITIGNORE)
     except BaseException:
@@ -128,10 +136,10 @@ def _remove(files: list[Path], folders: list[Path]) -> None:
 def default_target(cwd: Path, track: Track = DENSE) -> tuple[Path, Path | None] | None:
     """What `kata grade` with no PATH grades from `cwd`: (implementation, tests or None).
 
-    In a workspace (cwd holds the track's file: kv_cache.py, or paged_kv_cache.py for the
-    serving track), that file; else, in a checkout of the kata, the one in cwd/starter/; else
-    None. The tests are the track's test file beside it, None if there is none (the serving
-    track has none).
+    In a workspace (cwd holds the track's file: kv_cache.py, paged_kv_cache.py for the serving
+    track, scheduler.py for the batching track), that file; else, in a checkout of the kata,
+    the one in cwd/starter/; else None. The tests are the track's test file beside it, None if
+    there is none (the serving and batching tracks have none).
     """
     folder = next((f for f in (cwd, cwd / "starter") if (f / track.implementation).is_file()), None)
     if folder is None:
