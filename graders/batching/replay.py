@@ -37,9 +37,11 @@ RULES = ("batch-equivalence", "budgets", "preemption", "fcfs", "block-accounting
 
 @dataclass(frozen=True)
 class Finding:
-    """A broken rule: `rule` a rubric id, `step` the trace's step index (None: the end)."""
+    """A broken rule: `rule` a rubric id, `step` the trace's step index (None: the end); the
+    message names the step, the request and the rule."""
 
     rule: str
+    kind: str  # which check, in a word: what a likely mistake is read from
     step: int | None
     seq_id: str | None
     message: str
@@ -53,12 +55,16 @@ class Findings:
     steps: int = 0
     tokens_computed: int = 0
     prompt_tokens_computed: int = 0
+    prompt_tokens: dict[str, int] = field(default_factory=dict)  # computed, by request
+    preemptions: int = 0
+    unfinished: list[str] = field(default_factory=list)  # requests short of their tokens
     error: dict | None = None
     stalled: bool = False
 
-    def add(self, rule: str, step: int | None, seq_id: str | None, message: str) -> None:
+    def add(self, rule: str, kind: str, step: int | None, seq_id: str | None,
+            message: str) -> None:
         where = "at the end" if step is None else f"step {step}"
-        self.first.setdefault(rule, Finding(rule, step, seq_id, f"{where}: {message}"))
+        self.first.setdefault(rule, Finding(rule, kind, step, seq_id, f"{where}: {message}"))
 
     def passed(self, rule: str) -> bool:
         return rule not in self.first
@@ -173,38 +179,39 @@ class _Replay:
             later = [s.id for s in running
                      if s.id not in victims and s.order > self.seqs[victim].order]
             if later:
-                self.found.add("preemption", n, victim, (
+                self.found.add("preemption", "victim", n, victim, (
                     f"request {name(victim)} was preempted while {name(later[0])}, which "
                     "arrived later, kept running: the victim is the most recently arrived "
                     "running sequence"))
             seq = self.seqs[victim]
             seq.state, seq.computed, seq.table, seq.restarted = "waiting", 0, [], True
+            self.found.preemptions += 1
             self.queue.appendleft(victim)
 
     def _budgets(self, n: int, batch: list) -> list:
         """Check the step's budgets; the entries the runner can compute."""
         add = self.found.add
         if len(batch) > self.max_seqs:
-            add("budgets", n, None, f"{len(batch)} sequences scheduled, more than max_num_seqs "
-                                    f"({self.max_seqs})")
+            add("budgets", _over(len(batch), self.max_seqs, "seqs"), n, None,
+                f"{len(batch)} sequences scheduled, more than max_num_seqs ({self.max_seqs})")
         total = sum(tokens for _, _, tokens, _ in batch)
         if total > self.budget:
-            add("budgets", n, None, f"{total} tokens scheduled, more than max_batched_tokens "
-                                    f"({self.budget})")
+            add("budgets", _over(total, self.budget, "tokens"), n, None,
+                f"{total} tokens scheduled, more than max_batched_tokens ({self.budget})")
         valid, seen, writers = [], set(), {}
         for seq_id, start, tokens, table in batch:
             seq = self.seqs.get(seq_id)
             problem = self._entry_problem(seq, seq_id, start, tokens, table)
             if seq_id in seen:
-                problem = f"request {name(seq_id)} is scheduled twice in one step"
+                problem = "twice", f"request {name(seq_id)} is scheduled twice in one step"
             seen.add(seq_id)
             if problem:
-                add("budgets", n, seq_id, problem)
+                add("budgets", problem[0], n, seq_id, problem[1])
                 continue
             for index in range(start // self.bs, (start + tokens - 1) // self.bs + 1):
                 block = table[index]
                 if block in writers:
-                    add("budgets", n, seq_id, (
+                    add("budgets", "written-twice", n, seq_id, (
                         f"block {block} is written by {name(writers[block])} and "
                         f"{name(seq_id)} in one step"))
                 writers.setdefault(block, seq_id)
@@ -212,38 +219,41 @@ class _Replay:
         for seq_id, _, _, table in batch:
             for block in table:
                 if block in writers and writers[block] != seq_id:
-                    add("budgets", n, seq_id, (
+                    add("budgets", "written-shared", n, seq_id, (
                         f"block {block}, written by {name(writers[block])} this step, is also "
                         f"in the table of {name(seq_id)}: a block is shared only from the step "
                         "after the one that computed it"))
         running = len(self._running()) + sum(
             1 for seq_id in seen if seq_id in self.seqs and self.seqs[seq_id].state == "waiting")
         if running > self.max_seqs:
-            add("budgets", n, None, f"{running} sequences running, more than max_num_seqs "
-                                    f"({self.max_seqs})")
+            add("budgets", _over(running, self.max_seqs, "running"), n, None,
+                f"{running} sequences running, more than max_num_seqs ({self.max_seqs})")
         return valid
 
     def _entry_problem(self, seq: _Seq | None, seq_id: str, start: int, tokens: int,
-                       table: list) -> str | None:
+                       table: list) -> tuple[str, str] | None:
+        """(kind, message) of the first rule an entry breaks on its own, or None."""
         if seq is None:
-            return f"it schedules {name(seq_id)}, which is no request of the workload"
+            return "unknown", f"it schedules {name(seq_id)}, which is no request of the workload"
         if not seq.added:
-            return f"it schedules {name(seq_id)}, which has not arrived"
+            return "not-arrived", f"it schedules {name(seq_id)}, which has not arrived"
         if seq.state == "finished":
-            return f"it schedules {name(seq_id)}, which has finished"
+            return "finished", f"it schedules {name(seq_id)}, which has finished"
         if start < 0 or tokens < 1:
-            return f"{name(seq_id)} is scheduled with start {start} and tokens {tokens}"
+            return "start-tokens", (f"{name(seq_id)} is scheduled with start {start} and "
+                                    f"tokens {tokens}")
         if start + tokens > seq.known:
-            return (f"{name(seq_id)} computes positions {start}..{start + tokens - 1}, past "
-                    f"the {seq.known} tokens known (start + tokens never exceeds them)")
+            return "past-known", (
+                f"{name(seq_id)} computes positions {start}..{start + tokens - 1}, past the "
+                f"{seq.known} tokens known (start + tokens never exceeds them)")
         bad = [b for b in table if not 0 <= b < self.num_blocks]
         if bad:
-            return (f"{name(seq_id)}'s block table holds block {bad[0]}, not in "
-                    f"range(num_blocks={self.num_blocks})")
+            return "block-range", (f"{name(seq_id)}'s block table holds block {bad[0]}, not in "
+                                   f"range(num_blocks={self.num_blocks})")
         if len(table) * self.bs < start + tokens:
-            return (f"{name(seq_id)}'s block table of {len(table)} blocks covers "
-                    f"{len(table) * self.bs} positions, fewer than start + tokens = "
-                    f"{start + tokens}")
+            return "cover", (f"{name(seq_id)}'s block table of {len(table)} blocks covers "
+                             f"{len(table) * self.bs} positions, fewer than start + tokens = "
+                             f"{start + tokens}")
         return None
 
     def _starts(self, n: int, batch: list, victims: set) -> set:
@@ -256,11 +266,11 @@ class _Replay:
             if skipped:
                 why = (" (a preempted request goes back to the front of the queue)"
                        if self.seqs[skipped[0]].restarted else "")
-                self.found.add("fcfs", n, seq_id, (
+                self.found.add("fcfs", "queue-order", n, seq_id, (
                     f"request {name(seq_id)} started while {name(skipped[0])}, ahead of it in "
                     f"the waiting queue{why}, was still waiting"))
         if started and victims:
-            self.found.add("preemption", n, min(started), (
+            self.found.add("preemption", "start-in-preempting-step", n, min(started), (
                 f"request {name(min(started))} started in a step that preempted "
                 f"{name(min(victims))}: no waiting request starts in a step that preempted"))
         for seq_id in started:
@@ -279,7 +289,7 @@ class _Replay:
         for seq_id, token in produced.items():
             if seq_id in tokens and tokens[seq_id] != token and not misread:
                 seq = self.seqs[seq_id]
-                self.found.add("batch-equivalence", n, seq_id, (
+                self.found.add("batch-equivalence", "token", n, seq_id, (
                     f"request {name(seq_id)} produced token {tokens.get(seq_id)} at position "
                     f"{seq.known}, where decoding it alone produces {token}"))
         for seq_id, start, tokens_, table in batch:
@@ -288,9 +298,11 @@ class _Replay:
                 seq.table = table
                 if (seq_id, start, tokens_, table) in valid:
                     seq.computed = start + tokens_
+                    prompt = max(0, min(start + tokens_, seq.prompt) - start)
                     self.found.tokens_computed += tokens_
-                    self.found.prompt_tokens_computed += max(0, min(start + tokens_,
-                                                                    seq.prompt) - start)
+                    self.found.prompt_tokens_computed += prompt
+                    self.found.prompt_tokens[seq_id] = (self.found.prompt_tokens.get(seq_id, 0)
+                                                        + prompt)
         for seq_id in produced:
             self.seqs[seq_id].outputs += 1
 
@@ -303,11 +315,12 @@ class _Replay:
             holder = f"which holds {whose} position {misread.holder_position}"
         message = (f"request {name(misread.seq_id)}, position {misread.position} read block "
                    f"{misread.block} slot {misread.slot}, {holder}")
-        self.found.add("batch-equivalence", n, misread.seq_id, message)
+        self.found.add("batch-equivalence", "misread", n, misread.seq_id, message)
         if self.seqs[misread.seq_id].restarted:
-            self.found.add("preemption", n, misread.seq_id, message + " (after its restart)")
+            self.found.add("preemption", "misread-after-restart", n, misread.seq_id,
+                           message + " (after its restart)")
         if misread.same_token and self.prefix_caching:
-            self.found.add("prefix-caching", n, misread.seq_id, message + (
+            self.found.add("prefix-caching", "other-prefix", n, misread.seq_id, message + (
                 ": the same token after a different prefix; a block's identity is its tokens "
                 "and every token before it"))
 
@@ -320,31 +333,33 @@ class _Replay:
                 and sum(tokens for _, _, tokens, _ in batch) < self.budget)
         for seq_id, (known, computed) in before.items():
             if known - computed == 1 and seq_id not in scheduled | excused and (prefill or room):
-                self.found.add("chunked-prefill", n, seq_id, (
+                kind = "decode-left-out-for-prefill" if prefill else "decode-left-out"
+                self.found.add("chunked-prefill", kind, n, seq_id, (
                     f"running request {name(seq_id)} was ready to decode but not scheduled, "
                     + ("while a prefill was" if prefill else "though the budgets had room")
                     + ": every running decode runs every step, before any prefill"))
                 return
 
-    def _head_of_line(self, n: int, batch: list, victims: set, reported: int) -> None:
+    def _head_of_line(self, n: int, batch: list, victims: set, reported: int | None) -> None:
         """The head of the waiting queue kept out though a slot, tokens and blocks were free
         (free by the judge's count and by the scheduler's own: a leak is block-accounting's)."""
         if not self.queue or victims:
             return
         head = self.seqs[self.queue[0]]
-        free = min(self._free_if([], set()), reported)
+        free = min(self._free_if([], set()), self.num_blocks if reported is None else reported)
         tokens = sum(tokens for _, _, tokens, _ in batch)
         if (len(batch) < self.max_seqs and len(self._running()) < self.max_seqs
                 and tokens < self.budget and free >= -(-head.known // self.bs)):
-            self.found.add("fcfs", n, head.id, (
+            self.found.add("fcfs", "head-kept-out", n, head.id, (
                 f"request {name(head.id)}, the head of the waiting queue, did not start though "
                 f"{self.max_seqs - len(self._running())} sequence slots, "
                 f"{self.budget - tokens} tokens and {free} free blocks were left"))
 
-    def _account(self, n: int, reported: int, when: str) -> None:
+    def _account(self, n: int, reported: int | None, when: str) -> None:
         judged = self._free_if([], set())
-        if reported != judged:
-            self.found.add("block-accounting", n, None, (
+        if reported is not None and reported != judged:
+            kind = "free-count-low" if reported < judged else "free-count-high"
+            self.found.add("block-accounting", kind, n, None, (
                 f"num_free_blocks {when} is {reported}; the blocks in the running sequences' "
                 f"tables leave {judged} of {self.num_blocks} free"))
 
@@ -354,11 +369,11 @@ class _Replay:
         for seq_id in finished:
             seq = self.seqs.get(seq_id)
             if seq is None or seq.state != "running":
-                add("batch-equivalence", n, seq_id, (
+                add("batch-equivalence", "finished-unknown", n, seq_id, (
                     f"update() returned {name(seq_id)} finished, which is no running request"))
                 continue
             if not seq.done:
-                add("batch-equivalence", n, seq_id, (
+                add("batch-equivalence", "finished-early", n, seq_id, (
                     f"update() returned {name(seq_id)} finished after {seq.outputs} of the "
                     f"{len(seq.oracle)} tokens it produces alone"))
             seq.state, seq.table = "finished", []
@@ -366,38 +381,46 @@ class _Replay:
             seq = self.seqs[seq_id]
             why = (f"its eos ({seq.eos})" if seq.oracle[-1] == seq.eos
                    else f"its max_new_tokens ({len(seq.oracle)})")
-            add("batch-equivalence", n, seq_id, (
+            add("batch-equivalence", "finished-late", n, seq_id, (
                 f"request {name(seq_id)} produced {why} but update() did not return it "
                 "finished"))
 
     def _end(self) -> None:
         found, steps = self.found, self.trace["steps"]
+        found.unfinished = [s.id for s in sorted(self.seqs.values(), key=lambda s: s.order)
+                            if not s.done]
         if found.error is not None:
             return
         if found.stalled:
             last = len(steps) - 1
             empty = not steps[-1]["batch"]
-            found.add("preemption", last, None, (
+            found.add("preemption", "stall-empty" if empty else "stall-max-steps", last, None, (
                 "schedule() returned nothing while has_work() was true" if empty else
                 f"the workload was not done after {len(steps)} steps") + ": the scheduler stalls")
             waiting = [self.seqs[s] for s in self.queue]
             long = [s for s in waiting if s.prompt > self.budget and s.computed == 0]
             if long:
-                found.add("chunked-prefill", last, long[0].id, (
+                found.add("chunked-prefill", "long-prompt-never-started", last, long[0].id, (
                     f"request {name(long[0].id)}'s prompt of {long[0].prompt} tokens, longer "
                     f"than max_batched_tokens ({self.budget}), never started: it is computed in "
                     "chunks over several steps"))
         for seq in sorted(self.seqs.values(), key=lambda s: s.order):
             if not seq.done:
-                found.add("batch-equivalence", None, seq.id, (
+                found.add("batch-equivalence", "incomplete", None, seq.id, (
                     f"request {name(seq.id)} produced {seq.outputs} of the {len(seq.oracle)} "
                     "tokens it produces alone when "
                     + ("the scheduler stalled" if found.stalled else "has_work() became false")))
                 break
-        if not found.stalled and steps and steps[-1]["free_after_update"] != self.num_blocks:
-            found.add("block-accounting", None, None, (
+        if (not found.stalled and steps
+                and steps[-1]["free_after_update"] not in (None, self.num_blocks)):
+            found.add("block-accounting", "not-free-at-end", None, None, (
                 f"num_free_blocks is {steps[-1]['free_after_update']} of {self.num_blocks} "
                 "once every request is done: every block is free at the end"))
+
+
+def _over(count: int, cap: int, what: str) -> str:
+    """A budget finding's kind: `what`, "-by-one" when the count is one past the cap."""
+    return f"{what}-by-one" if count == cap + 1 else what
 
 
 def _releases(trace: dict, seqs: dict, bs: int, prefix_caching: bool):

@@ -31,7 +31,6 @@ from graders.shared import cases
 
 MIN_MARGIN = 1e-6
 PUBLIC_SEED = 3400
-HIDDEN_OFFSET = 3400  # a hidden workload's seed: the run's seed plus this and the kind's place
 
 
 def public() -> list[tuple[str, dict]]:
@@ -46,14 +45,16 @@ def _public() -> tuple[tuple[str, dict], ...]:
                  for n, (kind, make, sizes) in enumerate(_PUBLIC))
 
 
-def hidden(seed: int) -> list[tuple[str, dict]]:
-    """(kind, workload) of one workload of each kind, sizes and tokens drawn from `seed`."""
+@functools.lru_cache(maxsize=4)
+def hidden(seed: int) -> tuple[tuple[str, int, dict], ...]:
+    """(kind, its seed, workload) of one workload of each kind, the n-th kind's sizes and
+    tokens drawn from seed + n; the last few draws are kept (a grade's items share one)."""
     model = Decoder()
     drawn = []
     for n, (kind, make, draw) in enumerate(_HIDDEN):
-        g = cases.generator(seed + HIDDEN_OFFSET + n)
-        drawn.append((kind, make(model, g, **draw(g))))
-    return drawn
+        g = cases.generator(seed + n)
+        drawn.append((kind, seed + n, make(model, g, **draw(g))))
+    return tuple(drawn)
 
 
 def max_steps(workload: dict) -> int:

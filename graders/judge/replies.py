@@ -22,7 +22,7 @@ import math
 import torch
 
 from graders.shared.untrusted import clip
-from graders.worker import frames, wire
+from graders.worker import batching, frames, wire
 
 # The status frame of each request, after its "status", "index" and "batch": key -> types.
 _NUMBER = (int, float)
@@ -197,6 +197,8 @@ def _ok(value, op: dict, what: str):
         return _inventory(value, op, what)
     if kind == "beam_search":
         return _beams(value, op, what)
+    if kind == "drive_scheduler":
+        return _trace(value, op["workload"], op["max_steps"], what)
     raise MalformedReply(f"{what}: the judge knows no operation {_shown(kind)}")
 
 
@@ -249,6 +251,104 @@ def _beams(value, op: dict, what: str) -> dict:
             raise MalformedReply(f"{what}'s {name} is {_shown(tensor)}, not a {kinds} tensor "
                                  f"{list(shape)}")
     return fields
+
+
+TRACE_KEYS = {"steps", "adds", "error", "stalled"}
+STEP_KEYS = {"at", "batch", "produced", "finished", "free_after_schedule", "free_after_update"}
+DRIVE_ERROR = {"call": str, "step": int, "kind": str, "type": str, "message": str,
+               "traceback": str}
+DRIVE_CALLS = {"init", "add", "schedule", "update", "has_work", "num_free_blocks"}
+
+
+def _trace(value, workload: dict, max_steps: int, what: str) -> dict:
+    """A batching drive's trace (graders.worker.batching): its shape within the driver's caps
+    (steps <= max_steps, entries <= ENTRIES_PER_SEQ x max_num_seqs, tables <= num_blocks, ids
+    of at most ID_CHARS, ints of int64's range), the requests added when they arrived, and
+    each step's `produced` the one the driver's rule gives (`produced_by`): what the judge then
+    replays is what the driver would have recorded."""
+    fields = _dict(value, what)
+    _keys(fields, TRACE_KEYS, what)
+    config, requests = workload["config"], workload["requests"]
+    steps = _typed(fields["steps"], list, f"{what}'s steps")
+    if len(steps) > max_steps:
+        raise MalformedReply(f"{what} holds {len(steps)} steps, at most {max_steps} are driven")
+    _typed(fields["stalled"], bool, f"{what}'s stalled")
+    error = fields["error"]
+    if error is not None:
+        error = _dict(error, f"{what}'s error")
+        _keys(error, set(DRIVE_ERROR), f"{what}'s error")
+        for key, types in DRIVE_ERROR.items():
+            _typed(error[key], types, f"{what}'s error {key}")
+        if error["call"] not in DRIVE_CALLS or error["kind"] not in ("raised", "returned") \
+                or not 0 <= error["step"] <= len(steps):
+            raise MalformedReply(f"{what}'s error is {_shown(error)}")
+        error = {**error, "type": clip(error["type"], batching.ID_CHARS),
+                 "message": clip(error["message"]), "traceback": error["traceback"][-MAX_TAIL:]}
+    arrival = {r["id"]: r["arrival"] for r in requests}
+    adds = _typed(fields["adds"], list, f"{what}'s adds")
+    order = [r["id"] for r in sorted(requests, key=lambda r: r["arrival"])]
+    added = []
+    for n, add in enumerate(adds):
+        add = _dict(add, f"{what}'s adds")
+        _keys(add, {"id", "at"}, f"{what}'s adds")
+        if n >= len(order) or add["id"] != order[n] or type(add["at"]) is not int \
+                or add["at"] < arrival[order[n]]:
+            raise MalformedReply(f"{what} adds {_shown(add)} where the driver adds the "
+                                 "workload's requests in arrival order, each once it arrived")
+        added.append((add["at"], add["id"]))
+    known: dict[str, int] = {}
+    outputs: dict[str, list] = {r["id"]: [] for r in requests}
+    prompts = {r["id"]: len(r["prompt"]) for r in requests}
+    checked, clock = [], -1
+    for n, step in enumerate(steps):
+        where = f"{what}'s step {n}"
+        step = _dict(step, where)
+        _keys(step, STEP_KEYS, where)
+        if type(step["at"]) is not int or step["at"] <= clock:
+            raise MalformedReply(f"{where} is at {_shown(step['at'])}, not after {clock}")
+        clock = step["at"]
+        for at, seq_id in added:
+            if at <= clock and seq_id not in known:
+                known[seq_id] = prompts[seq_id]
+        if any(a <= clock and seq_id not in known for seq_id, a in arrival.items()):
+            raise MalformedReply(f"{where} runs before a request that arrived was added")
+        batch = [_entry(entry, config, where) for entry in _typed(step["batch"], list, where)]
+        if len(batch) > batching.ENTRIES_PER_SEQ * config["max_num_seqs"]:
+            raise MalformedReply(f"{where} holds {len(batch)} entries, more than the driver "
+                                 "records")
+        produced = batching.produced_by(batch, known, outputs, workload["oracle"])
+        if step["produced"] != produced:
+            raise MalformedReply(f"{where}'s produced tokens are not those the driver gives")
+        for seq_id, token in produced.items():
+            outputs[seq_id].append(token)
+            known[seq_id] += 1
+        finished = _typed(step["finished"], list, f"{where}'s finished")
+        if len(finished) > len(requests) or not all(
+                type(f) is str and len(f) <= batching.ID_CHARS for f in finished):
+            raise MalformedReply(f"{where}'s finished ids are {_shown(finished)}")
+        for key in ("free_after_schedule", "free_after_update"):
+            if step[key] is not None:
+                _bounded(step[key], f"{where}'s {key}")
+        checked.append({**step, "batch": batch, "produced": produced,
+                        "finished": list(finished)})
+    return {"steps": checked, "adds": [{"id": i, "at": a} for a, i in added], "error": error,
+            "stalled": fields["stalled"]}
+
+
+def _entry(entry, config: dict, where: str) -> list:
+    """[seq_id, start, tokens, [block, ...]] as the driver records an entry of a batch."""
+    entry = _typed(entry, list, f"{where}'s entry")
+    if len(entry) != 4 or type(entry[0]) is not str or len(entry[0]) > batching.ID_CHARS:
+        raise MalformedReply(f"{where} has an entry of {_shown(entry)}")
+    _bounded(entry[1], f"{where}'s start")
+    _bounded(entry[2], f"{where}'s tokens")
+    table = _typed(entry[3], list, f"{where}'s block table")
+    if len(table) > config["num_blocks"]:
+        raise MalformedReply(f"{where} has a table of {len(table)} blocks, more than the "
+                             "driver records")
+    for block in table:
+        _bounded(block, f"{where}'s block table")
+    return [entry[0], entry[1], entry[2], list(table)]
 
 
 def _inputs_after(value, op: dict, what: str) -> dict:

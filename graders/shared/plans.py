@@ -143,6 +143,12 @@ class Plan:
                          n_heads=n_heads, n_kv_heads=n_kv_heads, head_dim=head_dim,
                          rope_base=rope_base)
 
+    def drive_scheduler(self, workload: dict, max_steps: int) -> int:
+        """The batching track: the candidate's Scheduler driven on `workload` (plain data, the
+        oracle included) for at most `max_steps` steps; its result is the trace
+        (graders.worker.batching)."""
+        return self._add("drive_scheduler", workload=workload, max_steps=max_steps)
+
 
 @dataclass
 class Results:

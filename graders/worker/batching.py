@@ -18,7 +18,7 @@ A workload (plain data, the judge's):
 The trace:
     {"steps": [{"at": clock, "batch": [[seq_id, start, tokens, [block, ...]], ...],
                 "produced": {seq_id: token}, "finished": [seq_id, ...],
-                "free_after_schedule": int, "free_after_update": int}],
+                "free_after_schedule": int | None, "free_after_update": int | None}],
      "adds": [{"id", "at"}], "error": None | ERROR, "stalled": bool}
     ERROR = {"call": "init" | "add" | "schedule" | "update" | "has_work" | "num_free_blocks",
              "step": index of the step (len(steps) when it happened), "kind": "raised" (the
@@ -30,8 +30,8 @@ add every request whose arrival has come (arrival order, ties in list order); if
 waiting or running (has_work() false): stop when no request is left to arrive, else move the
 clock to the next arrival. Else schedule(), record each entry, work out what it produced
 (`produced_by`), update(produced), record the finished ids and num_free_blocks after schedule
-and after update. The drive stops at the first exception or value outside the contract (its
-ERROR), at a step that schedules nothing while has_work() is true (stalled: nothing can change
+and after update (None while num_free_blocks raises NotImplementedError). The drive stops at
+the first exception or value outside the contract (its ERROR), at a step that schedules nothing while has_work() is true (stalled: nothing can change
 that), or after `max_steps` steps (stalled).
 """
 
@@ -195,8 +195,15 @@ def _finished(finished, most: int, n: int) -> list:
     return [seq_id[:ID_CHARS] for seq_id in ids]
 
 
-def _free(scheduler, n: int) -> int:
-    free = _call("num_free_blocks", n, lambda: scheduler.num_free_blocks)
+def _free(scheduler, n: int) -> int | None:
+    """num_free_blocks now; None while it still raises NotImplementedError (the other rules can
+    be judged without it)."""
+    try:
+        free = _call("num_free_blocks", n, lambda: scheduler.num_free_blocks)
+    except _Stop as stop:
+        if stop.error["type"] == "NotImplementedError":
+            return None
+        raise
     if not _is_int(free):
         raise _Stop(_returned("num_free_blocks", n, f"num_free_blocks is {_kind(free)}, not an "
                                                     "int"))

@@ -26,6 +26,10 @@ The serving track's PagedKVCache (contract section 4) is reached with three gene
     get          obj, attr                   num_free_blocks or pool_bytes
     beam_search  weights, prompt, beams, steps, ...  -> tokens, beam_idx, scores (beam_search.py)
 
+The batching track's Scheduler (contract section 6) is driven whole, one workload an operation:
+
+    drive_scheduler  workload, max_steps    -> the trace (graders.worker.batching.drive)
+
 ``"measure": true`` on an append wraps it in `Allocations` and returns, instead of None, what it
 allocated and what the cache holds after it: ``{"allocations": n, "bytes": n, "held": n,
 "largest": [[dtype, shape, count, bytes each], ...]}``, `held` being the bytes of the storages
@@ -46,6 +50,7 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from graders.worker.batching import drive as _drive
 from graders.worker.beam_search import beam_search as _beam_search
 from graders.worker.layer import Layer
 from graders.worker.wire import TEXT_CHARS
@@ -458,6 +463,13 @@ def _found(t: torch.Tensor, probes: torch.Tensor) -> torch.Tensor:
     return distance / probes.norm(dim=-1).clamp_min(1e-12) < 1e-3
 
 
+def _drive_scheduler(state: _State, op: dict):
+    """The candidate module's Scheduler driven on op["workload"], each request built with its
+    own Request: the trace (what the scheduler raises or returns wrongly is in it)."""
+    return _drive(state.fn("Scheduler"), op["workload"], op["max_steps"],
+                  request_type=state.fn("Request"))
+
+
 class _MissingType:
     def __repr__(self):
         return "<missing attribute>"
@@ -514,4 +526,5 @@ _OPS = {
     "call": _call,
     "get": _get,
     "beam_search": _beam_search,
+    "drive_scheduler": _drive_scheduler,
 }

@@ -1,0 +1,48 @@
+"""batch-equivalence: every request's tokens equal its greedy decoding alone.
+
+Public: the five public workloads (graders.batching.workloads): staggered arrivals with EOS,
+mixed lengths all at once, a pool small enough to force preemption, a prompt several times the
+token budget, and a prefix-cached system prompt. The kata's model (graders.batching.model) runs
+every step the scheduler returns, writing K and V where its tables say and reading through them;
+each slot's ledger names a table that points at wrong data (a freed and reused block, another
+request's block, a block shared across different prefixes) by request and position even where
+the token happens not to change. update() must return each request finished on the step of its
+last token (max_new_tokens, or its eos, which counts as output), and every request must get all
+its tokens before has_work() turns false.
+
+Hidden: one workload of each kind, sizes and tokens drawn from the run's seed.
+"""
+
+from __future__ import annotations
+
+from graders.batching import grading
+from graders.judge.candidate import Candidate
+
+ITEM = "batch-equivalence"
+
+LIKELY = {
+    "finished-early": "finishing on the wrong count (max_new_tokens off by one, or an eos "
+                      "not counted as an output)",
+    "finished-late": "finishing on the wrong count (max_new_tokens off by one, or the eos "
+                     "never compared with the token produced)",
+    "misread": "a block table that does not follow the blocks the sequence wrote (a freed "
+               "block reused while a table still points at it, or a restart that keeps its "
+               "old table)",
+}
+
+
+def grade(candidate: Candidate) -> str:
+    return _grade(grading.runs(candidate, hidden=False))
+
+
+def grade_hidden(candidate: Candidate) -> str:
+    return _grade(grading.runs(candidate, hidden=True))
+
+
+def _grade(runs: list[grading.Run]) -> str:
+    grading.settle(runs)
+    grading.first(runs, ITEM, LIKELY)
+    requests = sum(len(run.workload["requests"]) for run in runs)
+    tokens = sum(len(tokens) for run in runs for tokens in run.workload["oracle"].values())
+    return (f"all {requests} requests of {len(runs)} workloads produced exactly their greedy "
+            f"decoding alone ({tokens} tokens), every slot read holding the right data")

@@ -1,0 +1,45 @@
+"""budgets: every step within the limits of contract section 6, named at the first that is not.
+
+Each step of each workload: at most max_num_seqs sequences scheduled and at most max_num_seqs
+running; at most max_batched_tokens tokens in all; block ids in range(num_blocks); each table
+covering start + tokens; no block written by two sequences, and no block written this step in
+another scheduled sequence's table; start + tokens never past the tokens known; only requests
+that have arrived and not finished, each once.
+
+Public: the five public workloads; hidden: one of each kind drawn from the run's seed.
+"""
+
+from __future__ import annotations
+
+from graders.batching import grading
+from graders.judge.candidate import Candidate
+
+ITEM = "budgets"
+
+OFF_BY_ONE = "a budget check off by one (<= where < belongs)"
+LIKELY = {
+    "seqs-by-one": OFF_BY_ONE,
+    "tokens-by-one": OFF_BY_ONE,
+    "running-by-one": OFF_BY_ONE,
+    "cover": "blocks allocated for the tokens known before the step, not for what it computes",
+    "written-shared": "a prefix block shared in the step that computes it (it is cached only "
+                      "once computed)",
+    "past-known": "a chunk sized from the prompt alone, past the tokens known",
+}
+
+
+def grade(candidate: Candidate) -> str:
+    return _grade(grading.runs(candidate, hidden=False))
+
+
+def grade_hidden(candidate: Candidate) -> str:
+    return _grade(grading.runs(candidate, hidden=True))
+
+
+def _grade(runs: list[grading.Run]) -> str:
+    grading.settle(runs)
+    grading.first(runs, ITEM, LIKELY)
+    steps = sum(run.found.steps for run in runs)
+    return (f"{steps} steps over {len(runs)} workloads within max_num_seqs, "
+            "max_batched_tokens and the pool, every table covering what it computes, no block "
+            "written twice or read in the step that writes it")

@@ -1,0 +1,43 @@
+"""chunked-prefill: long prompts chunked; running decodes go on every step.
+
+A prompt longer than the tokens left in a step is computed in chunks over several steps, and
+chunking never costs a running sequence its decode: every running sequence that can decode does,
+before any prefill (a decode waits only when the decodes alone use up the token budget).
+
+Public: the five public workloads, the long-prompt one a prompt of 200 tokens against a budget
+of 48 arriving while three requests decode; hidden: one of each kind drawn from the run's seed,
+the prompt 150 to 300 tokens against a budget of 24 to 64.
+"""
+
+from __future__ import annotations
+
+from graders.batching import grading
+from graders.judge.candidate import Candidate
+
+ITEM = "chunked-prefill"
+
+LIKELY = {
+    "decode-left-out-for-prefill": "prefills planned before decodes: a long prompt takes the "
+                                   "token budget and the decodes wait",
+    "decode-left-out": "a running decode skipped while the budgets had room",
+    "long-prompt-never-started": "a prompt started only when all of it fits the tokens left "
+                                 "(no chunking)",
+}
+
+
+def grade(candidate: Candidate) -> str:
+    return _grade(grading.runs(candidate, hidden=False))
+
+
+def grade_hidden(candidate: Candidate) -> str:
+    return _grade(grading.runs(candidate, hidden=True))
+
+
+def _grade(runs: list[grading.Run]) -> str:
+    grading.settle(runs)
+    grading.first(runs, ITEM, LIKELY)
+    run = next(run for run in runs if run.kind == "long-prompt")
+    budget = run.workload["config"]["max_batched_tokens"]
+    longest = max(len(r["prompt"]) for r in run.workload["requests"])
+    return (f"{run.case}: a prompt of {longest} tokens computed in chunks of at most {budget}, "
+            "the running decodes going on every step")

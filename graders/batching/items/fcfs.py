@@ -1,0 +1,43 @@
+"""fcfs: arrival order, head of line, no starvation.
+
+Waiting requests start in arrival order (a preempted one goes back to the front of the queue):
+none starts before an earlier one still waiting, and the head of the queue waits only while the
+budgets or the free blocks keep it out. The judge keeps the contract's waiting queue from the
+arrivals and the preemptions it reads off the trace; "kept out" is judged leniently: a head is
+named only when a sequence slot and a token were left and the free blocks (by the judge's count
+and by the scheduler's own) covered every token it knows.
+
+Public: the five public workloads (the preemption one has a head of several blocks arriving
+with a one-block request behind it as the pool fills); hidden: one of each kind drawn from the
+run's seed.
+"""
+
+from __future__ import annotations
+
+from graders.batching import grading
+from graders.judge.candidate import Candidate
+
+ITEM = "fcfs"
+
+LIKELY = {
+    "queue-order": "a waiting request that does not fit is skipped and a later one starts "
+                   "(no head of line), or a preempted request put at the back of the queue",
+    "head-kept-out": "admission that waits for more than the budgets and the free blocks ask "
+                     "(the running batch to finish, or a whole prompt to fit the tokens left)",
+}
+
+
+def grade(candidate: Candidate) -> str:
+    return _grade(grading.runs(candidate, hidden=False))
+
+
+def grade_hidden(candidate: Candidate) -> str:
+    return _grade(grading.runs(candidate, hidden=True))
+
+
+def _grade(runs: list[grading.Run]) -> str:
+    grading.settle(runs)
+    grading.first(runs, ITEM, LIKELY)
+    requests = sum(len(run.workload["requests"]) for run in runs)
+    return (f"{requests} requests of {len(runs)} workloads started in arrival order, each as "
+            "soon as the budgets and the free blocks let the head of the queue in")
