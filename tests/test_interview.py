@@ -707,6 +707,35 @@ def test_a_scripted_session_graded_for_real(tmp_path):
     assert "test_kv_cache.py" in diffs[1] and "test_kv_cache.py" not in diffs[2]
 
 
+@pytest.mark.slow
+def test_a_kept_own_tests_verdict_is_the_one_the_test_file_got_for_real(tmp_path):
+    """The reference and its tests at stage L6: a save of kv_cache.py alone takes the own-tests
+    verdict and tell of the save before, and a grade of own-tests alone checks exactly the
+    tells a kept verdict brings (OWN_TESTS_TELLS)."""
+    from graders.interview.warm import OWN_TESTS_TELLS, OwnTestsVerdict
+    from graders.judge.grade import grade
+
+    ws, kept = tmp_path / "ws", OwnTestsVerdict()
+    verbs.start(ws)
+    shutil.copy(REFERENCE, ws / "kv_cache.py")
+    shutil.copy(ROOT / "solutions" / "test_kv_cache.py", ws / "test_kv_cache.py")
+    verbs.update(ws, lambda s: s.update(stage="L6"))
+    ran = verbs.save(ws, own_tests=kept)
+    with (ws / "kv_cache.py").open("a") as file:
+        file.write("# a comment\n")
+    took = verbs.save(ws, own_tests=kept)
+    for saved in (ran, took):
+        assert saved.event["level"] == "L6" and saved.result.score == 100.0
+    own = [next(i for i in s.result.items if i.id == "own-tests") for s in (ran, took)]
+    assert own[1].message == f"as graded at {ran.event['snapshot']} (the test file is " \
+        f"unchanged): {own[0].message}"
+    tells = [{t.id: t for t in s.result.tells}["shape-only-tests"] for s in (ran, took)]
+    assert tells[0] == tells[1] and tells[0].checked and not tells[0].detected
+    alone = grade(ws / "kv_cache.py", ws / "test_kv_cache.py", only={"own-tests"},
+                  sandbox=verbs.default_sandbox())
+    assert tuple(t.id for t in alone.tells if t.checked) == OWN_TESTS_TELLS
+
+
 # --- processes: SIGKILL, two sessions, the pseudo-terminal ------------------------------------
 
 def kata(*args: str, cwd: Path) -> subprocess.Popen:
@@ -755,41 +784,74 @@ def test_two_sessions_on_one_workspace_are_refused_with_a_line(tmp_path):
         first.wait()
 
 
+class Terminal:
+    """`kata interview DIR` under a pseudo-terminal: `read_until(text)` reads its output until
+    `text` shows (what was read is `seen`); `close()` kills it if it still runs."""
+
+    def __init__(self, ws: Path) -> None:
+        self.leader, follower = pty.openpty()
+        self.process = subprocess.Popen(
+            [sys.executable, str(ROOT / "cli.py"), "interview", str(ws)], cwd=ws.parent,
+            stdin=follower, stdout=follower, stderr=follower,
+            env={**os.environ, "COLUMNS": "100", "TERM": "xterm"})
+        os.close(follower)
+        self.seen = ""
+
+    def read_until(self, text: str, timeout: float = 90) -> bool:
+        deadline = time.monotonic() + timeout
+        while text not in self.seen and time.monotonic() < deadline:
+            if select.select([self.leader], [], [], 0.2)[0]:
+                try:
+                    self.seen += os.read(self.leader, 65536).decode(errors="replace")
+                except OSError:
+                    break
+        return text in self.seen
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        os.close(self.leader)
+
+
 @pytest.mark.slow
 def test_the_interactive_verb_grades_a_save_under_a_pseudo_terminal(tmp_path):
     ws = tmp_path / "ws"
-    leader, follower = pty.openpty()
-    process = subprocess.Popen([sys.executable, str(ROOT / "cli.py"), "interview", str(ws)],
-                               cwd=tmp_path, stdin=follower, stdout=follower, stderr=follower,
-                               env={**os.environ, "COLUMNS": "100", "TERM": "xterm"})
-    os.close(follower)
-    seen = ""
-
-    def read_until(text: str, timeout: float = 90) -> bool:
-        nonlocal seen
-        deadline = time.monotonic() + timeout
-        while text not in seen and time.monotonic() < deadline:
-            if select.select([leader], [], [], 0.2)[0]:
-                try:
-                    seen += os.read(leader, 65536).decode(errors="replace")
-                except OSError:
-                    break
-        return text in seen
-
+    terminal = Terminal(ws)
     try:
-        assert read_until("1 saves]"), seen  # the starter, graded at once; the status ticks
-        assert "stage L4" in seen and "Items this stage adds" in seen
+        assert terminal.read_until("1 saves]"), terminal.seen  # the starter; the status ticks
+        assert "stage L4" in terminal.seen and "Items this stage adds" in terminal.seen
         for text in later_texts("L4"):
-            assert text not in seen
+            assert text not in terminal.seen
         (ws / "kv_cache.py").write_text(wrong_file("reset-rewinds-lengths"))
-        assert read_until("2 saves]"), seen
-        assert "stage L5 opens" in seen and "stage L5" in seen
-        process.send_signal(signal.SIGINT)  # Ctrl-C: the session ends
-        assert read_until("Final grade (--hidden"), seen
-        process.wait(timeout=120)
+        assert terminal.read_until("2 saves]"), terminal.seen
+        assert "stage L5 opens" in terminal.seen and "stage L5" in terminal.seen
+        terminal.process.send_signal(signal.SIGINT)  # Ctrl-C: the session ends
+        assert terminal.read_until("Final grade (--hidden"), terminal.seen
+        assert terminal.process.wait(timeout=120) == 0
     finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-        os.close(leader)
+        terminal.close()
     assert verbs.load(ws)["ended"] is not None
+
+
+@pytest.mark.slow
+def test_a_second_ctrl_c_during_the_final_grade_ends_the_session_without_a_traceback(tmp_path):
+    ws = tmp_path / "ws"
+    terminal = Terminal(ws)
+    try:
+        assert terminal.read_until("1 saves]"), terminal.seen
+        terminal.process.send_signal(signal.SIGINT)  # the first: the session ends
+        assert terminal.read_until("the final grade, with the hidden cases"), terminal.seen
+        time.sleep(1.5)  # the final grade under way (it takes 5-10 s here)
+        terminal.process.send_signal(signal.SIGINT)  # the second
+        assert terminal.process.wait(timeout=60) == 130
+        terminal.read_until("no text: read what is left", timeout=1)
+    finally:
+        terminal.close()
+    assert "Traceback" not in terminal.seen and "KeyboardInterrupt" not in terminal.seen
+    assert "the final grade was interrupted (Ctrl-C) after" in terminal.seen
+    assert "Final grade (--hidden, seed" in terminal.seen and "kata grade --hidden" in \
+        terminal.seen
+    session = verbs.load(ws)
+    assert session["ended"] is not None and session["final"]["partial"] is True
+    assert not (ws / ".kata" / "session.lock").exists()  # the workspace is free again
