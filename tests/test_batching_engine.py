@@ -360,8 +360,8 @@ def test_a_table_pointing_at_a_freed_and_reused_block_is_a_misread(decoder):
               [("a", 4, 1, (0, 1))]]                # a comes back to block 0, not recomputing
     _, found = run(load, scripted(script))
     assert found.first["batch-equivalence"].message == (
-        "step 2: request 'a', position 0 read block 0 slot 0, which holds request 'b''s "
-        "position 0")
+        "step 2: request 'a', position 0 read block 0 slot 0, which holds position 0 of request "
+        "'b'")
 
 
 def test_a_table_pointing_at_another_requests_block_is_a_misread(decoder):
@@ -369,8 +369,8 @@ def test_a_table_pointing_at_another_requests_block_is_a_misread(decoder):
     script = [[("a", 0, 8, (0, 1))], [("b", 4, 4, (1, 2))]]  # b's first block is a's second
     _, found = run(load, scripted(script))
     assert found.first["batch-equivalence"].message == (
-        "step 1: request 'b', position 0 read block 1 slot 0, which holds request 'a''s "
-        "position 4")
+        "step 1: request 'b', position 0 read block 1 slot 0, which holds position 4 of request "
+        "'a'")
     assert "prefix-caching" not in found.first  # other tokens: not a prefix cache's mistake
 
 
@@ -390,8 +390,8 @@ def test_a_block_shared_across_different_prefixes_is_a_misread_and_a_prefix_find
               [("b", 0, 4, (3,))],
               [("b", 8, 1, (3, 1, 4))]]  # b's second block: a's, the same tokens after p
     _, found = run(load, scripted(script))
-    expected = ("step 2: request 'b', position 4 read block 1 slot 0, which holds request "
-                "'a''s position 4")
+    expected = ("step 2: request 'b', position 4 read block 1 slot 0, which holds position 4 of "
+                "request 'a'")
     assert found.first["batch-equivalence"].message == expected
     assert found.first["prefix-caching"].message.startswith(expected + ": the same token")
 
@@ -412,9 +412,10 @@ def test_the_correct_script_has_no_finding(decoder):
     ({"max_batched_tokens": 4}, None,
      "step 0: 5 tokens scheduled, more than max_batched_tokens (4)"),
     ({}, [("a", 0, 3, (8,)), ("b", 0, 2, (1,))],
-     "step 0: 'a''s block table holds block 8, not in range(num_blocks=8)"),
+     "step 0: the block table of 'a' holds block 8, not in range(num_blocks=8)"),
     ({}, [("a", 0, 3, (0,)), ("b", 0, 2, ())],
-     "step 0: 'b''s block table of 0 blocks covers 0 positions, fewer than start + tokens = 2"),
+     "step 0: the block table of 'b', 0 blocks, covers 0 positions, fewer than start + tokens "
+     "= 2"),
     ({}, [("a", 0, 3, (0,)), ("b", 0, 2, (0,))],
      "step 0: block 0 is written by 'a' and 'b' in one step"),
     ({}, [("a", 0, 3, (0,)), ("b", 0, 2, (1, 0))],
@@ -547,8 +548,8 @@ def test_a_stall_is_named_and_leaves_outputs_incomplete(decoder):
     assert found.first["preemption"].message == (
         "step 2: schedule() returned nothing while has_work() was true: the scheduler stalls")
     assert found.first["chunked-prefill"].message == (
-        "step 2: request 'long''s prompt of 9 tokens, longer than max_batched_tokens (4), never "
-        "started: it is computed in chunks over several steps")
+        "step 2: the prompt of request 'long', 9 tokens, longer than max_batched_tokens (4), "
+        "never started: it is computed in chunks over several steps")
     assert found.first["batch-equivalence"].message == (
         "at the end: request 'long' produced 0 of the 1 tokens it produces alone when the "
         "scheduler stalled")

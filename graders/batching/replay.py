@@ -248,10 +248,10 @@ class _Replay:
                 f"{seq.known} tokens known (start + tokens never exceeds them)")
         bad = [b for b in table if not 0 <= b < self.num_blocks]
         if bad:
-            return "block-range", (f"{name(seq_id)}'s block table holds block {bad[0]}, not in "
-                                   f"range(num_blocks={self.num_blocks})")
+            return "block-range", (f"the block table of {name(seq_id)} holds block {bad[0]}, "
+                                   f"not in range(num_blocks={self.num_blocks})")
         if len(table) * self.bs < start + tokens:
-            return "cover", (f"{name(seq_id)}'s block table of {len(table)} blocks covers "
+            return "cover", (f"the block table of {name(seq_id)}, {len(table)} blocks, covers "
                              f"{len(table) * self.bs} positions, fewer than start + tokens = "
                              f"{start + tokens}")
         return None
@@ -309,17 +309,20 @@ class _Replay:
     def _misread(self, n: int, misread) -> None:
         if misread.holder is None:
             holder = "which was never written"
+        elif misread.holder == misread.seq_id:
+            holder = f"which holds its own position {misread.holder_position}"
         else:
-            whose = ("its own" if misread.holder == misread.seq_id
-                     else f"request {name(misread.holder)}'s")
-            holder = f"which holds {whose} position {misread.holder_position}"
+            holder = (f"which holds position {misread.holder_position} of request "
+                      f"{name(misread.holder)}")
         message = (f"request {name(misread.seq_id)}, position {misread.position} read block "
                    f"{misread.block} slot {misread.slot}, {holder}")
-        self.found.add("batch-equivalence", "misread", n, misread.seq_id, message)
+        other_prefix = misread.same_token and self.prefix_caching
+        self.found.add("batch-equivalence", "misread-other-prefix" if other_prefix else "misread",
+                       n, misread.seq_id, message)
         if self.seqs[misread.seq_id].restarted:
             self.found.add("preemption", "misread-after-restart", n, misread.seq_id,
                            message + " (after its restart)")
-        if misread.same_token and self.prefix_caching:
+        if other_prefix:
             self.found.add("prefix-caching", "other-prefix", n, misread.seq_id, message + (
                 ": the same token after a different prefix; a block's identity is its tokens "
                 "and every token before it"))
@@ -358,7 +361,8 @@ class _Replay:
     def _account(self, n: int, reported: int | None, when: str) -> None:
         judged = self._free_if([], set())
         if reported is not None and reported != judged:
-            kind = "free-count-low" if reported < judged else "free-count-high"
+            kind = ("free-count-low" if reported < judged else "free-count-high") + (
+                "-by-one" if abs(reported - judged) == 1 else "")
             self.found.add("block-accounting", kind, n, None, (
                 f"num_free_blocks {when} is {reported}; the blocks in the running sequences' "
                 f"tables leave {judged} of {self.num_blocks} free"))
@@ -401,7 +405,7 @@ class _Replay:
             long = [s for s in waiting if s.prompt > self.budget and s.computed == 0]
             if long:
                 found.add("chunked-prefill", "long-prompt-never-started", last, long[0].id, (
-                    f"request {name(long[0].id)}'s prompt of {long[0].prompt} tokens, longer "
+                    f"the prompt of request {name(long[0].id)}, {long[0].prompt} tokens, longer "
                     f"than max_batched_tokens ({self.budget}), never started: it is computed in "
                     "chunks over several steps"))
         for seq in sorted(self.seqs.values(), key=lambda s: s.order):

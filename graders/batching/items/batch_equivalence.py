@@ -28,6 +28,8 @@ LIKELY = {
     "misread": "a block table that does not follow the blocks the sequence wrote (a freed "
                "block reused while a table still points at it, or a restart that keeps its "
                "old table)",
+    "misread-other-prefix": "a prefix-cache block identified by its own tokens alone, without "
+                            "the tokens before it",
 }
 
 

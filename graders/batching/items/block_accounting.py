@@ -21,6 +21,8 @@ LIKELY = {
     "free-count-low": "blocks not given back when a sequence finishes or is preempted (a "
                       "leak), or a count that misses what was given back",
     "free-count-high": "a block freed twice, or given back while a table still holds it",
+    "free-count-low-by-one": "num_free_blocks off by one, or one block not given back",
+    "free-count-high-by-one": "num_free_blocks off by one, or one block given back twice",
     "not-free-at-end": "a finished sequence's blocks never freed",
 }
 
