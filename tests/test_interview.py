@@ -438,6 +438,10 @@ def test_the_status_line_warns_under_10_then_2_minutes_left(tmp_path):
     assert last.plain.startswith("[1m 30s left, under 2 minutes! | stage L4")
     assert (late.style, last.style) == ("bold yellow", "bold red")
     assert "under" not in commands.status(session, START + 15 * 60).plain  # time up: 0m 00s
+    short = verbs.start(tmp_path / "short", minutes=5, clock=clock)[0]  # no "under 10" in it
+    assert [commands.status(short, START + (5 - left) * 60).plain.split(" |")[0]
+            for left in (5, 3, 1)] == ["[5m 00s left", "[3m 00s left",
+                                       "[1m 00s left, under 2 minutes!"]
 
 
 def test_each_warning_is_printed_once_when_its_time_comes(tmp_path):
@@ -456,6 +460,12 @@ def test_each_warning_is_printed_once_when_its_time_comes(tmp_path):
     resumed_console, resumed = console()  # a session resumed with a minute left: the latest
     assert not commands.Ticker(resumed_console).time_up(ws, START + 14 * 60)
     assert resumed.getvalue() == commands.WARNINGS[120] + "\n"
+    short_console, short = console()  # a 5-minute session: the 2-minute warning alone
+    verbs.start(tmp_path / "short", minutes=5, clock=clock)
+    short_ticker = commands.Ticker(short_console)
+    for minutes in (0, 2.9, 3.1, 4):
+        short_ticker.time_up(tmp_path / "short", START + minutes * 60)
+    assert short.getvalue() == commands.WARNINGS[120] + "\n"
 
 
 def test_in_a_terminal_the_status_line_ticks_in_place_with_its_warning(tmp_path):

@@ -27,10 +27,11 @@ from graders.shared.untrusted import file_name, quote
 USAGE_ERROR = 2
 POLL_SECONDS = 0.05  # of the watch: a save is seen 0.05-0.1 s after it lands
 INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command ended by Ctrl-C
-WARNINGS = {600: "10 minutes left: finish the stage you are on, and answer its questions in "
-                 "answers.md",
-            120: "2 minutes left: save what you want graded; at time up the last save is "
-                 "graded with the hidden cases"}  # seconds left: the warning then
+# Seconds left: the warning then, for sessions longer than that.
+WARNINGS = {600: "Under 10 minutes left: finish the stage you are on, and answer its questions "
+                 "in answers.md.",
+            120: "Under 2 minutes left: save what you want graded; at time up the last save is "
+                 "graded with the hidden cases."}
 
 
 def start(console: Console, workspace: Path, minutes: float, strict: bool, track: str) -> int:
@@ -183,9 +184,10 @@ def interactive(console: Console, workspace: Path, minutes: float, strict: bool,
 
 class Ticker:
     """The interactive verb's clock, asked once a poll (`time_up`): each low-time warning of
-    WARNINGS printed once, on a line of its own, when its time comes (one only, the latest due,
-    for a session resumed late); in a terminal, the status line rewritten in place once a
-    second. The record is read once a second: its clock (started, minutes) never changes."""
+    WARNINGS (`warnings`) printed once, on a line of its own, when its time comes (one only, the
+    latest due, for a session resumed late); in a terminal, the status line rewritten in place
+    once a second. The record is read once a second: its clock (started, minutes) never
+    changes."""
 
     def __init__(self, console: Console) -> None:
         self.console = console
@@ -199,11 +201,12 @@ class Ticker:
         if now - self.read >= 1 or self.session is None:
             self.session, self.read = verbs.load(workspace), now
         left = verbs.time_left(self.session, now)
-        due = [seconds for seconds in WARNINGS if left <= seconds and seconds not in self.warned]
-        if due and left > 0:
+        due = [seconds for seconds in warnings(self.session, left) if seconds not in self.warned]
+        if due:
             self.warned.update(due)
             _clear_status(self.console)
-            self.console.print(Text(WARNINGS[min(due)], style="bold yellow"))
+            self.console.print(Text(WARNINGS[min(due)], style="bold red" if min(due) == min(
+                WARNINGS) else "bold yellow"), soft_wrap=True)
             self.ticked = float("-inf")
         if self.console.is_terminal and now - self.ticked >= 1:
             self.ticked = now
@@ -253,13 +256,19 @@ def show_verdict(console: Console, saved: verbs.Saved) -> None:
                            style="bold green"))
 
 
+def warnings(session: dict, left: float) -> list[int]:
+    """The times of WARNINGS that `left` seconds are under, before time up: those shorter than
+    the session (a 5-minute one is not told it has under 10 minutes)."""
+    return [seconds for seconds in WARNINGS if 0 < left <= seconds < session["minutes"] * 60]
+
+
 def status(session: dict, now: float) -> Text:
     """The status line: the time left, the stage and the level of the last save. Under each of
     WARNINGS' times, it says so, in yellow, then in red under the last."""
     left = verbs.time_left(session, now)
     saves = review.saves(session)
     level = saves[-1]["level"] if saves else "not graded yet"
-    under = [seconds for seconds in WARNINGS if 0 < left <= seconds]
+    under = warnings(session, left)
     warning = f", under {min(under) // 60} minutes!" if under else ""
     style = ("bold red" if min(under) == min(WARNINGS) else "bold yellow") if under else "cyan"
     return Text(f"[{review.clock(left)} left{warning} | stage {session['stage']} | level "
