@@ -17,6 +17,11 @@ Exit codes of `grade` (the kata contract, section 3): 0 every item passes, 1 som
 Every path on the command line is the user's: each command resolves its path arguments and
 options against the folder it runs in (`_here`) before anything else, and passes on only
 absolute paths. Every output file is checked for writability before any grading or benching.
+
+This file parses and dispatches: the options and their help, the usage errors, and one call per
+command into the module of its room, where what the command does lives (graders/workflows:
+grading, grade_all, solutions, workspace, hints; benchmarks/command; graders/interview/commands;
+graders/export).
 """
 
 from __future__ import annotations
