@@ -402,8 +402,11 @@ class _Replay:
                 "schedule() returned nothing while has_work() was true" if empty else
                 f"the workload was not done after {len(steps)} steps") + ": the scheduler stalls")
             waiting = [self.seqs[s] for s in self.queue]
-            long = [s for s in waiting if s.prompt > self.budget and s.computed == 0]
-            if long:
+            long = [s for s in waiting[:1] if s.prompt > self.budget
+                    and not s.restarted and s.outputs == 0]  # the head, never started
+            reported = steps[-1]["free_after_update"]
+            free = min(self._free_if([], set()), self.num_blocks if reported is None else reported)
+            if long and free >= -(-self.budget // self.bs):  # room for a chunk: not a leak's stall
                 found.add("chunked-prefill", "long-prompt-never-started", last, long[0].id, (
                     f"the prompt of request {name(long[0].id)}, {long[0].prompt} tokens, longer "
                     f"than max_batched_tokens ({self.budget}), never started: it is computed in "
