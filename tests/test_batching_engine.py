@@ -587,7 +587,7 @@ def test_the_public_workloads_are_fixed_and_every_oracle_is_a_decoding_alone(dec
                for r in load["requests"])
 
 
-@pytest.mark.parametrize("draw", ["public", "hidden"])
+@pytest.mark.parametrize("draw", ["public", pytest.param("hidden", marks=pytest.mark.slow)])
 def test_the_reference_scheduler_breaks_no_rule_and_batching_beats_static(draw):
     drawn = (workloads.public() if draw == "public"
              else [(kind, load) for kind, _, load in workloads.hidden(20261202)])
