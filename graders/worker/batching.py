@@ -31,8 +31,9 @@ waiting or running (has_work() false): stop when no request is left to arrive, e
 clock to the next arrival. Else schedule(), record each entry, work out what it produced
 (`produced_by`), update(produced), record the finished ids and num_free_blocks after schedule
 and after update (None while num_free_blocks raises NotImplementedError). The drive stops at
-the first exception or value outside the contract (its ERROR), at a step that schedules nothing while has_work() is true (stalled: nothing can change
-that), or after `max_steps` steps (stalled).
+the first exception or value outside the contract (its ERROR), at a step that schedules
+nothing while has_work() is true (stalled: nothing can change that), or after `max_steps`
+steps (stalled).
 """
 
 from __future__ import annotations
