@@ -317,3 +317,12 @@ def test_a_scheduler_whose_ids_hold_escapes_is_named_escaped(hostile_file):
     message = result.items[0].message
     assert result.items[0].status == "fail" and "\x1b" not in message and "\u202e" not in message
     assert "\\x1b[31m" in message and "\\u202e" in message
+
+
+@pytest.mark.slow
+def test_a_scheduler_that_floods_its_batch_fails_on_the_drivers_cap(hostile_file):
+    path = hostile_file("floods_its_batch", "scheduler.py", SOLUTION=repr(SOLUTION.read_text()))
+    result = grade(path, track="batching", only={"budgets", "fcfs"})
+    assert [(i.status, i.message) for i in result.items] == [
+        ("fail", "the staggered workload, step 0: schedule() returned 1000000 entries, more than "
+                 "4 x max_num_seqs (16)")] * 2
