@@ -46,7 +46,16 @@ def plan_with_every_operation() -> Plan:
     plan.decode_step("l", "c", torch.zeros(1, 1, 8))
     plan.beam_search({}, torch.zeros(3, dtype=torch.int64), beams=2, steps=4, n_heads=1,
                      n_kv_heads=1, head_dim=4, rope_base=1e4)
+    plan.drive_scheduler(WORKLOAD, max_steps=8)
     return plan
+
+
+# The batching track's drive_scheduler: one request of one token, producing one.
+WORKLOAD = {"config": {"num_blocks": 4, "block_size": 2, "max_num_seqs": 1,
+                       "max_batched_tokens": 4, "prefix_caching": False},
+            "requests": [{"id": "a", "prompt": [1], "max_new_tokens": 1, "eos": None,
+                          "arrival": 0}],
+            "oracle": {"a": [5]}}
 
 
 def good_results() -> list[dict]:
@@ -64,6 +73,9 @@ def good_results() -> list[dict]:
         {"ok": {"output": torch.zeros(1, 1, 8), "rows": {"wq": 1, "wk": 1, "wv": 1}}},
         {"ok": {"tokens": torch.zeros(4, 2, dtype=torch.int64),
                 "beam_idx": torch.zeros(4, 2, dtype=torch.int64), "scores": torch.zeros(4, 2)}},
+        {"ok": {"steps": [{"at": 0, "batch": [["a", 0, 1, [0]]], "produced": {"a": 5},
+                           "finished": ["a"], "free_after_schedule": 3, "free_after_update": 4}],
+                "adds": [{"id": "a", "at": 0}], "error": None, "stalled": False}},
     ]
 
 
