@@ -9,6 +9,7 @@ first step that breaks each rule.
     workloads.py  the public workloads and the hidden ones drawn from the run's seed
     replay.py     a trace replayed on the runner: Findings, the first of each rule, and figures
     reference.py  the kata's reference scheduler (and static batching), for the figures
+    grading.py    what the items share: one drive per workload a grade, its replay, the figures
     items/        one file per batching rubric item
 
 May import: torch, the standard library, graders.worker.batching (the driver), graders.shared,
