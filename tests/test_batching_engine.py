@@ -613,3 +613,29 @@ def test_a_trace_is_replayed_alike_twice():
     trace = drive(Tiny, load, workloads.max_steps(load), request_type=Request)
     first = replay.replay(load, copy.deepcopy(trace))
     assert replay.replay(load, trace) == first
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [101, 202, 303])
+def test_every_hidden_draw_keeps_its_kinds_property(seed):
+    """Whatever the seed: the preemption kind preempts, the mixed kind leaves static batching
+    0.7x behind, the long prompt is longer than the budget, the prefix cache saves what can be
+    saved; and a draw is its seed's alone."""
+    drawn = workloads.hidden(seed)
+    assert drawn == workloads.hidden(seed) and drawn != workloads.hidden(seed + 1)
+    for kind, _, load in drawn:
+        trace = drive(ReferenceScheduler, load, workloads.max_steps(load),
+                      request_type=ReferenceRequest)
+        found = replay.replay(load, trace)
+        static = drive(lambda **c: ReferenceScheduler(**c, static=True), load,
+                       workloads.max_steps(load), request_type=ReferenceRequest)
+        prompts = sum(len(r["prompt"]) for r in load["requests"])
+        if kind == "preemption":
+            assert found.preemptions > 0 and found.prompt_tokens_computed > prompts
+        if kind == "mixed":
+            assert found.steps <= 0.7 * len(static["steps"])
+        if kind == "long-prompt":
+            assert max(len(r["prompt"]) for r in load["requests"]) > 2 * load["config"][
+                "max_batched_tokens"]
+        if kind == "shared-prefix":
+            assert found.prompt_tokens_computed == workloads.unshared_prompt_tokens(load) < prompts
