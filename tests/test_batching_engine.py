@@ -270,6 +270,11 @@ class HostileText(Tiny):
         raise Loud()
 
 
+class Dicts(Tiny):
+    def schedule(self):
+        return [vars(e) for e in super().schedule()]
+
+
 class HugeStart(Tiny):
     def schedule(self):
         return [Scheduled(e.seq_id, 2**70, e.tokens, e.block_table) for e in super().schedule()]
@@ -287,6 +292,7 @@ class BoolFinished(Tiny):
     (HugeTable, "schedule", "returned", "block_table of 1000000 blocks, more than the pool's 16"),
     (HostileText, "update", "raised", "could not be read"),
     (HugeStart, "schedule", "returned", "a start of an int out of int64's range"),
+    (Dicts, "schedule", "returned", "entry 0 is a dict without a seq_id, not a Scheduled"),
     (BoolFinished, "update", "returned", "a finished id of a bool, not a str"),
 ])
 def test_what_the_contract_does_not_allow_ends_the_drive_with_a_recorded_error(

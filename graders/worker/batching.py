@@ -159,8 +159,15 @@ def _batch(batch, config: dict, n: int) -> list:
 
 def _entry(entry, num_blocks: int, n: int, i: int) -> list:
     what = f"schedule()'s entry {i}"
-    fields = _call("schedule", n, lambda: [getattr(entry, name) for name in
-                                           ("seq_id", "start", "tokens", "block_table")])
+    fields = []
+    for name in ("seq_id", "start", "tokens", "block_table"):
+        try:
+            fields.append(_call("schedule", n, lambda: getattr(entry, name)))
+        except _Stop as stop:
+            if stop.error["type"] != "AttributeError":
+                raise
+            raise _Stop(_returned("schedule", n, f"{what} is {_kind(entry)} without a {name}, "
+                                                 "not a Scheduled")) from None
     seq_id, start, tokens, table = fields
     if type(seq_id) is not str:
         raise _Stop(_returned("schedule", n, f"{what} has a seq_id of {_kind(seq_id)}, not a "
