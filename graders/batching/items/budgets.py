@@ -24,7 +24,8 @@ LIKELY = {
     "cover": "blocks allocated for the tokens known before the step, not for what it computes",
     "written-shared": "a prefix block shared in the step that computes it (it is cached only "
                       "once computed)",
-    "past-known": "a chunk sized from the prompt alone, past the tokens known",
+    "past-known": "the token this step will produce counted as known (a decode computes the "
+                  "newest known token, at position len(tokens) - 1)",
 }
 
 
