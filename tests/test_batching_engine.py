@@ -645,3 +645,12 @@ def test_every_hidden_draw_keeps_its_kinds_property(seed):
                 "max_batched_tokens"]
         if kind == "shared-prefix":
             assert found.prompt_tokens_computed == workloads.unshared_prompt_tokens(load) < prompts
+
+
+def test_a_restart_in_the_step_that_left_its_blocks_is_a_preemption_finding(decoder):
+    load = build(decoder, {"max_batched_tokens": 16}, ("a", 3, 3, 0))
+    script = [[("a", 0, 3, (0,))], [("a", 0, 4, (1,))], [("a", 4, 1, (1, 2))]]
+    _, found = run(load, scripted(script))
+    assert found.first["preemption"].message == (
+        "step 1: request 'a' was preempted and restarted in the same step: no waiting request "
+        "starts in a step that preempted")

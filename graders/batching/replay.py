@@ -151,7 +151,7 @@ class _Replay:
             seq_id for seq_id in self.ambiguous.get(n, set())
             if self._free_if(batch, released={seq_id}) == step["free_after_schedule"]
             != self._free_if(batch, released=set())}
-        self._preempt(n, victims)
+        victims = self._preempt(n, victims)
         valid = self._budgets(n, batch)
         started = self._starts(n, batch, victims)
         self._run(n, batch, valid)
@@ -173,8 +173,11 @@ class _Replay:
         held = {b for table in tables.values() for b in table if 0 <= b < self.num_blocks}
         return self.num_blocks - len(held)
 
-    def _preempt(self, n: int, victims: set) -> None:
+    def _preempt(self, n: int, victims: set) -> set:
+        """Preempt the running `victims` (the others were never running here: a scheduled
+        request that had not arrived); the victims preempted."""
         running = self._running()
+        victims = {v for v in victims if self.seqs[v].state == "running"}
         for victim in sorted(victims, key=lambda v: -self.seqs[v].order):
             later = [s.id for s in running
                      if s.id not in victims and s.order > self.seqs[victim].order]
@@ -187,6 +190,7 @@ class _Replay:
             seq.state, seq.computed, seq.table, seq.restarted = "waiting", 0, [], True
             self.found.preemptions += 1
             self.queue.appendleft(victim)
+        return victims
 
     def _budgets(self, n: int, batch: list) -> list:
         """Check the step's budgets; the entries the runner can compute."""
@@ -270,9 +274,12 @@ class _Replay:
                     f"request {name(seq_id)} started while {name(skipped[0])}, ahead of it in "
                     f"the waiting queue{why}, was still waiting"))
         if started and victims:
-            self.found.add("preemption", "start-in-preempting-step", n, min(started), (
-                f"request {name(min(started))} started in a step that preempted "
-                f"{name(min(victims))}: no waiting request starts in a step that preempted"))
+            first = min(started)
+            what = ("was preempted and restarted in the same step" if first in victims else
+                    f"started in a step that preempted {name(min(victims))}")
+            self.found.add("preemption", "start-in-preempting-step", n, first, (
+                f"request {name(first)} {what}: no waiting request starts in a step that "
+                "preempted"))
         for seq_id in started:
             self.queue.remove(seq_id)
             self.seqs[seq_id].state = "running"
