@@ -48,7 +48,9 @@ def test_a_candidate_goes_from_init_to_a_graded_workspace(tmp_path, monkeypatch)
     workspace = tmp_path / "ws"
     result = runner.invoke(app, ["init", str(workspace)])
     assert result.exit_code == 0, result.output
-    assert sorted(p.name for p in workspace.iterdir()) == [".gitignore", "README.md", "kv_cache.py", "paged_kv_cache.py", "test_kv_cache.py"]
+    assert sorted(p.name for p in workspace.iterdir()) == [
+        ".gitignore", "README.md", "kv_cache.py", "paged_kv_cache.py", "scheduler.py",
+        "test_kv_cache.py"]
     monkeypatch.chdir(workspace)
     code, data = report(["grade", "--item", "append-time-dim", "--item", "own-tests"], tmp_path)
     assert code == 1
