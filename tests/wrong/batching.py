@@ -12,8 +12,10 @@ it found is in the set, iteration-level's figures from its step counts.
 tests/test_batching_solutions.py checks today, with the track's driver and a ledger of its own,
 that each one breaks the rule it is named for.
 
-WRONG, the list tests/test_wrong_implementations.py grades, stays empty until graders.shared.
-tracks has the batching track: these then become `Wrong(..., track=BATCHING)` entries.
+tests/test_batching_items.py grades all nine through the worker's operations and the judge's
+reply check, in-process; WRONG, the list tests/test_wrong_implementations.py grades as a
+candidate's file through a real worker, holds two of them (one rule of the trace, one figure):
+the nine grade alike either way, and nine whole grades more would cost the suite ~45 s.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from dataclasses import dataclass
 
 from graders.shared.bundled import SOLUTIONS
 from graders.shared.mutation import Mutant
+from graders.shared.tracks import BATCHING
+from tests.wrong import Wrong
 
 SOLUTION = SOLUTIONS / "scheduler.py"
 
@@ -102,4 +106,5 @@ SCHEDULERS = [
            {"chunked-prefill", "batch-equivalence", "preemption", "fcfs", "iteration-level"}),
 ]
 
-WRONG: list = []
+WRONG = [Wrong(w.mutant, w.fails, track=BATCHING) for w in SCHEDULERS
+         if w.name in ("static-batching", "free-count-off-by-one")]
