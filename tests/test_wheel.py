@@ -207,6 +207,21 @@ def test_the_serving_track_grades_the_workspaces_paged_cache_and_the_printed_one
     assert report(empty / "paged.json")["level"] == "serving"
 
 
+def test_the_batching_track_grades_the_workspaces_scheduler_and_the_printed_one(venv, empty):
+    assert kata(venv, empty, "init", "ws").returncode == 0
+    done = kata(venv, empty, "grade", "--track", "batching", "ws/scheduler.py",
+                "--json", "batching.json")
+    assert done.returncode == 1, text(done)
+    graded = report(empty / "batching.json")
+    assert graded["level"] == "none"
+    assert {(i["level"], i["status"]) for i in graded["items"]} == {("batching", "not_attempted")}
+
+    (empty / "sched.py").write_bytes(kata(venv, empty, "solution", "scheduler").stdout)
+    done = kata(venv, empty, "grade", "--track", "batching", "sched.py", "--json", "sched.json")
+    assert done.returncode == 0 and clean(done), text(done)
+    assert report(empty / "sched.json")["level"] == "batching"
+
+
 def test_hint_rubric_and_solution_read_the_installed_files(venv, empty):
     hint = kata(venv, empty, "hint", "prefix-equivalence")
     assert hint.returncode == 0 and b"prefix-equivalence, hint 1 of" in hint.stdout, text(hint)
