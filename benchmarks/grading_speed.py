@@ -11,10 +11,10 @@ a `kata grade --watch` left running (its workers started ahead, while no one sav
 kata interview" the same for a `kata interview` session past its last stage opening (every item
 graded, as late in an interview; issue 33's goal: 0.8x). "grade --track batching" grades the
 batching track's solution, the kata's model replaying each of its runs in the judge (issue
-34's goal: 3x, hidden cases included). Each of these two saves waits
-SETTLE_SECONDS first, untimed: the other one's next workers import torch right after its report,
-and a save timed meanwhile would share the two cores with two torch imports no session of its
-own would run. No test asserts these figures: they are for reading.
+34's goal: 3x, hidden cases included). The command timed after either of the two saves waits
+SETTLE_SECONDS first, untimed: the watch's and the session's next workers import torch right
+after each report, and a command timed meanwhile (the import of torch itself, the other save)
+would share the two cores with them. No test asserts these figures: they are for reading.
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ def main() -> None:
         with _Watch(watched) as watch, _Interview(interviewed) as interview:
             runs["re-grade in --watch"] = watch.save_and_wait
             runs["save in kata interview"] = interview.save_and_wait
-            seconds = interleaved(runs, reps, before=_settle)
+            seconds = interleaved(runs, reps, before=_settler())
     torch_import = Summary.of(seconds["import torch"]).median
     print(f"{'command':<34} {'median s':>9} {'spread':>7} {'x import torch':>15} {'goal':>6}")
     for label, times in seconds.items():
@@ -81,11 +81,17 @@ def main() -> None:
               f"{summary.median / torch_import:14.2f}x {goal:>6}")
 
 
-def _settle(label: str) -> None:
-    """Before a watched save: let the next workers of the save timed before it finish their
-    torch import (a `kata grade` run timed before it leaves nothing running)."""
-    if label in ("re-grade in --watch", "save in kata interview"):
-        time.sleep(SETTLE_SECONDS)
+def _settler():
+    """The `before` of the interleaved runs: after a watched save, let its next workers finish
+    their torch import before the next command is timed (a `kata grade` run leaves nothing
+    running behind it)."""
+    last = [""]
+
+    def settle(label: str) -> None:
+        if last[0] in ("re-grade in --watch", "save in kata interview"):
+            time.sleep(SETTLE_SECONDS)
+        last[0] = label
+    return settle
 
 
 def _runner(argv: list[str], cwd: Path):
