@@ -529,6 +529,18 @@ def test_a_running_decode_left_out_for_a_prefill_is_named(decoder):
         "was: every running decode runs every step, before any prefill")
 
 
+def test_a_running_prefill_left_out_while_a_new_request_starts_is_named(decoder):
+    load = build(decoder, {}, ("a", 12, 1, 0), ("b", 3, 1, 1))
+    script = [[("a", 0, 8, (0, 1))],
+              [("b", 0, 3, (2,))],         # a, half prefilled, waits while b starts
+              [("a", 8, 4, (0, 1, 3))]]    # and goes on where it stopped: no preemption
+    _, found = run(load, scripted(script))
+    assert found.first["chunked-prefill"].message == (
+        "step 1: running request 'a' had 4 tokens left to prefill but was not scheduled, while "
+        "'b' started: running prefills continue before any waiting request starts")
+    assert found.passed("preemption") and found.passed("batch-equivalence")
+
+
 def test_a_head_of_the_queue_left_waiting_with_room_to_start_is_named(decoder):
     load = build(decoder, {"max_batched_tokens": 16}, ("a", 3, 3, 0), ("b", 2, 1, 0))
     script = [[("a", 0, 3, (0,))], [("a", 3, 1, (0,))], [("a", 4, 1, (0, 1)),

@@ -156,6 +156,7 @@ class _Replay:
         started = self._starts(n, batch, victims)
         self._run(n, batch, valid)
         self._decodes_waited(n, batch, before, victims | started)
+        self._prefills_waited(n, batch, before, victims, started)
         self._head_of_line(n, batch, victims, step["free_after_schedule"])
         self._account(n, step["free_after_schedule"], "after schedule()")
         self._finished(n, step["finished"])
@@ -348,6 +349,19 @@ class _Replay:
                     f"running request {name(seq_id)} was ready to decode but not scheduled, "
                     + ("while a prefill was" if prefill else "though the budgets had room")
                     + ": every running decode runs every step, before any prefill"))
+                return
+
+    def _prefills_waited(self, n: int, batch: list, before: dict, victims: set,
+                         started: set) -> None:
+        """A running prefill left out of a step in which a waiting request started: running
+        prefills continue, chunked to the tokens left, before any waiting request starts."""
+        scheduled = {seq_id for seq_id, *_ in batch}
+        for seq_id, (known, computed) in before.items():
+            if started and known - computed > 1 and seq_id not in scheduled | victims:
+                self.found.add("chunked-prefill", "prefill-left-out-for-new", n, seq_id, (
+                    f"running request {name(seq_id)} had {known - computed} tokens left to "
+                    f"prefill but was not scheduled, while {name(min(started))} started: "
+                    "running prefills continue before any waiting request starts"))
                 return
 
     def _head_of_line(self, n: int, batch: list, victims: set, reported: int | None) -> None:

@@ -2,7 +2,8 @@
 
 A prompt longer than the tokens left in a step is computed in chunks over several steps, and
 chunking never costs a running sequence its decode: every running sequence that can decode does,
-before any prefill (a decode waits only when the decodes alone use up the token budget).
+before any prefill (a decode waits only when the decodes alone use up the token budget). A
+running prefill continues before any waiting request starts.
 
 Public: the five public workloads, the long-prompt one a prompt of 200 tokens against a budget
 of 48 arriving while three requests decode; hidden: one of each kind drawn from the run's seed,
@@ -20,6 +21,8 @@ LIKELY = {
     "decode-left-out-for-prefill": "prefills planned before decodes: a long prompt takes the "
                                    "token budget and the decodes wait",
     "decode-left-out": "a running decode skipped while the budgets had room",
+    "prefill-left-out-for-new": "waiting requests started before the running prefills got "
+                                "their chunks (only the first running prefill continued, say)",
     "long-prompt-never-started": "a prompt started only when all of it fits the tokens left "
                                  "(no chunking)",
 }
