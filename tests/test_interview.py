@@ -545,6 +545,9 @@ def test_a_verdict_that_broke_is_not_kept(tmp_path):
     assert kept.covers(tests)
     kept.keep(GradeResult("f", None, [], [], False), tests, "003-00000000")  # not graded
     assert not kept.covers(tests)
+    not_run = ItemResult("own-tests", "L5", "not_attempted", 0.0, 7.0, "not run", "no worker")
+    kept.keep(GradeResult("f", None, [not_run], [], False), tests, "004-00000000")
+    assert not kept.covers(tests)
     tests.write_text("def test_y(): pass\n")
     assert not kept.covers(tests) and not kept.covers(None)
 

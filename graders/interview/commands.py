@@ -167,6 +167,7 @@ def interactive(console: Console, workspace: Path, minutes: float, strict: bool,
                 with_tests = not own_tests.covers(verbs.files(workspace, chosen)[1])
                 save(console, workspace, ahead.take(with_tests), ticking=console.is_terminal,
                      own_tests=own_tests)
+                ticker.reread()
                 ahead.start()  # torch imported in them while the files are edited
 
             try:
@@ -195,6 +196,10 @@ class Ticker:
         self.read = self.ticked = float("-inf")
         self.warned: set[int] = set()
 
+    def reread(self) -> None:
+        """The record has changed (a save): read it again at the next tick."""
+        self.session = None
+
     def time_up(self, workspace: Path, now: float) -> bool:
         """Whether time is up at `now` (seconds since the epoch); the warnings and the status
         line as they fall due."""
@@ -211,7 +216,7 @@ class Ticker:
         if self.console.is_terminal and now - self.ticked >= 1:
             self.ticked = now
             self.console.file.write("\r")
-            self.console.print(status(self.session, now), end="")
+            self.console.print(status(self.session, now), end="", soft_wrap=True)
             self.console.file.write("\x1b[K")
             self.console.file.flush()
         return left <= 0

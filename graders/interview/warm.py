@@ -51,7 +51,7 @@ class OwnTestsVerdict:
         `snapshot`); forget the one kept when the grade did not run the item, or its run broke
         (an error, a timeout, a worker that could not start: no verdict on the file)."""
         item = next((i for i in result.items if i.id == tracks.TESTS_ITEM), None)
-        if item is None or item.status not in KEPT_STATUSES or tests is None:
+        if item is None or item.status not in KEPT_STATUSES or item.unavailable or not tests:
             self.digest = None
             return
         self.digest, self.snapshot, self.item = _digest(tests), snapshot, item
