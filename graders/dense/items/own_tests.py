@@ -29,6 +29,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+from functools import lru_cache
 from typing import NamedTuple
 
 from graders.dense.disguise import disguise
@@ -108,10 +109,16 @@ def implementations(seed: int) -> list[dict]:
     MISTAKES disguised, all from `seed`."""
     draw = random.Random(f"own-tests:{seed}")
     reference = mutation.REFERENCE.read_text()
-    others = [disguise(reference, seed)] + [disguise(m.source(), seed) for m in MISTAKES]
     return [{"source": reference, "file": REFERENCE_FILE}] + [
         {"source": source, "file": f"/tmp/{draw.getrandbits(40):010x}/kv_cache.py"}
-        for source in others]
+        for source in _disguised(reference, seed)]
+
+
+@lru_cache(maxsize=4)
+def _disguised(reference: str, seed: int) -> tuple[str, ...]:
+    """The reference's disguise and each mistake's, from `seed`: drawn once a process for each
+    reference and seed (0.2-0.6 s of a grade; --watch and an interview grade again and again)."""
+    return tuple([disguise(reference, seed)] + [disguise(m.source(), seed) for m in MISTAKES])
 
 
 def _seed() -> int:
