@@ -28,6 +28,7 @@ from graders.shared import hidden_cases
 from graders.shared.plans import CandidateError, CandidateTimeout, Fail, NotAttempted, Results
 from graders.worker import ops
 from graders.worker.batching import drive
+from tests.seeds import SUITE_SEED
 from tests.wrong.batching import SCHEDULERS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -121,6 +122,20 @@ def test_each_wrong_scheduler_fails_exactly_its_items(wrong):
     assert failed == set(wrong.fails), found
     assert all(verdict.startswith("Fail: ") for item, verdict in found.items()
                if item in failed)
+
+
+def test_every_hidden_grader_catches_a_wrong_scheduler_and_none_fails_unrelated_items():
+    """At the suite's seed: each wrong scheduler fails some of its items and no other (its
+    other items may pass on a draw that does not meet its mistake), and together they fail
+    every batching item's hidden cases."""
+    caught = set()
+    for wrong in SCHEDULERS:
+        found = verdicts(InProcess(load(SOLUTION, wrong.mutant.source(), wrong.name)),
+                         hidden=SUITE_SEED)
+        failed = {item for item, verdict in found.items() if verdict != "pass"}
+        assert failed and failed <= set(wrong.fails), (wrong.name, found)
+        caught |= failed
+    assert caught == {module.ITEM for module in MODULES.values()}
 
 
 def test_the_untouched_starter_is_not_attempted_everywhere():

@@ -3,8 +3,9 @@ and they name the likely mistakes the public cases name.
 
 Every item's `grade_hidden` is called directly on wrong implementations, so that it runs even
 where the public cases would fail first (as `kata grade` never lets it): three of the bundled
-mistakes (graders.dense.mistakes) on every dense item, and the hidden-only mutants of
-tests/test_hidden.py on their items. Every verdict that is not a pass, whatever its kind (a wrong
+mistakes (graders.dense.mistakes) on every dense item, the hidden-only mutants of
+tests/test_hidden.py on their items, and the wrong schedulers of tests/wrong/batching.py on
+theirs. Every verdict that is not a pass, whatever its kind (a wrong
 output, an exception or a crash of the implementation, a hang), must read "seed N (kind of
 case)" and show no tensor: no repr, no decimals of the kind inputs are made of.
 """
@@ -26,10 +27,12 @@ from graders.shared import hidden_cases
 from graders.shared.mutation import PAGED_REFERENCE, Mutant
 from graders.shared.plans import CandidateError, CandidateTimeout, Fail
 from graders.shared.rubric import load
-from graders.shared.tracks import SERVING
+from graders.shared.tracks import DENSE
 from tests.test_hidden import MUTANTS
 from tests.seeds import SUITE_SEED
 from tests.wrong import everything
+from tests.wrong.batching import SCHEDULERS
+from tests.wrong.batching import SOLUTION as SCHEDULER_SOLUTION
 
 pytestmark = pytest.mark.slow  # whole grades: `pytest -m "not slow"` is the quick loop
 
@@ -46,10 +49,11 @@ LIKELY = [  # wrong implementation (tests/wrong), item, the likely mistake its p
 
 def _jobs(folder: Path) -> list[tuple[str, Path, str, set[str]]]:
     """(name, candidate file, module, item ids to grade hidden) of every wrong implementation."""
-    serving = {i.id for i in load().items if SERVING.owns(i.level)}
+    dense = {i.id for i in load().items if DENSE.owns(i.level)}
     hidden = {g.item for g in kata_graders(hidden=True)}
-    wrong = [(m, hidden - serving) for m in MISTAKES if m.name in BROAD]
+    wrong = [(m, hidden & dense) for m in MISTAKES if m.name in BROAD]
     wrong += [(case.mutant, set(case.items)) for case in MUTANTS]
+    wrong += [(scheduler.mutant, set(scheduler.fails)) for scheduler in SCHEDULERS]
     jobs = []
     for mutant, items in wrong:
         path = folder / mutant.name / mutant.base.name
@@ -60,6 +64,8 @@ def _jobs(folder: Path) -> list[tuple[str, Path, str, set[str]]]:
 
 
 def _module(mutant: Mutant) -> str:
+    if mutant.base == SCHEDULER_SOLUTION:
+        return "scheduler"
     return "paged_kv_cache" if mutant.base == PAGED_REFERENCE else "kv_cache"
 
 
