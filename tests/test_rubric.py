@@ -72,3 +72,12 @@ def _imports(path) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             found |= {node.module} | {f"{node.module}.{alias.name}" for alias in node.names}
     return found
+
+
+def test_a_track_lists_its_own_interviewer_items_else_the_levels():
+    rubric = load()
+    of = {track_id: {i.id for i in rubric.interviewer_of(track)}
+          for track_id, track in TRACKS.items()}
+    levels = {i.id for i in rubric.interviewer if i.level in rubric.levels}
+    assert of["dense"] == of["serving"] == levels and "gqa-memory" in levels
+    assert of["batching"] == {"why-iteration-level", "recompute-or-swap", "token-budget"}

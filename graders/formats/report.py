@@ -103,7 +103,7 @@ def render(result: GradeResult, console: Console, detail: str = "default",
         if tracks.get(result.track).levels:
             console.print(_tells(result, rubric) if verbose else _tell_lines(result, rubric))
         if result.hidden:
-            console.print(_interviewer(rubric))
+            console.print(_interviewer(rubric.interviewer_of(tracks.get(result.track))))
         # rich draws a rule without a title in "─" even where the encoding cannot show it
         console.rule(characters="-" if console.options.ascii_only else "─", style="dim")
     console.print(closing(result, command))
@@ -183,8 +183,8 @@ def _tell_lines(result: GradeResult, rubric: rubric_data.Rubric) -> Group:
     return Group(*lines)
 
 
-def _interviewer(rubric: rubric_data.Rubric) -> Panel:
-    lines = [Text(f"[ ] {item.prompt}") for item in rubric.interviewer]
+def _interviewer(items: tuple[rubric_data.InterviewerItem, ...]) -> Panel:
+    lines = [Text(f"[ ] {item.prompt}") for item in items]
     return Panel(Group(*lines), title="For the interviewer to mark (no test can judge these)",
                  title_align="left")
 
@@ -319,4 +319,4 @@ def render_rubric(console: Console) -> None:
     for tell in rubric.tells:
         tells.add_row(tell.id, tell.caps, Text(tell.message))
     console.print(tells)
-    console.print(_interviewer(rubric))
+    console.print(_interviewer(rubric.interviewer))

@@ -58,7 +58,8 @@ def write_markdown(result: GradeResult, path: Path) -> None:
     if tracks.get(result.track).levels:
         lines += ["## Down-level tells", ""] + _tells(result, rubric) + [""]
     lines += ["## For the interviewer to mark (no test can judge these)", ""]
-    lines += [f"- [ ] {_inline(i.prompt)} — notes: ________" for i in rubric.interviewer]
+    lines += [f"- [ ] {_inline(i.prompt)} — notes: ________"
+              for i in rubric.interviewer_of(tracks.get(result.track))]
     if result.similarity is not None:
         lines += ["", _inline(similarity_line(result.similarity))]
     lines += ["", "**Decision:** hire / no hire: ________ · level: ______ · "

@@ -55,6 +55,12 @@ class Rubric:
         """The items of `track`, in rubric order."""
         return tuple(i for i in self.items if track.owns(i.level))
 
+    def interviewer_of(self, track: Track) -> tuple[InterviewerItem, ...]:
+        """The interviewer-only items a report of `track` lists: the track's own (the batching
+        track's), or for a track with none of its own (serving) the levels'."""
+        own = tuple(i for i in self.interviewer if track.owns(i.level))
+        return own or tuple(i for i in self.interviewer if i.level in self.levels)
+
     def tell(self, tell_id: str) -> TellInfo:
         return next(t for t in self.tells if t.id == tell_id)
 
