@@ -10,14 +10,12 @@ written by hand, so each rule is broken exactly once where a test says.
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
 
 import pytest
 import torch
 
 from graders.batching import model, replay, workloads
-from graders.batching.reference import ReferenceScheduler
-from graders.batching.reference import Request as ReferenceRequest
+from graders.batching.reference import ReferenceScheduler, Request, Scheduled
 from graders.worker.batching import drive
 
 
@@ -28,22 +26,6 @@ def _one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
-
-
-@dataclass(frozen=True)
-class Request:
-    id: str
-    prompt: tuple[int, ...]
-    max_new_tokens: int
-    eos: int | None = None
-
-
-@dataclass(frozen=True)
-class Scheduled:
-    seq_id: str
-    start: int
-    tokens: int
-    block_table: tuple[int, ...]
 
 
 class Tiny:
@@ -611,11 +593,11 @@ def test_the_reference_scheduler_breaks_no_rule_and_batching_beats_static(draw):
              else [(kind, load) for kind, _, load in workloads.hidden(20261202)])
     for kind, load in drawn:
         trace = drive(ReferenceScheduler, load, workloads.max_steps(load),
-                      request_type=ReferenceRequest)
+                      request_type=Request)
         found = replay.replay(load, trace)
         assert found.first == {}, (kind, found.first)
         static = drive(lambda **c: ReferenceScheduler(**c, static=True), load,
-                       workloads.max_steps(load), request_type=ReferenceRequest)
+                       workloads.max_steps(load), request_type=Request)
         assert found.steps < len(static["steps"]), kind
         if kind == "mixed":
             assert found.steps <= 0.7 * len(static["steps"])
@@ -643,10 +625,10 @@ def test_every_hidden_draw_keeps_its_kinds_property(seed):
     assert drawn == workloads.hidden(seed) and drawn != workloads.hidden(seed + 1)
     for kind, _, load in drawn:
         trace = drive(ReferenceScheduler, load, workloads.max_steps(load),
-                      request_type=ReferenceRequest)
+                      request_type=Request)
         found = replay.replay(load, trace)
         static = drive(lambda **c: ReferenceScheduler(**c, static=True), load,
-                       workloads.max_steps(load), request_type=ReferenceRequest)
+                       workloads.max_steps(load), request_type=Request)
         prompts = sum(len(r["prompt"]) for r in load["requests"])
         if kind == "preemption":
             assert found.preemptions > 0 and found.prompt_tokens_computed > prompts
