@@ -192,34 +192,23 @@ def test_a_printed_solution_passes_every_item_with_the_hidden_graders(venv, empt
     assert graded["score"] == graded["max_score"] == 100
 
 
-def test_the_serving_track_grades_the_workspaces_paged_cache_and_the_printed_one(venv, empty):
+@pytest.mark.parametrize("track, workspace_file, solution", [
+    ("serving", "paged_kv_cache.py", "paged"), ("batching", "scheduler.py", "scheduler")],
+    ids=["serving", "batching"])
+def test_a_track_grades_the_workspaces_file_and_its_printed_solution(venv, empty, track,
+                                                                      workspace_file, solution):
     assert kata(venv, empty, "init", "ws").returncode == 0
-    done = kata(venv, empty, "grade", "--track", "serving", "ws/paged_kv_cache.py",
-                "--json", "serving.json")
+    done = kata(venv, empty, "grade", "--track", track, f"ws/{workspace_file}",
+                "--json", "starter.json")
     assert done.returncode == 1, text(done)
-    graded = report(empty / "serving.json")
+    graded = report(empty / "starter.json")
     assert graded["level"] == "none"
-    assert {(i["level"], i["status"]) for i in graded["items"]} == {("serving", "not_attempted")}
+    assert {(i["level"], i["status"]) for i in graded["items"]} == {(track, "not_attempted")}
 
-    (empty / "paged.py").write_bytes(kata(venv, empty, "solution", "paged").stdout)
-    done = kata(venv, empty, "grade", "--track", "serving", "paged.py", "--json", "paged.json")
+    (empty / "solved.py").write_bytes(kata(venv, empty, "solution", solution).stdout)
+    done = kata(venv, empty, "grade", "--track", track, "solved.py", "--json", "solved.json")
     assert done.returncode == 0 and clean(done), text(done)
-    assert report(empty / "paged.json")["level"] == "serving"
-
-
-def test_the_batching_track_grades_the_workspaces_scheduler_and_the_printed_one(venv, empty):
-    assert kata(venv, empty, "init", "ws").returncode == 0
-    done = kata(venv, empty, "grade", "--track", "batching", "ws/scheduler.py",
-                "--json", "batching.json")
-    assert done.returncode == 1, text(done)
-    graded = report(empty / "batching.json")
-    assert graded["level"] == "none"
-    assert {(i["level"], i["status"]) for i in graded["items"]} == {("batching", "not_attempted")}
-
-    (empty / "sched.py").write_bytes(kata(venv, empty, "solution", "scheduler").stdout)
-    done = kata(venv, empty, "grade", "--track", "batching", "sched.py", "--json", "sched.json")
-    assert done.returncode == 0 and clean(done), text(done)
-    assert report(empty / "sched.json")["level"] == "batching"
+    assert report(empty / "solved.json")["level"] == track
 
 
 def test_hint_rubric_and_solution_read_the_installed_files(venv, empty):
