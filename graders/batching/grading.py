@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from graders.batching import workloads
 from graders.batching.reference import ReferenceScheduler, Request
 from graders.batching.replay import Findings, replay
-from graders.judge.candidate import Candidate, _last_candidate_line
+from graders.judge.candidate import Candidate, last_candidate_line
 from graders.shared import hidden_cases
 from graders.shared.plans import CandidateError, CandidateTimeout, Fail, NotAttempted, Plan
 from graders.worker.batching import drive
@@ -89,7 +89,7 @@ def settle(runs_: list[Run]) -> None:
         where = f"{run.case}, step {error['step']}"
         if error["kind"] == "returned":
             raise Fail(f"{where}: {error['message']}")
-        line = _last_candidate_line(error["traceback"])
+        line = last_candidate_line(error["traceback"])
         raise CandidateError(f"{where}: {call} raised {error['type']}: {error['message']}{line}",
                              signature=(error["type"], error["message"], line))
 

@@ -78,7 +78,7 @@ class Candidate:
         if limit:  # not the candidate's answer to a bad call: the sandbox stopped it
             raise CandidateError(f"{limit}: `{name}` raised {raised['type']}: {raised['message']}")
         if not op.get("may_raise"):
-            where = _last_candidate_line(raised["traceback"])
+            where = last_candidate_line(raised["traceback"])
             call, grow = _call_words(op, raised.get("cache"))
             raise CandidateError(
                 f"{call} raised {raised['type']}: {raised['message']}{where}{grow}",
@@ -86,7 +86,7 @@ class Candidate:
         return Raised(raised["type"], raised["message"], tuple(raised["lineage"]))
 
 
-def _last_candidate_line(traceback_text: str) -> str:
+def last_candidate_line(traceback_text: str) -> str:
     """The last frame of the traceback in the candidate's own code: neither the kata's frames
     nor torch's or Python's (an IndexError raised in torch/_ops.py is the candidate's write)."""
     lines = [line.strip() for line in traceback_text.splitlines() if line.strip().startswith("File ")]
