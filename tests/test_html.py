@@ -33,6 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 HOSTILE = ROOT / "tests" / "hostile"
 PAYLOAD_FILE = HOSTILE / "scripts_the_review_page.py"
 TWO_MB = 2 << 20
+UNBROKEN = "x = '" + "A" * 300 + "'"  # a line of code no space breaks: printed, it must wrap
 # Every tag the kata's pages are made of: a tag outside it came from someone else.
 KATA_TAGS = {"html", "head", "meta", "title", "style", "body", "script", "h1", "h2", "h3", "h4",
              "p", "b", "code", "ul", "ol", "li", "div", "span", "details", "summary", "table",
@@ -175,8 +176,8 @@ def hostile_session(workspace: Path) -> dict:
     files = sorted(HOSTILE.glob("*.py"))
     saves = [(1 + n * 0.5, path.read_text(errors="replace"), None)
              for n, path in enumerate(files)]
-    saves.append((1 + len(files) * 0.5, 'STAGED_UP_TO = "L4"\n' + PAYLOAD_FILE.read_text(),
-                  payload_text()))
+    saves.append((1 + len(files) * 0.5, f'STAGED_UP_TO = "L4"\n{UNBROKEN}\n'
+                  + PAYLOAD_FILE.read_text(), payload_text()))
     answers = HOSTILE_ANSWERS.read_text() + "\n" + payload_text() + "\n\n## no-future-mask\n\n" \
         + payload_text() + "\n"
     session = staged_session(workspace, saves, answers=answers, hints={3: "attend-shape"})

@@ -27,6 +27,7 @@ from graders.shared.untrusted import quote
 
 STATUS_LABEL = {"pass": "PASS", "fail": "FAIL", "error": "ERROR", "timeout": "TIMEOUT",
                 "not_attempted": "TODO"}
+NAME_CHARS = 200  # of the implementation's name in the page's title: it can be the candidate's
 ISOLATION = {"bwrap": "bubblewrap sandbox", "process": "process fallback (no sandbox)"}
 
 
@@ -37,9 +38,9 @@ def write_html(result: GradeResult, path: Path) -> None:
 
 def page(result: GradeResult) -> str:
     """The whole page of one grade."""
-    body = join(el("h1", "kvkata grade: ", el("code", result.implementation)),
-                grade_section(result))
-    return document(f"kvkata grade: {result.implementation}", body)
+    name = quote(result.implementation, NAME_CHARS)
+    body = join(el("h1", "kvkata grade: ", el("code", name)), grade_section(result))
+    return document(f"kvkata grade: {name}", body)
 
 
 def grade_section(result: GradeResult) -> Html:

@@ -68,12 +68,14 @@ AS_WRITTEN = AsWritten()
 
 @dataclass
 class Snapshot:
-    """One save as the page shows it: its event, its number among the saves, the stage it was
-    graded at, the items graded and those passing before and after, the events since the save
-    before, its files (name: text; None when unchanged since `previous`) and its diff."""
+    """One save as the page shows it: its event, its number among the saves, its track, the
+    stage it was graded at, the items graded and those passing before and after, the events
+    since the save before, its files (name: text; None when unchanged since the snapshot
+    before) and its diff; `readable` is False for a snapshot name the kata does not make."""
 
     event: dict
     index: int
+    track: str
     stage: str
     graded: list[str]
     passing: set[str]
@@ -125,7 +127,7 @@ def snapshots(session: dict, workspace: Path) -> list[Snapshot]:
     for event in session["events"]:
         if event["kind"] == "save":
             before = shots[-1].passing if shots else set()
-            shots.append(Snapshot(event, len(shots) + 1, stage,
+            shots.append(Snapshot(event, len(shots) + 1, track.id, stage,
                                   verbs.stage_items(track, stage) if stage in verbs.stages(track)
                                   else [], set(event["passing"]), before, since=waiting))
             waiting = []
@@ -262,7 +264,7 @@ def _timeline(session: dict, shots: list[Snapshot], track: tracks.Track) -> Html
     parts.append(el("polyline", points=" ".join(f"{a},{b}" for a, b in points), cls="score"))
     for shot in shots:
         level = str(shot.event["level"])
-        rank = order.index(level) if level in order else 0
+        rank = _rank(level, order)
         label = (f"snapshot {shot.event['snapshot']} at {review.clock(shot.event['t'])}: "
                  f"{level}, {float(shot.event['score']):g} points")
         parts.append(el("a", el("g", el("circle", el("title", label), cx=x(shot.event["t"]),
@@ -271,6 +273,12 @@ def _timeline(session: dict, shots: list[Snapshot], track: tracks.Track) -> Html
                         href=f"#snap-{shot.index}"))
     return el("svg", parts, viewBox=f"0 0 {WIDTH} {HEIGHT}", cls="timeline", role="img",
               aria_label="the session's timeline", xmlns="http://www.w3.org/2000/svg")
+
+
+def _rank(level: object, order: list[str]) -> int:
+    """A level's colour: its place among the track's (0, the lowest, for one it does not
+    know)."""
+    return order.index(level) if level in order else 0
 
 
 def _mark(event: dict, at: float) -> Html:
@@ -319,11 +327,12 @@ def _snapshot(shot: Snapshot, total: int, shots: list[Snapshot],
     event = shot.event
     before = shots[shot.index - 2] if shot.index > 1 else None
     gained = float(event["score"]) - (float(before.event["score"]) if before else 0.0)
+    order = review.ranks(tracks.get(shot.track))
     claim = (next((c for c in provenance.claims if c.subject == str(event["snapshot"])), None)
              if isinstance(provenance, Verified) else None)
     heading = el("h3", f"Snapshot {event['snapshot']}",
                  el("span", f"at {review.clock(event['t'])}", cls="dim"),
-                 el("span", str(event["level"]), cls="badge"),
+                 el("span", str(event["level"]), cls=f"badge lv{_rank(event['level'], order)}"),
                  el("span", f"{float(event['score']):g} points ({gained:+g})"),
                  el("span", "verified" if claim.agrees else "edited",
                     cls=f"badge {'verified' if claim.agrees else 'edited'}",
