@@ -242,6 +242,16 @@ def test_the_page_shows_the_record_as_written_or_as_verified():
     assert "Verified: " in verified and "the times" in verified
 
 
+def test_a_session_just_started_has_a_page_with_no_snapshot_and_no_model_answer_yet(tmp_path):
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("graders.judge.grade.grade", staged_grade)
+        verbs.start(tmp_path / "ws", clock=Clock())
+    page = session_page.page(verbs.load(tmp_path / "ws"), tmp_path / "ws")
+    assert_only_the_katas_markup(page)
+    assert "No save yet" in page and "Not yet: the session has not ended" in page
+    assert "(shown when the session ends)" in page and 'class="snapshot"' not in page
+
+
 def test_a_60_minute_session_of_40_saves_makes_a_page_under_2_mb(tmp_path):
     workspace = tmp_path / "ws"
     session = long_session(workspace)

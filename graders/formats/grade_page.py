@@ -58,7 +58,7 @@ def grade_section(result: GradeResult) -> Html:
     if result.hidden:
         parts.append(el("h3", "For the interviewer to mark (no test can judge these)"))
         parts.append(el("ul", [el("li", "\u2610 ", item.prompt)
-                               for item in rubric.interviewer_of(track)]))
+                               for item in rubric.interviewer_of(track)], cls="checklist"))
     return join(parts)
 
 

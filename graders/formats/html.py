@@ -130,7 +130,7 @@ color:var(--dim)}.diff .f{font-weight:600}
 .verdict{list-style:none;padding:0;margin:0}.verdict li{padding:2px 0;display:flex;gap:6px;
 align-items:baseline}.verdict .id{font-family:ui-monospace,monospace;font-size:12px}
 .change{font-size:11px;font-weight:600}.change.new{color:var(--pass)}.change.lost{color:var(--fail)}
-.events{margin:6px 0;padding-left:18px}
+.events{margin:6px 0;padding-left:18px}.checklist{list-style:none;padding-left:4px}
 .snapshot{border-top:2px solid var(--line);padding-top:8px;margin-top:18px;
 scroll-margin-top:64px}
 .snapshot>h3{display:flex;gap:10px;align-items:baseline;flex-wrap:wrap}
