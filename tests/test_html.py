@@ -103,7 +103,8 @@ def assert_only_the_katas_markup(page: str) -> Parsed:
 @pytest.mark.parametrize("raw,shown", [
     ("<script>", "&lt;script&gt;"), ("a & b", "a &amp; b"), ('"x"', "&quot;x&quot;"),
     ("'x'", "&#39;x&#39;"), ("&lt;", "&amp;lt;"), ("\x1b[2J", "\\x1b[2J"),
-    ("\u202eevil", "\\u202eevil"), ("lone \ud800", "lone \\ud800"), ("tab\tand\nline", "tab\tand\nline"),
+    ("\u202eevil", "\\u202eevil"), ("lone \ud800", "lone \\ud800"),
+    ("tab\tand\nline", "tab\tand\nline"),
 ], ids=["tag", "ampersand", "double-quote", "single-quote", "entity", "escape", "bidi",
         "surrogate", "tab-newline"])
 def test_html_text_leaves_no_markup_and_no_control(raw, shown):

@@ -24,8 +24,9 @@ import pytest
 
 from graders.formats import grade_page
 from graders.interview import page as session_page, session as verbs
-from tests.test_html import (PAYLOAD_FILE, UNBROKEN, hostile_grade, hostile_session, long_session,
-                             payload_text)
+from tests.test_html import (PAYLOAD_FILE, UNBROKEN, hostile_grade, hostile_session,
+                             long_session, payload_text)
+from tests.test_safe_formats import HOSTILE as HOSTILE_MESSAGE
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -192,7 +193,7 @@ def test_printed_on_a4_no_line_of_code_is_cut(hostile_file, open_file):
 
 def test_a_grade_page_loads_quietly_and_shows_the_payloads_as_text(tmp_path, open_file):
     path = tmp_path / "grade.html"
-    grade_page.write_html(hostile_grade(payload_text()), path)
+    grade_page.write_html(hostile_grade(HOSTILE_MESSAGE + "\n" + payload_text()), path)
     opened = open_file(path)
     opened.assert_quiet(path)
     page = opened.page

@@ -154,7 +154,8 @@ background:var(--soft);cursor:pointer}.stepper input{flex:1}
 .timeline .hint,.legend .hint{fill:var(--warn)}
 .timeline .refused,.legend .refused{fill:var(--fail)}
 .timeline .solution,.legend .solution{fill:#8250df}
-svg .lv0{fill:var(--todo)}svg .lv1{fill:#bf8700}svg .lv2{fill:var(--accent)}svg .lv3{fill:var(--pass)}
+svg .lv0{fill:var(--todo)}svg .lv1{fill:#bf8700}svg .lv2{fill:var(--accent)}
+svg .lv3{fill:var(--pass)}
 svg .lv4{fill:#8250df}
 .badge.lv0{color:var(--todo)}.badge.lv1{color:#9a6700}.badge.lv2{color:var(--accent)}
 .badge.lv3{color:var(--pass)}.badge.lv4{color:#8250df}
