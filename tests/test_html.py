@@ -253,6 +253,28 @@ def test_a_session_just_started_has_a_page_with_no_snapshot_and_no_model_answer_
     assert "(shown when the session ends)" in page and 'class="snapshot"' not in page
 
 
+def test_a_snapshots_code_marks_the_lines_its_save_wrote(tmp_path):
+    before = "".join(f"line {n}\n" for n in range(10))
+    after = before.replace("line 4\n", "line four\n") + "line 10\n"
+    workspace = tmp_path / "ws"
+    staged_session(workspace, [(1, before, None), (2, after, None)])
+    shots = session_page.snapshots(verbs.load(workspace), workspace)
+    lines = [attrs for tag, attrs in Parsed(session_page._file("kv_cache.py", after, shots[1],
+                                                               shots)).tags if tag == "span"]
+    assert [n for n, attrs in enumerate(lines) if attrs.get("class") == "a"] == [4, 10]
+    assert shots[0].changed["kv_cache.py"] == set()  # the first snapshot: nothing before it
+
+
+def test_a_file_of_megabytes_shows_its_first_100000_characters(tmp_path):
+    workspace = tmp_path / "ws"
+    huge = "".join(f"# line {n} {'x' * 60}\n" for n in range(50_000))  # 3.5 MB
+    staged_session(workspace, [(1, huge, None), (2, huge + "# one more\n", None)])
+    page = session_page.page(verbs.load(workspace), workspace)
+    assert len(huge) > 30 * session_page.MAX_FILE_CHARS
+    assert len(page.encode()) < 6 * session_page.MAX_FILE_CHARS
+    assert "more characters cut]" in page
+
+
 def test_a_60_minute_session_of_40_saves_makes_a_page_under_2_mb(tmp_path):
     workspace = tmp_path / "ws"
     session = long_session(workspace)

@@ -121,7 +121,7 @@ min-height:1.45em}
 .code{counter-reset:line}.code>span{padding-left:56px;text-indent:-46px}
 .code>span::before{counter-increment:line;content:counter(line);display:inline-block;width:38px;
 margin-right:8px;text-align:right;color:var(--todo);text-indent:0}
-.diff .a{background:var(--add)}.diff .d{background:var(--del)}.diff .h{background:var(--hunk);
+.diff .a,.code .a{background:var(--add)}.diff .d{background:var(--del)}.diff .h{background:var(--hunk);
 color:var(--dim)}.diff .f{font-weight:600}
 .columns{display:grid;grid-template-columns:minmax(260px,340px) 1fr;gap:16px;align-items:start}
 .columns>*{min-width:0}

@@ -71,7 +71,8 @@ class Snapshot:
     """One save as the page shows it: its event, its number among the saves, its track, the
     stage it was graded at, the items graded and those passing before and after, the events
     since the save before, its files (name: text; None when unchanged since the snapshot
-    before) and its diff; `readable` is False for a snapshot name the kata does not make."""
+    before), the lines of each that this save wrote or changed, and its diff; `readable` is
+    False for a snapshot name the kata does not make."""
 
     event: dict
     index: int
@@ -83,6 +84,7 @@ class Snapshot:
     since: list[dict] = field(default_factory=list)
     files: dict[str, str | None] = field(default_factory=dict)
     diff: str = ""
+    changed: dict[str, set[int]] = field(default_factory=dict)  # file: its lines new here (0-based)
     readable: bool = True
 
 
@@ -166,6 +168,8 @@ def _read(shot: Snapshot, workspace: Path, track: tracks.Track, previous: dict) 
         shot.diff = "\n".join(lines)
     shot.files = {file: None if previous.get(file) == source else source
                   for file, source in current.items()}
+    shot.changed = {file: _changed_lines(previous[file], source) if file in previous else set()
+                    for file, source in current.items()}
     previous.clear()
     previous.update(current)
 
@@ -396,8 +400,18 @@ def _file(name: str, source: str | None, shot: Snapshot, shots: list[Snapshot]) 
                   el("a", f"snapshot {shown.event['snapshot']}", href=f"#snap-{shown.index}"),
                   cls="dim")
     lines = source.split("\n")
-    return el("details", el("summary", el("code", name), f" ({len(lines)} lines)"),
-              el("pre", [el("span", line) for line in lines], cls="code"), open=True)
+    changed = shot.changed.get(name, set())
+    note = f", {len(changed)} new or changed: highlighted" if changed else ""
+    return el("details", el("summary", el("code", name), f" ({len(lines)} lines{note})"),
+              el("pre", [el("span", line, cls="a" if n in changed else None)
+                         for n, line in enumerate(lines)], cls="code"), open=True)
+
+
+def _changed_lines(before: str, after: str) -> set[int]:
+    """The lines of `after` (0-based) that are not in `before` as they stand."""
+    matcher = difflib.SequenceMatcher(None, before.split("\n"), after.split("\n"))
+    return {n for tag, _, _, start, end in matcher.get_opcodes() if tag in ("replace", "insert")
+            for n in range(start, end)}
 
 
 def _answers(session: dict, workspace: Path) -> Html:
