@@ -198,15 +198,14 @@ def grade(
     command = target.regrade_command(path, tests, chosen)
     graders = _here(graders)
     json_path, markdown, junit, html = (_output(json_path), _output(markdown), _output(junit),
-                                        _here(html))
+                                        _output(html))
     implementation, tests = _checked(target.grade_target, Path.cwd(), path, tests, chosen)
     _checked(target.check_selection, chosen, item or [], level)
     if graders is not None:
         _check_private_graders(graders, hidden, chosen)
     _check_seed(seed, hidden)
     _check_report_flags(verbose, quiet, hidden, failed_first or last_failed)
-    json_path = _check_outputs(output_format, json_path, markdown, junit)
-    _check_writable("--html", html)
+    json_path = _check_outputs(output_format, json_path, markdown, junit, html)
     detail = "quiet" if quiet else "verbose" if verbose else "brief" if watch else "default"
     try:
         code = grading.grade(
@@ -238,7 +237,7 @@ def _check_seed(seed: int | None, hidden: bool) -> None:
 
 
 def _check_outputs(output_format: str, json_path: Path | None, markdown: Path | None,
-                   junit: Path | None) -> Path | None:
+                   junit: Path | None, html: Path | None = None) -> Path | None:
     """The files `grade` writes, checked before it grades (a one-line error, exit 2, for one it
     could not write); returns the --json path, ./results.json for gradescope by default."""
     if output_format not in ("kata", "gradescope"):
@@ -247,7 +246,8 @@ def _check_outputs(output_format: str, json_path: Path | None, markdown: Path | 
 
     if output_format == "gradescope" and json_path is None:
         json_path = Path.cwd() / "results.json"
-    outputs = (("--json", json_path), ("--markdown", markdown), ("--junit", junit))
+    outputs = (("--json", json_path), ("--markdown", markdown), ("--junit", junit),
+               ("--html", html))
     to_stdout = [option for option, output in outputs if output == STDOUT]
     if len(to_stdout) > 1:
         _usage_error(f"{' and '.join(to_stdout)} both write to standard output (-): "
@@ -584,15 +584,17 @@ def interview_report(
     from graders.shared.output_files import STDOUT
 
     markdown, json_path, plot, html = (_output(markdown), _output(json_path), _here(plot),
-                                       _here(html))
-    if markdown == json_path == STDOUT:
-        _usage_error("--markdown and --json both write to standard output (-): give one of "
-                     "them a file")
+                                       _output(html))
+    to_stdout = [option for option, path in (("--markdown", markdown), ("--json", json_path),
+                                             ("--html", html)) if path == STDOUT]
+    if len(to_stdout) > 1:
+        _usage_error(f"{' and '.join(to_stdout)} both write to standard output (-): give one "
+                     "of them a file")
     for option, path in (("--markdown", markdown), ("--json", json_path), ("--plot", plot),
                          ("--html", html)):
         _check_writable(option, path)
     # A report written to standard output (-) has it alone: the terminal's report goes to stderr.
-    console = _console(stderr=STDOUT in (markdown, json_path))
+    console = _console(stderr=STDOUT in (markdown, json_path, html))
     raise typer.Exit(commands.report(console, _here(directory), markdown, json_path, plot, html))
 
 

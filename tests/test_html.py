@@ -296,6 +296,12 @@ def test_the_report_command_writes_the_page(tmp_path, monkeypatch):
     assert_only_the_katas_markup((tmp_path / "session.html").read_text())
     folder = CliRunner().invoke(app, ["interview", "report", "ws", "--html", "ws"])
     assert folder.exit_code == 2 and folder.output.startswith("kata: error: --html")
+    piped = CliRunner().invoke(app, ["interview", "report", "ws", "--html", "-"])
+    assert piped.exit_code == 0 and "<!DOCTYPE html>" in piped.output
+    both = CliRunner().invoke(app, ["interview", "report", "ws", "--json", "-", "--html", "-"])
+    assert both.exit_code == 2 and both.output == (
+        "kata: error: --json and --html both write to standard output (-): give one of them a "
+        "file\n")
 
 
 # --- a grade, and a batch's index ------------------------------------------------------------

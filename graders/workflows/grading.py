@@ -147,7 +147,7 @@ def grade_and_report(make_console: Consoles, implementation: Path, tests: Path |
     from graders.workflows import last_failed
 
     # A report written to standard output (-) has it alone: the terminal's report goes to stderr.
-    console = make_console(stderr=STDOUT in (json_path, markdown, junit))
+    console = make_console(stderr=STDOUT in (json_path, markdown, junit, html))
     progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
                         MofNCompleteColumn(), console=console, transient=True,
                         disable=not console.is_terminal)
