@@ -232,6 +232,22 @@ def test_a_snapshot_name_the_kata_does_not_make_is_named_and_never_read(tmp_path
     assert "do not show" not in page and "its folder is not read" in page
 
 
+def test_a_file_that_links_outside_the_session_is_named_and_never_read(tmp_path):
+    workspace = tmp_path / "ws"
+    staged_session(workspace, [(1, 'STAGED_UP_TO = "none"\n', None)])
+    (tmp_path / "key").write_text("PRIVATE KEY of the interviewer\n")
+    session = verbs.load(workspace)
+    snapshot = record.folder(workspace) / session["events"][0]["snapshot"] / "kv_cache.py"
+    snapshot.unlink()
+    snapshot.symlink_to(tmp_path / "key")
+    (workspace / "answers.md").unlink()
+    (workspace / "answers.md").symlink_to(tmp_path / "key")
+    page = session_page.page(session, workspace)
+    assert "PRIVATE KEY" not in page
+    assert "a link to a file outside the session&#39;s folder: not read" in page
+    assert "answers.md is not a file inside the workspace" in page
+
+
 def test_the_page_shows_the_record_as_written_or_as_verified():
     written = session_page._provenance(session_page.AS_WRITTEN)
     assert "Shown as written." in written

@@ -12,12 +12,15 @@ before, its diff from that save (highlighted) and its files; the final hidden gr
 Without JavaScript every snapshot is on the page, one after the other; the script only steps.
 Everything read from the workspace (the record's fields, the snapshots' files, answers.md) is
 the candidate's: text on the page, never markup (graders.formats.html.el). A snapshot whose
-name is not one the kata makes (NNN-<8 hex>) is named, never read: it could point anywhere.
+name is not one the kata makes (NNN-<8 hex>) is named, never read: it could point anywhere; nor
+is a file that links outside the session's folder (a candidate's folder could link a snapshot
+to the interviewer's key, and the page is made to be shared).
 """
 
 from __future__ import annotations
 
 import difflib
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -71,8 +74,8 @@ class Snapshot:
     """One save as the page shows it: its event, its number among the saves, its track, the
     stage it was graded at, the items graded and those passing before and after, the events
     since the save before, its files (name: text; None when unchanged since the snapshot
-    before), the lines of each that this save wrote or changed, and its diff; `readable` is
-    False for a snapshot name the kata does not make."""
+    before), the lines of each that this save wrote or changed, and its diff; the files not
+    read, and why; `readable` is False for a snapshot name the kata does not make."""
 
     event: dict
     index: int
@@ -85,6 +88,7 @@ class Snapshot:
     files: dict[str, str | None] = field(default_factory=dict)
     diff: str = ""
     changed: dict[str, set[int]] = field(default_factory=dict)  # file: its lines new here (0-based)
+    unread: dict[str, str] = field(default_factory=dict)  # file: why it was not read
     readable: bool = True
 
 
@@ -153,12 +157,15 @@ def _read(shot: Snapshot, workspace: Path, track: tracks.Track, previous: dict) 
     if not record.SNAPSHOT.match(name):
         shot.readable = False
         return
-    folder = record.folder(workspace) / name
+    root = os.path.realpath(record.folder(workspace))
     current = {}
-    for path in verbs.files(folder, track):
-        if path is not None and path.is_file():
-            current[path.name] = clip(path.read_bytes().decode("utf-8", "replace"),
-                                      MAX_FILE_CHARS)
+    for path in verbs.files(record.folder(workspace) / name, track):
+        if path is None or not path.is_file():
+            continue
+        if not os.path.realpath(path).startswith(root + os.sep):
+            shot.unread[path.name] = "a link to a file outside the session's folder: not read"
+            continue
+        current[path.name] = clip(path.read_bytes().decode("utf-8", "replace"), MAX_FILE_CHARS)
     if previous:
         lines = []
         for file in sorted(set(previous) | set(current)):
@@ -357,6 +364,7 @@ def _snapshot(shot: Snapshot, total: int, shots: list[Snapshot],
                                                                 "stage opened: graded again).",
                                                            cls="dim"))
     files = [_file(name, source, shot, shots) for name, source in shot.files.items()]
+    files += [el("p", el("code", name), ": ", why, cls="fail") for name, why in shot.unread.items()]
     return el("section", heading, el("div", verdict, changes, cls="columns"), files,
               cls="snapshot", id=f"snap-{shot.index}", data_label=_label(shot, total))
 
@@ -415,9 +423,17 @@ def _changed_lines(before: str, after: str) -> set[int]:
 
 
 def _answers(session: dict, workspace: Path) -> Html:
-    given = verbs.answers(workspace)
+    """Each question asked, the candidate's answer beside the model answer (once the session
+    has ended). An answers.md that is not a regular file inside the workspace (a link to the
+    interviewer's files, a FIFO that would never end) is not read, and the page says so."""
+    answers = workspace / "answers.md"
+    inside = os.path.realpath(answers).startswith(os.path.realpath(workspace) + os.sep)
+    readable = not os.path.lexists(answers) or (inside and answers.is_file())
+    given = verbs.answers(workspace) if readable else {}
     ended = session["ended"] is not None
-    blocks = []
+    blocks = [] if readable else [el("p", "answers.md is not a file inside the workspace (a "
+                                          "link outside it, or no regular file): not read.",
+                                     cls="fail")]
     for item in verbs.asked(session):
         model = MODEL_ANSWERS[item.id] if ended else "(shown when the session ends)"
         blocks.append(join(
@@ -427,5 +443,5 @@ def _answers(session: dict, workspace: Path) -> Html:
                             cls="msg answer")),
                el("div", el("h4", "Model answer"), el("div", model, cls="answer")),
                cls="pair")))
-    return join(blocks) if blocks else el("p", "No question asked yet.", cls="dim")
+    return join(blocks) if verbs.asked(session) else el("p", "No question asked yet.", cls="dim")
 
