@@ -257,15 +257,19 @@ def _timeline(session: dict, shots: list[Snapshot], track: tracks.Track) -> Html
     parts.append(el("text", "score", x=8, y=TOP - 10))
     parts.append(el("text", "events", x=8, y=LANE + 4))
     if ended is not None:
+        right = x(ended) > WIDTH - 80  # the label on the line's left, where the right is short
         parts += [el("line", x1=x(ended), x2=x(ended), y1=TOP, y2=LANE + 8, cls="end"),
-                  el("text", "ended", x=x(ended) - 4, y=TOP - 10, text_anchor="end")]
+                  el("text", "ended", x=x(ended) + (-4 if right else 4), y=TOP - 10,
+                     text_anchor="end" if right else "start")]
+    stages = [event for event in session["events"] if event["kind"] == "stage"]
+    for row, event in enumerate(stages):
+        # Labels of stages opened close together stand on rows of their own.
+        parts += [el("line", x1=x(event["t"]), x2=x(event["t"]), y1=TOP - 4, y2=BOTTOM,
+                     cls="stage"),
+                  el("text", f"{event['stage']} opens", x=x(event["t"]) + 4,
+                     y=TOP + 8 + 13 * (row % 3), cls="stage-label")]
     for event in session["events"]:
-        if event["kind"] == "stage":
-            parts += [el("line", x1=x(event["t"]), x2=x(event["t"]), y1=TOP - 4, y2=BOTTOM,
-                         cls="stage"),
-                      el("text", f"{event['stage']} opens", x=x(event["t"]) + 4, y=TOP + 8,
-                         cls="stage-label")]
-        elif event["kind"] in ("hint", "solution", "refused"):
+        if event["kind"] in ("hint", "solution", "refused"):
             parts.append(_mark(event, x(event["t"])))
     points = [(x(0), y(0))]
     for shot in shots:
