@@ -104,8 +104,9 @@ def _interrupted(console: Console, exc: "verbs.Interrupted", workspace: Path) ->
 
 
 def report(console: Console, workspace: Path, markdown: Path | None, json_path: Path | None,
-           plot: Path | None) -> int:
-    """`kata interview report DIR`: the report in the terminal, and the files asked for."""
+           plot: Path | None, html: Path | None = None) -> int:
+    """`kata interview report DIR`: the report in the terminal, and the files asked for (`html`:
+    the page of graders.interview.page, the record shown as written)."""
     from graders.shared.output_files import OutputError, write_atomically
 
     try:
@@ -122,13 +123,18 @@ def report(console: Console, workspace: Path, markdown: Path | None, json_path: 
             write_atomically(json_path, json.dumps(review.to_json(session, workspace),
                                                    indent=2) + "\n")
             console.print(Text(f"wrote {file_name(json_path)}"))
+        if html is not None:
+            from graders.interview import page
+
+            page.write_html(session, workspace, html)
+            console.print(Text(f"wrote {file_name(html)}"))
         if plot is not None:
             review.save_png(session, plot)
             console.print(Text(f"wrote {file_name(plot)}"))
     except ImportError:
         console.print(Text("matplotlib is not installed (pip install 'kvkata[bench]'): the "
                            "text strip above is the plot", style="yellow"))
-    except (OSError, OutputError) as exc:
+    except (OSError, OutputError, ValueError) as exc:
         return _error(console, exc)
     return 0
 
