@@ -118,19 +118,19 @@ def report(console: Console, workspace: Path, markdown: Path | None, json_path: 
     try:
         if markdown is not None:
             write_atomically(markdown, review.markdown(session, workspace))
-            console.print(Text(f"wrote {file_name(markdown)}"))
+            console.print(Text(f"wrote {file_name(markdown)}"), soft_wrap=True)
         if json_path is not None:
             write_atomically(json_path, json.dumps(review.to_json(session, workspace),
                                                    indent=2) + "\n")
-            console.print(Text(f"wrote {file_name(json_path)}"))
+            console.print(Text(f"wrote {file_name(json_path)}"), soft_wrap=True)
         if html is not None:
             from graders.interview import page
 
             page.write_html(session, workspace, html)
-            console.print(Text(f"wrote {file_name(html)}"))
+            console.print(Text(f"wrote {file_name(html)}"), soft_wrap=True)
         if plot is not None:
             review.save_png(session, plot)
-            console.print(Text(f"wrote {file_name(plot)}"))
+            console.print(Text(f"wrote {file_name(plot)}"), soft_wrap=True)
     except ImportError:
         console.print(Text("matplotlib is not installed (pip install 'kvkata[bench]'): the "
                            "text strip above is the plot", style="yellow"))
