@@ -181,7 +181,7 @@ class Worker:
         wall = cpu_seconds(timeout) * WALL_PER_CPU  # what the zygote allows a child on the clock
         deadline = time.monotonic() + wall * len(requests) / parallel + wall + SLACK_SECONDS
         if self.budget is not None:
-            deadline = min(deadline, self.budget.ends)
+            deadline = self.budget.within(deadline)
         batch = secrets.token_hex(8)  # a fresh nonce: every reply to this batch names it
         if self.mode == "tests":
             requests = [{**r, "test_path": self._seen_as(r["test_path"])} for r in requests]
