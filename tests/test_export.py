@@ -5,8 +5,9 @@ As Gradescope runs it (the slow tests): the bundle is made by the CLI, unpacked 
 standing for /autograder (source/, submission/, results/), setup.sh installs the kata into a
 fresh venv (KVKATA_VENV; its system steps skipped, as Python and bubblewrap are here; torch
 from this machine's pip configuration, KVKATA_TORCH_INDEX empty), and run_autograder runs in
-bubblewrap with that folder bound at /autograder. Every results.json is checked against
-Gradescope's documented schema (GRADESCOPE_SCHEMA).
+bubblewrap with that folder bound at /autograder, in a PID namespace of its own, as in a
+container: what is left in it once run_autograder returns is listed (AFTER_THE_RUN). Every
+results.json is checked against Gradescope's documented schema (GRADESCOPE_SCHEMA).
 """
 
 from __future__ import annotations
@@ -428,7 +429,8 @@ def by_visibility(results: dict, visibility: str) -> list[dict]:
 
 @pytest.mark.slow
 def test_a_correct_submission_passes_all_but_the_private_case_shown_when_published(autograde):
-    """The reference, in the process fallback (its grades run as an unprivileged user): every
+    """The reference, in the process fallback (the judge root, the submission a user of its
+    own, reading a copy of its files: its tests list their folder, as pytest does): every
     public item passes; the hidden grade passes every item but the one the bundled private
     grader fails, which shows its message there alone."""
     results, _, done = autograde({"kv_cache.py": (ROOT / "solutions/kv_cache.py").read_text(),

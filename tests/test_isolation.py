@@ -478,3 +478,18 @@ def test_ending_a_workers_user_kills_and_reaps_every_process_of_it(token):
         starter.wait(timeout=5)
     finally:
         isolation.give_back_user(uid)
+
+
+@pytest.mark.parametrize("euid, problem, says", [
+    (0, None, "runs the candidate's code as a user of its own, but does not stop it from "
+              "reading what every user may read or using the network"),
+    (0, "/root is closed to other users", "forking without bound or using the network: it runs "
+                                          "as root, the judge's user (/root is closed"),
+    (1000, "the kata is not run as root", "reading or writing this user's files or using the "
+                                          "network"),
+], ids=["root-as-its-own-user", "root-kept", "not-root"])
+def test_the_fallback_note_says_what_the_fallback_leaves_open_here(euid, problem, says,
+                                                                   monkeypatch):
+    monkeypatch.setattr(isolation, "worker_user_problem", lambda: problem)
+    monkeypatch.setattr(os, "geteuid", lambda: euid)
+    assert says in isolation._fallback_gaps()

@@ -97,7 +97,10 @@ def isolation() -> str:
 
 
 def isolation_line(isolated: str) -> str:
-    """What the results say of the isolation of a grade that ran."""
+    """What the results say of the isolation of a grade that ran: as root (Gradescope's
+    container), whether the submission ran as a user of its own."""
+    if isolated == "bwrap" and os.geteuid() != 0:  # a user namespace: the sandbox hides the rest
+        return ISOLATION_LINES[isolated]
     if isolated == "bwrap" or worker_user_problem() is None:
         return ISOLATION_LINES[isolated] + UNPRIVILEGED
     return (f"{ISOLATION_LINES[isolated]} The submission ran as the grader's own user: "
