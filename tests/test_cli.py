@@ -20,7 +20,7 @@ runner = CliRunner()
 
 JSON_KEYS = {"implementation", "level", "score", "max_score", "items", "tells", "hidden",
              "isolation", "partial", "seed", "similarity"}
-ITEM_KEYS = {"id", "level", "status", "points", "max_points", "message"}
+ITEM_KEYS = {"id", "level", "status", "points", "max_points", "message", "cause"}
 STATUSES = {"pass", "fail", "error", "timeout", "not_attempted"}
 
 

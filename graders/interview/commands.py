@@ -241,18 +241,16 @@ def show_stage(console: Console, session: dict, stage: str) -> None:
 
 
 def show_verdict(console: Console, saved: verbs.Saved) -> None:
-    """A save's verdict: its snapshot, level and score, then each item that does not pass with
-    the first line of its message (printable)."""
-    from graders.formats.report import STATUS_STYLE
+    """A save's verdict: its snapshot, level and score, then each cause of what does not pass
+    (graders.formats.causes), once: its lead with the first line of its message (printable)
+    and the items it takes down."""
+    from graders.formats.report import summary_lines
 
     event = saved.event
     console.rule(f"{event['snapshot']} at {review.clock(event['t'])}", align="left", style="dim")
-    for item in saved.result.items:
-        if item.status != "pass":
-            label, style = STATUS_STYLE[item.status]
-            first = (quote(item.full_message).splitlines() or [""])[0]
-            console.print(Text.assemble((f"  {label:<8}", style), f"{item.id}: {first}"),
-                          overflow="fold")
+    console.print(summary_lines(saved.result))
+    if saved.result.unavailable:
+        console.print(Text(f"  not run: {quote(saved.result.unavailable)}"), overflow="fold")
     console.print(Text(f"{event['level']}, {event['score']:g} points, "
                        f"{len(event['passing'])} of {len(saved.result.items)} items pass",
                        style="bold green" if saved.result.passed else "bold"))
