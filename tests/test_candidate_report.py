@@ -27,8 +27,8 @@ PREALLOC = ("256 single-token appends to KVCache() (B=2, 2 kv heads, head_dim 12
             "bytes of the K+V held); all appends allocated 129.0x the 1 MiB the cache holds at "
             "the end; the largest allocations: 2 x float32 [2, 2, 256, 128] (512 KiB each), 2 x "
             "float32 [2, 2, 255, 128] (510 KiB each): the storage is copied into a new one at "
-            "every append, O(n^2) bytes for n tokens. Allocate ahead and write in place; when "
-            "full, grow by a factor")
+            "every append, O(n^2) bytes for n tokens. Likely mistake: how append makes room for "
+            "new positions")
 LOW_PRECISION = ("bf16 cache, prefix 7 of 12: attend's output differs from the float64 "
                  "reference by 0.41 at row 1, head 3 (tolerance 3e-02 + 3e-02*|expected|): "
                  "the softmax ran in bfloat16; compute the logits and the softmax in float32")
@@ -131,8 +131,12 @@ def test_the_tells_detected_are_shown_whole_and_the_others_in_one_line():
     text, _ = rendered(concat())
     tells = [line for line in text.splitlines() if "tell" in line.lower()]
     assert [line.split(":")[0] for line in tells] == ["Down-level tell DETECTED", "Other tells"]
+    # prealloc's message, above, holds the tell's evidence: said once, there
+    assert ("Down-level tell DETECTED: concat-every-step (caps the level at L5): what prealloc "
+            "found, above") in flat(text) and flat(text).count(CONCAT_TELL) == 1
+    alone = concat(failing=())
     assert ("Down-level tell DETECTED: concat-every-step (caps the level at L5): "
-            f"{CONCAT_TELL}") in flat(text)
+            f"{CONCAT_TELL}") in flat(rendered(alone)[0]), "whole when no item above gave it"
     assert "Other tells: clear (caches-q, recomputes-projections, shape-only-tests)" in text
     clean = concat(failing=(), tells=[TellResult(t.id, False, "") for t in load().tells])
     assert ("Down-level tells: none detected; clear (caches-q, recomputes-projections, "

@@ -43,7 +43,7 @@ INPUT_DECIMALS = re.compile(r"(?<![\w.])-?\d+\.\d{4,}(?![\de])")  # 0.1234: not 
 PARALLEL = 3
 LIKELY = [  # wrong implementation (tests/wrong), item, the likely mistake its public cases name
     ("gqa-head-mapping-modulo", "gqa", "Likely mistake: GQA head mapping?"),
-    ("no-scale", "prefix-equivalence", "Likely mistake: scores are not scaled by 1/sqrt"),
+    ("no-scale", "prefix-equivalence", "Likely mistake: the scores' scale"),
 ]
 
 

@@ -124,9 +124,8 @@ def test_a_fixed_capacity_is_named_at_the_candidates_line_with_the_caches_state(
     assert re.match(r"`append` of \d+ positions? at lengths \[2048\], capacity 2048 raised "
                     r"IndexError: ", item.message), item.message
     assert 'kv_cache.py", line' in item.message and "_ops.py" not in item.message
-    assert item.message.endswith("An append past capacity 2048 raised: the contract requires "
-                                 "append to grow the storage when a row would outgrow it "
-                                 "(doubling, say), whatever capacity the cache started with")
+    assert item.message.endswith("Likely mistake: what append does when a row outgrows "
+                                 "capacity 2048 (this append took a row past it, and raised)")
 
 
 def test_one_exception_failing_many_items_is_named_once(tmp_path):

@@ -53,8 +53,9 @@ class Cause:
 
 
 def causes(result: GradeResult, first: frozenset[str] | set[str] = frozenset()) -> list[Cause]:
-    """The causes of `result`'s failures, those whose lead is in `first` (graded first, --ff)
-    ahead, each group in the rubric order of its lead."""
+    """The causes of `result`'s failures: those whose lead is in `first` (graded first, --ff)
+    ahead, then those of code that runs and fails before those of code not written yet (a stub,
+    no test file), each group in the rubric order of its lead."""
     rubric = rubric_data.load()
     failing = {i.id: i for i in result.items if i.status != "pass" and not i.unavailable}
     lead_of: dict[str, str] = {}
@@ -85,7 +86,8 @@ def causes(result: GradeResult, first: frozenset[str] | set[str] = frozenset()) 
     found = [Cause(failing[lead], tuple(sorted(members, key=lambda i: order.index(i.id))),
                    tuple(how[m.id] for m in sorted(members, key=lambda i: order.index(i.id))))
              for lead, members in grouped.items()]
-    return sorted(found, key=lambda c: (c.lead.id not in first, order.index(c.lead.id)))
+    return sorted(found, key=lambda c: (c.lead.id not in first, c.lead.status == "not_attempted",
+                                        order.index(c.lead.id)))
 
 
 def cause_of(result: GradeResult) -> dict[str, str]:

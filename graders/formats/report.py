@@ -145,12 +145,14 @@ def _print_causes(result: GradeResult, console: Console, rubric: rubric_data.Rub
     used = sum(_height(console, r) for r in fixed) + 1 + _height(
         console, closing(result, command, True)) + len(_command_lines(result, command))
     full = [_cause_block(c, rubric) for c in found]
-    short = [_cause_line(c) for c in found]
+    short = [_cause_line(c, console.width) for c in found]
     used += sum(_height(console, r) for r in short)
     shown = []
     for n, cause in enumerate(found):
         extra = _height(console, full[n]) - _height(console, short[n])
-        if n == 0 or used + extra <= SCREEN_LINES - 1:  # the first cause always in full
+        # the first cause always in full; the screen less the line that leads the report and
+        # the note that follows causes given in a line
+        if n == 0 or used + extra <= SCREEN_LINES - 2:
             shown.append(full[n])
             used += extra
         else:
@@ -197,13 +199,16 @@ def _cause_block(cause: causes.Cause, rubric: rubric_data.Rubric) -> Group:
     return Group(_item_line(lead), _under(*why))
 
 
-def _cause_line(cause: causes.Cause) -> Group:
-    """A cause past the screen: its lead's line, with the first line of its message cut to
-    the width, and how many items it takes down."""
+def _cause_line(cause: causes.Cause, width: int) -> Group:
+    """A cause past the screen: its lead's line, with what it saw cut at a space to fit one
+    line of `width` columns, and how many items it takes down."""
     first_line = (quote(causes.evidence(cause.lead.message)).splitlines() or [""])[0]
-    more = f" (and {len(cause.members)} more items)" if cause.members else ""
-    return Group(_item_line(cause.lead, more),
-                 _under(Text(first_line, no_wrap=True, overflow="ellipsis")))
+    room = width - INDENT
+    if len(first_line) > room:
+        first_line = first_line[:room - 1].rsplit(" ", 1)[0] + " …"
+    more = len(cause.members)
+    after = f" (and {more} more item{'s' * (more != 1)})" if more else ""
+    return Group(_item_line(cause.lead, after), _under(Text(first_line, no_wrap=True)))
 
 
 def _members(cause: causes.Cause) -> Text:
@@ -279,12 +284,17 @@ def _tells(result: GradeResult, rubric: rubric_data.Rubric) -> Panel:
 
 def _tell_lines(result: GradeResult, rubric: rubric_data.Rubric) -> Group:
     """The tells in the default report: a line for each one detected, with the level it caps,
-    and its message under it; then one line naming the others, clear or not checked."""
+    and its message under it (or, when the lead of a cause above gave that evidence already,
+    which one did); then one line naming the others, clear or not checked."""
     lines: list = []
+    leads = [c.lead for c in causes.causes(result)]
     for tell in (t for t in result.tells if t.detected):
+        said = next((i.id for i in leads if tell.message and tell.message in i.message), None)
         lines.append(Text.assemble(("Down-level tell DETECTED: ", "bold red"), (tell.id, "bold"),
-                                   f" (caps the level at {rubric.tell(tell.id).caps}):"))
-        lines.append(_quoted(tell.message))
+                                   f" (caps the level at {rubric.tell(tell.id).caps}):",
+                                   f" what {said} found, above" if said else ""))
+        if not said:
+            lines.append(_quoted(tell.message))
     clear = [t.id for t in result.tells if not t.detected and t.checked]
     unchecked = [t.id for t in result.tells if not t.checked]
     others = [f"clear ({', '.join(clear)})"] if clear else []
@@ -317,7 +327,7 @@ def closing(result: GradeResult, command: str = "kata grade", grouped: bool = Fa
     them (the worker's reason indented under that line); the items that do not pass (their ids,
     or with `grouped`, after a report that gave their causes, the causes' leads and how many
     items each takes down); and, for the candidate (not in a hidden run), what to run next: for
-    the first item that does not pass (rubric order), its hint command and `command` (how to
+    the lead of the first cause of what does not pass, its hint command and `command` (how to
     grade this file again) on that item alone -- the hint command alone when that item is all
     this run graded, so that "Next:" never names the command just run; after a partial run
     where every item passes, `command`, for the level; nothing after a full run that passes.
@@ -356,7 +366,9 @@ def _command_lines(result: GradeResult, command: str) -> list[str]:
 def _next_step(result: GradeResult, failing: list[str], command: str
                ) -> tuple[str, str | None] | None:
     """What "Next:" says, and the command it leads to (printed whole on its own line)."""
-    if failing and [i.id for i in result.items] == failing[:1]:
+    if failing:  # the first cause: its lead, whose hint and evidence the report gave
+        failing = [causes.causes(result)[0].lead.id]
+    if failing and [i.id for i in result.items] == failing:
         return f"kata hint {failing[0]}", None
     if failing:
         return f"kata hint {failing[0]}, or grade it alone:", f"{command} --item {failing[0]}"

@@ -150,11 +150,12 @@ def _shape_hint(got: torch.Tensor, expected: tuple[int, ...]) -> str:
                 "[batch, kv_heads, time, head_dim]")
     wrong = [d for d in (0, 1, 3) if got.shape[d] != expected[d]]
     if wrong and got.shape[wrong[0]] > expected[wrong[0]] and got.shape[2] < expected[2]:
-        return f": it grew dim {wrong[0]} ({DIMS[wrong[0]]}) instead of time (dim 2)"
+        return (f". Likely mistake: which dimension append grows (dim {wrong[0]}, "
+                f"{DIMS[wrong[0]]}, grew; time did not)")
     if wrong:
-        return (f": dim {wrong[0]} ({DIMS[wrong[0]]}) should stay {expected[wrong[0]]}; "
-                "appended positions go along dim 2 (time)")
+        return (f". Likely mistake: which dimension append grows (dim {wrong[0]}, "
+                f"{DIMS[wrong[0]]}, changed)")
     if got.shape[2] > expected[2]:
-        return (": the time dimension is longer than the positions appended; keys and values "
-                "are the valid prefix, not all the allocated storage")
-    return ": appended positions are missing (an append replaced the cache instead of growing it?)"
+        return (". Likely mistake: what keys and values expose (their time dimension is longer "
+                "than the positions appended)")
+    return ". Likely mistake: what append keeps of the cache (appended positions are missing)"
