@@ -42,10 +42,13 @@ class Subject:
 
 
 def report_lines(result: GradeResult, width: int = WIDTH) -> list[str]:
-    """The lines `kata grade` prints for `result` at `width` columns, its first line included."""
+    """The lines `kata grade FILE` prints for `result` at `width` columns, its first line
+    included, FILE named as in the candidate's own folder (its name: the graded copy's folder
+    is a temporary one, whose length says nothing of the report)."""
+    name = Path(result.implementation).name
     console = Console(width=width, file=io.StringIO(), record=True, color_system=None)
-    console.print(f"kata grade {result.implementation}  (no test file)")
-    render(result, console, "default", f"kata grade {result.implementation}")
+    console.print(f"kata grade {name}  (no test file)")
+    render(result, console, "default", f"kata grade {name}")
     return console.export_text().rstrip("\n").splitlines()
 
 

@@ -171,7 +171,8 @@ def _height(console: Console, renderable) -> int:
 
 
 def _level_summary(result: GradeResult, rubric: rubric_data.Rubric) -> Table:
-    """One line a level (wrapped under itself): its points and the items that pass."""
+    """One line a level (wrapped under itself): its points and the items that pass, or, when
+    fewer do not, the items that do not."""
     grid = Table.grid(padding=(0, 2))
     grid.add_column(no_wrap=True, style="bold")
     grid.add_column()
@@ -179,8 +180,10 @@ def _level_summary(result: GradeResult, rubric: rubric_data.Rubric) -> Table:
         items = [i for i in result.items if i.level == level]
         if items:
             passing = [i.id for i in items if i.status == "pass"]
-            what = ("all pass" if len(passing) == len(items) else
-                    f"pass: {', '.join(passing)}" if passing else "none pass")
+            others = [i.id for i in items if i.status != "pass"]
+            what = ("all pass" if not others else "none pass" if not passing else
+                    f"all pass but {', '.join(others)}" if len(others) < len(passing) else
+                    f"pass: {', '.join(passing)}")
             grid.add_row(f"{title}  {_points(items)}",
                          Text(what, style="green" if passing else "dim"))
     return grid
