@@ -176,8 +176,7 @@ def test_validity_read_from_the_data_fails_the_public_ragged_batch(tmp_path):
     (item,) = result.items
     assert item.status == "fail" and not item.message.startswith("hidden case: ")
     assert item.message.endswith("Likely mistake: a real position whose key is all zeros was left "
-                                 "out. Is a slot's validity read from its data rather than from "
-                                 "lengths?")
+                                 "out: where a slot's validity is read from")
 
 
 def test_a_fixed_capacity_is_named_at_the_candidates_line_with_the_caches_state(tmp_path):
@@ -233,7 +232,8 @@ def test_a_state_too_large_to_send_is_left_out_of_the_message(tmp_path):
     ("release-clears-a-head", "release", "release(cache, 1) changed cache.keys of rows 0 and 2",
      ""),
     ("grows-only-when-full", "length-vs-capacity", "`append` of 4 positions at lengths [14, 14], "
-     "capacity 16 raised IndexError", "whatever capacity the cache started with"),
+     "capacity 16 raised IndexError",
+     "outgrows capacity 16 (this append took a row past it, and raised)"),
     ("sdpa-is-causal", "prefix-equivalence", "one token at a time from an empty cache",
      "Likely mistake: " + SDPA_IS_CAUSAL),
 ])

@@ -72,8 +72,8 @@ def grade(candidate: Candidate) -> str:
             if divergence:
                 raise Fail(f"cache.{name} {where}: row {divergence.row}, head {divergence.head}, "
                            f"time {divergence.position} is not what was appended there (max abs "
-                           f"error {divergence.max_abs:.2e}): keep every appended position, "
-                           "in order")
+                           f"error {divergence.max_abs:.2e}). Likely mistake: what append keeps of "
+                           "the cache, and where it writes")
         lengths = tensor(results[state]["lengths"], f"cache.lengths {where}")
         if lengths.dtype != torch.int64 or tuple(lengths.shape) != (B,):
             raise Fail(f"cache.lengths {where} is {str(lengths.dtype).removeprefix('torch.')} "
@@ -133,8 +133,8 @@ def _check_chunked(candidate: Candidate, g: torch.Generator, seed: int,
             if divergence:
                 raise Fail(f"{where}: cache.{attr} at row {divergence.row}, head "
                            f"{divergence.head}, time {divergence.position} is not what was "
-                           "appended there: keep every appended position, in order, whatever the "
-                           "input's memory layout")
+                           "appended there. Likely mistake: how append reads its input (a "
+                           "non-contiguous layout)")
         lengths = tensor(results[index]["lengths"], f"{where}, cache.lengths")
         if lengths.dtype != torch.int64 or lengths.tolist() != [total] * b:
             raise Fail(f"{where}: cache.lengths is not int64 [B] counting the {total} positions "

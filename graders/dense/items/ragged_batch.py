@@ -53,8 +53,8 @@ ZERO_KEY = (2, 2)  # (row, position): the last of row 2's 3 prompt positions has
 TOL = TOLERANCE[torch.float32]
 NAN_PAST_LENGTH = (f"{UNWRITTEN_SLOTS}; here the NaN past a row's length is the padding past "
                    "counts[b], stored, or memory never written (torch.empty)")
-ZERO_KEY_LEFT_OUT = ("a real position whose key is all zeros was left out. Is a slot's validity "
-                     "read from its data rather than from lengths?")
+ZERO_KEY_LEFT_OUT = ("a real position whose key is all zeros was left out: where a slot's "
+                     "validity is read from")
 HIDDEN_CASES = [  # seed, largest t after the prompt
     (800, 6),
     (801, 30),
