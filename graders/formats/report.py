@@ -133,7 +133,7 @@ def _print_levels(result: GradeResult, console: Console, rubric: rubric_data.Rub
 
 
 def _print_causes(result: GradeResult, console: Console, rubric: rubric_data.Rubric,
-                  first: Collection[str], tells, command: str) -> None:
+                  first: Collection[str], tells: Group | Panel | None, command: str) -> None:
     """The default report: one line a level (its points and the items that pass), then the
     causes of what does not pass (graders.formats.causes), each once: its lead item's status,
     message and first hint, and the items it takes down in one line with their points. The
@@ -141,26 +141,24 @@ def _print_causes(result: GradeResult, console: Console, rubric: rubric_data.Rub
     given in a line each (the first line of the lead's message), for -v to show whole."""
     found = causes.causes(result, frozenset(first))
     head = _level_summary(result, rubric)
-    fixed = [head, *([tells] if tells is not None else [])]
-    used = sum(_height(console, r) for r in fixed) + 1 + _height(
-        console, closing(result, command, True)) + len(_command_lines(result, command))
+    fixed = [head, *([tells] if tells is not None else []), closing(result, command, True)]
+    # the rule above the closing block, and its command's line (printed whole: one line)
+    used = sum(_height(console, r) for r in fixed) + 1 + len(_command_lines(result, command))
     full = [_cause_block(c, rubric) for c in found]
     short = [_cause_line(c, console.width) for c in found]
     used += sum(_height(console, r) for r in short)
-    shown = []
-    for n, cause in enumerate(found):
+    # causes in full: the first always, then while the screen holds them, less the line that
+    # leads the report and the note that follows causes given in a line
+    fits = 0
+    for n in range(len(found)):
         extra = _height(console, full[n]) - _height(console, short[n])
-        # the first cause always in full; the screen less the line that leads the report and
-        # the note that follows causes given in a line
-        if n == 0 or used + extra <= SCREEN_LINES - 2:
-            shown.append(full[n])
-            used += extra
-        else:
-            shown.append(short[n])
+        if n and used + extra > SCREEN_LINES - 2:
+            break
+        used, fits = used + extra, n + 1
     console.print(head)
-    for block in shown:
+    for block in full[:fits] + short[fits:]:
         console.print(block)
-    if any(block in short for block in shown):
+    if fits < len(found):
         console.print(Text("(one line a cause past the screen: -v shows every message whole)",
                            style="dim"))
 
