@@ -85,6 +85,7 @@ def test_a_hang_is_one_cause_with_one_hint(graded):
     lines = report_lines(result)
     assert len(lines) <= REPORT_LINES_ONE_BUG, "\n".join(lines)
     assert sum("TIMEOUT" in line for line in lines) == 1
+    assert "hint:" not in " ".join(lines), "a hang's item hint is not about the hang"
 
 
 @pytest.mark.parametrize("name", ["starter", "many-reasons"])

@@ -189,11 +189,12 @@ def _level_summary(result: GradeResult, rubric: rubric_data.Rubric) -> Table:
 
 def _cause_block(cause: causes.Cause, rubric: rubric_data.Rubric) -> Group:
     """A cause in full: its lead's line, message and first hint (none for an item the worker
-    could not run, nor one not attempted: its message says what to write), then the items it
-    takes down, in one line."""
+    could not run, nor one not attempted or hung: its message says what to write or that the
+    code never returned, which the item's hint is not about), then the items it takes down, in
+    one line."""
     lead = cause.lead
     why = [Text(quote(lead.message), overflow="fold")]
-    if not lead.unavailable and lead.status != "not_attempted":
+    if not lead.unavailable and lead.status not in ("not_attempted", "timeout"):
         why.append(_hint(lead, rubric))
     if cause.members:
         why.append(_members(cause))
