@@ -88,18 +88,22 @@ def end(console: Console, workspace: Path) -> int:
         return _interrupted(console, exc, workspace)
     except (verbs.NoSession, record.SessionBusy, ValueError, OSError) as exc:
         return _error(console, exc)
-    for line in review.lines(session, workspace):
-        console.print(Text(line), soft_wrap=True)
+    _print_review(console, review.lines(session, workspace))
     return 0
+
+
+def _print_review(console: Console, lines: list[str]) -> None:
+    """The session's report, each line wrapped at the terminal's width (at spaces)."""
+    for line in lines:
+        console.print(Text(line, overflow="fold"))
 
 
 def _interrupted(console: Console, exc: "verbs.Interrupted", workspace: Path) -> int:
     """The final grade was interrupted (Ctrl-C): the session has ended with the items it graded
     (recorded); say so, show the report, and exit as a command ended by Ctrl-C does. Further
     Ctrl-Cs are ignored (verbs.end): nothing is left to interrupt."""
-    console.print(Text(f"\n{exc}", style="bold yellow"), soft_wrap=True)
-    for line in review.lines(exc.record, workspace):
-        console.print(Text(line), soft_wrap=True)
+    console.print(Text(f"\n{exc}", style="bold yellow"))
+    _print_review(console, review.lines(exc.record, workspace))
     return INTERRUPTED
 
 
@@ -113,8 +117,7 @@ def report(console: Console, workspace: Path, markdown: Path | None, json_path: 
         session = verbs.load(workspace)
     except (verbs.NoSession, ValueError) as exc:
         return _error(console, exc)
-    for line in review.lines(session, workspace):
-        console.print(Text(line), soft_wrap=True)
+    _print_review(console, review.lines(session, workspace))
     try:
         if markdown is not None:
             write_atomically(markdown, review.markdown(session, workspace))
@@ -217,12 +220,14 @@ class Ticker:
             self.warned.update(due)
             _clear_status(self.console)
             self.console.print(Text(WARNINGS[min(due)], style="bold red" if min(due) == min(
-                WARNINGS) else "bold yellow"), soft_wrap=True)
+                WARNINGS) else "bold yellow"))  # wrapped at the terminal's width
             self.ticked = float("-inf")
         if self.console.is_terminal and now - self.ticked >= 1:
             self.ticked = now
             self.console.file.write("\r")
-            self.console.print(status(self.session, now), end="", soft_wrap=True)
+            # one line, cut to the terminal's width: "\r" rewrites a line, not a wrapped one
+            self.console.print(status(self.session, now), end="", no_wrap=True,
+                               overflow="ellipsis")
             self.console.file.write("\x1b[K")
             self.console.file.flush()
         return left <= 0
@@ -247,18 +252,16 @@ def show_stage(console: Console, session: dict, stage: str) -> None:
 
 
 def show_verdict(console: Console, saved: verbs.Saved) -> None:
-    """A save's verdict: its snapshot, level and score, then each item that does not pass with
-    the first line of its message (printable)."""
-    from graders.formats.report import STATUS_STYLE
+    """A save's verdict: its snapshot, level and score, then each cause of what does not pass
+    (graders.formats.causes), once: its lead with the first line of its message (printable)
+    and the items it takes down."""
+    from graders.formats.report import summary_lines
 
     event = saved.event
     console.rule(f"{event['snapshot']} at {review.clock(event['t'])}", align="left", style="dim")
-    for item in saved.result.items:
-        if item.status != "pass":
-            label, style = STATUS_STYLE[item.status]
-            first = (quote(item.full_message).splitlines() or [""])[0]
-            console.print(Text.assemble((f"  {label:<8}", style), f"{item.id}: {first}"),
-                          overflow="fold")
+    console.print(summary_lines(saved.result))
+    if saved.result.unavailable:
+        console.print(Text(f"  not run: {quote(saved.result.unavailable)}"), overflow="fold")
     console.print(Text(f"{event['level']}, {event['score']:g} points, "
                        f"{len(event['passing'])} of {len(saved.result.items)} items pass",
                        style="bold green" if saved.result.passed else "bold"))

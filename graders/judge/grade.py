@@ -61,7 +61,9 @@ class ItemResult:
 
     `unavailable` is set when the worker could not run the item (the file does not import, say):
     the worker's reason in one line, while `message` says only "not run: <its headline>", so a
-    report can give the reason once rather than once an item.
+    report can give the reason once rather than once an item. `signature`: the candidate's
+    exception that made it an error (type, message, place in the candidate's file), if one did,
+    so that a report can group the items one exception took down (graders.formats.causes).
     """
 
     id: str
@@ -71,6 +73,7 @@ class ItemResult:
     max_points: float
     message: str
     unavailable: str | None = None
+    signature: tuple[str, str, str] | None = None
 
     @property
     def full_message(self) -> str:
@@ -308,6 +311,7 @@ def _grade(candidate: Candidate, name: str, items: list[rubric_data.Item], grade
                     elif signature is not None:
                         first_raised[signature] = item.id
                     result = _result(item, status, message)
+                    result.signature = signature
                 except WorkerUnavailable as exc:
                     unavailable = exc
                     result = _not_run(item, exc)
