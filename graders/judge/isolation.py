@@ -67,31 +67,46 @@ WORKER_ENV = {"GLIBC_TUNABLES": "glibc.malloc.hugetlb=1", "TORCH_COMPILE_DISABLE
 # module, from `_fallback_gaps`): the report and the scorecard of a grade in it say so, and so
 # does the refusal that sends an interviewer to it (README: "Isolation").
 
-@cache
 def worker_user_problem() -> str | None:
     """Why a process-isolated worker runs as the judge's own user here, or None when it runs as
     one of its own: the judge must be root (to change users), and every folder a worker reads
-    (the Python environment, the worker side of the kata) readable by every user."""
+    (the Python environment, the worker side of the kata) readable by every user, and the
+    temporary folder its files are copied into (tempfile's, TMPDIR) open for them to enter."""
     if not hasattr(os, "geteuid") or os.geteuid() != 0:
         return "the kata is not run as root, which alone can run it as another user"
+    closed = _environment_closed()
+    if closed is not None:
+        return f"{closed} is closed to other users, and the Python environment lies in it"
+    # A worker's folder is made (and given to its user) inside the judge's temporary folder: a
+    # TMPDIR of 0700 would fail every item of a correct file with a PermissionError at import.
+    closed = _closed_to_others(tempfile.gettempdir(), listed=False)
+    if closed is not None:
+        return f"{closed} is closed to other users, and the worker's temporary folder lies in it"
+    return None
+
+
+@cache
+def _environment_closed() -> str | None:
+    """The first folder of the Python environment or the kata's worker side closed to other
+    users, or None (cached: they do not move while the kata runs, TMPDIR may)."""
     for folder in (*_python_dirs(_shown_path_entries()), str(WORKER_SIDE),
                    os.path.dirname(os.path.realpath(sys.executable))):
         closed = _closed_to_others(folder)
         if closed is not None:
-            return f"{closed} is closed to other users, and the Python environment lies in it"
+            return closed
     return None
 
 
-def _closed_to_others(folder: str) -> str | None:
+def _closed_to_others(folder: str, listed: bool = True) -> str | None:
     """The first folder on the way to `folder` (itself included) that a user other than its
-    owner cannot enter, or None."""
+    owner cannot enter (or, when `listed`, list itself), or None."""
     path = Path(folder)
     for step in [*reversed(path.parents), path]:
         try:
             mode = step.stat().st_mode
         except OSError:
             return str(step)
-        if not mode & 0o001 or (step == path and not mode & 0o004):
+        if not mode & 0o001 or (listed and step == path and not mode & 0o004):
             return str(step)
     return None
 
