@@ -271,7 +271,7 @@ def words(plan: Plan, cache) -> str:
 def test_an_append_past_capacity_names_lengths_capacity_and_the_growth_the_contract_asks():
     message = words(append_plan(), {"lengths": [2047], "capacity": 2048})
     assert message.startswith("`append` of 4 positions at lengths [2047], capacity 2048 raised")
-    assert "grow the storage" in message
+    assert "what append does when a row outgrows capacity 2048" in message
 
 
 def test_an_append_that_fits_exactly_asks_no_growth():
@@ -285,9 +285,9 @@ def test_the_growth_counts_each_row_own_append_when_counts_are_given():
     fits = append_plan(counts=torch.tensor([1, 2]))  # [batch]
     empty = append_plan(counts=torch.tensor([], dtype=torch.int64))  # [0]: the key's size counts
     cache = {"lengths": [2046, 2046], "capacity": 2048}
-    assert "grow the storage" in words(past, cache)
+    assert "what append does when a row outgrows capacity 2048" in words(past, cache)
     assert "grow" not in words(fits, cache)
-    assert "grow the storage" in words(empty, cache)
+    assert "what append does when a row outgrows capacity 2048" in words(empty, cache)
 
 
 def test_one_position_is_singular_and_a_decode_step_is_one():

@@ -887,4 +887,5 @@ def test_the_session_report_wraps_at_the_terminals_width(tmp_path):
     lines = out.getvalue().splitlines()
     assert lines and max(len(line) for line in lines) <= 72, out.getvalue()
     said = " ".join(review.lines(verbs.load(ws), ws))
-    assert " ".join(out.getvalue().split()) == " ".join(said.split()), "wrapped, nothing cut"
+    # A path longer than the width is folded inside itself: compare without any whitespace.
+    assert "".join(out.getvalue().split()) == "".join(said.split()), "wrapped, nothing cut"
