@@ -21,7 +21,8 @@ import pytest
 from typer.testing import CliRunner
 
 from cli import app
-from graders.judge.isolation import PROCESS_FALLBACK_NOTE
+from graders.judge.isolation import (PROCESS_FALLBACK_GAPS, PROCESS_FALLBACK_NOTE,
+                                     worker_user_problem)
 
 ROOT = Path(__file__).resolve().parent.parent
 runner = CliRunner()
@@ -29,7 +30,10 @@ runner = CliRunner()
 REFUSAL = ("kata: error: bubblewrap cannot run here (bwrap is not installed), and an "
            "interviewer's run (--hidden, grade-all) grades a candidate's file only in its "
            "sandbox: install it (apt-get install bubblewrap), or accept the process fallback "
-           "with --sandbox process (the process fallback does not stop")
+           f"with --sandbox process ({PROCESS_FALLBACK_GAPS})")
+# Whether the process fallback runs the file as the judge's own user, which lets it write the
+# judge's folder; run as a user of its own (a root judge), it cannot.
+RUNS_AS_THE_JUDGE = worker_user_problem() is not None
 INTERVIEWERS_RUNS = {
     "grade --hidden": ["grade", "in/alice/kv_cache.py", "--hidden", "--item", "attend-shape"],
     "grade-all": ["grade-all", "in", "--out", "out"],
@@ -72,7 +76,7 @@ def test_told_sandbox_process_grade_hidden_runs_and_says_what_the_fallback_does_
     assert result.exit_code == 0, result.output
     graded = json.loads(Path("r.json").read_text())
     assert graded["isolation"] == "process" and graded["hidden"] is True
-    assert stranger.exists(), "the fallback let the file write the judge's folder"
+    assert stranger.exists() == RUNS_AS_THE_JUDGE, "where the fallback lets the file write"
     assert PROCESS_FALLBACK_NOTE in squeezed(result.output)
     assert f"> {PROCESS_FALLBACK_NOTE}" in Path("card.md").read_text().splitlines()
 
@@ -82,7 +86,7 @@ def test_told_sandbox_process_grade_all_runs(stranger):
     result = runner.invoke(app, [*INTERVIEWERS_RUNS["grade-all"], "--sandbox", "process"])
     assert result.exit_code == 0, result.output
     assert "alice" in Path("out/summary.csv").read_text()
-    assert stranger.exists()
+    assert stranger.exists() == RUNS_AS_THE_JUDGE
 
 
 def test_a_candidates_own_grade_keeps_auto_and_only_its_scorecard_names_the_fallbacks_gaps(

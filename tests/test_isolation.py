@@ -464,6 +464,42 @@ def test_a_folder_closed_to_other_users_keeps_the_worker_on_the_judges_user():
         shutil.rmtree(base)
 
 
+def test_a_temporary_folder_closed_to_other_users_keeps_the_worker_on_the_judges_user(
+        monkeypatch):
+    """A worker's folder is made in tempfile's folder: one of 0700 on the way (pytest's own,
+    a TMPDIR of the user's) would fail every item of a correct file, so the worker stays on the
+    judge's user and the reason names it; one others may enter (0711) is enough."""
+    base = Path(tempfile.mkdtemp(dir="/tmp"))
+    try:
+        base.chmod(0o755)
+        temporary = base / "closed" / "tmp"
+        temporary.mkdir(parents=True)
+        monkeypatch.setattr(os, "geteuid", lambda: 0)
+        monkeypatch.setattr(isolation, "_environment_closed", lambda: None)
+        monkeypatch.setattr(tempfile, "tempdir", str(temporary))
+        (base / "closed").chmod(0o700)
+        assert isolation.worker_user_problem() == (
+            f"{base / 'closed'} is closed to other users, and the worker's temporary folder "
+            "lies in it")
+        (base / "closed").chmod(0o711)
+        temporary.chmod(0o711)
+        assert isolation.worker_user_problem() is None
+    finally:
+        shutil.rmtree(base)
+
+
+@AS_ROOT
+@pytest.mark.skipif(bool(KEPT_ON_ROOT), reason=f"the worker keeps the judge's user here ({KEPT_ON_ROOT})")
+def test_a_worker_of_its_own_user_names_the_file_as_the_candidate_knows_it(tmp_path):
+    """A root judge's worker reads a copy of the file in a folder of its own; what it says of the
+    file (a traceback's line, `__file__`) names the file's own path, the same on every run."""
+    path = tmp_path / "kv_cache.py"
+    path.write_text("raise RuntimeError(__file__)\n")
+    (item,) = grade(path, only={"attend-shape"}, sandbox=Sandbox("process")).items
+    assert item.status == "error"
+    assert f"RuntimeError: {path} (line 1)" in item.unavailable, item
+
+
 @AS_ROOT
 def test_ending_a_workers_user_kills_and_reaps_every_process_of_it(token):
     """A process of the worker's user that left a sleeper in a session of its own, as a

@@ -263,9 +263,11 @@ def test_a_hidden_grade_neither_follows_nor_writes_the_record(workspace, seen, m
 @pytest.mark.slow
 def test_a_candidate_that_links_its_cache_outward_gets_no_record_written_there(
         tmp_path, monkeypatch, hostile_file):
-    """tests/hostile/links_its_cache_outward.py, graded in the process fallback (which lets it
-    write beside its file), makes `.kata_cache` a link to a folder of the user's while it is
-    graded: the judge writes its record after the grade, and writes nothing there."""
+    """tests/hostile/links_its_cache_outward.py, graded in the process fallback as the judge's
+    own user (which lets it write beside its file; a root judge's fallback would not), makes
+    `.kata_cache` a link to a folder of the user's while it is graded: the judge writes its
+    record after the grade, and writes nothing there."""
+    monkeypatch.setattr("graders.judge.isolation.worker_user_problem", lambda: "not root")
     target = tmp_path / "users_folder"
     target.mkdir()
     (tmp_path / "ws").mkdir()

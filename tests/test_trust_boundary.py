@@ -1,24 +1,21 @@
 """Nothing a candidate's file does can fake a pass, crash the tool or hang the grade.
 
-Each hostile file in tests/hostile/ is graded as a candidate would be, beside a copy of the
-reference solution (`kv_cache_base.py`) that it builds on.
+Each hostile file in tests/hostile/ is graded as a candidate would be, the reference solution
+it builds on (`kv_cache_base`) carried inside it (the `hostile_file` fixture).
 """
 
 from __future__ import annotations
 
 import re
-import shutil
 import time
 from pathlib import Path
 
 import pytest
 
 from graders.judge.grade import grade
-from graders.shared.mutation import REFERENCE
 
 pytestmark = pytest.mark.slow  # whole grades: `pytest -m "not slow"` is the quick loop
 
-HOSTILE = Path(__file__).parent / "hostile"
 STARTER = Path(__file__).parent.parent / "starter"
 # Seconds a batch of calls (or the import) may take where a file hangs on purpose. Files that do
 # not hang keep the default limit: on a loaded machine their correct parts can take seconds, and
@@ -26,33 +23,30 @@ STARTER = Path(__file__).parent.parent / "starter"
 FAST = 2.0
 
 
-def grade_hostile(name: str, tmp_path: Path, **kwargs):
-    shutil.copy(REFERENCE, tmp_path / "kv_cache_base.py")
-    path = tmp_path / "kv_cache.py"
-    shutil.copy(HOSTILE / f"{name}.py", path)
-    return grade(path, **kwargs)
+def grade_hostile(hostile_file, name: str, **kwargs):
+    return grade(hostile_file(name), **kwargs)
 
 
 def by_id(result) -> dict:
     return {item.id: item for item in result.items}
 
 
-def test_patching_torch_comparisons_does_not_turn_a_failure_into_a_pass(tmp_path):
-    items = by_id(grade_hostile("patches_comparisons", tmp_path, only={"prefix-equivalence"}))
+def test_patching_torch_comparisons_does_not_turn_a_failure_into_a_pass(hostile_file):
+    items = by_id(grade_hostile(hostile_file, "patches_comparisons", only={"prefix-equivalence"}))
     assert items["prefix-equivalence"].status == "fail"
     assert "first differs at prefix length" in items["prefix-equivalence"].message
 
 
-def test_a_lying_tensor_subclass_is_not_accepted_as_output(tmp_path):
-    items = by_id(grade_hostile("lying_tensor", tmp_path, only={"attend-shape", "prefix-equivalence"}))
+def test_a_lying_tensor_subclass_is_not_accepted_as_output(hostile_file):
+    items = by_id(grade_hostile(hostile_file, "lying_tensor", only={"attend-shape", "prefix-equivalence"}))
     for item in items.values():
         assert item.status == "fail", item
         assert "expected a plain torch.Tensor" in item.message
 
 
-def test_a_hang_fails_the_items_that_hang_and_the_grade_ends_in_bounded_time(tmp_path):
+def test_a_hang_fails_the_items_that_hang_and_the_grade_ends_in_bounded_time(hostile_file):
     start = time.monotonic()
-    result = grade_hostile("hangs_in_attend", tmp_path, timeout=FAST)
+    result = grade_hostile(hostile_file, "hangs_in_attend", timeout=FAST)
     elapsed = time.monotonic() - start
     items = by_id(result)
     assert items["append-time-dim"].status == "pass", "items that never call attend still pass"
@@ -67,9 +61,9 @@ def test_a_hang_fails_the_items_that_hang_and_the_grade_ends_in_bounded_time(tmp
 
 
 def test_a_call_that_waits_forever_is_stopped_on_the_clock_and_the_message_says_it_waited(
-        tmp_path):
+        hostile_file):
     start = time.monotonic()
-    items = by_id(grade_hostile("sleeps_in_attend", tmp_path, timeout=1.0,
+    items = by_id(grade_hostile(hostile_file, "sleeps_in_attend", timeout=1.0,
                                 only={"prefix-equivalence"}))
     elapsed = time.monotonic() - start
     assert items["prefix-equivalence"].status == "timeout"
@@ -79,9 +73,9 @@ def test_a_call_that_waits_forever_is_stopped_on_the_clock_and_the_message_says_
     assert elapsed < 3 + 15, f"grading a file that sleeps took {elapsed:.1f} s"
 
 
-def test_a_hang_at_import_times_out_every_item_under_the_import_limit(tmp_path):
+def test_a_hang_at_import_times_out_every_item_under_the_import_limit(hostile_file):
     start = time.monotonic()
-    result = grade_hostile("hangs_at_import", tmp_path, import_timeout=FAST)
+    result = grade_hostile(hostile_file, "hangs_at_import", import_timeout=FAST)
     assert time.monotonic() - start < FAST + 15
     assert {i.status for i in result.items} == {"timeout"}
     # Stopped by its CPU time, or on a CI machine too busy to give it 2 s of CPU in 6 s, on the
@@ -91,8 +85,8 @@ def test_a_hang_at_import_times_out_every_item_under_the_import_limit(tmp_path):
     assert "--import-timeout" in result.unavailable, "the message says how to raise the limit"
 
 
-def test_exiting_the_process_is_a_graded_error_and_grading_goes_on(tmp_path):
-    items = by_id(grade_hostile("exits_the_process", tmp_path,
+def test_exiting_the_process_is_a_graded_error_and_grading_goes_on(hostile_file):
+    items = by_id(grade_hostile(hostile_file, "exits_the_process",
                                 only={"attend-shape", "prefix-equivalence", "append-time-dim"}))
     assert items["append-time-dim"].status == "error"
     assert "exited with code 0 before answering" in items["append-time-dim"].message
@@ -100,14 +94,14 @@ def test_exiting_the_process_is_a_graded_error_and_grading_goes_on(tmp_path):
     assert "SystemExit" in items["attend-shape"].message
 
 
-def test_a_segfault_is_a_graded_error(tmp_path):
-    items = by_id(grade_hostile("segfaults", tmp_path, only={"attend-shape"}))
+def test_a_segfault_is_a_graded_error(hostile_file):
+    items = by_id(grade_hostile(hostile_file, "segfaults", only={"attend-shape"}))
     assert items["attend-shape"].status == "error"
     assert "SIGSEGV" in items["attend-shape"].message
 
 
-def test_noise_on_stdout_and_leftover_children_do_not_disturb_grading(tmp_path):
-    result = grade_hostile("spawns_and_prints", tmp_path, only={"prefix-equivalence", "attend-shape"})
+def test_noise_on_stdout_and_leftover_children_do_not_disturb_grading(hostile_file):
+    result = grade_hostile(hostile_file, "spawns_and_prints", only={"prefix-equivalence", "attend-shape"})
     assert [i.status for i in result.items] == ["pass", "pass"], result.items
 
 
@@ -115,16 +109,16 @@ def test_noise_on_stdout_and_leftover_children_do_not_disturb_grading(tmp_path):
     ("syntax_error", "SyntaxError"),
     ("import_error", "ModuleNotFoundError"),
 ], ids=["syntax-error", "import-error"])
-def test_a_file_that_does_not_import_is_an_error_in_every_item(tmp_path, name, shows):
-    result = grade_hostile(name, tmp_path)
+def test_a_file_that_does_not_import_is_an_error_in_every_item(hostile_file, name, shows):
+    result = grade_hostile(hostile_file, name)
     assert {i.status for i in result.items} == {"error"}
     assert shows in result.unavailable and "Traceback" not in result.unavailable
     assert all(i.message == "not run: the file does not import" for i in result.items)
     assert result.exit_code() == 1
 
 
-def test_missing_names_are_errors_of_the_items_that_need_them(tmp_path):
-    items = by_id(grade_hostile("missing_names", tmp_path, only={"append-time-dim", "attend-shape"}))
+def test_missing_names_are_errors_of_the_items_that_need_them(hostile_file):
+    items = by_id(grade_hostile(hostile_file, "missing_names", only={"append-time-dim", "attend-shape"}))
     assert items["append-time-dim"].status == "pass"
     assert items["attend-shape"].status == "error"
     assert "defines no `attend`" in items["attend-shape"].message
@@ -137,8 +131,8 @@ def test_the_untouched_starter_is_not_attempted_everywhere():
     assert result.level == "below L4" and result.score == 0
 
 
-def test_a_call_that_kills_the_child_forked_for_the_next_call_costs_nothing(tmp_path):
-    items = by_id(grade_hostile("kills_its_siblings", tmp_path,
+def test_a_call_that_kills_the_child_forked_for_the_next_call_costs_nothing(hostile_file):
+    items = by_id(grade_hostile(hostile_file, "kills_its_siblings",
                                 only={"attend-shape", "prefix-equivalence", "ragged-batch"}))
     for item in items.values():
         assert item.status == "pass", item

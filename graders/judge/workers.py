@@ -153,6 +153,7 @@ class Worker:
         folder = self._folder
         frames.write_json(self._in, {
             "mode": self.mode, "path": self._seen_as(self.path), "module": self.module,
+            "named": folder and self.path,
             "limits": self.limits.to_dict(), "wait": self.ahead,
             "import_seconds": self.import_timeout, "kata_roots": kata_roots,
             "user": folder and folder.user, "home": folder and str(folder.home)})

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import ctypes
 import gc
+import importlib.abc
 import importlib.util
 import os
 import selectors
@@ -80,7 +81,8 @@ def serve(proto_in: int, proto_out: int) -> None:
             frames.read_frame(proto_in)
         limits.guard_imports(hello["kata_roots"])
         with limits.cpu_for_import(limits.cpu_seconds(hello["import_seconds"])):
-            module, reply = _load_implementation(hello["path"], hello["module"])
+            module, reply = _load_implementation(hello["path"], hello["module"],
+                                                 hello.get("named"))
         wire.write_frame(proto_out, reply)
         if module is None:
             return
@@ -165,26 +167,43 @@ def fill_uninitialized_memory(torch) -> None:
     torch._C._set_deterministic_fill_uninitialized_memory(True)
 
 
-def import_file(path: str | Path, module_name: str):
+class _CopyLoader(importlib.abc.SourceLoader):
+    """Loads the copy at `read` as the file at `named`: its code, tracebacks and `__file__` name
+    the file as the candidate knows it, not the worker's copy of it. No bytecode is cached."""
+
+    def __init__(self, named: str, read: str):
+        self.named, self.read = named, read
+
+    def get_filename(self, fullname: str) -> str:
+        return self.named
+
+    def get_data(self, path: str) -> bytes:
+        with open(self.read, "rb") as f:
+            return f.read()
+
+
+def import_file(path: str | Path, module_name: str, named: str | None = None):
     """Import the file at `path` as module `module_name`, its folder first on sys.path (a
-    candidate's file may import files beside it, then or later)."""
+    candidate's file may import files beside it, then or later). `named`: the path the file
+    goes by, where `path` is a copy of it (a worker run as a user of its own reads copies)."""
     sys.path.insert(0, str(Path(path).resolve().parent))
-    spec = importlib.util.spec_from_file_location(module_name, path)
+    loader = _CopyLoader(str(named), str(path)) if named else None
+    spec = importlib.util.spec_from_file_location(module_name, named or path, loader=loader)
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = module
     spec.loader.exec_module(module)
     return module
 
 
-def _load_implementation(path: str, module_name: str):
+def _load_implementation(path: str, module_name: str, named: str | None = None):
     """Import the candidate's file as `module_name` (the contract's: kv_cache, paged_kv_cache);
     (module or None, the reply for the judge)."""
     try:
-        module = import_file(path, module_name)
+        module = import_file(path, module_name, named)
     except limits.ImportTimeLimit:
         return None, {"status": "import-timeout"}
     except BaseException as exc:  # noqa: BLE001 - SyntaxError, ImportError, SystemExit, anything
-        return None, {"status": "import-error", "error": import_error(exc, path)}
+        return None, {"status": "import-error", "error": import_error(exc, named or path)}
     return module, {"status": "loaded"}
 
 
