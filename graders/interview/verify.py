@@ -352,9 +352,13 @@ def _compare_final(claim: dict, result, graded: Graded) -> FinalCheck:
         differences.append("tells detected: " + (", ".join(sorted(detected)) or "none")
                            + ", not " + (", ".join(sorted(claimed_tells)) or "none"))
         judged = True
-    if _fractions(result.similarity) != _fractions(claim.get("similarity")):
-        differences.append("similarity to the bundled solutions differs")
-        judged = True
+    graded_shares, claimed_shares = _fractions(result.similarity), _fractions(
+        claim.get("similarity"))
+    for name in sorted(set(graded_shares) | set(claimed_shares)):
+        if graded_shares.get(name) != claimed_shares.get(name):
+            differences.append(f"similarity to {name} {_share(graded_shares.get(name))}, not "
+                               f"{_share(claimed_shares.get(name))}")
+            judged = True
     if not differences:
         return FinalCheck(graded, "agrees")
     verdict = "disagrees" if judged or not graded.unchecked else "unchecked"
@@ -363,6 +367,10 @@ def _compare_final(claim: dict, result, graded: Graded) -> FinalCheck:
 
 def _fractions(similarity) -> dict:
     return {s["solution"]: round(s["fraction"], 9) for s in similarity or []}
+
+
+def _share(fraction: float | None) -> str:
+    return "none" if fraction is None else f"{fraction:.0%}"
 
 
 def _hash(folder: Path, track: tracks.Track) -> str | None:
