@@ -178,6 +178,9 @@ def grade(
         "--markdown", help="Also write a one-page interviewer scorecard (Markdown).")] = None,
     junit: Annotated[Optional[Path], typer.Option(
         "--junit", help="Also write JUnit XML, for CI systems.")] = None,
+    html: Annotated[Optional[Path], typer.Option(
+        "--html", help="Also write the report as one self-contained page for a browser.")]
+        = None,
     timeout: Annotated[float, typer.Option(
         help="Seconds of CPU time one batch of the candidate's calls may take, whole seconds "
         "(a batch that uses little CPU is stopped at 3x that on the clock).", min=0.1)] = 10.0,
@@ -198,14 +201,15 @@ def grade(
     shown = path  # the report names the file as the user typed it
     command = target.regrade_command(path, tests, chosen)
     graders = _here(graders)
-    json_path, markdown, junit = _output(json_path), _output(markdown), _output(junit)
+    json_path, markdown, junit, html = (_output(json_path), _output(markdown), _output(junit),
+                                        _output(html))
     implementation, tests = _checked(target.grade_target, Path.cwd(), path, tests, chosen)
     _checked(target.check_selection, chosen, item or [], level)
     if graders is not None:
         _check_private_graders(graders, hidden, chosen)
     _check_seed(seed, hidden)
     _check_report_flags(verbose, quiet, hidden, failed_first or last_failed)
-    json_path = _check_outputs(output_format, json_path, markdown, junit)
+    json_path = _check_outputs(output_format, json_path, markdown, junit, html)
     detail = "quiet" if quiet else "verbose" if verbose else "brief" if watch else "default"
     try:
         code = grading.grade(
@@ -213,7 +217,7 @@ def grade(
             follow_failures=not hidden and (failed_first or last_failed or watch),
             shown=str(shown or implementation), command=command, detail=detail,
             json_path=json_path, output_format=output_format, markdown=markdown, junit=junit,
-            track=track, hidden=hidden, extra_graders=graders, only=set(item) if item else None,
+            html=html, track=track, hidden=hidden, extra_graders=graders, only=set(item) if item else None,
             up_to=level, exitfirst=exitfirst, timeout=timeout, import_timeout=import_timeout,
             sandbox=_sandbox(sandbox, memory, strangers=hidden), seed=seed)
     except SandboxUnavailable as exc:
@@ -237,7 +241,7 @@ def _check_seed(seed: int | None, hidden: bool) -> None:
 
 
 def _check_outputs(output_format: str, json_path: Path | None, markdown: Path | None,
-                   junit: Path | None) -> Path | None:
+                   junit: Path | None, html: Path | None = None) -> Path | None:
     """The files `grade` writes, checked before it grades (a one-line error, exit 2, for one it
     could not write); returns the --json path, ./results.json for gradescope by default."""
     if output_format not in ("kata", "gradescope"):
@@ -246,7 +250,8 @@ def _check_outputs(output_format: str, json_path: Path | None, markdown: Path | 
 
     if output_format == "gradescope" and json_path is None:
         json_path = Path.cwd() / "results.json"
-    outputs = (("--json", json_path), ("--markdown", markdown), ("--junit", junit))
+    outputs = (("--json", json_path), ("--markdown", markdown), ("--junit", junit),
+               ("--html", html))
     to_stdout = [option for option, output in outputs if output == STDOUT]
     if len(to_stdout) > 1:
         _usage_error(f"{' and '.join(to_stdout)} both write to standard output (-): "
@@ -577,6 +582,9 @@ def interview_report(
     plot: Annotated[Optional[Path], typer.Option(
         help="Write the level over time as a PNG (needs matplotlib: pip install "
         "'kvkata\\[bench]').")] = None,
+    html: Annotated[Optional[Path], typer.Option(
+        "--html", help="Also write the session as one self-contained page to review in a "
+        "browser: its timeline, every snapshot, the final grade, the answers.")] = None,
     verify: Annotated[bool, typer.Option("--verify", help=VERIFY_HELP)] = False,
     sandbox: Annotated[Optional[SandboxMode], typer.Option(
         help=VERIFY_SANDBOX_HELP, show_default=False)] = None,
@@ -590,15 +598,19 @@ def interview_report(
 
     from graders.shared.output_files import STDOUT
 
-    markdown, json_path, plot = _output(markdown), _output(json_path), _here(plot)
-    if markdown == json_path == STDOUT:
-        _usage_error("--markdown and --json both write to standard output (-): give one of "
-                     "them a file")
-    for option, path in (("--markdown", markdown), ("--json", json_path), ("--plot", plot)):
+    markdown, json_path, plot, html = (_output(markdown), _output(json_path), _here(plot),
+                                       _output(html))
+    to_stdout = [option for option, path in (("--markdown", markdown), ("--json", json_path),
+                                             ("--html", html)) if path == STDOUT]
+    if len(to_stdout) > 1:
+        _usage_error(f"{' and '.join(to_stdout)} both write to standard output (-): give one "
+                     "of them a file")
+    for option, path in (("--markdown", markdown), ("--json", json_path), ("--plot", plot),
+                         ("--html", html)):
         _check_writable(option, path)
     # A report written to standard output (-) has it alone: the terminal's report goes to stderr.
-    console = _console(stderr=STDOUT in (markdown, json_path))
-    raise typer.Exit(commands.report(console, _here(directory), markdown, json_path, plot,
+    console = _console(stderr=STDOUT in (markdown, json_path, html))
+    raise typer.Exit(commands.report(console, _here(directory), markdown, json_path, plot, html,
                                      _verify_sandbox(verify, sandbox)))
 
 

@@ -1,128 +1,95 @@
-"""Mutation score of the judge's core: how many single-edit mutants its own quick tests kill.
+"""Mutation score of the judge: how many single-edit mutants each module's own quick tests kill.
 
-    python -m benchmarks.mutation_score                   # every module in MODULES
-    python -m benchmarks.mutation_score --module compare  # one (repeat --module for more)
+    python -m benchmarks.mutation_score                   # every module of mutation_score.toml
+    python -m benchmarks.mutation_score --module replies  # one (repeat --module for more)
+    python -m benchmarks.mutation_score --count           # each module's mutant count, no run
+
+The modules scored are data (mutation_score.toml beside this file: one line a module, its file
+and its OWN test files; a mutant only another module's tests kill is a gap of that module's
+tests), and so are the verdicts on survivors read as equivalent, each with its reason.
 
 Each module is parsed with ast, and every mutation point gives one mutant, a single edit: a
-comparison operator swapped (< and <=, == and !=, in and not in, is and is not), an arithmetic
-operator swapped, `and` and `or` swapped, a number changed (an int plus one, a float doubled and
-halved), a `raise` made `pass`, a `not` (or a tensor's `~`) dropped, a slice bound dropped, a
-`dim=` moved by one, a torch dtype swapped for its neighbour, a returned value made None, an
-entry dropped from a module's table of objects (a tuple or list of calls: the bundled mistakes).
+comparison operator swapped (< and <=, == and !=, in and not in, is and is not) or flipped (<
+and >, <= and >=), an arithmetic operator swapped, `and` and `or` swapped, a condition negated
+(if, while, a conditional expression, a comprehension's if), a number changed (an int plus one,
+a float doubled and halved), a constant index swapped for its neighbour (`e[2]` for `e[1]`; a
+string key for the keys read before and after it on the same value in the function), two
+neighbouring positional arguments of one kind swapped, a bound's start moved by one (a slice's
+lower bound, a range's start), a `raise` made `pass`, a `not` (or a tensor's `~`) dropped, a
+slice bound dropped, a `dim=` moved by one, a torch dtype swapped for its neighbour, a returned
+value made None, an entry dropped from a module's table of objects (a tuple or list of calls:
+the bundled mistakes). The count needs ast alone, so tests/test_mutation_score.py checks
+quickly that each module still makes the count its figures were recorded with.
+
 The checkout (without .git) is copied once to a temporary folder, so the engineers working in it
 see nothing; each mutant is written there over its module (ast.unparse of the edited tree), and
-the module's quick tests (MODULES) run on it in a child forked from this process, which has
-imported torch and pytest but never graders, so the child imports the mutant: -x, -n0, not
-slow. The mutant is killed when a test fails or the run passes its time limit (3x the unmutated
-run, plus 10 s). The unmutated module, written back by ast.unparse the same way, must pass
-first.
+the module's own test files run on it in a child forked from this process, which has imported
+torch and pytest but never graders, so the child imports the mutant: -x, -n0, not slow. The
+mutant is killed when a test fails or the run passes its time limit (3x the unmutated run, plus
+10 s). The unmutated module, written back by ast.unparse the same way, must pass first.
 
 Printed per module: mutants, killed, survivors, and the score (killed / mutants, and killed /
-the mutants not judged equivalent); each survivor with its line, its edit and, when one has read
-it, the verdict VERDICTS (or MODULE_VERDICTS, for a module's survivors read as a group) holds
-for it ("equivalent: why" or "gap: why"). No test runs this script: it takes minutes, and its
-figures are for reading (docs/decisions.md).
+the mutants not judged equivalent); each survivor with its line, its edit and its verdict.
+The figures are written to mutation_figures.json (with the date and the CPU), and
+benchmarks/README.md tabulates them. No test runs the score itself: it takes minutes a module.
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import json
 import os
+import platform
 import shutil
 import signal
 import sys
 import tempfile
 import time
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
 QUICK = "not slow"
-# module name -> (its file, the test files that judge it: their quick tests run, with -x)
-MODULES = {
-    "compare": ("graders/shared/compare.py", ["tests/test_compare.py", "tests/test_tolerances.py"]),
-    "reference": ("graders/shared/reference.py", ["tests/test_reference.py",
-                                           "tests/test_tolerances.py"]),
-    "hidden_cases": ("graders/shared/hidden_cases.py", ["tests/test_hidden_cases.py"]),
-    "tolerances": ("graders/shared/tolerances.py", ["tests/test_tolerance_measurement.py"]),
-    "mistakes": ("graders/dense/mistakes.py", ["tests/test_mutation.py",
-                                         "tests/test_bundled_mistakes.py"]),
-    "candidate": ("graders/judge/candidate.py", ["tests/test_candidate_unit.py",
-                                           "tests/test_hidden_cases.py",
-                                           "tests/test_tolerances.py", "tests/test_prealloc.py"]),
-    "worker/wire": ("graders/worker/wire.py", ["tests/test_wire.py",
-                                               "tests/test_reply_boundary.py",
-                                               "tests/test_wire_limits.py"]),
-    "worker/frames": ("graders/worker/frames.py", ["tests/test_wire.py",
-                                                   "tests/test_reply_boundary.py",
-                                                   "tests/test_wire_limits.py"]),
-    "replies": ("graders/judge/replies.py", ["tests/test_reply_boundary.py", "tests/test_replies.py"]),
-}
-# Modules whose tests start no worker: their children skip the suite's warm spawner of workers
-# (a process importing torch, 2.5 s of CPU a mutant).
-NO_WORKERS = {"compare", "reference", "hidden_cases", "tolerances"}
-
-# (module, mutant's description) -> the verdict of one who read the surviving mutant.
-_REL_FLOOR = ("equivalent: the floor only keeps max_rel finite where the reference is exactly 0; "
-              "the figure there is error / floor, absurdly large at any floor, and no verdict "
-              "reads it")
-_SHORT_ERRORS = ("equivalent: no error that try catches has a message long enough to be cut "
-                 "(the longest, int's 4,300-digit limit, makes the message about 180 characters)")
-
-_WORDING = ("equivalent for the verdict: only the words of a malformed reply's message change "
-            "(the tests assert its kind, not its wording)")
+DATA = Path(__file__).with_name("mutation_score.toml")  # the modules and the verdicts
+FIGURES = Path(__file__).with_name("mutation_figures.json")  # the last run of each module
 
 
-def _each(module: str, verdict: str, *descriptions: str) -> dict:
-    """One verdict for several survivors of `module`."""
-    return {(module, description): verdict for description in descriptions}
+@dataclass(frozen=True)
+class Module:
+    """A scored module: its file, its own test files, whether those start workers."""
+
+    name: str
+    path: str
+    tests: tuple[str, ...]
+    workers: bool = True
 
 
-VERDICTS = {
-    **_each("compare", _REL_FLOOR, "first_divergence: 1e-12 -> 2e-12",
-            "first_divergence: 1e-12 -> 5e-13"),
-    ("tolerances", "<module>: 50 -> 51"): (
-        "equivalent for the judge: how many extra seeds `python -m graders.shared.tolerances` measures "
-        "(the docstrings quote 51 in all); no constant, verdict or grade reads it"),
-    ("worker/wire", "_rebuild: offset + nbytes -> offset - nbytes #2"): (
-        "equivalent: that return is taken only when numel is 0, so nbytes is 0"),
-    **_each("worker/wire", _SHORT_ERRORS, "decode: 200 -> 201", "decode: :200 -> :",
-            "_rebuild: 200 -> 201", "_rebuild: :200 -> :"),
-    **_each("replies", _WORDING, "_op_result: 'ok' in fields -> 'ok' not in fields #2",
-            "_shown: 8 -> 9", "_shown: :8 -> :", "_shown: 60 -> 61",
-            "_bounded: type(n) is not int -> type(n) is int #2"),
-    ("replies", "_bounded: return n -> return None"): (
-        "equivalent: _cache_state calls _bounded for its check alone"),
-    ("replies", "<module>: 4000 -> 4001"): (
-        "equivalent: how long a kept traceback's tail is (tests/test_replies.py pins that it is "
-        "cut to MAX_TAIL, its end kept); the 2,000-character quote still bounds what is shown"),
-    ("replies", "started: return fields -> return None"): (
-        "equivalent: graders.judge.workers calls started() for its check alone"),
-    ("replies", "_ok: raise MalformedReply(f'{what}: the judge knows no operation {_shown... -> "
-                "pass"): "equivalent for replies: the operation is the judge's own plan's",
-    **_each("worker/frames", "equivalent: how much is read at a time, not what",
-            "<module>: 1 -> 2", "<module>: 20 -> 21", "_read_into: :CHUNK -> :"),
-    **_each("worker/frames", "equivalent for the contract: the cap on the judge's own requests "
-            "(trusted) guards against a bug only", "<module>: 1 -> 2 #2", "<module>: 28 -> 29",
-            "<module>: 1 -> 2 #3", "<module>: 28 -> 29 #2"),
-    **_each("worker/frames", _WORDING, "payload_size: HEADER.size + len(header) -> HEADER.size "
-            "- len(header)", "payload_size: HEADER.size + len(header) + payload -> HEADER.size "
-            "+ len(header) - payload"),
-    **_each("worker/frames", _SHORT_ERRORS,
-            "payload_size: 200 -> 201", "payload_size: :200 -> :"),
-    ("worker/frames", "payload_size: raise TypeError('the tensors are not a list') -> pass"): (
-        "equivalent: a non-list still fails (iterating it raises an error caught there, or an "
-        "empty dict reaches wire.decode, which rejects it)"),
-}
+def modules() -> dict[str, Module]:
+    """The scored modules of mutation_score.toml, by name."""
+    table = tomllib.loads(DATA.read_text())["modules"]
+    return {name: Module(name, entry["path"], tuple(entry["tests"]), entry.get("workers", True))
+            for name, entry in table.items()}
 
-# A verdict on every survivor of a module that no entry above names, read as a group.
-MODULE_VERDICTS: dict[str, str] = {}
+
+def verdicts() -> dict[tuple[str, str], str]:
+    """(module, mutant's description) -> "equivalent: why", for each survivor read as one."""
+    return {(entry["module"], description): f"equivalent: {entry['why']}"
+            for entry in tomllib.loads(DATA.read_text()).get("equivalent", [])
+            for description in entry["mutants"]}
+
+
+def figures() -> dict[str, dict]:
+    """The recorded figures of each module's last run (mutation_figures.json)."""
+    return json.loads(FIGURES.read_text()) if FIGURES.exists() else {}
+
 
 COMPARISONS = {ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt,
                ast.Eq: ast.NotEq, ast.NotEq: ast.Eq, ast.In: ast.NotIn, ast.NotIn: ast.In,
                ast.Is: ast.IsNot, ast.IsNot: ast.Is}
+FLIPS = {ast.Lt: ast.Gt, ast.LtE: ast.GtE, ast.Gt: ast.Lt, ast.GtE: ast.LtE}  # the other way
 ARITHMETIC = {ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Div, ast.Div: ast.Mult,
               ast.FloorDiv: ast.Mult, ast.Mod: ast.FloorDiv, ast.Pow: ast.Mult}
 DTYPES = {"float32": "float64", "float64": "float32", "bfloat16": "float16",
@@ -154,6 +121,7 @@ class Mutator(ast.NodeTransformer):
 
     def __init__(self, target: int | None = None):
         self.target, self.found, self.scope = target, [], ["<module>"]
+        self.keys: list[dict[str, list]] = []  # per function: subscripted value -> its keys
 
     def _point(self, node: ast.AST, before: ast.AST, after: ast.AST,
                edit: str | None = None) -> bool:
@@ -166,12 +134,21 @@ class Mutator(ast.NodeTransformer):
 
     def _scoped(self, node):
         self.scope.append(node.name)
+        function = not isinstance(node, ast.ClassDef)
+        if function:
+            self.keys.append(_constant_keys(node))
         try:
             return self.generic_visit(node)
         finally:
             self.scope.pop()
+            if function:
+                self.keys.pop()
 
     visit_FunctionDef = visit_AsyncFunctionDef = visit_ClassDef = _scoped
+
+    def visit_Module(self, node: ast.Module):
+        self.keys.append(_constant_keys(node))
+        return self.generic_visit(node)
 
     def visit_Expr(self, node: ast.Expr):
         return node if _is_text(node.value) else self.generic_visit(node)  # docstrings
@@ -182,10 +159,13 @@ class Mutator(ast.NodeTransformer):
             swapped = COMPARISONS.get(type(op))
             if swapped is None:
                 continue
-            ops = [*node.ops[:i], swapped(), *node.ops[i + 1:]]
-            mutated = ast.Compare(node.left, ops, node.comparators)
-            if self._point(node, node, mutated):
-                return ast.copy_location(mutated, node)
+            for other in (swapped, FLIPS.get(type(op))):
+                if other is None:
+                    continue
+                ops = [*node.ops[:i], other(), *node.ops[i + 1:]]
+                mutated = ast.Compare(node.left, ops, node.comparators)
+                if self._point(node, node, mutated):
+                    return ast.copy_location(mutated, node)
         return node
 
     def visit_BinOp(self, node: ast.BinOp):
@@ -249,6 +229,84 @@ class Mutator(ast.NodeTransformer):
                                    bound: None})
             if self._point(node, node, mutated):
                 return ast.copy_location(mutated, node)
+        for start in _moved(node.lower):
+            mutated = ast.Slice(start, node.upper, node.step)
+            if self._point(node, node, mutated):
+                return ast.copy_location(mutated, node)
+        return node
+
+    def visit_Subscript(self, node: ast.Subscript):
+        """A constant index or key swapped for its neighbour: an int for the one before it (the
+        one after is the number's own edit), a string for the keys of the same value read before
+        and after it in the function."""
+        self.generic_visit(node)
+        key = node.slice
+        if not isinstance(key, ast.Constant) or isinstance(key.value, bool):
+            return node
+        if type(key.value) is int:
+            neighbours = [key.value - 1] if key.value > 0 else []
+        elif type(key.value) is str:
+            keys = self.keys[-1].get(ast.dump(node.value), []) if self.keys else []
+            at = keys.index(key.value) if key.value in keys else -1
+            neighbours = [keys[n] for n in (at - 1, at + 1) if at >= 0 and 0 <= n < len(keys)]
+        else:
+            return node
+        for neighbour in neighbours:
+            mutated = ast.Subscript(node.value, ast.Constant(neighbour), node.ctx)
+            if self._point(node, node, mutated):
+                return ast.copy_location(mutated, node)
+        return node
+
+    def visit_Call(self, node: ast.Call):
+        """Two neighbouring positional arguments of the same kind swapped; a range's start
+        moved."""
+        self.generic_visit(node)
+        args = node.args
+        for i in range(len(args) - 1):
+            first, second = args[i], args[i + 1]
+            if not _same_kind(first, second):
+                continue
+            mutated = ast.Call(node.func, [*args[:i], second, first, *args[i + 2:]],
+                               node.keywords)
+            if self._point(node, node, mutated,
+                           f"{_text(node.func)}(...) swaps {_text(first)} and {_text(second)}"):
+                return ast.copy_location(mutated, node)
+        if isinstance(node.func, ast.Name) and node.func.id == "range" and args and not any(
+                isinstance(a, ast.Starred) for a in args):
+            start, rest = (args[0], args[1:]) if len(args) > 1 else (ast.Constant(0), args)
+            starts = _moved(start) + ([ast.Constant(1)] if len(args) == 1 else [])
+            for moved in starts:
+                mutated = ast.Call(node.func, [moved, *rest], node.keywords)
+                if self._point(node, node, mutated):
+                    return ast.copy_location(mutated, node)
+        return node
+
+    def _negated(self, node, field: str):
+        """The condition `node.<field>` negated (one not there already: dropping it is the
+        `not`'s own edit)."""
+        test = getattr(node, field)
+        if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+            return node
+        mutated = ast.UnaryOp(ast.Not(), test)
+        if self._point(node, test, mutated):
+            setattr(node, field, ast.copy_location(mutated, test))
+        return node
+
+    def visit_If(self, node: ast.If):
+        self.generic_visit(node)
+        return self._negated(node, "test")
+
+    visit_While = visit_IfExp = visit_If
+
+    def visit_comprehension(self, node: ast.comprehension):
+        self.generic_visit(node)
+        for i, test in enumerate(node.ifs):
+            if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+                continue
+            mutated = ast.UnaryOp(ast.Not(), test)
+            if self._point(test, test, mutated):
+                node.ifs[i] = ast.copy_location(mutated, test)
+                return node
         return node
 
     def visit_keyword(self, node: ast.keyword):
@@ -281,6 +339,45 @@ class Mutator(ast.NodeTransformer):
             return node
         mutated = ast.Return(ast.Constant(None))
         return ast.copy_location(mutated, node) if self._point(node, node, mutated) else node
+
+
+def _constant_keys(scope: ast.AST) -> dict[str, list]:
+    """The string keys each value is subscripted with in `scope` (a function, or the module
+    outside its functions), in the order they first appear: the neighbours of a key."""
+    keys: dict[str, list] = {}
+    pending = list(ast.iter_child_nodes(scope))
+    while pending:
+        node = pending.pop(0)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue  # a function of its own
+        if (isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant)
+                and type(node.slice.value) is str):
+            found = keys.setdefault(ast.dump(node.value), [])
+            if node.slice.value not in found:
+                found.append(node.slice.value)
+        pending.extend(ast.iter_child_nodes(node))
+    return keys
+
+
+def _moved(start: ast.AST | None) -> list[ast.AST]:
+    """A bound's start moved by one each way (an int constant only back: the number's own edit
+    moves it on)."""
+    if start is None:
+        return []
+    if isinstance(start, ast.Constant) and type(start.value) is int:
+        return [ast.Constant(start.value - 1)] if start.value > 0 else []
+    return [ast.BinOp(start, ast.Add(), ast.Constant(1)), ast.BinOp(start, ast.Sub(),
+                                                                    ast.Constant(1))]
+
+
+def _same_kind(first: ast.AST, second: ast.AST) -> bool:
+    """Two arguments a swap could confuse: the same node type (for constants, the same type of
+    value), not the same text."""
+    if type(first) is not type(second) or isinstance(first, ast.Starred):
+        return False
+    if isinstance(first, ast.Constant) and type(first.value) is not type(second.value):
+        return False
+    return ast.dump(first) != ast.dump(second)
 
 
 def mutants(source: str) -> list[Mutant]:
@@ -340,58 +437,109 @@ def run_tests(copy: Path, tests: list[str], timeout: float, workers: bool = True
     return "timeout"
 
 
-def score(name: str, copy: Path) -> None:
-    """Run every mutant of module `name` in `copy`; print the figures and each survivor."""
-    path, tests = MODULES[name]
-    target, original = copy / path, (ROOT / path).read_text()
-    workers = name not in NO_WORKERS
+def cpu() -> str:
+    """The machine's CPU, as the recorded figures name it."""
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return f"{line.split(':', 1)[1].strip()}, {os.cpu_count()} cores"
+    return f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
+
+
+def score(module: Module, copy: Path) -> dict | None:
+    """Run every mutant of `module` in `copy`; print the figures and each survivor, and return
+    them as mutation_figures.json records them (None: not scored)."""
+    target, original = copy / module.path, (ROOT / module.path).read_text()
+    tests = list(module.tests)
     found = mutants(original)
     missing = [test for test in tests if not (copy / test).exists()]
     if missing:
-        print(f"{name}: {', '.join(missing)} not found; not scored")
-        return
+        print(f"{module.name}: {', '.join(missing)} not found; not scored")
+        return None
+    began = time.monotonic()
     try:
         target.write_text(mutated_source(original, None))
-        started = time.monotonic()
-        if run_tests(copy, tests, 600.0, workers) != "passed":
-            print(f"{name}: its tests fail on the unmutated module (written by ast.unparse); "
-                  "not scored")
-            return
-        timeout = 3 * (time.monotonic() - started) + 10
+        if run_tests(copy, tests, 600.0, module.workers) != "passed":
+            print(f"{module.name}: its tests fail on the unmutated module (written by "
+                  "ast.unparse); not scored")
+            return None
+        timeout = 3 * (time.monotonic() - began) + 10
         survivors = []
         for mutant in found:
             target.write_text(mutated_source(original, mutant.index))
-            if run_tests(copy, tests, timeout, workers) == "passed":
+            if run_tests(copy, tests, timeout, module.workers) == "passed":
                 survivors.append(mutant)
     finally:
         target.write_text(original)
+    read = verdicts()
+    said = {m.description: read.get((module.name, m.description), "not yet read")
+            for m in survivors}
     killed = len(found) - len(survivors)
-    equivalent = sum(VERDICTS.get((name, m.description), "").startswith("equivalent")
-                     for m in survivors)
+    equivalent = sum(verdict.startswith("equivalent") for verdict in said.values())
     judged = len(found) - equivalent
-    print(f"{name}: {len(found)} mutants, {killed} killed, {len(survivors)} survived "
+    print(f"{module.name}: {len(found)} mutants, {killed} killed, {len(survivors)} survived "
           f"({equivalent} equivalent): {killed / max(len(found), 1):.0%} of all, "
           f"{killed / max(judged, 1):.0%} of the non-equivalent")
     for mutant in survivors:
-        verdict = VERDICTS.get((name, mutant.description),
-                               MODULE_VERDICTS.get(name, "not yet read"))
-        print(f"  line {mutant.line}: {mutant.description}\n      {verdict}")
+        print(f"  line {mutant.line}: {mutant.description}\n      {said[mutant.description]}")
     sys.stdout.flush()
+    return {"mutants": len(found), "killed": killed, "equivalent": equivalent,
+            "survivors": said, "scored": time.strftime("%Y-%m-%d"), "cpu": cpu(),
+            "minutes": round((time.monotonic() - began) / 60, 1)}
+
+
+def record(name: str, figures_: dict) -> None:
+    """Write module `name`'s figures into mutation_figures.json, the others kept."""
+    kept = figures()
+    kept[name] = figures_
+    FIGURES.write_text(json.dumps(dict(sorted(kept.items())), indent=1, ensure_ascii=False)
+                       + "\n")
+    write_table()
+
+
+TABLE_START, TABLE_END = "<!-- figures: benchmarks.mutation_score writes this table -->", \
+    "<!-- end of the figures -->"
+
+
+def write_table() -> None:
+    """benchmarks/README.md's table of the recorded figures, rewritten between its markers."""
+    rows = ["| module | mutants | killed | survivors: equivalent | survivors: gaps |",
+            "| --- | --- | --- | --- | --- |"]
+    for name, found in figures().items():
+        if found.get("killed") is None:
+            rows.append(f"| {name} | {found['mutants']} | not yet scored | | |")
+        else:
+            gaps = len(found["survivors"]) - found["equivalent"]
+            rows.append(f"| {name} | {found['mutants']} | {found['killed']} | "
+                        f"{found['equivalent']} | {gaps} |")
+    readme = ROOT / "benchmarks" / "README.md"
+    text = readme.read_text()
+    head, rest = text.split(TABLE_START, 1)
+    tail = rest.split(TABLE_END, 1)[1]
+    readme.write_text(f"{head}{TABLE_START}\n" + "\n".join(rows) + f"\n{TABLE_END}{tail}")
 
 
 def main(argv: list[str] | None = None) -> None:
+    table = modules()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--module", action="append", choices=sorted(MODULES),
+    parser.add_argument("--module", action="append", choices=sorted(table),
                         help="a module to mutate (default: every one)")
+    parser.add_argument("--count", action="store_true",
+                        help="print each module's mutant count and run nothing")
     args = parser.parse_args(argv)
+    if args.count:
+        for name in args.module or table:
+            print(f"{name}: {len(mutants((ROOT / table[name].path).read_text()))} mutants")
+        return
     import pytest  # noqa: F401  imported once here, so that each forked child has it
     import torch  # noqa: F401
 
     with tempfile.TemporaryDirectory(prefix="mutation_score_") as folder:
         copy = Path(folder) / "checkout"
         shutil.copytree(ROOT, copy, ignore=shutil.ignore_patterns(".git", "__pycache__"))
-        for name in args.module or MODULES:
-            score(name, copy)
+        for name in args.module or table:
+            scored = score(table[name], copy)
+            if scored is not None:
+                record(name, scored)
 
 
 if __name__ == "__main__":

@@ -228,8 +228,8 @@ def test_prefix_caching_names_a_cache_dropped_when_its_last_holder_finishes():
         "the shared-prefix workload: 131 prompt tokens computed, the reference scheduler 107 "
         "(107 of the 203 are unshared); request 'late' computed 29 where the reference computes "
         "5: it started when nothing else was running, and the blocks it begins with were cached, "
-        "held by no one. Likely mistake: cached blocks dropped when their last holder finishes, "
-        "instead of kept until their memory is needed")
+        "held by no one. Likely mistake: what becomes of a cached block when its last holder "
+        "finishes")
 
 
 # --- the reply schema ---
@@ -386,3 +386,15 @@ def test_any_trace_within_the_schema_is_replayed_without_raising():
         _, ops_, trace = traced(load_, chaos(rng), max_steps=60)
         found = grading.replay(load_, check(ops_, trace))
         assert found.first, (seed, kind)  # chaos breaks some rule, named without an exception
+
+
+def test_a_scheduler_that_never_preempts_is_told_of_its_stall_not_of_a_victim():
+    """It leaves out the sequences that cannot grow while they keep their blocks, then stalls:
+    the trace shows no blocks given back, so no one was preempted, and no victim is named."""
+    wrong = next(w for w in SCHEDULERS if w.name == "never-preempts")
+    found = verdicts(InProcess(load(SOLUTION, wrong.mutant.source(), wrong.name)))
+    assert found["preemption"].startswith("Fail: ") and "stalls" in found["preemption"]
+    assert MODULES["preemption"].LIKELY["stall-empty"] in found["preemption"]
+    for verdict in found.values():
+        assert MODULES["preemption"].LIKELY["victim"] not in verdict
+        assert "was preempted" not in verdict, verdict

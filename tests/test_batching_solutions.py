@@ -399,7 +399,7 @@ def _scripted(name: str, case: str) -> tuple[list, list, list[str]]:
 
 
 def test_the_wrong_schedulers_are_named_once_and_fail_batching_items():
-    assert len({w.name for w in SCHEDULERS}) == len(SCHEDULERS) == 9
+    assert len({w.name for w in SCHEDULERS}) == len(SCHEDULERS) == 10
     for wrong in SCHEDULERS:
         assert wrong.fails and wrong.fails <= BATCHING_ITEMS, wrong.name
 

@@ -5,8 +5,9 @@ As Gradescope runs it (the slow tests): the bundle is made by the CLI, unpacked 
 standing for /autograder (source/, submission/, results/), setup.sh installs the kata into a
 fresh venv (KVKATA_VENV; its system steps skipped, as Python and bubblewrap are here; torch
 from this machine's pip configuration, KVKATA_TORCH_INDEX empty), and run_autograder runs in
-bubblewrap with that folder bound at /autograder. Every results.json is checked against
-Gradescope's documented schema (GRADESCOPE_SCHEMA).
+bubblewrap with that folder bound at /autograder, in a PID namespace of its own, as in a
+container: what is left in it once run_autograder returns is listed (AFTER_THE_RUN). Every
+results.json is checked against Gradescope's documented schema (GRADESCOPE_SCHEMA).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 import zipfile
 from pathlib import Path
 
@@ -181,6 +183,35 @@ def test_a_public_assignment_is_its_grade_visible_with_the_isolation_said():
     assert autograder.ISOLATION_LINES["process"] in merged["output"]
 
 
+@pytest.mark.parametrize("command, says", [
+    ("sys.exit(4)", "ended with exit code 4"),
+    ("sys.exit(0)", "wrote no results"),
+    ("open('results.json', 'w').write(FORGED); sys.exit(2)", "ended with exit code 2"),
+], ids=["kata-broke", "no-file", "a-file-it-did-not-make"])
+def test_a_grade_that_writes_no_results_is_a_failure_said_in_results_json(
+        command, says, tmp_path, monkeypatch, capsys):
+    """run_autograder takes a grade's results only from a grade that graded (exit 0 or 1) and
+    wrote them; else results.json says what failed, score 0, and the exit code is 1. A file in
+    the grade's folder after a grade that failed (a forger's, say) is never taken."""
+    forged = json.dumps({"score": 100.0, "output": "forged", "tests": []})
+    monkeypatch.setattr(autograder, "KATA_COMMAND",
+                        f"import sys; sys.stdin.readline(); FORGED = {forged!r}; {command}")
+    for folder in ("source", "submission"):
+        (tmp_path / folder).mkdir()
+    (tmp_path / "source" / gradescope.SETTINGS).write_text(json.dumps(
+        {"track": "dense", "hidden": False, "seed": None, "torch": "2.13.0",
+         "private_graders": False}))
+    (tmp_path / "submission" / "kv_cache.py").write_text("")
+    assert autograder.run(tmp_path) == 1
+    results = json.loads((tmp_path / "results" / "results.json").read_text())
+    check_gradescope_schema(results)
+    (test,) = results["tests"]
+    assert results["score"] == 0 and test["status"] == "failed" and "forged" not in str(results)
+    assert says in test["output"] and says in results["output"], test["output"]
+    assert test["max_score"] == rubric_points()
+    assert says in capsys.readouterr().out, "the instructor is told too"
+
+
 # --- the bundle ---------------------------------------------------------------------------------
 
 def test_the_bundle_holds_the_scripts_the_wheel_the_settings_and_the_private_graders(tmp_path):
@@ -276,8 +307,9 @@ def test_the_workflows_steps_run_here_in_a_students_workspace(tmp_path):
 
 def jail_argv() -> list[str]:
     """bubblewrap arguments for a root of this machine's read-only folders (/ itself stays a
-    tmpfs, so /autograder can be made), its own /dev and /proc, and /tmp writable."""
-    argv = ["bwrap", "--tmpfs", "/"]
+    tmpfs, so /autograder can be made), its own /dev, PID namespace and /proc, as a container's,
+    and /tmp writable."""
+    argv = ["bwrap", "--unshare-pid", "--tmpfs", "/"]
     for entry in sorted(Path("/").iterdir()):
         if entry.name in ("proc", "dev", "tmp"):
             continue
@@ -359,12 +391,36 @@ def autograde(bundle, venv, tmp_path):
         masked = [] if bwrap else ["--ro-bind", "/dev/null", "/usr/bin/bwrap"]
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
         done = subprocess.run([*jail_argv(), *masked, "--bind", str(root), "/autograder",
-                               "/autograder/run_autograder"], capture_output=True, text=True,
-                              env={**env, "KVKATA_VENV": str(venv)}, timeout=300)
+                               sys.executable, "-c", AFTER_THE_RUN], capture_output=True,
+                              text=True, env={**env, "KVKATA_VENV": str(venv)}, timeout=300)
         results = root / "results" / "results.json"
         return (json.loads(results.read_text()) if results.is_file() else None), root, done
 
     return run
+
+
+# The jail's first process: run_autograder, then what is left in the container once it is done
+# (every process of the jail's own PID namespace but its init and this one), in LEFT; then a
+# wait, for a process left behind to rewrite the results (the jail's end kills them all).
+LEFT = "left-after-the-run.json"
+AFTER_THE_RUN = f"""
+import json, os, subprocess, sys, time
+code = subprocess.call(["/autograder/run_autograder"])
+left = []
+for pid in filter(str.isdigit, os.listdir("/proc")):
+    if int(pid) in (1, os.getpid()):
+        continue
+    try:
+        uid = int(open(f"/proc/{{pid}}/status").read().split("Uid:")[1].split()[0])
+        argv = open(f"/proc/{{pid}}/cmdline", "rb").read().decode(errors="replace")
+    except (OSError, IndexError):
+        continue
+    left.append({{"pid": int(pid), "uid": uid, "argv": argv.replace(chr(0), " ")[:200]}})
+with open("/autograder/{LEFT}", "w") as f:
+    json.dump(left, f)
+time.sleep(1.5)
+sys.exit(code)
+"""
 
 
 def by_visibility(results: dict, visibility: str) -> list[dict]:
@@ -373,7 +429,8 @@ def by_visibility(results: dict, visibility: str) -> list[dict]:
 
 @pytest.mark.slow
 def test_a_correct_submission_passes_all_but_the_private_case_shown_when_published(autograde):
-    """The reference, in the process fallback (its grades run as an unprivileged user): every
+    """The reference, in the process fallback (the judge root, the submission a user of its
+    own, reading a copy of its files: its tests list their folder, as pytest does): every
     public item passes; the hidden grade passes every item but the one the bundled private
     grader fails, which shows its message there alone."""
     results, _, done = autograde({"kv_cache.py": (ROOT / "solutions/kv_cache.py").read_text(),
@@ -383,7 +440,8 @@ def test_a_correct_submission_passes_all_but_the_private_case_shown_when_publish
     assert done.returncode == 0, done.stdout + done.stderr
     check_gradescope_schema(results)
     private_points = rubric_data.load().item(PRIVATE_ITEM).points
-    assert results["score"] == 100 - private_points
+    assert results["score"] == 100 - private_points, [
+        (t["name"], t["output"]) for t in results["tests"] if t["status"] == "failed"]
     public, hidden = by_visibility(results, "visible"), by_visibility(results, "after_published")
     items = len(rubric_data.load().track(DENSE))
     assert len(public) == items and {t["status"] for t in public} == {"passed"}
@@ -397,7 +455,7 @@ def test_a_correct_submission_passes_all_but_the_private_case_shown_when_publish
     assert "the course's own case fails everyone" in str(hidden)
     assert "the course's own case" not in str(public) + results["output"]
     assert f"Hidden cases (seed {SEED})" in results["output"]
-    assert autograder.isolation_line("process") in results["output"]
+    assert autograder.ISOLATION_LINES["process"] + autograder.UNPRIVILEGED in results["output"]
     assert f"hidden cases of seed {SEED}" in done.stdout, "the kata's report is in stdout"
 
 
@@ -431,6 +489,81 @@ def test_a_submission_forging_its_results_in_a_container_without_bubblewrap(auto
     assert autograder.UNPRIVILEGED in results["output"]
     assert {t["status"] for t in results["tests"][:-1]} == {"failed"}
     assert any("exited with code 0" in t["output"] for t in results["tests"])
+
+
+# --- the attacks of a submission on its own grade (issue 40) ----------------------------------
+
+AS_ROOT = pytest.mark.skipif(
+    os.geteuid() != 0, reason="the process fallback runs the submission as a user of its own "
+    "only where run_autograder is root, as in Gradescope's container: run the test as root")
+IN_BOTH_MODES = [pytest.param(False, id="process", marks=AS_ROOT),
+                 pytest.param(True, id="bwrap")]
+
+
+def left_after(root: Path) -> list[dict]:
+    """The processes left in the container once run_autograder returned (AFTER_THE_RUN)."""
+    return json.loads((root / LEFT).read_text())
+
+
+def public_feedback(results: dict) -> str:
+    """What the student sees at once: the visible tests' names and messages."""
+    return "\n".join(f"{t['name']}: {t['output']}" for t in by_visibility(results, "visible"))
+
+
+def graded_as_it_is(results: dict) -> None:
+    """`results` is the grade of a file whose every function ends its process: the rubric's
+    items, all failed, and the evidence that the file ran."""
+    check_gradescope_schema(results)
+    assert results["score"] == 0 and "forged" not in results["output"], results["output"]
+    items = len(rubric_data.load().track(DENSE))
+    assert len(results["tests"]) == 2 * items + 1, "not the grade's tests"
+    assert {t["status"] for t in results["tests"]} == {"failed"}
+    assert any("exited with code 0" in t["output"] for t in results["tests"]), "it never ran"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("bwrap", IN_BOTH_MODES)
+def test_a_submission_forging_the_grades_own_results_file_gets_its_true_grade(autograde, bwrap):
+    """At import it writes a perfect results.json where the judge is to write its own and makes
+    the folder read-only: run as one user with the judge, it was handed to Gradescope (score
+    100). Now the judge's folder is not the submission's to write, or to see."""
+    source = (HOSTILE / "forges_results_in_the_grades_folder.py").read_text()
+    results, root, done = autograde({"kv_cache.py": source}, bwrap=bwrap)
+    assert done.returncode == 0, done.stdout + done.stderr
+    graded_as_it_is(results)
+    assert left_after(root) == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("bwrap", IN_BOTH_MODES)
+def test_a_daemon_rewriting_the_results_is_gone_before_any_report(autograde, bwrap):
+    """A double-forked process in a session of its own rewrites every results.json it can find
+    every 0.5 s: it is killed and reaped before the judge writes, nothing is left once
+    run_autograder returns, and results.json, read 1.5 s later, is still the grade's."""
+    token = f"kata-hostile-{uuid.uuid4().hex}"
+    source = (HOSTILE / "rewrites_results_from_a_daemon.py").read_text().replace("@TOKEN@", token)
+    results, root, done = autograde({"kv_cache.py": source}, bwrap=bwrap)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert left_after(root) == [], "a process outlived the grade"
+    graded_as_it_is(results)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("bwrap", IN_BOTH_MODES)
+def test_a_submission_reading_the_seed_and_private_graders_finds_neither(autograde, bwrap):
+    """It looks for the seed (command lines, the bundle's settings) and the private graders (the
+    bundle, the judge's copy, `--graders`) and prints what it read into its public feedback."""
+    source = (HOSTILE / "reads_the_private_graders.py").read_text()
+    results, root, done = autograde({"kv_cache.py": source}, bwrap=bwrap)
+    assert done.returncode == 0, done.stdout + done.stderr
+    check_gradescope_schema(results)
+    shown = public_feedback(results)
+    assert "read: nothing;" in shown, shown[:2000]
+    assert "the course's own case" not in shown and "fails_everyone" not in shown
+    assert f'"seed": {SEED}' not in shown and "seed on a command line" not in shown
+    refused = "PermissionError" if not bwrap else "FileNotFoundError"
+    assert f"/autograder/source/assignment.json: {refused}" in shown, shown[:2000]
+    assert left_after(root) == []
 
 
 @pytest.mark.slow

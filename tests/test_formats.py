@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from graders.formats.causes import cause_of, evidence
 from graders.formats.gradescope import to_gradescope, write_gradescope
 from graders.formats.junit import write_junit
 from graders.formats.report import partial_verdict, render, to_json
@@ -163,12 +164,16 @@ def test_scorecard_tables_keep_one_row_per_item_whatever_the_message(scorecard):
     assert all(len(cells(row)) == 5 for row in rows), rows
     body = {cells(row)[0].strip("`"): cells(row) for row in rows if row.startswith("| `")}
     assert list(body) == [i.id for i in ITEMS]
+    lead_of = cause_of(made(hidden=False))
     for item in ITEMS:
         shown = quoted(body[item.id][4])
+        lead = lead_of.get(item.id, item.id)
+        said = (item.message if lead == item.id  # under another cause: what it saw
+                else f"under {lead}: {evidence(item.message)}")
         if len(item.message) > PASS_REASON_CHARS and item.status == "pass":
             assert len(shown) == PASS_REASON_CHARS and shown.endswith("…")
         else:  # a pipe after an odd run of backslashes shows one more (markdown_code)
-            assert shown == quote(item.message).replace("a\\|b", "a\\\\|b")
+            assert shown == quote(said).replace("a\\|b", "a\\\\|b")
         assert body[item.id][3] == f"{item.points:g}/{item.max_points:g}"
         assert rendered(body[item.id][1]) == load().item(item.id).title
     for level in ("L4", "L5", "L6"):
@@ -257,8 +262,16 @@ def test_gradescope_tests_name_number_and_explain_each_item():
         assert test["name"] == f"{item.level} {item.id}: {info.title}"
         assert test["tags"] == [item.level]
         assert test["status"] == ("passed" if item.status == "pass" else "failed")
-        assert test["output"].startswith(quote(item.message))
-        assert (info.hints[0] in test["output"]) == (item.status != "pass")
+        lead = cause_of(made(hidden=False)).get(item.id)
+        if lead is None:
+            assert test["output"] == quote(item.message)
+        else:  # the cause in one line, then what the item saw
+            cause, message = test["output"].split("\n\n", 1)
+            assert cause.startswith(f"Cause: {'this item' if lead == item.id else lead}")
+            assert "\n" not in cause
+            assert message.startswith(quote(item.message if lead == item.id
+                                            else evidence(item.message)))
+        assert (info.hints[0] in test["output"]) == (lead == item.id), "the lead's hint only"
 
 
 # --- JUnit XML ----------------------------------------------------------------------------------
@@ -429,7 +442,8 @@ def test_a_file_that_does_not_import_is_reported_once_and_its_items_say_not_run(
     for output, text in shown(result, tmp_path).items():
         assert text.count("SyntaxError") == 1, f"{output} does not give the error once:\n{text}"
     report = terminal(result)
-    assert report.count("not run:") == len(ITEMS) and "hint:" not in report, report
+    assert f"Items not run ({len(ITEMS)}):" in report and "hint:" not in report, report
+    assert terminal(result, "verbose").count("not run:") == len(ITEMS), "every item, with -v"
     assert set(reasons(shown(result, tmp_path)["scorecard"])) == {"not run: the file does not import"}
     assert {i["message"] for i in to_json(result)["items"]} == {f"not run: {NOT_IMPORTING}"}
 

@@ -42,8 +42,8 @@ TENSOR_REPR = re.compile(r"tensor\(")
 INPUT_DECIMALS = re.compile(r"(?<![\w.])-?\d+\.\d{4,}(?![\de])")  # 0.1234: not 1.2e-03 or 1234
 PARALLEL = 3
 LIKELY = [  # wrong implementation (tests/wrong), item, the likely mistake its public cases name
-    ("gqa-head-mapping-modulo", "gqa", "Likely mistake: GQA head mapping?"),
-    ("no-scale", "prefix-equivalence", "Likely mistake: scores are not scaled by 1/sqrt"),
+    ("gqa-head-mapping-modulo", "gqa", "Likely mistake: the GQA head mapping"),
+    ("no-scale", "prefix-equivalence", "Likely mistake: the scores' scale"),
 ]
 
 

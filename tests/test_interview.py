@@ -456,19 +456,23 @@ def test_each_warning_is_printed_once_when_its_time_comes(tmp_path):
     for minutes in (0, 4.9, 5.1, 6, 12.9, 13.1, 14, 14.99):
         assert not ticker.time_up(ws, START + minutes * 60)
         printed.append(out.getvalue())
-    assert printed[1] == "" and printed[2] == commands.WARNINGS[600] + "\n"
+    flat = " ".join  # a warning wraps at the terminal's width, at spaces
+    assert printed[1] == "" and flat(printed[2].split()) == flat(commands.WARNINGS[600].split())
+    assert all(len(line) <= out_console.width for line in printed[2].splitlines())
     assert printed[4] == printed[2]  # not again while it holds
-    assert printed[5] == printed[2] + commands.WARNINGS[120] + "\n" == printed[7]
+    assert flat(printed[5].split()) == flat((commands.WARNINGS[600] + " "
+                                             + commands.WARNINGS[120]).split())
+    assert printed[5] == printed[7]
     assert ticker.time_up(ws, START + 15 * 60) and out.getvalue() == printed[7]
     resumed_console, resumed = console()  # a session resumed with a minute left: the latest
     assert not commands.Ticker(resumed_console).time_up(ws, START + 14 * 60)
-    assert resumed.getvalue() == commands.WARNINGS[120] + "\n"
+    assert flat(resumed.getvalue().split()) == flat(commands.WARNINGS[120].split())
     short_console, short = console()  # a 5-minute session: the 2-minute warning alone
     verbs.start(tmp_path / "short", minutes=5, clock=clock)
     short_ticker = commands.Ticker(short_console)
     for minutes in (0, 2.9, 3.1, 4):
         short_ticker.time_up(tmp_path / "short", START + minutes * 60)
-    assert short.getvalue() == commands.WARNINGS[120] + "\n"
+    assert flat(short.getvalue().split()) == flat(commands.WARNINGS[120].split())
 
 
 def test_in_a_terminal_the_status_line_ticks_in_place_with_its_warning(tmp_path):
@@ -874,3 +878,16 @@ def test_a_second_ctrl_c_during_the_final_grade_ends_the_session_without_a_trace
     session = verbs.load(ws)
     assert session["ended"] is not None and session["final"]["partial"] is True
     assert not (ws / ".kata" / "session.lock").exists()  # the workspace is free again
+
+
+def test_the_session_report_wraps_at_the_terminals_width(tmp_path):
+    import io
+
+    clock, ws = Clock(), tmp_path / "ws"
+    verbs.start(ws, minutes=15, clock=clock)
+    out = io.StringIO()
+    assert commands.report(Console(file=out, width=72), ws, None, None, None) == 0
+    lines = out.getvalue().splitlines()
+    assert lines and max(len(line) for line in lines) <= 72, out.getvalue()
+    said = " ".join(review.lines(verbs.load(ws), ws))
+    assert " ".join(out.getvalue().split()) == " ".join(said.split()), "wrapped, nothing cut"

@@ -65,7 +65,8 @@ def kata(*args: str, cwd: Path):
     here = os.getcwd()
     os.chdir(cwd)
     try:
-        done = CliRunner().invoke(COMMAND, list(args))
+        # A wide terminal: the report wraps at its width, and these tests read it by line.
+        done = CliRunner().invoke(COMMAND, list(args), env={"COLUMNS": "1000"})
     finally:
         os.chdir(here)
     assert done.exception is None or isinstance(done.exception, SystemExit), done.exception

@@ -80,7 +80,7 @@ def test_a_hand_edited_session_is_named_edited_in_every_format(recorded, tmp_pat
     def kata(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, str(ROOT / "cli.py"), "interview", *args],
                               cwd=tmp_path, capture_output=True, timeout=600,
-                              env={**os.environ, "COLUMNS": "100"})
+                              env={**os.environ, "COLUMNS": "1000"})  # a line each: no wrap
 
     plain = kata("report", "ws")
     lines = plain.stdout.decode().splitlines()

@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import select
+import shutil
 import socket
 import subprocess
 import sys
@@ -21,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from graders.formats import report
+from graders.judge import isolation
 from graders.judge.grade import grade
 from graders.judge.isolation import (KATA, Sandbox, SandboxUnavailable, _children, bwrap_problem,
                                unseen_beside)
@@ -419,3 +421,75 @@ def test_the_judges_own_folders_are_out_of_sight(mode, how, tmp_path, token, hos
                           env=dict(os.environ, PYTHONPATH=str(KATA)))
     assert "unreadable: FileNotFoundError" in done.stdout, done.stdout + done.stderr
     assert token not in done.stdout
+
+
+# --- the worker's user, for a root judge (issue 40) ----------------------------------------------
+
+AS_ROOT = pytest.mark.skipif(os.geteuid() != 0, reason="only root can run processes as another "
+                             "user, as a root judge runs its workers: run the test as root")
+
+
+def test_each_live_worker_gets_a_user_of_its_own_in_this_judges_block():
+    users = [isolation.take_user() for _ in range(3)]
+    try:
+        block = isolation.SANDBOX_UID + (os.getpid() % (1 << 20)) * isolation.USER_SLOTS
+        assert len(set(users)) == 3
+        assert all(block <= uid < block + isolation.USER_SLOTS for uid in users)
+    finally:
+        for uid in users:
+            isolation.give_back_user(uid)
+    again = isolation.take_user()
+    isolation.give_back_user(again)
+    assert again == min(users), "a user given back is taken again"
+
+
+def test_a_folder_closed_to_other_users_keeps_the_worker_on_the_judges_user():
+    base = Path(tempfile.mkdtemp(dir="/tmp"))  # pytest's tmp_path lies in a folder of 0700
+    try:
+        base.chmod(0o755)
+        lib = base / "closed" / "env" / "lib"
+        lib.mkdir(parents=True)
+        assert isolation._closed_to_others(str(lib)) is None
+        (base / "closed").chmod(0o700)
+        assert isolation._closed_to_others(str(lib)) == str(base / "closed")
+        (base / "closed").chmod(0o755)
+        lib.chmod(0o711)  # to be entered, not read: an import lists it
+        assert isolation._closed_to_others(str(lib)) == str(lib)
+    finally:
+        shutil.rmtree(base)
+
+
+@AS_ROOT
+def test_ending_a_workers_user_kills_and_reaps_every_process_of_it(token):
+    """A process of the worker's user that left a sleeper in a session of its own, as a
+    candidate's code would: end_user returns once /proc shows none of either."""
+    isolation.guard_judge()  # the judge is the subreaper of what its workers leave
+    uid = isolation.take_user()
+    try:
+        starter = subprocess.Popen(
+            ["/bin/sh", "-c", f"setsid /bin/sh -c 'sleep 600; : {token}' & sleep 600"],
+            user=uid, group=uid, extra_groups=[], cwd="/")
+        deadline = time.monotonic() + 10
+        while len(isolation._processes_of_user(uid)) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(isolation._processes_of_user(uid)) >= 3, "the sleeper did not start"
+        isolation.end_user(uid)
+        assert isolation._processes_of_user(uid) == [] and processes_with(token) == []
+        starter.wait(timeout=5)
+    finally:
+        isolation.give_back_user(uid)
+
+
+@pytest.mark.parametrize("euid, problem, says", [
+    (0, None, "runs the candidate's code as a user of its own, but does not stop it from "
+              "reading what every user may read or using the network"),
+    (0, "/root is closed to other users", "forking without bound or using the network: it runs "
+                                          "as root, the judge's user (/root is closed"),
+    (1000, "the kata is not run as root", "reading or writing this user's files or using the "
+                                          "network"),
+], ids=["root-as-its-own-user", "root-kept", "not-root"])
+def test_the_fallback_note_says_what_the_fallback_leaves_open_here(euid, problem, says,
+                                                                   monkeypatch):
+    monkeypatch.setattr(isolation, "worker_user_problem", lambda: problem)
+    monkeypatch.setattr(os, "geteuid", lambda: euid)
+    assert says in isolation._fallback_gaps()

@@ -81,3 +81,22 @@ def test_a_track_lists_its_own_interviewer_items_else_the_levels():
     levels = {i.id for i in rubric.interviewer if i.level in rubric.levels}
     assert of["dense"] == of["serving"] == levels and "gqa-memory" in levels
     assert of["batching"] == {"why-iteration-level", "recompute-or-swap", "token-budget"}
+
+
+def test_dependencies_name_items_of_the_same_track_without_cycles():
+    """`depends_on` (graders.formats.causes groups a failure under a failing dependency's cause):
+    every id is an item of the item's own track, never itself, and following them never comes
+    back to where it started."""
+    rubric = load()
+    items = {i.id: i for i in rubric.items}
+    for item in rubric.items:
+        track = next(t for t in TRACKS.values() if t.owns(item.level))
+        for dep in item.depends_on:
+            assert dep in items and track.owns(items[dep].level) and dep != item.id, (item.id, dep)
+
+    def reaches(start: str, at: str, seen: frozenset[str] = frozenset()) -> bool:
+        return any(dep == start or (dep not in seen and reaches(start, dep, seen | {dep}))
+                   for dep in items[at].depends_on)
+
+    assert not [i for i in items if reaches(i, i)], "a cycle of depends_on"
+    assert items["prefix-equivalence"].depends_on, "the core items are data, not a guess"

@@ -49,7 +49,7 @@ def test_tests_that_copy_the_reference_into_tmp_lend_it_to_no_implementation(tok
     items = borrowing_grade("require", token, hostile_file)
     for item in BORROWED:
         assert items[item].status == "fail", (item, items[item].message)
-    assert "Likely mistake: scores are not scaled" in items["prefix-equivalence"].message, \
+    assert "Likely mistake: the scores' scale" in items["prefix-equivalence"].message, \
         items["prefix-equivalence"].message
 
 

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 import torch
@@ -23,6 +24,8 @@ import torch
 from graders.judge.candidate import Candidate
 
 from graders.dense.items import prealloc
+from graders.export import autograder
+from graders.judge.grade import TimeBudget, grade
 from graders.judge.workers import Reply, Worker, _timeout_detail
 from graders.shared import hidden_cases
 from graders.shared.mutation import REFERENCE
@@ -223,3 +226,66 @@ def test_an_append_that_loops_in_python_passes_prealloc_s_hidden_run_in_its_meas
             prealloc.grade_hidden(Candidate(worker, timeout=2.0))  # Fail or timeout: raises
     finally:
         worker.close()
+
+
+# --- a grade's time as a whole ------------------------------------------------------------------
+
+BUDGET = 8.0  # seconds: the test's own budget, for a grade that would otherwise take minutes
+SLEEP = 2.5  # seconds each request waits: under the 3 s a call of --timeout 1 may take
+WAITING_TESTS = """import time
+
+
+def test_waits_for_what_never_comes():
+    time.sleep(3600)
+"""
+
+
+@pytest.mark.slow  # a grade of BUDGET seconds, on purpose
+def test_a_grade_whose_every_request_waits_ends_at_its_budget_with_the_rest_timeouts(
+        hostile_file, tmp_path):
+    """Each request sleeps just under its limit on the clock, so no call times out and the
+    per-item hang count never trips; the candidate's tests, run beside, wait too. The grade
+    ends at its budget: what was graded keeps its status, every item after (own-tests among
+    them) is a timeout that names the budget."""
+    path = hostile_file("sleeps_before_every_answer", SLEEP=SLEEP)
+    tests = tmp_path / "test_kv_cache.py"
+    tests.write_text(WAITING_TESTS)
+    start = time.monotonic()
+    result = grade(path, tests, timeout=1.0, budget=TimeBudget(public=BUDGET, hidden=BUDGET))
+    elapsed = time.monotonic() - start
+    assert elapsed < BUDGET + 10, f"the grade took {elapsed:.0f} s against a budget of {BUDGET:g}"
+    says = f"the grade's time budget of {BUDGET:g} s on the clock was spent"
+    spent = [item for item in result.items if item.status == "timeout"]
+    assert spent and all(says in why(item) for item in spent), [why(i) for i in spent]
+    statuses = {item.id: item.status for item in result.items}
+    assert statuses["own-tests"] == "timeout"
+    assert "pass" in statuses.values(), "no item was graded before the budget: the file is correct"
+    assert len(spent) < len(result.items) - 1
+    assert result.level is not None and not result.partial, "a budget leaves out no item"
+
+
+def why(item) -> str:
+    return item.unavailable or item.message
+
+
+def test_the_default_budget_is_the_readmes_and_under_the_autograders_backstop():
+    """The figures the README states, and the order they must keep: a Gradescope grade ends
+    at its budget, never at run_autograder's backstop (which says only "did not finish")."""
+    budget = TimeBudget()
+    assert (budget.public, budget.hidden) == (150.0, 240.0)
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    assert "a time budget of 150 s (240 s with `--hidden`" in " ".join(readme.split())
+    assert autograder.GRADE_SECONDS >= budget.hidden + 30
+    assert budget.public + budget.hidden + 2 * 30 < 600, "Gradescope's default limit: 10 min"
+
+
+@pytest.mark.slow  # one grade of the reference, timed
+def test_the_reference_grades_in_a_fraction_of_the_default_budget():
+    """The margin the default was chosen with (8-12x, grade.TimeBudget): the reference and its
+    tests grade, public cases, in under a quarter of it even on a loaded machine."""
+    tests = REFERENCE.parent / "test_kv_cache.py"
+    start = time.monotonic()
+    result = grade(REFERENCE, tests)
+    elapsed = time.monotonic() - start
+    assert result.passed, [why(i) for i in result.items if i.status != "pass"]
+    assert elapsed < TimeBudget().public / 4, f"the reference took {elapsed:.0f} s"

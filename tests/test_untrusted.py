@@ -6,6 +6,8 @@ import re
 import unicodedata
 
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from graders.shared.untrusted import (MAX_QUOTE, _UNSAFE, clip, csv_cell, file_name, markdown_code,
                                printable, quote, xml_text)
@@ -98,3 +100,20 @@ def test_xml_text_holds_only_characters_xml_allows():
 def test_file_name_shows_undecodable_bytes():
     assert file_name(b"sub\xffmission") == "sub\\xffmission"
     assert file_name("sub\x1b[2Jname") == "sub\\x1b[2Jname"
+
+
+# Characters whose shown width differs: escapes of 4, 6 and 10 characters, a CRLF shown as one.
+SHOWN_WIDTHS = st.sampled_from(["x", "\x1b", "\u202e", "\U000e0041", "\r\n", "\r", "\n", "é",
+                                "\ud800", "\udcff"])
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(head=st.lists(SHOWN_WIDTHS, max_size=80).map("".join),
+       tail=st.integers(0, 3 * MAX_QUOTE), limit=st.sampled_from([MAX_QUOTE, 100, 41]))
+@example(head="\U000e0041", tail=3000, limit=MAX_QUOTE)  # once 2,009 characters (issue 46)
+def test_every_quote_is_at_most_its_limit_whatever_precedes_the_cut(head, tail, limit):
+    text = head + "x" * tail
+    shown = quote(text, limit)
+    assert len(shown) <= limit
+    whole = printable(text.replace("\r\n", "\n"))
+    assert shown == whole or shown.endswith(" more characters cut]"), "a cut says so"

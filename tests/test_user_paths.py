@@ -117,7 +117,8 @@ def test_grade_all_reads_and_writes_relative_folders(here):
     place(REFERENCE, here / "in" / "alice" / "kv_cache.py")
     result = kata("grade-all", "in", "--out", "summary", "--jobs", "1", "--sandbox", "process")
     assert result.exit_code == 0, result.output
-    assert sorted(p.name for p in (here / "summary").iterdir()) == ["summary.csv", "summary.md"]
+    assert sorted(p.name for p in (here / "summary").iterdir()) == [
+        "index.html", "pages", "summary.csv", "summary.md"]
     assert "alice" in (here / "summary" / "summary.csv").read_text()
 
 
@@ -303,12 +304,13 @@ def replaced(monkeypatch) -> list[Path]:
 def test_every_report_of_grade_is_written_atomically(here, replaced):
     place(REFERENCE, here / "kv_cache.py")
     result = kata("grade", "kv_cache.py", "--level", "L4", "--json", "r.json",
-                  "--markdown", "card.md", "--junit", "junit.xml")
+                  "--markdown", "card.md", "--junit", "junit.xml", "--html", "page.html")
     assert result.exit_code == 0, result.output
     gradescope = kata("grade", "kv_cache.py", "--level", "L4", "--format", "gradescope")
     assert gradescope.exit_code == 0, gradescope.output
     assert [p for p in replaced if p.parent == here] == [
-        here / "r.json", here / "card.md", here / "junit.xml", here / "results.json"]
+        here / "r.json", here / "card.md", here / "junit.xml", here / "page.html",
+        here / "results.json"]
     assert json.loads((here / "r.json").read_text())["implementation"] == "kv_cache.py"
 
 
@@ -317,7 +319,8 @@ def test_the_summaries_of_grade_all_are_written_atomically(here, replaced):
     result = kata("grade-all", "in", "--out", "out", "--jobs", "1", "--sandbox", "process")
     assert result.exit_code == 0, result.output
     assert [p for p in replaced if p.parent == here / "out"] == [
-        here / "out" / "summary.csv", here / "out" / "summary.md"]
+        here / "out" / "summary.csv", here / "out" / "summary.md", here / "out" / "index.html"]
+    assert here / "out" / "pages" / "001.html" in replaced
 
 
 def test_the_json_of_bench_is_written_atomically(here, replaced):

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.report_length import REPORT_LINES_ONE_BUG, report_lines
+from graders.formats.causes import causes, likely
 from graders.judge.grade import GradeResult, grade
 from graders.shared.compare import SDPA_IS_CAUSAL
 from graders.shared.mutation import REFERENCE
@@ -27,9 +29,10 @@ HOSTILE = Path(__file__).parent / "hostile"
 
 @pytest.fixture(scope="module")
 def graded(request, tmp_path_factory) -> dict[str, GradeResult]:
-    selected = [item.callspec.params["wrong"] for item in request.session.items
-                if item.module is request.module and hasattr(item, "callspec")
-                and "wrong" in item.callspec.params]
+    selected = list({item.callspec.params["wrong"].name: item.callspec.params["wrong"]
+                     for item in request.session.items
+                     if item.module is request.module and hasattr(item, "callspec")
+                     and "wrong" in item.callspec.params}.values())  # each graded once
     folder = tmp_path_factory.mktemp("wrong")
 
     def run(wrong: Wrong) -> tuple[str, GradeResult]:
@@ -56,6 +59,69 @@ def test_fails_exactly_its_items(wrong, graded):
         f"{wrong.name} failed {sorted(failed)}, expected {sorted(wrong.fails)}:\n{messages}")
     assert detected == set(wrong.tells), (
         f"{wrong.name} showed tells {sorted(detected)}, expected {sorted(wrong.tells)}")
+
+
+# The causes a report must give each wrong implementation that fails several items (issue 44):
+# the lead of each cause other than a stub's, in order; one that fails one item leads with it.
+# Two for the validation mutants, which reach two items that judge different checks.
+CAUSES = {
+    "static-batching": ("fcfs",), "append-on-heads": ("append-time-dim",),
+    "attend-whole-capacity": ("prefix-equivalence",), "attend-no-row-mask": ("ragged-batch",),
+    "empty_unwritten_slots": ("ragged-batch",), "no-scale": ("prefix-equivalence",),
+    "scale-one-over-d": ("prefix-equivalence",), "softmax-wrong-axis": ("prefix-equivalence",),
+    "softmax-no-max": ("stable-softmax",), "counts-ignored": ("ragged-batch",),
+    "writes-padding": ("ragged-batch",), "shared-write-offset": ("ragged-batch",),
+    "lengths-python-int": ("append-time-dim",), "keys-whole-storage": ("append-time-dim",),
+    "attend-drops-query-axis": ("attend-shape",), "reprojects-the-prefix": ("kv-only",),
+    "reprojects-the-prefix-fused": ("kv-only",), "rope-position-zero": ("rope-absolute",),
+    "rope-longest-row": ("rope-absolute",), "rope-query-unrotated": ("rope-absolute",),
+    "rope-key-unrotated": ("rope-absolute",), "rope-interleaved": ("rope-absolute",),
+    "rope-one-position-late": ("rope-absolute",), "rope-at-attend-time": ("rope-absolute",),
+    "count-zero-grows": ("ragged-batch",), "count-zero-overwrites-last": ("ragged-batch",),
+    "paged-sorted-blocks": ("paged-equivalence",),
+    "paged-contiguous-blocks": ("paged-equivalence",),
+    "paged-stale-slots": ("paged-equivalence",), "paged-no-scale": ("paged-equivalence",),
+    "paged-slot-p": ("paged-equivalence",), "paged-padding-read": ("paged-equivalence",),
+    "fork-copies-blocks": ("paged-cow",), "fork-without-refcounts": ("paged-cow",),
+    "cow-never-copies": ("paged-cow",), "cow-copies-full-blocks": ("paged-cow",),
+    "cow-keeps-old-count": ("paged-cow",), "grows-only-when-full": ("length-vs-capacity",),
+    "fixed-2048-slots": ("length-vs-capacity",), "sdpa-is-causal": ("prefix-equivalence",),
+    "no-append-validation": ("validate-shapes", "validate-dtype-device"),
+    "validates-after-growing": ("validate-shapes", "validate-dtype-device"),
+    "attend-returns-float32": ("validate-dtype-device",),
+    "attend-no-query-validation": ("validate-shapes", "validate-dtype-device"),
+}
+# What the lead's likely mistake must point at, where the mutant's mistake has a name.
+POINTS_AT = {
+    "append-on-heads": "which dimension append grows", "no-scale": "the scores' scale",
+    "scale-one-over-d": "the scores' scale", "softmax-wrong-axis": "the softmax's axis",
+    "sdpa-is-causal": "the mask of attention", "counts-ignored": "how append uses counts",
+    "fixed-2048-slots": "what append does when a row outgrows capacity",
+}
+
+
+@pytest.mark.parametrize("wrong", WRONG, ids=[w.name for w in WRONG])
+def test_the_report_leads_with_the_cause_the_mutant_put_in_within_30_lines(wrong, graded):
+    """Issue 44: every failing item under one of the causes named, each lead the mutant's, no
+    member's own guess printed, the lead's guess pointing where the mutant's mistake is; at
+    most 30 lines at 80 columns."""
+    result = graded[wrong.name]
+    found = causes(result)
+    leads = tuple(c.lead.id for c in found if c.lead.status != "not_attempted")
+    assert leads == CAUSES.get(wrong.name, tuple(wrong.fails)), [
+        (c.lead.id, [m.id for m in c.members]) for c in found]
+    assert sorted(i.id for c in found for i in c.items) == sorted(
+        i.id for i in result.items if i.status != "pass")
+    lines = report_lines(result)
+    text = " ".join(" ".join(lines).split())
+    for cause in found:
+        for member in cause.members:
+            guess = likely(member.message)
+            if guess and guess != likely(cause.lead.message):
+                assert " ".join(guess.split()) not in text, (member.id, guess)
+    if wrong.name in POINTS_AT:
+        assert POINTS_AT[wrong.name] in (likely(found[0].lead.message) or ""), found[0].lead
+    assert len(lines) <= REPORT_LINES_ONE_BUG, "\n".join(lines)
 
 
 def _by_name(name: str) -> Wrong:
@@ -110,8 +176,7 @@ def test_validity_read_from_the_data_fails_the_public_ragged_batch(tmp_path):
     (item,) = result.items
     assert item.status == "fail" and not item.message.startswith("hidden case: ")
     assert item.message.endswith("Likely mistake: a real position whose key is all zeros was left "
-                                 "out. Is a slot's validity read from its data rather than from "
-                                 "lengths?")
+                                 "out: where a slot's validity is read from")
 
 
 def test_a_fixed_capacity_is_named_at_the_candidates_line_with_the_caches_state(tmp_path):
@@ -124,9 +189,8 @@ def test_a_fixed_capacity_is_named_at_the_candidates_line_with_the_caches_state(
     assert re.match(r"`append` of \d+ positions? at lengths \[2048\], capacity 2048 raised "
                     r"IndexError: ", item.message), item.message
     assert 'kv_cache.py", line' in item.message and "_ops.py" not in item.message
-    assert item.message.endswith("An append past capacity 2048 raised: the contract requires "
-                                 "append to grow the storage when a row would outgrow it "
-                                 "(doubling, say), whatever capacity the cache started with")
+    assert item.message.endswith("Likely mistake: what append does when a row outgrows "
+                                 "capacity 2048 (this append took a row past it, and raised)")
 
 
 def test_one_exception_failing_many_items_is_named_once(tmp_path):
@@ -168,7 +232,8 @@ def test_a_state_too_large_to_send_is_left_out_of_the_message(tmp_path):
     ("release-clears-a-head", "release", "release(cache, 1) changed cache.keys of rows 0 and 2",
      ""),
     ("grows-only-when-full", "length-vs-capacity", "`append` of 4 positions at lengths [14, 14], "
-     "capacity 16 raised IndexError", "whatever capacity the cache started with"),
+     "capacity 16 raised IndexError",
+     "outgrows capacity 16 (this append took a row past it, and raised)"),
     ("sdpa-is-causal", "prefix-equivalence", "one token at a time from an empty cache",
      "Likely mistake: " + SDPA_IS_CAUSAL),
 ])

@@ -9,9 +9,11 @@ prompt tokens computed).
 
 What the judge cannot see, it infers from what the tables and starts say:
 - A running sequence missing from a step was PREEMPTED at that step when it comes back
-  recomputing (its next entry starts before the positions it had computed) or never comes back
-  (nor finishes); an entry that restarts in the very next step was preempted in that step.
-  Otherwise it kept its blocks (a decode that waited for tokens, a prefill the budget left
+  recomputing (its next entry starts before the positions it had computed), or when it never
+  comes back (nor finishes) and the count of free blocks after that step's schedule says its
+  blocks were given back (a scheduler that leaves a sequence out while it holds its blocks, then
+  stalls, preempted no one); an entry that restarts in the very next step was preempted in that
+  step. Otherwise it kept its blocks (a decode that waited for tokens, a prefill the budget left
   out). With prefix caching, a comeback at exactly its computed positions, a whole number of
   blocks, may be either: the count of free blocks after the step's schedule decides (the
   reading under which the scheduler's count is true).
@@ -131,7 +133,8 @@ class _Replay:
         self.queue: deque[str] = deque()  # the waiting queue, its head first
         self.found = Findings(steps=len(trace["steps"]), error=trace["error"],
                               stalled=trace["stalled"])
-        self.releases, self.ambiguous = _releases(trace, self.seqs, self.bs, self.prefix_caching)
+        self.releases, self.ambiguous, self.gone = _releases(trace, self.seqs, self.bs,
+                                                             self.prefix_caching)
 
     def run(self) -> Findings:
         for n, step in enumerate(self.trace["steps"]):
@@ -150,7 +153,7 @@ class _Replay:
         victims = self.releases.get(n, set()) | {
             seq_id for seq_id in self.ambiguous.get(n, set())
             if self._free_if(batch, released={seq_id}) == step["free_after_schedule"]
-            != self._free_if(batch, released=set())}
+            != self._free_if(batch, released=set())} | self._let_go(n, batch, step)
         victims = self._preempt(n, victims)
         valid = self._budgets(n, batch)
         started = self._starts(n, batch, victims)
@@ -161,6 +164,15 @@ class _Replay:
         self._account(n, step["free_after_schedule"], "after schedule()")
         self._finished(n, step["finished"])
         self._account(n, step["free_after_update"], "after update()")
+
+    def _let_go(self, n: int, batch: list, step: dict) -> set:
+        """The running sequences left out at step `n` that never came back, unless the free
+        count after the schedule says they kept their blocks (then none was preempted)."""
+        gone = {s for s in self.gone.get(n, set()) if self.seqs[s].state == "running"}
+        kept = self._free_if(batch, released=set()) == step["free_after_schedule"]
+        if gone and kept and self._free_if(batch, released=gone) != step["free_after_schedule"]:
+            return set()
+        return gone
 
     def _running(self) -> list[_Seq]:
         return [s for s in self.seqs.values() if s.state == "running"]
@@ -452,8 +464,10 @@ def _over(count: int, cap: int, what: str) -> str:
 
 
 def _releases(trace: dict, seqs: dict, bs: int, prefix_caching: bool):
-    """The steps at which running sequences were preempted (step -> ids), and the steps where
-    a sequence may have been (prefix caching: see the module's docstring)."""
+    """The steps at which running sequences were preempted (step -> ids), the steps where a
+    sequence may have been (prefix caching: see the module's docstring), and the steps where
+    sequences were left out for good (preempted unless the free count says they kept their
+    blocks: `Replay._let_go`)."""
     releases: dict[int, set] = {}
     ambiguous: dict[int, set] = {}
     computed: dict[str, int] = {}
@@ -480,6 +494,7 @@ def _releases(trace: dict, seqs: dict, bs: int, prefix_caching: bool):
         for seq_id in step["finished"]:
             computed.pop(seq_id, None)
             gap.pop(seq_id, None)
-    for seq_id, first_missing in gap.items():  # never back, never finished: let go of
-        releases.setdefault(first_missing, set()).add(seq_id)
-    return releases, ambiguous
+    gone: dict[int, set] = {}
+    for seq_id, first_missing in gap.items():  # never back, never finished
+        gone.setdefault(first_missing, set()).add(seq_id)
+    return releases, ambiguous, gone

@@ -13,16 +13,20 @@ from ROOT/source, find the submitted file in ROOT/submission, grade it with `kat
 - Isolation: bubblewrap where it can make its namespaces (`--sandbox require`); where it cannot,
   as in a container that forbids them, the container Gradescope makes afresh for each
   submission is the sandbox and the grade runs with `--sandbox process`, on purpose. The
-  top-level `output` says which. In the process fallback a root run_autograder runs the grade
-  as GRADER_UID, a user who owns nothing but the grade's scratch folder: the submission, which
-  runs as that user, cannot write the kata's installed files (the next grade would import
-  them), the bundle, or /autograder/results.
+  top-level `output` says which. Either way the judge (`kata grade`) runs as run_autograder's
+  own user, root in Gradescope's container, and the submission as a user of its own
+  (graders.judge.isolation: `WorkerFolder`, bubblewrap's `setpriv`): before the grades,
+  run_autograder closes the bundle (the settings and their seed, the private graders) to every
+  other user and makes results/ writable by root alone; each grade runs in a scratch folder of
+  root's alone, and is handed its arguments on stdin, so that no command line shows the seed.
 - A hidden assignment grades twice: the public cases, visible at once and worth no points
   (feedback), then the hidden graders with the assignment's seed and private graders, whose
   tests, summary and score are `after_published`. A public assignment grades once, visible.
-- A grade the kata itself broke (exit 4, or no results.json) is the autograder's failure, not
-  the student's: nothing is written, the kata's output goes to stdout (which Gradescope shows
-  the instructor), and the exit code is 1, so that Gradescope reports it and it can be re-run.
+- results.json is always run_autograder's own, written last: the grades' results, merged, or,
+  for a grade that did not produce its own (the kata broke: exit 4, a signal, no file), a
+  result that says so (score 0, one failed test naming the failure), and exit code 1, so that
+  Gradescope shows the instructor a run to re-run. The kata's output goes to stdout (which
+  Gradescope shows the instructor).
 """
 
 from __future__ import annotations
@@ -38,27 +42,31 @@ from pathlib import Path
 from time import monotonic
 
 from graders.export.gradescope import PRIVATE_GRADERS, SETTINGS, Assignment
-from graders.judge.isolation import bwrap_problem
+from graders.judge.isolation import bwrap_problem, worker_user_problem
 from graders.shared import rubric as rubric_data
 from graders.shared import tracks
 from graders.shared.output_files import write_atomically
 from graders.shared.tracks import Track
 from graders.shared.untrusted import file_name, quote
 
-# One grade's wall clock: a submission that hangs in every item takes about 50 s a grade (the
-# kata stops after three hung items), so this is a backstop, under Gradescope's default limit
-# of 10 minutes for both grades of a hidden assignment.
-GRADE_SECONDS = 270
-BROKEN = 4  # kata grade's exit code when the kata itself broke (contract, section 3)
-GRADER_UID = 65534  # 'nobody' on Debian and Ubuntu; a numeric id needs no account
+# One grade's wall clock, a backstop: every grade ends within its time budget
+# (graders.judge.grade.TimeBudget: 150 s public, 240 s hidden), and this leaves the kata 40 s
+# more to start and write its results; both grades of a hidden assignment stay under
+# Gradescope's default limit of 10 minutes.
+GRADE_SECONDS = 280
+# The command a grade runs: `kata grade`, its arguments read from the first line of stdin (a
+# JSON list), so that no command line in /proc, which every user may read, shows the seed.
+KATA_COMMAND = ("import json, sys; sys.argv[1:] = json.loads(sys.stdin.readline()); "
+                "from cli import main; main()")
+GRADED_CODES = (0, 1)  # kata grade's exit codes when it graded (contract, section 3)
 ISOLATION_LINES = {
     "bwrap": "Isolation: bubblewrap (the submission ran in a sandbox of its own in this "
              "container).",
     "process": "Isolation: process (bubblewrap cannot make namespaces in this container: the "
                "container, made afresh for this submission, is the sandbox).",
 }
-UNPRIVILEGED = (" The submission ran as an unprivileged user, who can write none of the "
-                "grader's files.")
+UNPRIVILEGED = (" The submission ran as a user of its own, who can write none of the grader's "
+                "files and read neither its private graders nor its seed.")
 
 
 class NotGraded(Exception):
@@ -88,15 +96,15 @@ def isolation() -> str:
     return "bwrap" if bwrap_problem() is None else "process"
 
 
-def grader_uid(isolated: str) -> int | None:
-    """The user a grade runs as: GRADER_UID in the process fallback of a root run_autograder,
-    else None (this process's user: bubblewrap gives each sandbox a user of its own)."""
-    return GRADER_UID if isolated == "process" and os.geteuid() == 0 else None
-
-
 def isolation_line(isolated: str) -> str:
-    """What the results say of the isolation of a grade that ran."""
-    return ISOLATION_LINES[isolated] + (UNPRIVILEGED if grader_uid(isolated) else "")
+    """What the results say of the isolation of a grade that ran: as root (Gradescope's
+    container), whether the submission ran as a user of its own."""
+    if isolated == "bwrap" and os.geteuid() != 0:  # a user namespace: the sandbox hides the rest
+        return ISOLATION_LINES[isolated]
+    if isolated == "bwrap" or worker_user_problem() is None:
+        return ISOLATION_LINES[isolated] + UNPRIVILEGED
+    return (f"{ISOLATION_LINES[isolated]} The submission ran as the grader's own user: "
+            f"{worker_user_problem()}.")
 
 
 def ungraded(track: Track, reason: str, isolated: str) -> dict:
@@ -113,60 +121,80 @@ def ungraded(track: Track, reason: str, isolated: str) -> dict:
             "tests": tests}
 
 
+class GradeFailed(Exception):
+    """A grade that did not produce its results (the kata broke, not the submission): the
+    message says how, to the instructor."""
+
+
+def failed(track: Track, reason: str, isolated: str) -> dict:
+    """The results of a submission whose grade did not produce its own: score 0, one failed
+    test naming the failure, visible."""
+    points = sum(item.points for item in rubric_data.load().track(track))
+    return {"score": 0.0, "execution_time": 0.0, "visibility": "visible",
+            "stdout_visibility": "hidden", "output": f"{reason}\n{ISOLATION_LINES[isolated]}",
+            "tests": [{"name": "The autograder could not grade this submission", "score": 0.0,
+                       "max_score": points, "status": "failed", "output": reason,
+                       "visibility": "visible"}]}
+
+
 def grade(implementation: Path, tests: Path | None, assignment: Assignment, source: Path,
-          isolated: str, hidden: bool) -> dict | None:
-    """results.json of one `kata grade` of the files (copied into a scratch folder first, with
-    the private graders of a hidden grade), or None when the kata itself broke. Raises
-    NotGraded when the grade did not finish in time."""
+          isolated: str, hidden: bool) -> dict:
+    """results.json of one `kata grade` of the files, copied first into a scratch folder of this
+    user's alone with the private graders of a hidden grade. Raises NotGraded when the grade did
+    not finish in time, GradeFailed when it did not produce its results."""
     track = tracks.get(assignment.track)
-    with tempfile.TemporaryDirectory(prefix="kvkata-submission-") as scratch:
+    cases = "hidden" if hidden else "public"
+    with tempfile.TemporaryDirectory(prefix="kvkata-submission-") as scratch:  # mode 700
         work = Path(scratch)
         shutil.copyfile(implementation, work / track.implementation)
         if tests is not None:
             shutil.copyfile(tests, work / track.tests)
-        if hidden and assignment.private_graders:  # a copy the grade's user can read
+        if hidden and assignment.private_graders:
             shutil.copytree(source / PRIVATE_GRADERS, work / "private-graders")
         results = work / "results.json"
-        grader = grader_uid(isolated)
-        if grader is not None:
-            for path in (work, *work.rglob("*")):
-                os.chown(path, grader, grader)
-        argv = [sys.executable, "-I", "-c", "from cli import main; main()", "grade",
-                track.implementation, "--track", track.id, "--format", "gradescope",
-                "--json", str(results), "--sandbox", "require" if isolated == "bwrap" else
-                "process", "-q"]
+        argv = ["grade", track.implementation, "--track", track.id, "--format", "gradescope",
+                "--json", str(results), "--sandbox",
+                "require" if isolated == "bwrap" else "process", "-q"]
         if hidden:
             argv += ["--hidden"] + (["--seed", str(assignment.seed)]
                                     if assignment.seed is not None else [])
             if assignment.private_graders:
                 argv += ["--graders", str(work / "private-graders")]
         # A session of its own, so that a grade past its time is stopped with its workers.
+        kata = subprocess.Popen([sys.executable, "-I", "-c", KATA_COMMAND], cwd=work,
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, errors="replace",
+                                start_new_session=True)
         try:
-            kata = subprocess.Popen(argv, cwd=work, stdout=subprocess.PIPE,
-                                    stderr=subprocess.STDOUT, text=True, errors="replace",
-                                    start_new_session=True, **_as_user(grader, work))
-        except OSError as exc:  # the venv's Python not usable by GRADER_UID: never run as root
-            print(f"run_autograder: cannot run the grade as user {grader}: {exc}")
-            return None
-        try:
-            shown, _ = kata.communicate(timeout=GRADE_SECONDS)
+            shown, _ = kata.communicate(json.dumps(argv) + "\n", timeout=GRADE_SECONDS)
         except subprocess.TimeoutExpired:
             os.killpg(kata.pid, signal.SIGKILL)
             kata.communicate()
             raise NotGraded(f"The grade did not finish within {GRADE_SECONDS} s.") from None
-        print(f"$ kata {' '.join(argv[4:])}\n{shown}(exit {kata.returncode})")
-        if kata.returncode == BROKEN or not results.is_file():
-            return None
+        print(f"$ kata {' '.join(argv)}\n{shown}(exit {kata.returncode})")
+        if kata.returncode not in GRADED_CODES:
+            raise GradeFailed(f"The grade of the {cases} cases ended with exit code "
+                              f"{kata.returncode} (the kata itself broke, not the submission): "
+                              "re-run this submission.")
+        if results.is_symlink() or not results.is_file():
+            raise GradeFailed(f"The grade of the {cases} cases wrote no results: re-run this "
+                              "submission.")
         return json.loads(results.read_text())
 
 
-def _as_user(uid: int | None, home: Path) -> dict:
-    """subprocess.Popen's arguments that run a process as `uid` (its group alike, no other
-    group) with `home` as its home; none for None (the process runs as this one)."""
-    if uid is None:
-        return {}
-    return {"user": uid, "group": uid, "extra_groups": [],
-            "env": {**os.environ, "HOME": str(home), "USER": "nobody", "LOGNAME": "nobody"}}
+def close_to_the_submission(root: Path) -> None:
+    """As root: the bundle (source/: the settings and their seed, the private graders) readable
+    by root alone, and results/ writable by root alone, before any submission code runs."""
+    if os.geteuid() != 0:
+        return
+    (root / "source").chmod(0o700)
+    results = root / "results"
+    results.mkdir(parents=True, exist_ok=True)
+    os.chown(results, 0, 0)
+    results.chmod(0o755)
+    stale = results / "results.json"
+    if stale.is_symlink() or stale.exists():
+        stale.unlink()
 
 
 def merged(public: dict, hidden: dict | None, assignment: Assignment, isolated: str) -> dict:
@@ -194,28 +222,29 @@ def merged(public: dict, hidden: dict | None, assignment: Assignment, isolated: 
 
 def run(root: Path) -> int:
     """Grade the submission under `root` (/autograder) and write its results.json; 0 when
-    written, 1 when the kata broke (nothing written)."""
+    graded, 1 when a grade did not produce its results (results.json says so)."""
     started = monotonic()
     assignment = Assignment.read(root / "source" / SETTINGS)
+    close_to_the_submission(root)
     track = tracks.get(assignment.track)
     isolated = isolation()
+    code = 0
     try:
         implementation, tests = find_submission(root / "submission", track)
         graded = [grade(implementation, tests, assignment, root / "source", isolated, hidden)
                   for hidden in ([False, True] if assignment.hidden else [False])]
     except NotGraded as exc:
         results = ungraded(track, quote(str(exc)), isolated)
+    except GradeFailed as exc:
+        print(f"run_autograder: {exc}")
+        results, code = failed(track, str(exc), isolated), 1
     else:
-        if any(g is None for g in graded):
-            print("run_autograder: the kata itself broke (not the submission's fault): "
-                  "nothing written, re-run this submission")
-            return 1
         results = merged(graded[0], graded[1] if assignment.hidden else None, assignment,
                          isolated)
     results["execution_time"] = round(monotonic() - started, 1)
     (root / "results").mkdir(parents=True, exist_ok=True)
     write_atomically(root / "results" / "results.json", json.dumps(results, indent=2) + "\n")
-    return 0
+    return code
 
 
 if __name__ == "__main__":

@@ -8,8 +8,11 @@ a partial run) and `partial`: the spec has no top-level `max_score` (Gradescope 
 from the assignment's settings), so it is stored there, not shown.
 
 One test per graded item, numbered by its place in the rubric: `name` "<level> <id>: <title>",
-`score`, `max_score`, `status` "passed" or "failed", `output` (the message, and the item's first
-hint when it ran and did not pass), `tags` [level], and `visibility` "visible" -- or
+`score`, `max_score`, `status` "passed" or "failed", `output` (for an item that did not pass,
+first its cause in one line (graders.formats.causes): the item's own, or the item whose failure
+explains it; then the message, and the item's first hint when it leads its cause and ran; an item another
+cause explains shows what it saw without its likely mistake), `tags` [level], and `visibility`
+"visible" -- or
 "after_published" for every test when the grade includes the hidden graders, whose failure
 messages describe hidden cases and must stay unseen until the grades are published.
 
@@ -22,6 +25,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from graders.formats import causes
 from graders.formats.report import partial_verdict
 from graders.judge.grade import GradeResult
 from graders.shared import rubric as rubric_data
@@ -33,12 +37,23 @@ def to_gradescope(result: GradeResult) -> dict:
     """The `results.json` object for `result`."""
     rubric = rubric_data.load()
     order = {item.id: n for n, item in enumerate(rubric.items, start=1)}
+    lead_of = causes.cause_of(result)
     tests = []
     for item in result.items:
         info = rubric.item(item.id)
-        output = quote(item.full_message)
-        if item.status != "pass" and not item.unavailable:
-            output += f"\n\nHint: {info.hints[0]}"
+        lead = lead_of.get(item.id)
+        if lead is None:
+            output = quote(item.full_message)
+        elif lead == item.id:
+            also = [m for m, cause in lead_of.items() if cause == item.id and m != item.id]
+            output = ("Cause: this item's own failure"
+                      + (f", which also fails {', '.join(also)}" if also else "")
+                      + f".\n\n{quote(item.full_message)}")
+            if not item.unavailable:
+                output += f"\n\nHint: {info.hints[0]}"
+        else:
+            output = (f"Cause: {lead} fails, and this item relies on what it checks: fix "
+                      f"that first.\n\n{quote(causes.evidence(item.full_message))}")
         tests.append({
             "name": f"{item.level} {item.id}: {info.title}",
             "number": str(order[item.id]),

@@ -1,5 +1,5 @@
 """The files `kata grade` writes beside its report (--json, --format gradescope, --markdown,
---junit), each written whatever happens to the others.
+--junit, --html), each written whatever happens to the others.
 
 A file that cannot be written, or a format that breaks, costs that file alone: the others are
 still written, and the failure is returned to be shown in one line. A file the system refuses
@@ -35,9 +35,11 @@ class OutputFailure:
 
 
 def write_outputs(result: GradeResult, *, json_path: Path | None, output_format: str,
-                  markdown: Path | None, junit: Path | None) -> list[OutputFailure]:
+                  markdown: Path | None, junit: Path | None,
+                  html: Path | None = None) -> list[OutputFailure]:
     """Write every output asked for (None: not asked), each apart from the others; return the
     ones that failed, in the order above."""
+    from graders.formats.grade_page import write_html
     from graders.formats.gradescope import write_gradescope
     from graders.formats.junit import write_junit
     from graders.formats.report import write_json
@@ -46,7 +48,8 @@ def write_outputs(result: GradeResult, *, json_path: Path | None, output_format:
     json_option = "--format gradescope" if output_format == "gradescope" else "--json"
     writers = [(json_option, json_path,
                 write_gradescope if output_format == "gradescope" else write_json),
-               ("--markdown", markdown, write_markdown), ("--junit", junit, write_junit)]
+               ("--markdown", markdown, write_markdown), ("--junit", junit, write_junit),
+               ("--html", html, write_html)]
     failures = []
     for option, path, write in writers:
         if path is None:

@@ -20,6 +20,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from graders.formats import causes
 from graders.judge.grade import GradeResult, ItemResult
 from graders.judge.isolation import PROCESS_FALLBACK_NOTE
 from graders.shared import rubric as rubric_data
@@ -27,6 +28,7 @@ from graders.shared import tracks
 from graders.shared.untrusted import printable, quote
 
 INDENT = 4  # columns a quoted message stands in from the line that introduces it
+SCREEN_LINES = 45  # a report's lines that a terminal shows at once (with the line that leads it)
 STATUS_STYLE = {
     "pass": ("PASS", "green"),
     "fail": ("FAIL", "red"),
@@ -41,6 +43,7 @@ def to_json(result: GradeResult) -> dict:
     an item the worker could not run gives the worker's reason in its message, in one line.
     Every message and the implementation's name are as `quote` shows them (printable, at most
     MAX_QUOTE characters), so the file is valid UTF-8 whatever the candidate sent."""
+    lead_of = causes.cause_of(result)
     return {
         "implementation": printable(result.implementation),
         "level": result.level,
@@ -48,7 +51,8 @@ def to_json(result: GradeResult) -> dict:
         "max_score": result.max_score,
         "items": [
             {"id": i.id, "level": i.level, "status": i.status, "points": i.points,
-             "max_points": i.max_points, "message": quote(i.full_message)}
+             "max_points": i.max_points, "message": quote(i.full_message),
+             "cause": lead_of.get(i.id)}
             for i in result.items
         ],
         "tells": [{"id": t.id, "detected": t.detected, "message": quote(t.message)}
@@ -74,39 +78,151 @@ def render(result: GradeResult, console: Console, detail: str = "default",
 
     - "quiet" (-q): the closing block alone.
     - "brief" (--watch): `render_summary`.
-    - "default": the items grouped by level in rubric order, one line for each that passes
-      (status, id, points) and, under each that does not, its whole message and a first hint;
-      then the detected tells, one each, and one line for the others (clear or not checked).
-    - "verbose" (-v): the same lines, with every item's message under it, passes too, and
-      every tell's.
+    - "default": a screen (`_print_causes`): one line a level, then each cause of what does
+      not pass once (graders.formats.causes); then the detected tells, one each, and one line
+      for the others (clear or not checked).
+    - "verbose" (-v): the items grouped by level in rubric order, each with its message under
+      it, passes too, and every tell's.
 
-    `first` (--ff: the items that did not pass last time, graded first) are shown first, in a
-    group of their own, and left out of their levels' groups. A hidden run is read by an
-    interviewer: its "default" is "verbose", and it adds the interviewer-only items as a
-    checklist. Messages wrap, never cut, but each is at most MAX_QUOTE characters."""
+    `first` (--ff: the items that did not pass last time, graded first): their causes come
+    first; in "verbose", they are shown first, in a group of their own, and left out of their
+    levels' groups. A hidden run is read by an interviewer: its "default" is "verbose", and it
+    adds the interviewer-only items as a checklist. Messages wrap at spaces, and are cut only in
+    a cause given in one line past the screen; each is at most MAX_QUOTE characters."""
     if detail == "brief":
         render_summary(result, console, command, first)
         return
+    grouped = detail != "quiet" and not (detail == "verbose" or result.hidden)
     if detail != "quiet":
         rubric = rubric_data.load()
-        verbose = detail == "verbose" or result.hidden
-        ahead = [i for i in result.items if i.id in first]
-        if ahead:
-            console.print(_level_lines(f"Graded first: did not pass last time  ({_points(ahead)})",
-                                       ahead, rubric, verbose))
-        for level, title, _ in tracks.groups(rubric.levels):
-            items = [i for i in result.items if i.level == level]
-            if items:
-                console.print(_level_lines(f"{title}  ({_points(items)})",
-                                           [i for i in items if i.id not in first], rubric,
-                                           verbose))
-        if tracks.get(result.track).levels:
-            console.print(_tells(result, rubric) if verbose else _tell_lines(result, rubric))
+        verbose = not grouped
+        tells = (_tells(result, rubric) if verbose else _tell_lines(result, rubric)
+                 ) if tracks.get(result.track).levels else None
+        if grouped:
+            _print_causes(result, console, rubric, first, tells, command)
+        else:
+            _print_levels(result, console, rubric, first)
+        if tells is not None:
+            console.print(tells)
         if result.hidden:
             console.print(_interviewer(rubric.interviewer_of(tracks.get(result.track))))
-        # rich draws a rule without a title in "─" even where the encoding cannot show it
-        console.rule(characters="-" if console.options.ascii_only else "─", style="dim")
-    console.print(closing(result, command))
+        console.rule(characters=_rule_character(console), style="dim")
+    print_closing(result, console, command, grouped)
+
+
+def _rule_character(console: Console) -> str:
+    # rich draws a rule without a title in "─" even where the encoding cannot show it
+    return "-" if console.options.ascii_only else "─"
+
+
+def _print_levels(result: GradeResult, console: Console, rubric: rubric_data.Rubric,
+                  first: Collection[str]) -> None:
+    """Every item in full (-v, and a hidden run): items grouped by level, each with its
+    message; an item an earlier cause explains says which, instead of its likely mistake."""
+    lead_of = causes.cause_of(result)
+    ahead = [i for i in result.items if i.id in first]
+    if ahead:
+        console.print(_level_lines(f"Graded first: did not pass last time  ({_points(ahead)})",
+                                   ahead, rubric, True, lead_of))
+    for level, title, _ in tracks.groups(rubric.levels):
+        items = [i for i in result.items if i.level == level]
+        if items:
+            console.print(_level_lines(f"{title}  ({_points(items)})",
+                                       [i for i in items if i.id not in first], rubric, True,
+                                       lead_of))
+
+
+def _print_causes(result: GradeResult, console: Console, rubric: rubric_data.Rubric,
+                  first: Collection[str], tells: Group | Panel | None, command: str) -> None:
+    """The default report: one line a level (its points and the items that pass), then the
+    causes of what does not pass (graders.formats.causes), each once: its lead item's status,
+    message and first hint, and the items it takes down in one line with their points. The
+    report keeps to SCREEN_LINES: when the causes in full would not fit, the last ones are
+    given in a line each (the first line of the lead's message), for -v to show whole."""
+    found = causes.causes(result, frozenset(first))
+    head = _level_summary(result, rubric)
+    fixed = [head, *([tells] if tells is not None else []), closing(result, command, True)]
+    # the rule above the closing block, and its command's line (printed whole: one line)
+    used = sum(_height(console, r) for r in fixed) + 1 + len(_command_lines(result, command))
+    full = [_cause_block(c, rubric) for c in found]
+    short = [_cause_line(c, console.width) for c in found]
+    used += sum(_height(console, r) for r in short)
+    # causes in full: the first always, then while the screen holds them, less the line that
+    # leads the report and the note that follows causes given in a line
+    fits = 0
+    for n in range(len(found)):
+        extra = _height(console, full[n]) - _height(console, short[n])
+        if n and used + extra > SCREEN_LINES - 2:
+            break
+        used, fits = used + extra, n + 1
+    console.print(head)
+    for block in full[:fits] + short[fits:]:
+        console.print(block)
+    if fits < len(found):
+        console.print(Text("(one line a cause past the screen: -v shows every message whole)",
+                           style="dim"))
+
+
+def _height(console: Console, renderable) -> int:
+    """Lines `renderable` takes at the console's width."""
+    return len(console.render_lines(renderable, console.options, pad=False))
+
+
+def _level_summary(result: GradeResult, rubric: rubric_data.Rubric) -> Table:
+    """One line a level (wrapped under itself): its points and the items that pass, or, when
+    fewer do not, the items that do not."""
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(no_wrap=True, style="bold")
+    grid.add_column()
+    for level, title, _ in tracks.groups(rubric.levels):
+        items = [i for i in result.items if i.level == level]
+        if items:
+            passing = [i.id for i in items if i.status == "pass"]
+            others = [i.id for i in items if i.status != "pass"]
+            what = ("all pass" if not others else "none pass" if not passing else
+                    f"all pass but {', '.join(others)}" if len(others) < len(passing) else
+                    f"pass: {', '.join(passing)}")
+            grid.add_row(f"{title}  {_points(items)}",
+                         Text(what, style="green" if passing else "dim"))
+    return grid
+
+
+def _cause_block(cause: causes.Cause, rubric: rubric_data.Rubric) -> Group:
+    """A cause in full: its lead's line, message and first hint (none for an item the worker
+    could not run, nor one not attempted or hung: its message says what to write or that the
+    code never returned, which the item's hint is not about), then the items it takes down, in
+    one line."""
+    lead = cause.lead
+    why = [Text(quote(lead.message), overflow="fold")]
+    if not lead.unavailable and lead.status not in ("not_attempted", "timeout"):
+        why.append(_hint(lead, rubric))
+    if cause.members:
+        why.append(_members(cause))
+    return Group(_item_line(lead), _under(*why))
+
+
+def _cause_line(cause: causes.Cause, width: int) -> Group:
+    """A cause past the screen: its lead's line, with what it saw cut at a space to fit one
+    line of `width` columns, and how many items it takes down."""
+    first_line = (quote(causes.evidence(cause.lead.message)).splitlines() or [""])[0]
+    room = width - INDENT
+    if len(first_line) > room:
+        first_line = first_line[:room - 1].rsplit(" ", 1)[0] + " …"
+    more = len(cause.members)
+    after = f" (and {more} more item{'s' * (more != 1)})" if more else ""
+    return Group(_item_line(cause.lead, after), _under(Text(first_line, no_wrap=True)))
+
+
+def _members(cause: causes.Cause) -> Text:
+    lost = sum(i.max_points - i.points for i in cause.members)
+    named = ", ".join(f"{i.id} {i.points:g}/{i.max_points:g}" for i in cause.members)
+    return Text(f"Also failing because of it ({lost:g} points): {named}", style="bold")
+
+
+def _item_line(item: ItemResult, after: str = "") -> Text:
+    label, style = STATUS_STYLE[item.status]
+    return Text.assemble("  ", (f"{label:<8}", style), f"{item.id:<23}",
+                         f"{item.points:g}/{item.max_points:g}".rjust(5), after)
 
 
 def _points(items: list[ItemResult]) -> str:
@@ -129,18 +245,22 @@ def _under(*lines: Text) -> Padding:
 
 
 def _level_lines(title: str, items: list[ItemResult], rubric: rubric_data.Rubric,
-                 verbose: bool = False) -> Group:
+                 verbose: bool = False, lead_of: dict[str, str] | None = None) -> Group:
     """A group of items: its title, then one line an item; under one that does not pass (under
     every one, `verbose`), its message and (unless the worker could not run it, or it passes)
-    a hint, indented."""
+    a hint, indented. An item `lead_of` puts under another item's cause shows its evidence,
+    not its likely mistake, and names that cause instead of a hint."""
     lines: list = [Text(title, style="bold")]
+    lead_of = lead_of or {}
     for item in items:
-        label, style = STATUS_STYLE[item.status]
-        lines.append(Text.assemble("  ", (f"{label:<8}", style), f"{item.id:<23}",
-                                   f"{item.points:g}/{item.max_points:g}".rjust(5)))
+        lines.append(_item_line(item))
         if item.status != "pass" or (verbose and item.message):
-            why = [Text(quote(item.message), overflow="fold")]
-            if item.status != "pass" and not item.unavailable:
+            lead = lead_of.get(item.id, item.id)
+            message = item.message if lead == item.id else causes.evidence(item.message)
+            why = [Text(quote(message), overflow="fold")]
+            if lead != item.id:
+                why.append(Text(f"under the cause of {lead}: fix that first", style="cyan"))
+            elif item.status != "pass" and not item.unavailable:
                 why.append(_hint(item, rubric))
             lines.append(_under(*why))
     return Group(*lines)
@@ -166,12 +286,17 @@ def _tells(result: GradeResult, rubric: rubric_data.Rubric) -> Panel:
 
 def _tell_lines(result: GradeResult, rubric: rubric_data.Rubric) -> Group:
     """The tells in the default report: a line for each one detected, with the level it caps,
-    and its message under it; then one line naming the others, clear or not checked."""
+    and its message under it (or, when the lead of a cause above gave that evidence already,
+    which one did); then one line naming the others, clear or not checked."""
     lines: list = []
+    leads = [c.lead for c in causes.causes(result)]
     for tell in (t for t in result.tells if t.detected):
+        said = next((i.id for i in leads if tell.message and tell.message in i.message), None)
         lines.append(Text.assemble(("Down-level tell DETECTED: ", "bold red"), (tell.id, "bold"),
-                                   f" (caps the level at {rubric.tell(tell.id).caps}):"))
-        lines.append(_quoted(tell.message))
+                                   f" (caps the level at {rubric.tell(tell.id).caps}):",
+                                   f" what {said} found, above" if said else ""))
+        if not said:
+            lines.append(_quoted(tell.message))
     clear = [t.id for t in result.tells if not t.detected and t.checked]
     unchecked = [t.id for t in result.tells if not t.checked]
     others = [f"clear ({', '.join(clear)})"] if clear else []
@@ -189,15 +314,26 @@ def _interviewer(items: tuple[rubric_data.InterviewerItem, ...]) -> Panel:
                  title_align="left")
 
 
-def closing(result: GradeResult, command: str = "kata grade") -> Group:
+def print_closing(result: GradeResult, console: Console, command: str = "kata grade",
+                  grouped: bool = False) -> None:
+    """`closing`, then the command of its "Next:" line whole on a line of its own, never wrapped
+    (so that it can be copied), however wide."""
+    console.print(closing(result, command, grouped))
+    for line in _command_lines(result, command):
+        console.print(Text(line, style="cyan"), soft_wrap=True)
+
+
+def closing(result: GradeResult, command: str = "kata grade", grouped: bool = False) -> Group:
     """The end of every report: in a hidden run, the similarity to the bundled solutions; the
     level and score (`_summary`); why items were not run, once, when the worker could not run
-    them (the worker's reason indented under that line); the ids of the other items that do not
-    pass; and, for the candidate (not in a hidden run), what to run next: for the first item
-    that does not pass (rubric order), its hint command and `command` (how to grade this file
-    again) on that item alone -- the hint command alone when that item is all this run graded,
-    so that "Next:" never names the command just run; after a partial run where every item
-    passes, `command`, for the level; nothing after a full run that passes."""
+    them (the worker's reason indented under that line); the items that do not pass (their ids,
+    or with `grouped`, after a report that gave their causes, the causes' leads and how many
+    items each takes down); and, for the candidate (not in a hidden run), what to run next: for
+    the lead of the first cause of what does not pass, its hint command and `command` (how to
+    grade this file again) on that item alone -- the hint command alone when that item is all
+    this run graded, so that "Next:" never names the command just run; after a partial run
+    where every item passes, `command`, for the level; nothing after a full run that passes.
+    A command to grade again is not in the group: `print_closing` prints it on its own line."""
     lines = [Text(similarity_line(result.similarity))] if result.similarity is not None else []
     lines.append(_summary(result))
     failing = [i.id for i in result.items if i.status != "pass" and not i.unavailable]
@@ -205,23 +341,43 @@ def closing(result: GradeResult, command: str = "kata grade") -> Group:
         unrun = sum(1 for i in result.items if i.unavailable)
         lines += [Text(f"Items not run ({unrun}):", style="bold red"),
                   _quoted(result.unavailable)]
-    if failing:
+    if failing and grouped:
+        found = causes.causes(result)
+        leads = ", ".join(c.lead.id + (f" (+{len(c.members)})" if c.members else "")
+                          for c in found)
+        lines.append(Text.assemble(("Not passing: ", "bold red"),
+                                   f"{len(failing)} item{'s' * (len(failing) != 1)}, {len(found)} "
+                                   f"cause{'s' * (len(found) != 1)}: {leads}"))
+    elif failing:
         lines.append(Text.assemble(("Not passing: ", "bold red"), ", ".join(failing)))
     if not result.hidden:
         next_step = _next_step(result, failing, command)
-        lines += [Text(f"Next: {next_step}", style="cyan")] if next_step else []
+        lines += [Text(f"Next: {next_step[0]}", style="cyan")] if next_step else []
     return Group(*lines)
 
 
-def _next_step(result: GradeResult, failing: list[str], command: str) -> str | None:
-    if failing and [i.id for i in result.items] == failing[:1]:
-        return f"kata hint {failing[0]}"
+def _command_lines(result: GradeResult, command: str) -> list[str]:
+    """The command that closing's "Next:" line leads to, if it names one."""
+    if result.hidden:
+        return []
+    failing = [i.id for i in result.items if i.status != "pass" and not i.unavailable]
+    next_step = _next_step(result, failing, command)
+    return [next_step[1]] if next_step and next_step[1] else []
+
+
+def _next_step(result: GradeResult, failing: list[str], command: str
+               ) -> tuple[str, str | None] | None:
+    """What "Next:" says, and the command it leads to (printed whole on its own line)."""
+    if failing:  # the first cause: its lead, whose hint and evidence the report gave
+        failing = [causes.causes(result)[0].lead.id]
+    if failing and [i.id for i in result.items] == failing:
+        return f"kata hint {failing[0]}", None
     if failing:
-        return f"kata hint {failing[0]}, or grade it alone: {command} --item {failing[0]}"
+        return f"kata hint {failing[0]}, or grade it alone:", f"{command} --item {failing[0]}"
     if result.unavailable:
-        return f"fix that, then {command}"
+        return "fix that, then:", command
     if result.partial and result.items:
-        return f"grade every item, for the level: {command}"
+        return "grade every item, for the level:", command
     return None
 
 
@@ -279,22 +435,30 @@ def _named(ids: list[str], one: str, many: str) -> str:
 
 def render_summary(result: GradeResult, console: Console, command: str = "kata grade",
                    first: Collection[str] = ()) -> None:
-    """A few lines for --watch: a rule with the time (HH:MM:SS), then each item that does not
-    pass (those in `first`, graded first, ahead of the others) with the first line of its
-    message (as `quote` shows it), wrapped under its label, never cut (those the worker could
-    not run are left to the closing block, which says why once); then the closing block."""
+    """A few lines for --watch: a rule with the time (HH:MM:SS), then each cause of what does
+    not pass (graders.formats.causes; those led by an item in `first`, graded first, ahead):
+    its lead with the first line of its message (as `quote` shows it), wrapped under its label,
+    never cut, and the items it takes down (those the worker could not run are left to the
+    closing block, which says why once); then the closing block."""
     console.rule(time.strftime("%H:%M:%S"), align="left", style="dim")
+    console.print(summary_lines(result, first))
+    print_closing(result, console, command)
+
+
+def summary_lines(result: GradeResult, first: Collection[str] = ()) -> Table:
+    """A line for each cause: its lead's status, id and first line of its message, then the
+    ids of the items it takes down (for --watch and an interview's save)."""
     lines = Table.grid(padding=(0, 1))
     lines.add_column(width=8, no_wrap=True)
     lines.add_column()
-    failing = [i for i in result.items if i.status != "pass" and not i.unavailable]
-    for item in sorted(failing, key=lambda i: i.id not in first):
-        label, style = STATUS_STYLE[item.status]
-        first_line = (quote(item.message).splitlines() or [""])[0]
-        lines.add_row(Text(label, style=style), Text(f"{item.id}: {first_line}", overflow="fold"))
-    if lines.row_count:
-        console.print(lines)
-    console.print(closing(result, command))
+    for cause in causes.causes(result, frozenset(first)):
+        label, style = STATUS_STYLE[cause.lead.status]
+        first_line = (quote(cause.lead.message).splitlines() or [""])[0]
+        also = (f" (fails too: {', '.join(i.id for i in cause.members)})"
+                if cause.members else "")
+        lines.add_row(Text(label, style=style),
+                      Text(f"{cause.lead.id}: {first_line}{also}", overflow="fold"))
+    return lines
 
 
 def render_rubric(console: Console) -> None:

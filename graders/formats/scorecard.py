@@ -3,7 +3,9 @@
 `write_markdown` writes, in order: a title naming the implementation and the date; the level
 reached and the score, with the tells that capped the level when one lowered it (a partial run
 has no level: it says which items pass); why items were not run, once, when the worker could not
-run them; one table per level (id, title, status, points, reason); the down-level tells, detected
+run them; one table per level (id, title, status, points, reason: for an item another item's
+failure explains (graders.formats.causes), "under <that item>" and what it saw, without its
+likely mistake); the down-level tells, detected
 ones first with the level each caps, then clear ones, then those not checked; the
 interviewer-only items as a checklist with blanks; in a hidden run, the similarity to the bundled
 solutions; and a Decision line with blanks.
@@ -21,6 +23,7 @@ import re
 from datetime import date
 from pathlib import Path
 
+from graders.formats import causes
 from graders.formats.report import partial_verdict, similarity_line
 from graders.judge.grade import GradeResult, ItemResult
 from graders.judge.isolation import PROCESS_FALLBACK_NOTE
@@ -54,7 +57,7 @@ def write_markdown(result: GradeResult, path: Path) -> None:
     for level, _, _ in tracks.groups(rubric.levels):
         items = [i for i in result.items if i.level == level]
         if items:
-            lines += _level_table(level, items, rubric) + [""]
+            lines += _level_table(level, items, rubric, causes.cause_of(result)) + [""]
     if tracks.get(result.track).levels:
         lines += ["## Down-level tells", ""] + _tells(result, rubric) + [""]
     lines += ["## For the interviewer to mark (no test can judge these)", ""]
@@ -86,16 +89,20 @@ def _summary(result: GradeResult) -> str:
     return text
 
 
-def _level_table(level: str, items: list[ItemResult], rubric: rubric_data.Rubric) -> list[str]:
+def _level_table(level: str, items: list[ItemResult], rubric: rubric_data.Rubric,
+                 lead_of: dict[str, str]) -> list[str]:
     earned = sum(i.points for i in items)
     total = sum(i.max_points for i in items)
     rows = [f"## {level} ({earned:g}/{total:g} points)", "",
             "| id | item | status | points | reason |", "| --- | --- | --- | --- | --- |"]
     for item in items:
         limit = PASS_REASON_CHARS if item.status == "pass" else OTHER_REASON_CHARS
+        lead = lead_of.get(item.id, item.id)
+        reason = _quoted(item.message if lead == item.id
+                         else f"under {lead}: {causes.evidence(item.message)}", limit)
         rows.append(f"| `{item.id}` | {_inline(rubric.item(item.id).title)} "
                     f"| {STATUS_LABEL[item.status]} | {item.points:g}/{item.max_points:g} "
-                    f"| {_quoted(item.message, limit)} |")
+                    f"| {reason} |")
     return rows
 
 

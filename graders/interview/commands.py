@@ -89,27 +89,31 @@ def end(console: Console, workspace: Path) -> int:
         return _interrupted(console, exc, workspace)
     except (verbs.NoSession, record.SessionBusy, ValueError, OSError) as exc:
         return _error(console, exc)
-    for line in review.lines(session, workspace):
-        console.print(Text(line), soft_wrap=True)
+    _print_review(console, review.lines(session, workspace))
     return 0
+
+
+def _print_review(console: Console, lines: list[str]) -> None:
+    """The session's report, each line wrapped at the terminal's width (at spaces)."""
+    for line in lines:
+        console.print(Text(line, overflow="fold"))
 
 
 def _interrupted(console: Console, exc: "verbs.Interrupted", workspace: Path) -> int:
     """The final grade was interrupted (Ctrl-C): the session has ended with the items it graded
     (recorded); say so, show the report, and exit as a command ended by Ctrl-C does. Further
     Ctrl-Cs are ignored (verbs.end): nothing is left to interrupt."""
-    console.print(Text(f"\n{exc}", style="bold yellow"), soft_wrap=True)
-    for line in review.lines(exc.record, workspace):
-        console.print(Text(line), soft_wrap=True)
+    console.print(Text(f"\n{exc}", style="bold yellow"))
+    _print_review(console, review.lines(exc.record, workspace))
     return INTERRUPTED
 
 
 def report(console: Console, workspace: Path, markdown: Path | None, json_path: Path | None,
-           plot: Path | None, sandbox=None) -> int:
-    """`kata interview report DIR`: the report in the terminal, and the files asked for. With
-    `sandbox` (`--verify`), every snapshot is graded again in it first and each claim checked
-    (graders.interview.verify); without, the record is shown as written, its snapshots checked
-    against their names."""
+           plot: Path | None, html: Path | None = None, sandbox=None) -> int:
+    """`kata interview report DIR`: the report in the terminal, and the files asked for (`html`:
+    the page of graders.interview.page). With `sandbox` (`--verify`), every snapshot is graded
+    again in it first and each claim checked (graders.interview.verify); without, the record is
+    shown as written, its snapshots checked against their names."""
     from graders.shared.output_files import OutputError, write_atomically
 
     try:
@@ -117,23 +121,27 @@ def report(console: Console, workspace: Path, markdown: Path | None, json_path: 
         checked = _checked(console, session, workspace, sandbox)
     except (verbs.NoSession, ValueError, OSError) as exc:
         return _error(console, exc)
-    for line in review.lines(session, workspace, checked):
-        console.print(Text(line), soft_wrap=True)
+    _print_review(console, review.lines(session, workspace, checked))
     try:
         if markdown is not None:
             write_atomically(markdown, review.markdown(session, workspace, checked))
-            console.print(Text(f"wrote {file_name(markdown)}"))
+            console.print(Text(f"wrote {file_name(markdown)}"), soft_wrap=True)
         if json_path is not None:
             write_atomically(json_path, json.dumps(review.to_json(session, workspace, checked),
                                                    indent=2) + "\n")
-            console.print(Text(f"wrote {file_name(json_path)}"))
+            console.print(Text(f"wrote {file_name(json_path)}"), soft_wrap=True)
+        if html is not None:
+            from graders.interview import page
+
+            page.write_html(session, workspace, html, checked)
+            console.print(Text(f"wrote {file_name(html)}"), soft_wrap=True)
         if plot is not None:
             review.save_png(session, plot)
-            console.print(Text(f"wrote {file_name(plot)}"))
+            console.print(Text(f"wrote {file_name(plot)}"), soft_wrap=True)
     except ImportError:
         console.print(Text("matplotlib is not installed (pip install 'kvkata[bench]'): the "
                            "text strip above is the plot", style="yellow"))
-    except (OSError, OutputError) as exc:
+    except (OSError, OutputError, ValueError) as exc:
         return _error(console, exc)
     return 0
 
@@ -239,12 +247,14 @@ class Ticker:
             self.warned.update(due)
             _clear_status(self.console)
             self.console.print(Text(WARNINGS[min(due)], style="bold red" if min(due) == min(
-                WARNINGS) else "bold yellow"), soft_wrap=True)
+                WARNINGS) else "bold yellow"))  # wrapped at the terminal's width
             self.ticked = float("-inf")
         if self.console.is_terminal and now - self.ticked >= 1:
             self.ticked = now
             self.console.file.write("\r")
-            self.console.print(status(self.session, now), end="", soft_wrap=True)
+            # one line, cut to the terminal's width: "\r" rewrites a line, not a wrapped one
+            self.console.print(status(self.session, now), end="", no_wrap=True,
+                               overflow="ellipsis")
             self.console.file.write("\x1b[K")
             self.console.file.flush()
         return left <= 0
@@ -269,19 +279,17 @@ def show_stage(console: Console, session: dict, stage: str) -> None:
 
 
 def show_verdict(console: Console, saved: verbs.Saved) -> None:
-    """A save's verdict: its snapshot, level and score, then each item that does not pass with
-    the first line of its message (printable)."""
-    from graders.formats.report import STATUS_STYLE
+    """A save's verdict: its snapshot, level and score, then each cause of what does not pass
+    (graders.formats.causes), once: its lead with the first line of its message (printable)
+    and the items it takes down."""
+    from graders.formats.report import summary_lines
 
     event = saved.event
     console.rule(Text(f"{printable(event['snapshot'])} at {review.clock(event['t'])}"),
                  align="left", style="dim")
-    for item in saved.result.items:
-        if item.status != "pass":
-            label, style = STATUS_STYLE[item.status]
-            first = (quote(item.full_message).splitlines() or [""])[0]
-            console.print(Text.assemble((f"  {label:<8}", style), f"{item.id}: {first}"),
-                          overflow="fold")
+    console.print(summary_lines(saved.result))
+    if saved.result.unavailable:
+        console.print(Text(f"  not run: {quote(saved.result.unavailable)}"), overflow="fold")
     console.print(Text(f"{printable(event['level'])}, {event['score']:g} points, "
                        f"{len(event['passing'])} of {len(saved.result.items)} items pass",
                        style="bold green" if saved.result.passed else "bold"))

@@ -140,7 +140,7 @@ def verdict_lines(session: dict, checked: Verification,
     return out
 
 
-def _mark(verdict: str, differences: tuple[str, ...] = (),
+def mark(verdict: str, differences: tuple[str, ...] = (),
           field: Callable[[str], str] = printable) -> str:
     """A claim's check as the report shows it after the claim: each difference (which quotes
     the record) as `field` shows it."""
@@ -164,7 +164,7 @@ def _save_lines(session: dict, checked: Verification, indent: str = "  ") -> lis
         if check is not None:
             graded = f"graded again at stage {check.stage}: " + (
                 check.graded.summary() if check.graded else "no snapshot")
-            line += f" | {graded}: {_mark(check.verdict, check.differences)}"
+            line += f" | {graded}: {mark(check.verdict, check.differences)}"
         snapshot = checked.snapshot(event["snapshot"])
         if snapshot is not None and not snapshot.matches:
             line += f" | EDITED: {snapshot.problem(printable)}"
@@ -172,7 +172,7 @@ def _save_lines(session: dict, checked: Verification, indent: str = "  ") -> lis
     return out
 
 
-def _stages_line(session: dict, checked: Verification,
+def stages_line(session: dict, checked: Verification,
                  field: Callable[[str], str] = printable) -> str:
     def said(opened) -> str:
         return ", ".join(f"{field(stage)} after save {n}" for n, stage in opened) or "none"
@@ -180,7 +180,7 @@ def _stages_line(session: dict, checked: Verification,
     line = f"Stages opened: {said(_claimed_stages(session))}"
     if checked.stages is not None:
         line += (f" | the grades open: {said(checked.stages.graded)}: "
-                 f"{_mark(checked.stages.verdict)}")
+                 f"{mark(checked.stages.verdict)}")
     return line
 
 
@@ -209,7 +209,7 @@ def lines(session: dict, workspace: Path, checked: Verification | None = None) -
            + (f"ended {printable(session['ended'])}" if session["ended"] else "still running")
            + f"; stage reached: {printable(session['stage'])}", "", "Saves"]
     out += _save_lines(session, checked) or ["  none"]
-    out += [_stages_line(session, checked), "", "Time to each level"]
+    out += [stages_line(session, checked), "", "Time to each level"]
     out += [f"  {printable(level):<9}{clock(t)}" + _regraded(t, regraded, "time_to_level", level)
             for level, t in found["time_to_level"].items()]
     out += ["", "First pass of each item"]
@@ -270,11 +270,11 @@ def markdown(session: dict, workspace: Path, checked: Verification | None = None
         if checks:
             graded = (f"stage {_md(check.stage)}: " + (_md(check.graded.summary())
                                                         if check.graded else "no snapshot"))
-            row += f" {graded} | {_mark(check.verdict, check.differences, _md)} |"
+            row += f" {graded} | {mark(check.verdict, check.differences, _md)} |"
         row += " yes |" if snapshot is None or snapshot.matches else \
             f" **EDITED**: {snapshot.problem(_md)} |"
         out.append(row)
-    out += ["", _stages_line(session, checked, _md), "", "## Time to each level", "",
+    out += ["", stages_line(session, checked, _md), "", "## Time to each level", "",
             "| level | time |" + (" graded again |" if checks else ""),
             "| --- | --- |" + (" --- |" if checks else "")]
     out += [f"| {_md(level)} | {clock(t)} |" + _md_regraded(t, regraded, "time_to_level", level)
@@ -443,7 +443,7 @@ def _final_lines(session: dict, workspace: Path, checked: Verification,
         graded = checked.final.graded
         check = " | graded again: " + (f"{graded.level}, {graded.score:g} points"
                                        if graded else "no snapshot") + \
-            f": {_mark(checked.final.verdict, checked.final.differences, field)}"
+            f": {mark(checked.final.verdict, checked.final.differences, field)}"
     snapshot = checked.snapshot(final["implementation"].split("/")[0])
     if snapshot is not None and not snapshot.matches:
         check += f" | EDITED: {snapshot.problem(field)}"

@@ -120,6 +120,5 @@ def _call_words(op: dict, cache) -> tuple[str, str]:
     grows = int(counts.max()) if isinstance(counts, torch.Tensor) and counts.numel() else size
     if None in (lengths, capacity, grows) or max(lengths) + grows <= capacity:
         return words, ""
-    return words, (f". An append past capacity {capacity} raised: the contract requires append "
-                   "to grow the storage when a row would outgrow it (doubling, say), whatever "
-                   "capacity the cache started with")
+    return words, (f". Likely mistake: what append does when a row outgrows capacity {capacity} "
+                   "(this append took a row past it, and raised)")

@@ -28,7 +28,7 @@ import torch
 from graders.judge.candidate import Candidate
 from graders.judge.isolation import Sandbox, reap_strays
 from graders.judge.similarity import similarity
-from graders.judge.workers import GradeWorkers, WorkerUnavailable
+from graders.judge.workers import Budget, GradeWorkers, WorkerUnavailable
 from graders.shared import hidden_cases, tracks
 from graders.shared import rubric as rubric_data
 from graders.shared.plans import CandidateError, CandidateTimeout, Fail, NotAttempted, Tell
@@ -39,13 +39,31 @@ DEFAULT_IMPORT_TIMEOUT = 60.0  # a correct file may import a large library: tran
 MAX_TIMEOUTS = 3
 
 
+@dataclass(frozen=True)
+class TimeBudget:
+    """A grade's time as a whole, seconds on the clock from its start: `public` for the public
+    cases, `hidden` for a grade with hidden cases or private graders. Past it, every item not
+    yet graded is a timeout that says so. The defaults are the README's: 8-12x the reference's
+    grade with its tests on the 2-core machine of the closing notes at load average 5-8
+    (public 14-18 s, hidden 19-32 s), under run_autograder's backstop
+    (graders.export.autograder.GRADE_SECONDS)."""
+
+    public: float = 150.0
+    hidden: float = 240.0
+
+    def seconds(self, hidden: bool) -> float:
+        return self.hidden if hidden else self.public
+
+
 @dataclass
 class ItemResult:
     """One rubric item's outcome.
 
     `unavailable` is set when the worker could not run the item (the file does not import, say):
     the worker's reason in one line, while `message` says only "not run: <its headline>", so a
-    report can give the reason once rather than once an item.
+    report can give the reason once rather than once an item. `signature`: the candidate's
+    exception that made it an error (type, message, place in the candidate's file), if one did,
+    so that a report can group the items one exception took down (graders.formats.causes).
     """
 
     id: str
@@ -55,6 +73,7 @@ class ItemResult:
     max_points: float
     message: str
     unavailable: str | None = None
+    signature: tuple[str, str, str] | None = None
 
     @property
     def full_message(self) -> str:
@@ -186,7 +205,7 @@ def grade(implementation: Path, tests: Path | None = None, *, track: str = DENSE
           up_to: str | None = None, exitfirst: bool = False, timeout: float = DEFAULT_TIMEOUT,
           import_timeout: float = DEFAULT_IMPORT_TIMEOUT, sandbox: Sandbox = Sandbox(),
           seed: int | None = None, first: set[str] | None = None,
-          workers: GradeWorkers | None = None,
+          workers: GradeWorkers | None = None, budget: TimeBudget = TimeBudget(),
           on_item: Callable[[ItemResult], None] | None = None) -> GradeResult:
     """Grade `implementation` (and the candidate's `tests`, when given) against the rubric.
 
@@ -202,7 +221,8 @@ def grade(implementation: Path, tests: Path | None = None, *, track: str = DENSE
     items, and are heard of last (unless `exitfirst`: then in their turn). The order changes no
     item's checks or cases (each draws its own, from its own seeds); it decides only which items
     `exitfirst` leaves out, and which the budget of MAX_TIMEOUTS hangs leaves unrun.
-    `import_timeout` limits the import of the file, `timeout` each batch of calls. `sandbox`
+    `import_timeout` limits the import of the file, `timeout` each batch of calls, `budget` the
+    whole grade (the items not graded when it is spent are timeouts). `sandbox`
     chooses the isolation (SandboxUnavailable when it cannot be had) and the memory limit.
     `workers`: the workers already started for these files (GradeWorkers.start, by a caller that
     starts them before it imports torch), else started here; closed either way.
@@ -216,6 +236,7 @@ def grade(implementation: Path, tests: Path | None = None, *, track: str = DENSE
     try:
         graders = _graders(hidden, extra_graders, chosen)
         judged_hidden = hidden or extra_graders is not None
+        spent = Budget.starting_now(budget.seconds(judged_hidden))
         seed = (seed if seed is not None else draw_seed()) if judged_hidden else None
         path = Path(implementation).absolute()
         # Read before the candidate's code runs: in the process fallback it can rewrite its file.
@@ -224,12 +245,13 @@ def grade(implementation: Path, tests: Path | None = None, *, track: str = DENSE
         runs_tests = chosen.runs_tests({item.id for item in items})
         tests = Path(tests).absolute() if tests and runs_tests else None
         workers = workers or GradeWorkers.start(path, tests, chosen.module, sandbox, import_timeout)
+        workers.limit_to(spent)
         torch.set_num_threads(1)
         with hidden_cases.run_seed(seed) if judged_hidden else nullcontext():
             candidate = Candidate(workers.implementation, timeout, workers.tests,
                                   workers.test_worker)
             result = _grade(candidate, str(implementation), items, graders, judged_hidden,
-                            exitfirst, on_item, chosen)
+                            exitfirst, on_item, chosen, spent)
     finally:
         if workers:
             workers.close()
@@ -262,7 +284,7 @@ def _graders(hidden: bool, extra_graders: Path | None, track: tracks.Track) -> l
 
 def _grade(candidate: Candidate, name: str, items: list[rubric_data.Item], graders: list[Grader],
            hidden: bool, exitfirst: bool, on_item: Callable[[ItemResult], None] | None,
-           track: tracks.Track) -> GradeResult:
+           track: tracks.Track, spent: Budget) -> GradeResult:
     rubric = rubric_data.load()
     results, broke, unavailable, timeouts = [], False, None, 0
     first_raised: dict[tuple, str] = {}  # an exception's signature -> the first item it failed
@@ -275,6 +297,8 @@ def _grade(candidate: Candidate, name: str, items: list[rubric_data.Item], grade
             ran_beside = early is not None and item.id == tracks.TESTS_ITEM
             if unavailable is not None:
                 result = _not_run(item, unavailable)
+            elif spent.spent() and not ran_beside:
+                result = _result(item, "timeout", f"not run: {spent.message()}")
             elif timeouts >= MAX_TIMEOUTS and not ran_beside:  # hangs of the implementation
                 result = _result(item, "timeout",
                                  f"not run: the implementation already hung in {timeouts} items")
@@ -287,6 +311,7 @@ def _grade(candidate: Candidate, name: str, items: list[rubric_data.Item], grade
                     elif signature is not None:
                         first_raised[signature] = item.id
                     result = _result(item, status, message)
+                    result.signature = signature
                 except WorkerUnavailable as exc:
                     unavailable = exc
                     result = _not_run(item, exc)

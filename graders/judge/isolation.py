@@ -8,17 +8,20 @@ Chosen once per grade (`Sandbox.resolve`):
              candidate's files read-only; a private /tmp; no network; run as a user id of its
              own (when the judge is root) so that its process limit counts only its processes.
     process  where bubblewrap is missing or cannot make namespaces: the worker in its own
-             session, a working directory of its own, the kata's modules refused at import.
+             session, a working directory of its own, the kata's modules refused at import;
+             run by a root judge as a user id of its own too (`WorkerFolder`), with copies of
+             its files, where the Python environment is readable by every user
+             (`worker_user_problem`).
 
 Both add the resource limits (`graders.worker.limits`) and guard the judge: it is not
 dumpable and is the child subreaper of everything a worker starts, so that `reap_strays` can
-kill every process a candidate left before any report is written.
+kill every process a candidate left before any report is written; a worker run as a user of
+its own is ended with every process of that user (`end_user`).
 """
 
 from __future__ import annotations
 
 import ctypes
-import itertools
 import os
 import re
 import shutil
@@ -28,6 +31,7 @@ import sys
 import sysconfig
 import tempfile
 import threading
+import time
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -44,7 +48,12 @@ SANDBOX_CODE = "/kata"  # where the sandbox sees the worker side (and the bench'
 TMP_BYTES = 256 << 20  # the sandbox's private /tmp lives in memory: this is its size
 # What of the judge's environment a process-isolated worker keeps: what Python and torch need.
 PASSED_ON = {"PATH", "LANG", "LD_LIBRARY_PATH", "VIRTUAL_ENV", "CONDA_PREFIX", "OMP_NUM_THREADS"}
-SANDBOX_UID = 1_000_000  # a root judge runs each sandbox as SANDBOX_UID + n: ids no account uses
+# A root judge runs each worker as a user id no account uses: SANDBOX_UID, then a block of
+# USER_SLOTS ids for each judge (by its pid), so that judges running at once never share one,
+# and ending every process of a worker's user ends no other judge's worker.
+SANDBOX_UID = 1_000_000
+USER_SLOTS = 64
+END_USER_SECONDS = 30.0  # processes of a worker's user still there after this: the kata broke
 # A worker forks a child for every call, from a process holding torch's ~150 MiB of heap: the
 # C library's heap on transparent huge pages (where the kernel offers them on request) makes
 # that fork and its exit 2-3x cheaper (9.6 -> 3.9 ms on the 2-core machine of the closing
@@ -54,12 +63,51 @@ SANDBOX_UID = 1_000_000  # a root judge runs each sandbox as SANDBOX_UID + n: id
 WORKER_ENV = {"GLIBC_TUNABLES": "glibc.malloc.hugetlb=1", "TORCH_COMPILE_DISABLE": "1"}
 
 
-# What the process fallback leaves open, in one line: the report and the scorecard of a grade in
-# it say so, and so does the refusal that sends an interviewer to it (README: "Isolation").
-PROCESS_FALLBACK_GAPS = ("the process fallback does not stop the candidate's code from reading "
-                         "or writing this user's files or using the network, nor, as root, from "
-                         "reading the judge or forking without bound")
-PROCESS_FALLBACK_NOTE = f"Not sandboxed: {PROCESS_FALLBACK_GAPS} (bubblewrap does)."
+# What the process fallback leaves open, in one line (PROCESS_FALLBACK_GAPS, at the end of this
+# module, from `_fallback_gaps`): the report and the scorecard of a grade in it say so, and so
+# does the refusal that sends an interviewer to it (README: "Isolation").
+
+@cache
+def worker_user_problem() -> str | None:
+    """Why a process-isolated worker runs as the judge's own user here, or None when it runs as
+    one of its own: the judge must be root (to change users), and every folder a worker reads
+    (the Python environment, the worker side of the kata) readable by every user."""
+    if not hasattr(os, "geteuid") or os.geteuid() != 0:
+        return "the kata is not run as root, which alone can run it as another user"
+    for folder in (*_python_dirs(_shown_path_entries()), str(WORKER_SIDE),
+                   os.path.dirname(os.path.realpath(sys.executable))):
+        closed = _closed_to_others(folder)
+        if closed is not None:
+            return f"{closed} is closed to other users, and the Python environment lies in it"
+    return None
+
+
+def _closed_to_others(folder: str) -> str | None:
+    """The first folder on the way to `folder` (itself included) that a user other than its
+    owner cannot enter, or None."""
+    path = Path(folder)
+    for step in [*reversed(path.parents), path]:
+        try:
+            mode = step.stat().st_mode
+        except OSError:
+            return str(step)
+        if not mode & 0o001 or (step == path and not mode & 0o004):
+            return str(step)
+    return None
+
+
+def _fallback_gaps() -> str:
+    """What the process fallback leaves open here, in one line."""
+    problem = worker_user_problem()
+    if problem is None:
+        return ("the process fallback runs the candidate's code as a user of its own, but does "
+                "not stop it from reading what every user may read or using the network")
+    if os.geteuid() == 0:
+        return ("the process fallback does not stop the candidate's code from reading or "
+                "writing root's files, reading the judge, forking without bound or using the "
+                f"network: it runs as root, the judge's user ({problem})")
+    return ("the process fallback does not stop the candidate's code from reading or writing "
+            "this user's files or using the network")
 
 
 class SandboxUnavailable(Exception):
@@ -112,6 +160,7 @@ class Launch:
     scratch: str | None = None  # a folder of the judge's for this process, removed at the end
     kata_roots: list[str] = field(default_factory=list)  # for the import guard in the worker
     staged: list[tuple[Path, Path]] = field(default_factory=list)  # (file, the copy it sees)
+    user: int | None = None  # a user of the launch's own (`take_user`), given back by cleanup
 
     def close_fds(self) -> None:
         """Close the descriptors handed to bubblewrap (it has read them once started)."""
@@ -126,16 +175,21 @@ class Launch:
                 shutil.copyfileobj(source, target)
 
     def cleanup(self) -> None:
+        if self.user is not None:
+            give_back_user(self.user)
+            self.user = None
         if self.scratch:
             shutil.rmtree(self.scratch, ignore_errors=True)
 
 
 def launch(isolation: str, module: str | None, files: list[Path],
            code: tuple[str, ...] = ("graders.worker",), tmp_bytes: int = TMP_BYTES,
-           staged: bool = False) -> Launch:
+           staged: bool = False, user: int | None = None) -> Launch:
     """How to run `python -m module` (None: `python -c ''`, bubblewrap only) under `isolation`,
     seeing `files` (read-only, at their own paths) and the kata's packages named in `code`
-    ("graders.worker": the worker side alone), with a private /tmp of `tmp_bytes`.
+    ("graders.worker": the worker side alone), with a private /tmp of `tmp_bytes`. A root
+    judge's bubblewrap runs it as `user` (`take_user`; None: one of the launch's own, ended and
+    given back by `cleanup`); the process fallback leaves the change of user to the worker.
 
     Bubblewrap shows `files` as they are at the launch; `staged`, as they are at each
     `Launch.stage()` (a process started before a save reads the saved file). The process
@@ -143,7 +197,7 @@ def launch(isolation: str, module: str | None, files: list[Path],
     made = Launch()  # owns each descriptor and folder as it is made: an interrupt leaves none
     try:
         if isolation == "bwrap":
-            _bwrap_launch(made, module, files, code, tmp_bytes, staged)
+            _bwrap_launch(made, module, files, code, tmp_bytes, staged, user)
         else:
             _process_launch(made, module)
     except BaseException:
@@ -185,16 +239,14 @@ def bwrap_problem() -> str | None:
         return f"bwrap did not start: {exc}"
     finally:
         trial.close_fds()
+        trial.cleanup()
     if done.returncode != 0:
         return (done.stderr.strip().splitlines() or [f"exit code {done.returncode}"])[-1]
     return None
 
 
-_uids = itertools.count()
-
-
 def _bwrap_launch(made: Launch, module: str | None, files: list[Path], code, tmp_bytes: int,
-                  staged: bool) -> None:
+                  staged: bool, user: int | None) -> None:
     """`made`, filled for bubblewrap: its arguments, and the descriptors and staged copies
     they name."""
     args = ["bwrap", "--die-with-parent", "--new-session"]
@@ -254,9 +306,10 @@ def _bwrap_launch(made: Launch, module: str | None, files: list[Path], code, tmp
     for key, value in env.items():
         args += ["--setenv", key, value]
     if as_root:
-        uid = str(SANDBOX_UID + next(_uids) % 100_000)
-        args += ["/usr/bin/setpriv", "--reuid", uid, "--regid", uid, "--clear-groups",
-                 "--inh-caps=-all", "--bounding-set=-all"]
+        if user is None:  # a launch of its own (the bench, the trial run): its user is its own
+            user = made.user = take_user()
+        args += ["/usr/bin/setpriv", "--reuid", str(user), "--regid", str(user),
+                 "--clear-groups", "--inh-caps=-all", "--bounding-set=-all"]
     inner = ["-c", ""] if module is None else ["-P", "-m", module]
     made.argv = args + [sys.executable, *inner]
     made.env, made.cwd = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}, "/"
@@ -350,6 +403,111 @@ def _empty_file() -> int:
     read_end, write_end = os.pipe()
     os.close(write_end)
     return read_end
+
+
+# --- a user of the worker's own, for a root judge ---------------------------------------------
+
+_slots_taken: set[int] = set()
+_slots_lock = threading.Lock()
+
+
+def take_user() -> int:
+    """A user id for one worker, that no other live worker (of any judge) has: the lowest free
+    one of this judge's block. Given back with `give_back_user`."""
+    with _slots_lock:
+        slot = next(n for n in range(USER_SLOTS + 1) if n not in _slots_taken)
+        if slot == USER_SLOTS:
+            raise RuntimeError(f"more than {USER_SLOTS} workers at once")
+        _slots_taken.add(slot)
+    return SANDBOX_UID + (os.getpid() % (1 << 20)) * USER_SLOTS + slot
+
+
+def give_back_user(uid: int) -> None:
+    """End every process of `uid` (`end_user`), then free its id for another worker."""
+    end_user(uid)
+    with _slots_lock:
+        _slots_taken.discard((uid - SANDBOX_UID) % USER_SLOTS)
+
+
+def end_user(uid: int) -> None:
+    """Kill every process of `uid` and return once none is left: stopped first (so none forks
+    again), then killed, then reaped (by this judge, the subreaper of each, or the process that
+    forked it). RuntimeError if some are still there after END_USER_SECONDS."""
+    deadline = time.monotonic() + END_USER_SECONDS
+    while pids := _processes_of_user(uid):
+        for pid in pids:
+            _signal(pid, signal.SIGSTOP)
+        for pid in pids:
+            _signal(pid, signal.SIGKILL)
+        reap_strays()
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{len(pids)} processes of the worker's user {uid} outlived "
+                               f"SIGKILL for {END_USER_SECONDS:g} s")
+        time.sleep(0.005)
+
+
+def _processes_of_user(uid: int) -> list[int]:
+    """Pids of the processes whose real, effective or saved user id is `uid` (zombies too)."""
+    found = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                with open(f"/proc/{entry.name}/status") as f:
+                    ids = next(line for line in f if line.startswith("Uid:")).split()[1:4]
+            except (OSError, StopIteration):
+                continue
+            if str(uid) in ids:
+                found.append(int(entry.name))
+    return found
+
+
+@dataclass
+class WorkerFolder:
+    """Where a process-isolated worker run as `user` lives: `root`, the judge's (others may
+    enter it, not list it), holding `home` (the user's own: its working directory, $HOME and
+    $TMPDIR) and a read-only copy of each of its files (`shown`: each file's path -> the copy's,
+    under the file's own name), made at `stage()`. The worker reads the copies: the judge's
+    folders, where the files lie, are closed to its user."""
+
+    user: int
+    root: Path
+    home: Path
+    shown: dict[str, str]
+
+    @classmethod
+    def make(cls, user: int, files: list[Path]) -> "WorkerFolder":
+        root = Path(tempfile.mkdtemp(prefix="kata-worker-"))
+        try:
+            root.chmod(0o711)
+            home = root / "home"
+            home.mkdir(mode=0o700)
+            os.chown(home, user, user)
+            shown = {}
+            for number, path in enumerate(files):
+                (root / str(number)).mkdir(mode=0o755)  # pytest lists its test file's folder
+                shown[str(path)] = str(root / str(number) / Path(path).name)
+            folder = cls(user, root, home, shown)
+            folder.stage()
+        except BaseException:
+            shutil.rmtree(root, ignore_errors=True)
+            raise
+        return folder
+
+    def stage(self) -> None:
+        """Copy each file as it is now (the judge's read: the worker's user may not read the
+        original), readable by every user and writable by none but the judge."""
+        for path, copy in self.shown.items():
+            with open(path, "rb") as source, open(copy + ".new", "wb") as target:
+                shutil.copyfileobj(source, target)
+            os.chmod(copy + ".new", 0o444)
+            os.replace(copy + ".new", copy)
+
+    def seen_as(self, path: str) -> str:
+        """The path at which the worker reads the file at `path`."""
+        return self.shown.get(str(path), str(path))
+
+    def remove(self) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)
 
 
 # --- the judge's guard -----------------------------------------------------------------------
@@ -492,3 +650,7 @@ def limit_reached(text: str, limits: Limits) -> str | None:
 
 def _size(n: int) -> str:
     return f"{n / GIB:g} GiB" if n >= GIB else f"{n >> 20} MiB"
+
+
+PROCESS_FALLBACK_GAPS = _fallback_gaps()
+PROCESS_FALLBACK_NOTE = f"Not sandboxed: {PROCESS_FALLBACK_GAPS} (bubblewrap does)."

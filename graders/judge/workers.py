@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from graders.judge import isolation
+from graders.shared.plans import CandidateTimeout
 from graders.shared.untrusted import clip
 from graders.worker import frames
 from graders.worker.limits import WALL_PER_CPU, Limits, cpu_seconds
@@ -41,6 +42,30 @@ class Reply:
     body: object = None
     detail: str = ""
     malformed: bool = False
+
+
+@dataclass(frozen=True)
+class Budget:
+    """A grade's time as a whole: `seconds` on the clock, that `ends` at a time.monotonic()
+    value. Past it, no request is sent and none is waited for (`Worker.run`)."""
+
+    seconds: float
+    ends: float
+
+    @classmethod
+    def starting_now(cls, seconds: float) -> "Budget":
+        return cls(seconds, time.monotonic() + seconds)
+
+    def spent(self) -> bool:
+        return time.monotonic() >= self.ends
+
+    def within(self, deadline: float) -> float:
+        """`deadline`, or the budget's end if that comes first."""
+        return min(deadline, self.ends)
+
+    def message(self) -> str:
+        return (f"the grade's time budget of {self.seconds:g} s on the clock was spent (every "
+                "item not graded by then is a timeout)")
 
 
 class WorkerUnavailable(Exception):
@@ -71,9 +96,11 @@ class Worker:
         self._pid: int | None = None
         self._proc: subprocess.Popen | None = None  # None when forked by the spawner
         self._launch: isolation.Launch | None = None
+        self._folder: isolation.WorkerFolder | None = None  # a root judge's process fallback
         self._in = self._out = -1  # our ends of its stdin and stdout
         self._ready = False
         self._output = OutputTail()
+        self.budget: Budget | None = None  # the grade's time as a whole, when it has one
 
     def start(self) -> "Worker":
         """Start the process (its torch import begins at once; the first request waits for
@@ -87,6 +114,13 @@ class Worker:
 
     def _start(self) -> "Worker":
         isolation.guard_judge()
+        if self.isolation == "process" and isolation.worker_user_problem() is None:
+            user = isolation.take_user()  # given back, its processes ended, by _discard
+            try:
+                self._folder = isolation.WorkerFolder.make(user, [Path(f) for f in self.files])
+            except BaseException:
+                isolation.give_back_user(user)
+                raise
         ends = self._open()
         if _SPAWNER is not None and self.isolation == "process":
             self._pid, self._proc = _SPAWNER.spawn(ends), None
@@ -116,25 +150,41 @@ class Worker:
         return [stdin_r, stdout_w, stderr_w]
 
     def _hello(self, kata_roots: list[str]) -> None:
-        frames.write_json(self._in, {"mode": self.mode, "path": self.path, "module": self.module,
-                                    "limits": self.limits.to_dict(), "wait": self.ahead,
-                                    "import_seconds": self.import_timeout,
-                                    "kata_roots": kata_roots})
+        folder = self._folder
+        frames.write_json(self._in, {
+            "mode": self.mode, "path": self._seen_as(self.path), "module": self.module,
+            "limits": self.limits.to_dict(), "wait": self.ahead,
+            "import_seconds": self.import_timeout, "kata_roots": kata_roots,
+            "user": folder and folder.user, "home": folder and str(folder.home)})
+
+    def _seen_as(self, path: str | None) -> str | None:
+        """Where the worker reads the file at `path`: a copy of it when it runs as a user of its
+        own (`isolation.WorkerFolder`), else `path` itself."""
+        return self._folder.seen_as(path) if self._folder and path else path
 
     def go(self) -> None:
         """A worker started `ahead`: show it the files as they are now, and let it import."""
         if self._launch is not None:
             self._launch.stage()
+        if self._folder is not None:
+            self._folder.stage()
         if self.mode == "implementation":  # a tests worker reads its file at each run
             frames.write_json(self._in, {"go": True})
         self.ahead = False  # a worker started again after a crash reads the files at its start
 
     def run(self, requests: list[dict], timeout: float, parallel: int = 1) -> list[Reply]:
-        """Send `requests` as one batch; one Reply each, in order."""
+        """Send `requests` as one batch; one Reply each, in order. CandidateTimeout once the
+        grade's `budget` is spent: before the batch, or while it runs (the worker restarted)."""
+        if self.budget is not None and self.budget.spent():
+            raise CandidateTimeout(self.budget.message())
         self._ensure_ready()
         wall = cpu_seconds(timeout) * WALL_PER_CPU  # what the zygote allows a child on the clock
         deadline = time.monotonic() + wall * len(requests) / parallel + wall + SLACK_SECONDS
+        if self.budget is not None:
+            deadline = self.budget.within(deadline)
         batch = secrets.token_hex(8)  # a fresh nonce: every reply to this batch names it
+        if self.mode == "tests":
+            requests = [{**r, "test_path": self._seen_as(r["test_path"])} for r in requests]
         replies: list[Reply] = []
         try:
             frames.write_json(self._in, {"count": len(requests), "timeout": timeout,
@@ -143,6 +193,9 @@ class Worker:
             for index, request in enumerate(requests):
                 replies.append(self._read_reply(index, batch, request, deadline))
         except (TimeoutError, frames.PipeClosed, OSError) as exc:
+            if isinstance(exc, TimeoutError) and self.budget is not None and self.budget.spent():
+                self._discard()
+                raise CandidateTimeout(self.budget.message()) from None
             how = "stopped answering" if isinstance(exc, TimeoutError) else "died"
             detail = f"the worker process {how}{self._stderr_tail()}"
             self._discard()
@@ -191,12 +244,13 @@ class Worker:
         seconds = cpu_seconds(self.import_timeout)  # of CPU time, as the worker counts them
         wall = seconds * WALL_PER_CPU  # for an import that waits
         replies = _replies()
+        within = self.budget.within if self.budget is not None else lambda deadline: deadline
         try:
             replies.started(replies.decode(replies.read(
-                fd, time.monotonic() + TORCH_IMPORT_SECONDS, frames.STATUSES)))
+                fd, within(time.monotonic() + TORCH_IMPORT_SECONDS), frames.STATUSES)))
             if self.mode == "implementation":
                 loaded = replies.loaded(replies.decode(replies.read(
-                    fd, time.monotonic() + wall, frames.STATUSES)))
+                    fd, within(time.monotonic() + wall), frames.STATUSES)))
                 if loaded["status"] == "import-timeout":
                     self._discard()
                     raise WorkerUnavailable(
@@ -211,6 +265,9 @@ class Worker:
                                             f"{isolation.unseen_beside(loaded['error'], self.path)}")
         except TimeoutError:
             self._discard()
+            if self.budget is not None and self.budget.spent():
+                raise WorkerUnavailable(f"importing the file did not finish: "
+                                        f"{self.budget.message()}", "timeout") from None
             raise WorkerUnavailable(
                 f"importing the file did not finish within {wall:g} s on the clock "
                 f"({WALL_PER_CPU}x the import limit of {seconds} s of CPU time, for a file that "
@@ -228,7 +285,7 @@ class Worker:
     def _discard(self) -> None:
         """Kill the worker and everything it started; the next request starts a fresh one. A
         worker half started is discarded as far as it got."""
-        if self._pid is None and self._launch is None and self._in < 0:
+        if self._pid is None and self._launch is None and self._folder is None and self._in < 0:
             return
         if self._pid is not None:
             try:
@@ -239,6 +296,10 @@ class Worker:
             self._proc.wait()  # a spawner's worker is reaped by the spawner
             isolation.forget(self._pid)
         isolation.reap_strays()
+        if self._folder is not None:  # every process of its user, wherever it went
+            isolation.give_back_user(self._folder.user)
+            self._folder.remove()
+            self._folder = None
         if self._launch is not None:
             self._launch.cleanup()
             self._launch = None
@@ -290,6 +351,12 @@ class GradeWorkers:
             worker.close()
             raise
         return cls(worker, tests, test_worker, mode)
+
+    def limit_to(self, budget: "Budget") -> None:
+        """From now on, neither worker runs the candidate's code past `budget`."""
+        for worker in (self.implementation, self.test_worker):
+            if worker:
+                worker.budget = budget
 
     def go(self) -> bool:
         """Workers started `ahead`: their grade begins, with the files as they are now. False,

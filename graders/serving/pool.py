@@ -110,8 +110,8 @@ class Pool:
                    f"sequence's own positions: {error}")
 
 
-VARIANTS = (("query head h reads KV head h % Hkv, not h // (Hq // Hkv)", "modulo", True),
-            ("scores not scaled by 1/sqrt(head_dim)", "grouped", False))
+VARIANTS = (("which KV head each query head reads (the outputs match h % Hkv)", "modulo", True),
+            ("the scores' scale (the outputs match larger scores)", "grouped", False))
 
 
 def likely_mistake(pool: Pool, got: list, step: int, tol: Tolerance) -> str:
@@ -124,7 +124,7 @@ def likely_mistake(pool: Pool, got: list, step: int, tol: Tolerance) -> str:
     read = pool.reads[step]
     bad = [i for r, i in wrong if r is read]
     if any(read.lengths[i] == 0 for i in bad):
-        return "a sequence of length 0 gives zeros (a softmax over no positions is NaN)"
+        return "what a sequence of length 0 attends to (its output is not zeros)"
     for label, heads, scaled in VARIANTS:
         if all(close(got[step][i], _variant(read.query[i], *read.kv[i], heads, scaled), tol).all()
                for i in bad):
@@ -134,8 +134,8 @@ def likely_mistake(pool: Pool, got: list, step: int, tol: Tolerance) -> str:
         return SDPA_IS_CAUSAL
     if any(n and n % pool.bs == 0 for r in pool.reads for n in r.lengths) and all(
             r.lengths[i] % pool.bs for r, i in wrong):
-        return ("only sequences whose last block is partly filled are wrong: does attend read "
-                "slots past a sequence's length, or blocks in an order other than the table's?")
+        return ("which slots and blocks attend reads (only sequences whose last block is partly "
+                "filled are wrong)")
     return ""
 
 

@@ -59,10 +59,9 @@ def close(got: torch.Tensor, expected: torch.Tensor, tol: Tolerance) -> torch.Te
 # What `F.scaled_dot_product_attention(q, k, v, is_causal=True)` gives for one query over T
 # keys: its causal mask is aligned to the top-left corner (query i sees keys 0..i), so the one
 # query sees key 0 alone and returns its value (PyTorch issue #103082).
-SDPA_IS_CAUSAL = ("attention over the first key only: scaled_dot_product_attention with "
-                  "is_causal=True and a single query masks from the top-left corner, so the "
-                  "query sees key 0 alone (PyTorch #103082); the newest query needs no mask: "
-                  "is_causal=False, with a mask of each row's lengths")
+SDPA_IS_CAUSAL = ("the mask of attention (the output is the first key's value alone: "
+                  "scaled_dot_product_attention's is_causal with a single query masks from the "
+                  "top-left corner, PyTorch #103082)")
 
 # Why an output is NaN or inf where the float64 reference is finite, unless the case says
 # otherwise: with ordinary inputs, a slot attention should never have read. A slot past a row's

@@ -15,12 +15,16 @@ RUBRIC_FILE = bundled.RUBRIC
 
 @dataclass(frozen=True)
 class Item:
+    """`depends_on`: the items whose checks this one's cases rely on; a report gives this item's
+    failure under theirs when they fail too (graders.formats.causes)."""
+
     id: str
     level: str
     points: float
     title: str
     checks: str
     hints: tuple[str, ...]
+    depends_on: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -71,7 +75,8 @@ def load(path: Path = RUBRIC_FILE) -> Rubric:
     return Rubric(
         levels=tuple(data["levels"]),
         items=tuple(Item(d["id"], d["level"], float(d["points"]), d["title"], d["checks"],
-                         tuple(d["hints"])) for d in data["item"]),
+                         tuple(d["hints"]), tuple(d.get("depends_on", ())))
+               for d in data["item"]),
         tells=tuple(TellInfo(d["id"], d["caps"], d["title"], d["message"]) for d in data["tell"]),
         interviewer=tuple(InterviewerItem(d["id"], d["level"], d["prompt"]) for d in data["interviewer"]),
     )

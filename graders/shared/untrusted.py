@@ -16,6 +16,7 @@ whose).
 - `markdown_code`: one line as a Markdown code span: no link, image, HTML or table cell of its own.
 - `csv_cell`: a spreadsheet cell that never starts a formula.
 - `xml_text`: only characters XML 1.0 allows (and valid UTF-8).
+- `html_text`: text in an HTML page, in an element or a quoted attribute: no markup of its own.
 - `file_name`: a file or folder name (undecodable bytes included) as printable text.
 """
 
@@ -101,6 +102,14 @@ def xml_text(text: str) -> str:
     """`text` (printable) holding only characters XML 1.0 allows; escaping <, > and & is left to
     the XML writer."""
     return _XML_ILLEGAL.sub("\ufffd", printable(text))
+
+
+def html_text(text: str) -> str:
+    """`text` (printable, XML-legal) with &, <, >, " and ' as character references: in an
+    element's content or a quoted attribute value it is text alone, never a tag, an attribute,
+    an entity or the end of a raw-text element (</script>, </style>)."""
+    return (xml_text(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+            .replace('"', "&quot;").replace("'", "&#39;"))
 
 
 def file_name(name: str | bytes | os.PathLike) -> str:

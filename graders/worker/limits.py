@@ -1,7 +1,8 @@
 """What a worker may use, applied to itself before any candidate code runs.
 
 `Limits` travels in the worker's hello frame; `apply` turns it into rlimits, which every process
-the candidate starts inherits. `limit_cpu` gives one request its time and `cpu_for_import` the
+the candidate starts inherits. `become` makes a worker started by a root judge (the process
+fallback) a user of its own first. `limit_cpu` gives one request its time and `cpu_for_import` the
 import of the candidate's file its own: CPU time, so that how busy the machine is does not decide
 whether they finish in time. `guard_imports` keeps the kata's own modules (the judge, the hidden
 cases, the solutions) out of the candidate's reach, for the process fallback where their files
@@ -10,11 +11,13 @@ are on the disk the worker sees; under bubblewrap they are not there at all.
 
 from __future__ import annotations
 
+import ctypes
 import math
 import os
 import resource
 import signal
 import sys
+import tempfile
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -46,6 +49,29 @@ def apply(limits: Limits) -> None:
     _set(resource.RLIMIT_CORE, 0)
     # RLIMIT_NPROC counts every process of this user, so the limit is what runs now plus ours.
     _set(resource.RLIMIT_NPROC, _processes_of(os.getuid()) + limits.processes)
+
+
+_PR_CAPBSET_DROP, _PR_SET_NO_NEW_PRIVS = 24, 38
+
+
+def become(user: int, home: str) -> None:
+    """Run from now on as `user` (its group alike, no other group), at home in `home` (the
+    working directory, $HOME and $TMPDIR): every capability gone, and no way back to root, a
+    set-user-id program included (no_new_privs). Raises OSError where it cannot: a worker that
+    stayed root would share the judge's user."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    for capability in range(64):  # the bounding set; past the last capability: EINVAL
+        libc.prctl(_PR_CAPBSET_DROP, capability, 0, 0, 0)
+    os.chdir(home)
+    os.setgroups([])
+    os.setresgid(user, user, user)
+    os.setresuid(user, user, user)
+    if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
+    if os.getresuid() != (user, user, user) or os.getgroups():
+        raise OSError(f"the worker did not become user {user}")
+    os.environ.update(HOME=home, TMPDIR=home)
+    tempfile.tempdir = None
 
 
 def cpu_seconds(timeout: float) -> int:

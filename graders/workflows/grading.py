@@ -50,7 +50,7 @@ def check_private_graders(folder: Path, track: tracks.Track) -> None:
 def grade(make_console: Consoles, implementation: Path, tests: Path | None, *, watch: bool,
           follow_failures: bool, last_failed: bool, shown: str, command: str, detail: str,
           json_path: Path | None, output_format: str, markdown: Path | None,
-          junit: Path | None, **options) -> int:
+          junit: Path | None, html: Path | None = None, **options) -> int:
     """Grade once (`grade_and_report`), or with `watch` again at each save of the files until
     the watch ends (then 0). `options` are graders.judge.grade.grade's; with `follow_failures`
     (--ff, --lf, --watch) `only` and `first` follow the items the last grade did not pass
@@ -73,7 +73,8 @@ def grade(make_console: Consoles, implementation: Path, tests: Path | None, *, w
         order, run_options = planned()
         code = grade_and_report(make_console, implementation, tests, shown=shown,
                                 json_path=json_path, output_format=output_format,
-                                markdown=markdown, junit=junit, detail=detail, note=order.note,
+                                markdown=markdown, junit=junit, html=html, detail=detail,
+                                note=order.note,
                                 command=command, workers=take(ahead, implementation, tests,
                                                               run_options), **run_options)
         if watch:  # torch imported in them while the files are edited, not after the save
@@ -130,7 +131,7 @@ def take(ahead: list, implementation: Path, tests: Path | None, options: dict):
 def grade_and_report(make_console: Consoles, implementation: Path, tests: Path | None, *,
                      shown: str, json_path: Path | None, output_format: str,
                      markdown: Path | None, junit: Path | None, detail: str, note: str,
-                     command: str, workers=None, **options) -> int:
+                     command: str, workers=None, html: Path | None = None, **options) -> int:
     """Grade, record which items did not pass (graders.workflows.last_failed), print a line
     naming the files and `note` (not for the "quiet" and "brief" details), then the report at
     `detail` (graders.formats.report.render), and write the files asked for.
@@ -146,7 +147,7 @@ def grade_and_report(make_console: Consoles, implementation: Path, tests: Path |
     from graders.workflows import last_failed
 
     # A report written to standard output (-) has it alone: the terminal's report goes to stderr.
-    console = make_console(stderr=STDOUT in (json_path, markdown, junit))
+    console = make_console(stderr=STDOUT in (json_path, markdown, junit, html))
     progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
                         MofNCompleteColumn(), console=console, transient=True,
                         disable=not console.is_terminal)
@@ -170,7 +171,7 @@ def grade_and_report(make_console: Consoles, implementation: Path, tests: Path |
     from graders.formats.outputs import write_outputs
 
     failures = write_outputs(result, json_path=json_path, output_format=output_format,
-                             markdown=markdown, junit=junit)
+                             markdown=markdown, junit=junit, html=html)
     for failure in failures:  # each file apart: one that fails costs no other
         make_console(stderr=True).print(Text(f"kata: error: {failure}"), soft_wrap=True)
     return max([result.exit_code(), *(f.exit_code for f in failures)])

@@ -68,6 +68,15 @@ SCHEDULERS = [
            "work done, instead of the most recently arrived",
            (("self._preempt(self.running.pop())", "self._preempt(self.running.pop(0))"),),
            {"preemption"}),
+    _wrong("never-preempts", "when the running sequences need more blocks than are free, the "
+           "ones that cannot grow are left out of the step but keep their blocks (no "
+           "preemption): the others run on until none can grow, then the engine stalls",
+           (("            self._preempt(self.running.pop())\n"
+             "            preempted = True\n"
+             "            plan = self._fill(self.running)\n",
+             "            plan = [(seq, n) for seq, n in plan if self._new_blocks(seq, n) == 0]\n"
+             "            preempted = True\n"),),
+           {"preemption", "batch-equivalence", "iteration-level", "chunked-prefill"}),
     _wrong("never-frees-finished", "a finished sequence leaves the running list but keeps its "
            "blocks: the pool leaks until nothing fits",
            ((_RELEASE, "                self.running.remove(seq)\n"),),

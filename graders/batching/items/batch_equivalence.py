@@ -20,16 +20,11 @@ from graders.judge.candidate import Candidate
 
 ITEM = "batch-equivalence"
 
-LIKELY = {
-    "finished-early": "finishing on the wrong count (max_new_tokens off by one, or an eos "
-                      "not counted as an output)",
-    "finished-late": "finishing on the wrong count (max_new_tokens off by one, or the eos "
-                     "never compared with the token produced)",
-    "misread": "a block table that does not follow the blocks the sequence wrote (a freed "
-               "block reused while a table still points at it, or a restart that keeps its "
-               "old table)",
-    "misread-other-prefix": "a prefix-cache block identified by its own tokens alone, without "
-                            "the tokens before it",
+LIKELY = {  # each names where to look and what the trace shows, never the fix
+    'finished-early': "when a sequence counts as finished (it ended before its tokens were all produced)",
+    'finished-late': "when a sequence counts as finished (it went on past its last token)",
+    'misread': "which blocks a table points at (a step read what another sequence, or the sequence before a restart, wrote)",
+    'misread-other-prefix': "what identifies a prefix-cache block (equal blocks after different prefixes were shared)",
 }
 
 

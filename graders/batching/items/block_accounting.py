@@ -17,13 +17,12 @@ from graders.shared.plans import NotAttempted
 
 ITEM = "block-accounting"
 
-LIKELY = {
-    "free-count-low": "blocks not given back when a sequence finishes or is preempted (a "
-                      "leak), or a count that misses what was given back",
-    "free-count-high": "a block freed twice, or given back while a table still holds it",
-    "free-count-low-by-one": "num_free_blocks off by one, or one block not given back",
-    "free-count-high-by-one": "num_free_blocks off by one, or one block given back twice",
-    "not-free-at-end": "a finished sequence's blocks never freed",
+LIKELY = {  # each names where to look and what the trace shows, never the fix
+    'free-count-low': "where blocks go back to the pool (fewer are free than the tables leave)",
+    'free-count-high': "where blocks go back to the pool (more are free than the tables leave)",
+    'free-count-low-by-one': "num_free_blocks (one fewer than the tables leave)",
+    'free-count-high-by-one': "num_free_blocks (one more than the tables leave)",
+    'not-free-at-end': "what becomes of a finished sequence's blocks (they were still held at the end)",
 }
 
 

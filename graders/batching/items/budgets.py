@@ -16,16 +16,14 @@ from graders.judge.candidate import Candidate
 
 ITEM = "budgets"
 
-OFF_BY_ONE = "a budget check off by one (<= where < belongs)"
-LIKELY = {
-    "seqs-by-one": OFF_BY_ONE,
-    "tokens-by-one": OFF_BY_ONE,
-    "running-by-one": OFF_BY_ONE,
-    "cover": "blocks allocated for the tokens known before the step, not for what it computes",
-    "written-shared": "a prefix block shared in the step that computes it (it is cached only "
-                      "once computed)",
-    "past-known": "the token this step will produce counted as known (a decode computes the "
-                  "newest known token, at position len(tokens) - 1)",
+OFF_BY_ONE = "the budget checks (one over the limit)"
+LIKELY = {  # each names where to look and what the trace shows, never the fix
+    'seqs-by-one': OFF_BY_ONE,
+    'tokens-by-one': OFF_BY_ONE,
+    'running-by-one': OFF_BY_ONE,
+    'cover': "the blocks a step's table covers (fewer than start + tokens)",
+    'written-shared': "when a prefix block becomes shareable (it was shared in the step that computes it)",
+    'past-known': "how many positions a step computes (past the last token known)",
 }
 
 

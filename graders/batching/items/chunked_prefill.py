@@ -17,14 +17,11 @@ from graders.judge.candidate import Candidate
 
 ITEM = "chunked-prefill"
 
-LIKELY = {
-    "decode-left-out-for-prefill": "prefills planned before decodes: a long prompt takes the "
-                                   "token budget and the decodes wait",
-    "decode-left-out": "a running decode skipped while the budgets had room",
-    "prefill-left-out-for-new": "waiting requests started before the running prefills got "
-                                "their chunks (only the first running prefill continued, say)",
-    "long-prompt-never-started": "a prompt started only when all of it fits the tokens left "
-                                 "(no chunking)",
+LIKELY = {  # each names where to look and what the trace shows, never the fix
+    'decode-left-out-for-prefill': "the order of a step's plan (running decodes waited while a prefill took the token budget)",
+    'decode-left-out': "which running decodes a step plans (one was left out while the budgets had room)",
+    'prefill-left-out-for-new': "the order of a step's plan (waiting requests started before the running prefills had their chunks)",
+    'long-prompt-never-started': "how a prompt longer than the tokens left starts (it never did)",
 }
 
 

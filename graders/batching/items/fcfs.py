@@ -19,11 +19,9 @@ from graders.judge.candidate import Candidate
 
 ITEM = "fcfs"
 
-LIKELY = {
-    "queue-order": "a waiting request that does not fit is skipped and a later one starts "
-                   "(no head of line), or a preempted request put at the back of the queue",
-    "head-kept-out": "admission that waits for more than the budgets and the free blocks ask "
-                     "(the running batch to finish, or a whole prompt to fit the tokens left)",
+LIKELY = {  # each names where to look and what the trace shows, never the fix
+    'queue-order': "the order of the waiting queue (a request started before an earlier one still waiting)",
+    'head-kept-out': "what admission waits for (the head of the queue waited while the budgets and the free blocks had room)",
 }
 
 

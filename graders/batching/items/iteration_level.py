@@ -46,8 +46,8 @@ def _grade(runs: list[grading.Run]) -> str:
         if steps > OF_REFERENCE * reference.steps:
             raise Fail(f"{run.case}: {steps} steps, more than {OF_REFERENCE}x the reference "
                        f"scheduler's {reference.steps} (static batching: "
-                       f"{reference.static_steps}). Likely mistake: requests admitted only "
-                       "when a batch ends, or fewer tokens a step than the budget allows")
+                       f"{reference.static_steps}). Likely mistake: when waiting requests are "
+                       "admitted, and how full a step is")
     mixed = next(run for run in runs if run.kind == "mixed")
     steps, reference = mixed.found.steps, mixed.reference
     ratio = steps / reference.static_steps

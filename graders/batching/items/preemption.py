@@ -20,15 +20,12 @@ from graders.judge.candidate import Candidate
 
 ITEM = "preemption"
 
-LIKELY = {
-    "victim": "preempting the oldest running sequence (the one with the most work done), or "
-              "the longest, instead of the most recently arrived",
-    "start-in-preempting-step": "admission that does not know the step preempted (a step "
-                                "short of blocks starts no waiting request)",
-    "misread-after-restart": "a restart that keeps its old table or position instead of "
-                             "computing again from its start",
-    "stall-empty": "blocks that are never given back, or a waiting head that can never fit",
-    "stall-max-steps": "preempting and restarting the same sequences forever",
+LIKELY = {  # each names where to look and what the trace shows, never the fix
+    'victim': "which running sequence is preempted (it arrived before another that kept running)",
+    'start-in-preempting-step': "what a step that preempted admits (it started a waiting request)",
+    'misread-after-restart': "where a restarted sequence computes from (it read its old table or position)",
+    'stall-empty': "why a step schedules nothing (blocks held by sequences that do not run, or a waiting head that cannot fit)",
+    'stall-max-steps': "what is preempted and restarted (the same sequences, again and again)",
 }
 
 

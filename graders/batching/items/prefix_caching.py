@@ -58,8 +58,8 @@ def _grade(runs: list[grading.Run]) -> str:
             f"{total} are unshared); request {name(seq_id)} computed {got[seq_id]} where the "
             f"reference computes {reference[seq_id]}"
             + (": it started when nothing else was running, and the blocks it begins with were "
-               "cached, held by no one. Likely mistake: cached blocks dropped when their last "
-               "holder finishes, instead of kept until their memory is needed" if alone else ""))
+               "cached, held by no one. Likely mistake: what becomes of a cached block when its "
+               "last holder finishes" if alone else ""))
     return (f"{run.case}: {run.found.prompt_tokens_computed} prompt tokens computed of "
             f"{total}, as the reference scheduler ({unshared} unshared); no block shared after "
             "a different prefix")

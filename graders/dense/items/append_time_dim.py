@@ -72,8 +72,8 @@ def grade(candidate: Candidate) -> str:
             if divergence:
                 raise Fail(f"cache.{name} {where}: row {divergence.row}, head {divergence.head}, "
                            f"time {divergence.position} is not what was appended there (max abs "
-                           f"error {divergence.max_abs:.2e}): keep every appended position, "
-                           "in order")
+                           f"error {divergence.max_abs:.2e}). Likely mistake: what append keeps of "
+                           "the cache, and where it writes")
         lengths = tensor(results[state]["lengths"], f"cache.lengths {where}")
         if lengths.dtype != torch.int64 or tuple(lengths.shape) != (B,):
             raise Fail(f"cache.lengths {where} is {str(lengths.dtype).removeprefix('torch.')} "
@@ -133,8 +133,8 @@ def _check_chunked(candidate: Candidate, g: torch.Generator, seed: int,
             if divergence:
                 raise Fail(f"{where}: cache.{attr} at row {divergence.row}, head "
                            f"{divergence.head}, time {divergence.position} is not what was "
-                           "appended there: keep every appended position, in order, whatever the "
-                           "input's memory layout")
+                           "appended there. Likely mistake: how append reads its input (a "
+                           "non-contiguous layout)")
         lengths = tensor(results[index]["lengths"], f"{where}, cache.lengths")
         if lengths.dtype != torch.int64 or lengths.tolist() != [total] * b:
             raise Fail(f"{where}: cache.lengths is not int64 [B] counting the {total} positions "
@@ -150,11 +150,12 @@ def _shape_hint(got: torch.Tensor, expected: tuple[int, ...]) -> str:
                 "[batch, kv_heads, time, head_dim]")
     wrong = [d for d in (0, 1, 3) if got.shape[d] != expected[d]]
     if wrong and got.shape[wrong[0]] > expected[wrong[0]] and got.shape[2] < expected[2]:
-        return f": it grew dim {wrong[0]} ({DIMS[wrong[0]]}) instead of time (dim 2)"
+        return (f". Likely mistake: which dimension append grows (dim {wrong[0]}, "
+                f"{DIMS[wrong[0]]}, grew; time did not)")
     if wrong:
-        return (f": dim {wrong[0]} ({DIMS[wrong[0]]}) should stay {expected[wrong[0]]}; "
-                "appended positions go along dim 2 (time)")
+        return (f". Likely mistake: which dimension append grows (dim {wrong[0]}, "
+                f"{DIMS[wrong[0]]}, changed)")
     if got.shape[2] > expected[2]:
-        return (": the time dimension is longer than the positions appended; keys and values "
-                "are the valid prefix, not all the allocated storage")
-    return ": appended positions are missing (an append replaced the cache instead of growing it?)"
+        return (". Likely mistake: what keys and values expose (their time dimension is longer "
+                "than the positions appended)")
+    return ". Likely mistake: what append keeps of the cache (appended positions are missing)"

@@ -56,8 +56,8 @@ B, T, D, PROMPT = 2, 7, 8, 3
 LAYERS = {"GQA": (6, 2), "MHA": (2, 2)}  # decode_step: n_heads, n_kv_heads
 D_MODEL, STEPS, BASE = 32, 5, 10000.0
 TOL = TOLERANCE[torch.float32]
-MAPPING = ("GQA head mapping? query head h must read KV head h // (Hq // Hkv), not h % Hkv "
-           "(repeat_interleave, not repeat)")
+MAPPING = ("the GQA head mapping: which KV head each query head reads (the outputs match "
+           "query head h reading KV head h % Hkv)")
 
 HIDDEN_LAYOUTS = ((4, 2), (6, 3), (8, 2), (16, 2), (5, 1))  # (Hq, Hkv): groups of 2, 2, 4, 8; MQA
 SINGLE_SEED, LAYER_SEED = 1310, 1320

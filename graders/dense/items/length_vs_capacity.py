@@ -121,7 +121,8 @@ def grade(candidate: Candidate) -> str:
                   [reference.causal_attention(pre["q"][:, :, :3], k, v)[:, :, 2:3]],
                   TOLERANCE[torch.float32],
                   case=f"attend after 3 positions in KVCache(capacity={REQUESTED})",
-                  likely={"attending over every allocated slot, not only the valid positions":
+                  likely={"which slots attention reads (the output matches every allocated "
+                          "slot's)":
                           [over_capacity]})
 
     for step, (expected, index) in enumerate(ragged_states):

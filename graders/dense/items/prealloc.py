@@ -176,8 +176,8 @@ def grade(candidate: Candidate) -> str:
     _lengths(single)
     if every_step:
         raise Fail(f"{_said(single, details=True)}: the storage is copied into a new one at every "
-                   "append, O(n^2) bytes for n tokens. Allocate ahead and write in place; when "
-                   "full, grow by a factor")
+                   "append, O(n^2) bytes for n tokens. Likely mistake: how append makes room for "
+                   "new positions")
     _judge(single)
     measured = [single]
     for run, seed in ((SHORT, SHORT_SEED), (LONG, LONG_SEED)):  # SHORT first: O(n^2) storage
@@ -237,8 +237,8 @@ def _judge(measured: Measured) -> None:
     if len(measured.events) > MAX_EVENTS:
         raise Fail(f"{_said(measured, details=True)}. Growth by a factor r reallocates at most "
                    f"{MAX_EVENTS} times in the last half of a run (log_r(2): doubling once, 1.5x "
-                   "twice, 1.25x 3 or 4 times), growth by a constant s slots about n/(2s) times: "
-                   "grow by a factor (doubling)")
+                   "twice, 1.25x 3 or 4 times), growth by a constant s slots about n/(2s) times. "
+                   "Likely mistake: how much append grows the storage by")
     if measured.ratio > MAX_RATIO:
         raise Fail(f"{_said(measured, details=True)}. At most {MAX_RATIO:g}x: growth by a factor "
                    "r allocates about r/(r-1) times what it keeps (doubling 2x, 1.25x 5x), plus "

@@ -133,11 +133,11 @@ def _likely_mistakes(seq: dict, steps: list[decode_loop.Step]) -> dict[str, list
         return decode_loop.expected({"q": q * factor, "k": k, "v": v}, steps)
 
     return {
-        "scores are not scaled by 1/sqrt(head_dim)": scaled(root),
-        "scores are scaled by 1/head_dim, not 1/sqrt(head_dim)": scaled(1 / root),
-        "only the newest position is attended (the prefix is lost)": [
+        "the scores' scale (the outputs match larger scores)": scaled(root),
+        "the scores' scale (the outputs match smaller scores)": scaled(1 / root),
+        "which positions attention reads (the output is the newest position's value alone)": [
             v[:, :, s.end - 1 : s.end] for s in steps],
-        "softmax over an axis other than the cached positions": [
+        "the softmax's axis (the output weighs every cached position by 1)": [
             v[:, :, : s.end].sum(dim=2, keepdim=True) for s in steps],
         SDPA_IS_CAUSAL: [v[:, :, :1] for _ in steps],
     }

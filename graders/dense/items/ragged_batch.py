@@ -53,8 +53,8 @@ ZERO_KEY = (2, 2)  # (row, position): the last of row 2's 3 prompt positions has
 TOL = TOLERANCE[torch.float32]
 NAN_PAST_LENGTH = (f"{UNWRITTEN_SLOTS}; here the NaN past a row's length is the padding past "
                    "counts[b], stored, or memory never written (torch.empty)")
-ZERO_KEY_LEFT_OUT = ("a real position whose key is all zeros was left out. Is a slot's validity "
-                     "read from its data rather than from lengths?")
+ZERO_KEY_LEFT_OUT = ("a real position whose key is all zeros was left out: where a slot's "
+                     "validity is read from")
 HIDDEN_CASES = [  # seed, largest t after the prompt
     (800, 6),
     (801, 30),
@@ -86,7 +86,8 @@ def grade(candidate: Candidate) -> str:
         found = tensor(results[state]["lengths"], f"cache.lengths after {where}")
         if found.dtype != torch.int64 or found.tolist() != lengths:
             ignored = found.tolist() == [n + t for n in previous]
-            hint = ": counts ignored? Each row grows by its own counts[b]" if ignored else ""
+            hint = (". Likely mistake: how append uses counts (every row grew by t)" if ignored
+                    else "")
             raise Fail(f"cache.lengths after {where} is {str(found.dtype).removeprefix('torch.')} "
                        f"{found.tolist()}, expected int64 {lengths}{hint}")
         got.append(tensor(results[attended], f"attend's output after {where}"))
@@ -124,10 +125,10 @@ def _likely(got: torch.Tensor, expected: torch.Tensor, lengths: list[int], step:
     if not all(lengths[b] < max(lengths) for b in wrong):
         return ""
     if step == 0:  # the rows already differ in length at the prompts
-        return (". Likely mistake: only rows shorter than the longest are wrong: attending past "
-                "a row's own length (padding or capacity)?")
-    return (". Likely mistake: only rows shorter than the longest go wrong, after the prompts were "
-            "right: new positions written at one offset for all rows, not at each row's length?")
+        return (". Likely mistake: which positions each row attends (only rows shorter than "
+                "the longest are wrong)")
+    return (". Likely mistake: where each row's new positions are written (only rows shorter "
+            "than the longest go wrong, after the prompts were right)")
 
 
 class Ragged(NamedTuple):

@@ -231,8 +231,8 @@ def _likely(seqs: Sequences) -> dict[str, list[torch.Tensor]]:
         "the new sequence in row 1 also attends to the released sequence's positions": lambda j: (
             torch.cat((old["k"][1:2, :, :BEFORE], new["k"][:, :, : j + 1]), dim=2),
             torch.cat((old["v"][1:2, :, :BEFORE], new["v"][:, :, : j + 1]), dim=2)),
-        "row 1 reads the released sequence's first positions, not its new ones (new tokens "
-        "written after the old sequence's end?)": lambda j: (
+        "where a new sequence in a released row writes (row 1 reads the released sequence's "
+        "first positions, not its new ones)": lambda j: (
             old["k"][1:2, :, : j + 1], old["v"][1:2, :, : j + 1]),
     }
     likely = {}

@@ -180,8 +180,8 @@ def _check_outputs(name: str, results, outputs: list[Output], full: torch.Tensor
         raise Fail(f"{name}: decode_step's output first differs from the full RoPE forward at "
                    f"step {divergence.step}, row {divergence.row}: {divergence.error(TOL)}" + (
                        f": {UNWRITTEN_SLOTS}" if divergence.nonfinite else
-                       ". The error grows with position while a single position is right: a RoPE "
-                       "offset (q or k rotated at another position than cache.lengths[b])?"
+                       ". Likely mistake: the positions q and k are rotated at (the error grows "
+                       "with position while a single position is right)"
                        if grows else ""))
 
 
@@ -201,14 +201,14 @@ def _check_keys(name: str, keys, x, weights, lengths, prompts, longest) -> None:
     if divergence is None:
         return
     likely = {
-        "keys rotated at position 0 or not at all (is the row's position passed to apply_rope, "
-        "and are keys cached after RoPE?)": rotated(torch.zeros_like(positions)),
-        "keys rotated one position late (positions taken from lengths after the append?)":
+        "the position the cached keys are rotated at (they match keys at position 0, or not "
+        "rotated)": rotated(torch.zeros_like(positions)),
+        "the position the cached keys are rotated at (they match keys one position late)":
             rotated(positions + 1),
-        "interleaved RoPE convention (pairs 2i, 2i+1) instead of rotate-half? Use the given "
-        "apply_rope": rotated(positions, _interleaved_rope),
-        "every row rotated at the longest row's position, not its own cache.lengths[b]":
-            rotated(longest[:, :T]),
+        "how the cached keys are rotated (they match RoPE on pairs 2i, 2i+1, not the given "
+        "apply_rope's halves)": rotated(positions, _interleaved_rope),
+        "the position each row's keys are rotated at (they match every row at the longest "
+        "row's position)": rotated(longest[:, :T]),
     }
     label = next((k for k, v in likely.items() if first_divergence([got], [v], TOL) is None), None)
     raise Fail(f"{name}: cache.keys differ from k rotated at its absolute position at row "

@@ -118,8 +118,8 @@ def _require_finite(out: torch.Tensor, seq: dict, step: int, name: str) -> None:
     largest = scores.amax(dim=(2, 3)) / math.sqrt(D)  # [B, H]: each row's largest logit
     logit, top = float(largest[row, head]), float(largest.max())
     if logit < top - 80 and finite.flatten()[largest.argmax()]:
-        why = (f"the row with the batch's largest logit ({top:.0f}) is finite: is the maximum "
-               "subtracted per row, not over the whole batch?")
+        why = (f"the row with the batch's largest logit ({top:.0f}) is finite. Likely mistake: "
+               "which scores the softmax's maximum is taken over")
     elif logit > 88:  # float32 exp overflows past 88.7
         why = "did the softmax overflow?"
     elif logit < -87:  # and every exp rounds to 0 below about -103
@@ -160,8 +160,8 @@ def _check_hidden(candidate: Candidate, seed: int) -> None:
         if len(bad):
             row, head = longest[int(bad[0][0])], int(bad[0][1])
             raise Fail(f"{case}: attend's output at append {n + 1}: not finite at row {row}, "
-                       f"head {head}. Every exp underflowed or overflowed there: is the maximum "
-                       "subtracted per row AND head, over that row's positions only?")
+                       f"head {head}: every exp underflowed or overflowed there. Likely mistake: "
+                       "which scores the softmax's maximum is taken over")
     require_close(got, [_own_positions(seq, prompt, step.end) for step in steps],
                   LARGE_LOGITS_FLOAT32, case=case, step_name="append", first_step=1)
 

@@ -125,8 +125,8 @@ def _memory(candidate: Candidate, num_blocks, block_size, kv_heads, head_dim, wh
     ratio = results[sizes[1]] / results[sizes[0]]
     if ratio > MAX_RATIO:
         raise Fail(f"{what}: the int8 pool holds {results[sizes[1]]} bytes, {ratio:.2f}x the "
-                   f"float32 pool's {results[sizes[0]]} (at most {MAX_RATIO}x): are K and V "
-                   "really stored as int8, with one float32 scale per token and head?")
+                   f"float32 pool's {results[sizes[0]]} (at most {MAX_RATIO}x). Likely mistake: "
+                   "what the pool stores K and V as")
     return ratio
 
 
@@ -165,10 +165,11 @@ def _check(results, pools: dict) -> None:
         for step, row, err, huge in found:
             if err > BOUND:
                 read = pools[case][0].reads[step]
-                label = (". Likely mistake: int8 values used without their scale?" if huge
-                         else ". The output holds NaN or inf: an all-zero token's scale of 0, "
-                         "then 0 / 0? Or slots past the sequence's length read (a masked slot "
-                         "gets weight 0, and 0 * NaN = NaN)?" if err == float("inf") else "")
+                label = (". Likely mistake: how attend dequantizes (the outputs are far too "
+                         "large)" if huge
+                         else ". The output holds NaN or inf. Likely mistake: the scale of an "
+                         "all-zero token, or slots past the sequence's length read"
+                         if err == float("inf") else "")
                 raise Fail(f"{case}, after {read.after}: row {row}'s attention is off by "
                            f"{err:.2e} of its values' magnitude, past the int8 bound {BOUND:.0e}"
                            + label)
