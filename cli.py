@@ -84,7 +84,11 @@ def _console(stderr: bool = False) -> Console:
 
 
 def _usage_error(message: str) -> None:
-    _console(stderr=True).print(Text(f"kata: error: {message}"), soft_wrap=True)
+    from graders.shared.untrusted import quote
+
+    # The message may quote a path or a value the user gave: printable, on one line.
+    line = quote(message).replace("\n", "\\x0a")
+    _console(stderr=True).print(Text(f"kata: error: {line}"), soft_wrap=True)
     raise typer.Exit(USAGE_ERROR)
 
 
@@ -561,6 +565,13 @@ def interview_end(directory: Annotated[Path, typer.Argument(help="The session's 
     raise typer.Exit(commands.end(_console(), _here(directory)))
 
 
+VERIFY_HELP = ("Grade every snapshot again (public cases; the final with --hidden at the "
+               "recorded seed) and show beside each claim of the record whether the grade "
+               "agrees: a record edited by hand is named as such.")
+VERIFY_SANDBOX_HELP = (SANDBOX_HELP + " With --verify \\[default: 'require']." +
+                       STRANGERS_SANDBOX_HELP)
+
+
 @interview_app.command("report")
 def interview_report(
     directory: Annotated[Path, typer.Argument(help="The session's workspace.")],
@@ -574,11 +585,15 @@ def interview_report(
     html: Annotated[Optional[Path], typer.Option(
         "--html", help="Also write the session as one self-contained page to review in a "
         "browser: its timeline, every snapshot, the final grade, the answers.")] = None,
+    verify: Annotated[bool, typer.Option("--verify", help=VERIFY_HELP)] = False,
+    sandbox: Annotated[Optional[SandboxMode], typer.Option(
+        help=VERIFY_SANDBOX_HELP, show_default=False)] = None,
 ) -> None:
     """The session's report, for the interviewer.
 
-    Time to each level, first passes, hints, the level over time, the final grade, and each
-    answer beside its model answer."""
+    What was checked of the record first (--verify: every claim), then each save, time to each
+    level, first passes, hints, the level over time, the final grade, and each answer beside
+    its model answer."""
     from graders.interview import commands
 
     from graders.shared.output_files import STDOUT
@@ -595,7 +610,8 @@ def interview_report(
         _check_writable(option, path)
     # A report written to standard output (-) has it alone: the terminal's report goes to stderr.
     console = _console(stderr=STDOUT in (markdown, json_path, html))
-    raise typer.Exit(commands.report(console, _here(directory), markdown, json_path, plot, html))
+    raise typer.Exit(commands.report(console, _here(directory), markdown, json_path, plot, html,
+                                     _verify_sandbox(verify, sandbox)))
 
 
 @interview_app.command("replay")
@@ -603,11 +619,27 @@ def interview_replay(
     directory: Annotated[Path, typer.Argument(help="The session's workspace.")],
     step: Annotated[Optional[int], typer.Option(
         help="Show only snapshot N (its number, 1 for 001-...).", min=1)] = None,
+    verify: Annotated[bool, typer.Option("--verify", help=VERIFY_HELP)] = False,
+    sandbox: Annotated[Optional[SandboxMode], typer.Option(
+        help=VERIFY_SANDBOX_HELP, show_default=False)] = None,
 ) -> None:
-    """Each snapshot's diff from the one before, with its grade and time."""
+    """Each snapshot's diff from the one before, with its grade and time (--verify: checked)."""
     from graders.interview import commands
 
-    raise typer.Exit(commands.replay(_console(), _here(directory), step))
+    raise typer.Exit(commands.replay(_console(), _here(directory), step,
+                                     _verify_sandbox(verify, sandbox)))
+
+
+def _verify_sandbox(verify: bool, sandbox: SandboxMode | None):
+    """The sandbox --verify grades in (None without --verify): a session folder sent in is a
+    stranger's files, graded as `kata grade --hidden` grades them (bubblewrap, unless told
+    --sandbox process). --sandbox without --verify: a one-line error, exit 2."""
+    if not verify:
+        if sandbox is not None:
+            _usage_error("--sandbox chooses where --verify grades the snapshots: not without "
+                         "--verify")
+        return None
+    return _sandbox(sandbox, 4.0, strangers=True)
 
 
 export_app = typer.Typer(

@@ -10,8 +10,10 @@ sets and a stand-in grade (staged_grade), so building one costs milliseconds.
 from __future__ import annotations
 
 import base64
+import copy
 import hashlib
 import re
+import runpy
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -19,7 +21,7 @@ import pytest
 
 from graders.formats import grade_page, html
 from graders.formats.html import Html, el, text
-from graders.interview import page as session_page, record, session as verbs
+from graders.interview import page as session_page, record, session as verbs, verify
 from graders.judge.grade import GradeResult, ItemResult, TellResult
 from graders.shared import rubric as rubric_data
 from graders.shared.mutation import REFERENCE
@@ -30,6 +32,7 @@ from tests.test_interview import HOSTILE_ANSWERS, START, Clock, staged_grade
 from tests.test_safe_formats import HOSTILE as HOSTILE_MESSAGE
 
 ROOT = Path(__file__).resolve().parent.parent
+EDIT = runpy.run_path(str(ROOT / "tests" / "hostile" / "edits_its_interview_record.py"))["edit"]
 HOSTILE = ROOT / "tests" / "hostile"
 PAYLOAD_FILE = HOSTILE / "scripts_the_review_page.py"
 TWO_MB = 2 << 20
@@ -173,7 +176,8 @@ def long_session(workspace: Path) -> dict:
 def hostile_session(workspace: Path) -> dict:
     """Every file of tests/hostile/ saved in turn (the last one reaching L4, so that a stage
     opens), the hostile answers.md with the payloads added, and then the record edited by hand
-    as a candidate would: payloads in a refusal's fields and in the final grade's messages."""
+    as a candidate would, where its schema lets text through: payloads in the final grade's
+    messages and its similarity's solution."""
     files = sorted(HOSTILE.glob("*.py"))
     saves = [(1 + n * 0.5, path.read_text(errors="replace"), None)
              for n, path in enumerate(files)]
@@ -183,19 +187,28 @@ def hostile_session(workspace: Path) -> dict:
         + payload_text() + "\n"
     session = staged_session(workspace, saves, answers=answers, hints={3: "attend-shape"})
     attack = payload_text()
-    session["events"].append({"t": 2000.0, "kind": "refused", "what": attack, "item": attack})
     session["final"]["items"][0]["message"] = attack
-    session["final"]["implementation"] = attack
     session["final"]["similarity"] = [{"solution": attack, "fraction": 0.5}]
     record.save(workspace, session)
     return session
 
 
+def beyond_the_schema(session: dict) -> dict:
+    """`session` with payloads where the record's schema refuses them on load (a refusal's
+    fields, the final's implementation): the page, handed the dict, shows them as text too."""
+    attack = payload_text()
+    edited = copy.deepcopy(session)
+    edited["events"].append({"t": 2000.0, "kind": "refused", "what": attack, "item": attack})
+    edited["final"]["implementation"] = attack
+    return edited
+
+
 @pytest.fixture(scope="module")
 def hostile_page(tmp_path_factory) -> tuple[dict, Path, str]:
     workspace = tmp_path_factory.mktemp("hostile") / "ws"
-    session = hostile_session(workspace)
-    return session, workspace, session_page.page(verbs.load(workspace), workspace)
+    hostile_session(workspace)
+    session = beyond_the_schema(verbs.load(workspace))
+    return session, workspace, session_page.page(session, workspace)
 
 
 def test_the_session_page_has_only_the_katas_markup_whatever_the_workspace_holds(hostile_page):
@@ -248,15 +261,75 @@ def test_a_file_that_links_outside_the_session_is_named_and_never_read(tmp_path)
     assert "answers.md is not a file inside the workspace" in page
 
 
-def test_the_page_shows_the_record_as_written_or_as_verified():
-    written = session_page._provenance(session_page.AS_WRITTEN)
-    assert "Shown as written." in written
-    edited = session_page._provenance(session_page.Verified(
-        (session_page.Claim("001-1a2b3c4d", True), session_page.Claim("final", False, "<b>"))))
-    assert "Edited: 1 of the record" in edited and "&lt;b&gt;" in edited
-    verified = session_page._provenance(session_page.Verified(
-        (session_page.Claim("final", True),), unchecked=("the times",)))
-    assert "Verified: " in verified and "the times" in verified
+@pytest.fixture
+def staged_verify(monkeypatch):
+    """Grades, --verify's too, are staged_grade's, and --verify starts no workers ahead."""
+    monkeypatch.setattr("graders.judge.grade.grade", staged_grade)
+    monkeypatch.setattr("graders.interview.verify._Ahead.start", lambda self, event, stage: None)
+
+
+def provenance_and_badges(page: str) -> tuple[str, list[str]]:
+    """The page's provenance block's class, and each save's check badge's title, in order."""
+    parsed = Parsed(page)
+    block = next(a["class"] for t, a in parsed.tags if "provenance" in a.get("class", ""))
+    checks = [a["title"] for t, a in parsed.tags if t == "span" and "title" in a
+              and a.get("class", "") in ("badge verified", "badge edited", "badge written")]
+    return block, checks
+
+
+def test_the_page_shows_the_record_as_written_or_each_claim_verified(tmp_path, staged_verify):
+    workspace = tmp_path / "ws"
+    staged_session(workspace, [(1, 'STAGED_UP_TO = "L4"\n', None),
+                               (2, 'STAGED_UP_TO = "L5"\n', None)], hints={0: "gqa"})
+    session = verbs.load(workspace)
+    written = session_page.page(session, workspace)
+    assert_only_the_katas_markup(written)
+    assert "Shown as written. " in written and "no snapshot was graded again" in written
+    assert provenance_and_badges(written) == ("provenance written", [])
+    honest = session_page.page(session, workspace,
+                               verify.verify(session, workspace, verbs.default_sandbox()))
+    assert_only_the_katas_markup(honest)
+    assert "<b>Verified: every snapshot graded again" in honest
+    assert provenance_and_badges(honest) == ("provenance verified", ["agrees", "agrees"])
+    assert honest.count("Graded again at stage L") == 2
+    assert "Graded again with --hidden at seed " in honest and "The record&#39;s word" in honest
+
+    EDIT(workspace, REFERENCE)  # every save L6, the final 100/100, the hint deleted, a swap
+    session = verbs.load(workspace)
+    last = [e for e in session["events"] if e["kind"] == "save"][-1]["snapshot"]
+    swapped = f"snapshot {last}&#39;s files do not match its name: they hash to "
+    written = session_page.page(session, workspace)  # the name check runs without --verify
+    assert "Shown as written. " in written and written.count(swapped) == 3  # top, save, final
+    assert provenance_and_badges(written) == ("provenance edited", [])
+    assert 'class="badge edited">EDITED</span>' in written
+    edited = session_page.page(session, workspace,
+                               verify.verify(session, workspace, verbs.default_sandbox()))
+    assert_only_the_katas_markup(edited)
+    assert "<b>EDITED: this record is not what its snapshots grade: 4 claim(s) disagree" in edited
+    block, checks = provenance_and_badges(edited)
+    assert block == "provenance edited" and [c.split(" (")[0] for c in checks] == [
+        "DISAGREES", "DISAGREES"]
+    assert "level L4, not L6" in checks[0]
+    assert "Graded again at stage L4: L4, 10 points, 2 items pass: DISAGREES (level L4, not " \
+        "L6" in edited
+    assert "Graded again with --hidden at seed " in edited and ": below L4, 0 points: " \
+        "DISAGREES (" in edited
+    assert "Stages opened: L5 after save 1, L6 after save 2 | the grades open: L5 after save " \
+        "1: DISAGREES" in edited
+
+
+def test_a_verified_page_shows_the_records_strings_as_text(tmp_path, staged_verify):
+    """The hostile session (payloads in a refusal, the final's messages, its implementation and
+    its similarity's solution), verified: the checks quote the record, and stay text."""
+    workspace = tmp_path / "ws"
+    hostile_session(workspace)
+    session = verbs.load(workspace)
+    checked = verify.verify(session, workspace, verbs.default_sandbox())
+    assert checked.final is not None and checked.final.verdict == "disagrees"
+    page = session_page.page(session, workspace, checked)
+    shown = "".join(assert_only_the_katas_markup(page).text)
+    for line in payload_text().splitlines():
+        assert line in shown
 
 
 def test_a_session_just_started_has_a_page_with_no_snapshot_and_no_model_answer_yet(tmp_path):

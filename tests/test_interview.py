@@ -28,7 +28,7 @@ from rich.console import Console
 
 from graders.interview import commands, record, review, session as verbs
 from graders.interview.questions import MODEL_ANSWERS, QUESTIONS, STAGE_PROMPTS
-from graders.judge.grade import GradeResult, ItemResult
+from graders.judge.grade import GradeResult, ItemResult, _level
 from graders.shared import rubric as rubric_data
 from graders.shared.mutation import REFERENCE
 from graders.shared.tracks import DENSE
@@ -52,7 +52,8 @@ class Clock:
         self.now += seconds
 
 
-def staged_grade(implementation, tests=None, *, only=None, hidden=False, workers=None, **_):
+def staged_grade(implementation, tests=None, *, only=None, hidden=False, workers=None, seed=None,
+                 **_):
     """A stand-in for graders.judge.grade.grade: the items of levels up to the file's
     `STAGED_UP_TO = "L5"` line pass, the others fail (no such line, or no level: none pass).
     Workers started for it are closed, as the grade closes them."""
@@ -64,7 +65,9 @@ def staged_grade(implementation, tests=None, *, only=None, hidden=False, workers
     items = [ItemResult(i.id, i.level, *(("pass", i.points) if levels.index(i.level) <= up_to
                                           else ("fail", 0.0)), i.points, "staged")
              for i in rubric_data.load().track(DENSE) if only is None or i.id in only]
-    return GradeResult(str(implementation), None, items, [], hidden, partial=only is not None)
+    level = None if only is not None else _level(rubric_data.load(), items, [])[0]
+    return GradeResult(str(implementation), level, items, [], hidden, partial=only is not None,
+                       seed=seed if hidden else None)
 
 
 @pytest.fixture

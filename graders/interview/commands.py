@@ -3,10 +3,11 @@ one function here, which prints and returns the exit code.
 
 Exit codes: 0 done (a save whose items all pass, a report written); 1 a save with items that do
 not pass, or a save refused (time up, the session ended); 2 a usage error (no session, another
-session holds the workspace, an unknown snapshot, a file that cannot be written); 4 the grader
-broke; 130 the final grade interrupted by Ctrl-C (the session ended with the items it graded).
-Every line that quotes the candidate (an item's message, a diff, an answer) is printable
-(graders.shared.untrusted).
+session holds the workspace, an unknown snapshot, a file that cannot be written, a record that
+fails its schema, --verify without the sandbox it needs); 4 the grader broke; 130 the final grade
+interrupted by Ctrl-C (the session ended with the items it graded). Every line that quotes the
+candidate or the record (an item's message, a diff, an answer, a field, a path, an error) is
+printable (graders.shared.untrusted).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from graders.interview import record, review, session as verbs
 from graders.interview.questions import STAGE_PROMPTS
 from graders.interview.warm import NextWorkers, OwnTestsVerdict
 from graders.shared import tracks
-from graders.shared.untrusted import file_name, quote
+from graders.shared.untrusted import file_name, printable, quote
 
 USAGE_ERROR = 2
 POLL_SECONDS = 0.05  # of the watch: a save is seen 0.05-0.1 s after it lands
@@ -108,28 +109,31 @@ def _interrupted(console: Console, exc: "verbs.Interrupted", workspace: Path) ->
 
 
 def report(console: Console, workspace: Path, markdown: Path | None, json_path: Path | None,
-           plot: Path | None, html: Path | None = None) -> int:
+           plot: Path | None, html: Path | None = None, sandbox=None) -> int:
     """`kata interview report DIR`: the report in the terminal, and the files asked for (`html`:
-    the page of graders.interview.page, the record shown as written)."""
+    the page of graders.interview.page). With `sandbox` (`--verify`), every snapshot is graded
+    again in it first and each claim checked (graders.interview.verify); without, the record is
+    shown as written, its snapshots checked against their names."""
     from graders.shared.output_files import OutputError, write_atomically
 
     try:
         session = verbs.load(workspace)
-    except (verbs.NoSession, ValueError) as exc:
+        checked = _checked(console, session, workspace, sandbox)
+    except (verbs.NoSession, ValueError, OSError) as exc:
         return _error(console, exc)
-    _print_review(console, review.lines(session, workspace))
+    _print_review(console, review.lines(session, workspace, checked))
     try:
         if markdown is not None:
-            write_atomically(markdown, review.markdown(session, workspace))
+            write_atomically(markdown, review.markdown(session, workspace, checked))
             console.print(Text(f"wrote {file_name(markdown)}"), soft_wrap=True)
         if json_path is not None:
-            write_atomically(json_path, json.dumps(review.to_json(session, workspace),
+            write_atomically(json_path, json.dumps(review.to_json(session, workspace, checked),
                                                    indent=2) + "\n")
             console.print(Text(f"wrote {file_name(json_path)}"), soft_wrap=True)
         if html is not None:
             from graders.interview import page
 
-            page.write_html(session, workspace, html)
+            page.write_html(session, workspace, html, checked)
             console.print(Text(f"wrote {file_name(html)}"), soft_wrap=True)
         if plot is not None:
             review.save_png(session, plot)
@@ -142,15 +146,38 @@ def report(console: Console, workspace: Path, markdown: Path | None, json_path: 
     return 0
 
 
-def replay(console: Console, workspace: Path, step: int | None) -> int:
-    """`kata interview replay DIR [--step N]`: each snapshot's diff, grade and time."""
+def replay(console: Console, workspace: Path, step: int | None, sandbox=None) -> int:
+    """`kata interview replay DIR [--step N] [--verify]`: each snapshot's diff, grade and time,
+    and what was checked of it (as `report`)."""
     try:
-        lines = review.replay_lines(verbs.load(workspace), workspace, step)
-    except (verbs.NoSession, ValueError) as exc:
+        session = verbs.load(workspace)
+        review.replay(session, workspace, step)  # an unknown --step before any grade
+        checked = _checked(console, session, workspace, sandbox)
+        lines = review.replay_lines(session, workspace, step, checked)
+    except (verbs.NoSession, ValueError, OSError) as exc:
         return _error(console, exc)
     for line in lines or ["no snapshot yet: nothing to replay"]:
         console.print(Text(line), soft_wrap=True)
     return 0
+
+
+def _checked(console: Console, session: dict, workspace: Path, sandbox):
+    """What report and replay check of the record: with `sandbox` (--verify), every claim
+    (verify.verify; SandboxUnavailable, a ValueError here, when it cannot be had), else the
+    snapshots' names."""
+    from graders.interview import verify
+    from graders.judge.isolation import SandboxUnavailable
+
+    if sandbox is None:
+        return verify.unverified(session, workspace)
+    try:
+        sandbox.resolve()  # refused before anything is said or run
+        count = len(review.saves(session)) + (session["final"] is not None)
+        console.print(Text(f"--verify: grading {count} snapshot(s) again ...", style="dim"),
+                      soft_wrap=True)
+        return verify.verify(session, workspace, sandbox)
+    except SandboxUnavailable as exc:
+        raise ValueError(str(exc)) from None
 
 
 def interactive(console: Console, workspace: Path, minutes: float, strict: bool,
@@ -188,7 +215,7 @@ def interactive(console: Console, workspace: Path, minutes: float, strict: bool,
             console.print(Text("\nthe session ends: the final grade, with the hidden cases",
                                style="bold"))
             return end(console, workspace)
-    except (record.SessionBusy, OSError) as exc:
+    except (record.SessionBusy, OSError, ValueError) as exc:  # ValueError: a record edited
         return _error(console, exc)
 
 
@@ -238,7 +265,7 @@ def show_stage(console: Console, session: dict, stage: str) -> None:
     from graders.interview.questions import QUESTIONS
 
     track = tracks.get(session["track"])
-    console.rule(f"stage {stage}", align="left")
+    console.rule(Text(f"stage {printable(stage)}"), align="left")
     console.print(Text(" ".join(STAGE_PROMPTS[stage].split())))  # a paragraph, wrapped here
     console.print(Text("\nItems this stage adds:", style="bold"))
     for item in verbs.added_items(track, stage):
@@ -258,15 +285,17 @@ def show_verdict(console: Console, saved: verbs.Saved) -> None:
     from graders.formats.report import summary_lines
 
     event = saved.event
-    console.rule(f"{event['snapshot']} at {review.clock(event['t'])}", align="left", style="dim")
+    console.rule(Text(f"{printable(event['snapshot'])} at {review.clock(event['t'])}"),
+                 align="left", style="dim")
     console.print(summary_lines(saved.result))
     if saved.result.unavailable:
         console.print(Text(f"  not run: {quote(saved.result.unavailable)}"), overflow="fold")
-    console.print(Text(f"{event['level']}, {event['score']:g} points, "
+    console.print(Text(f"{printable(event['level'])}, {event['score']:g} points, "
                        f"{len(event['passing'])} of {len(saved.result.items)} items pass",
                        style="bold green" if saved.result.passed else "bold"))
     if saved.opened:
-        console.print(Text(f"Stage {event['level']} is complete: stage {saved.opened} opens.",
+        console.print(Text(f"Stage {printable(event['level'])} is complete: stage "
+                           f"{printable(saved.opened)} opens.",
                            style="bold green"))
 
 
@@ -285,8 +314,8 @@ def status(session: dict, now: float) -> Text:
     under = warnings(session, left)
     warning = f", under {min(under) // 60} minutes!" if under else ""
     style = ("bold red" if min(under) == min(WARNINGS) else "bold yellow") if under else "cyan"
-    return Text(f"[{review.clock(left)} left{warning} | stage {session['stage']} | level "
-                f"{level} | {len(saves)} saves]", style=style)
+    return Text(f"[{review.clock(left)} left{warning} | stage {printable(session['stage'])} | "
+                f"level {printable(level)} | {len(saves)} saves]", style=style)
 
 
 def _clear_status(console: Console) -> None:
@@ -297,6 +326,13 @@ def _clear_status(console: Console) -> None:
 
 
 def _error(console: Console, exc: Exception) -> int:
+    """A one-line error, exit 2: every path and message in it printable, a newline included."""
     message = getattr(exc, "strerror", None) and f"{exc.strerror} ({exc.filename})" or str(exc)
-    console.print(Text(f"kata: error: {message}"), soft_wrap=True)
+    console.print(Text(f"kata: error: {one_line(message)}"), soft_wrap=True)
     return USAGE_ERROR
+
+
+def one_line(text: str) -> str:
+    """`text` as a one-line error shows it: printable (graders.shared.untrusted.quote), its
+    newlines escaped."""
+    return quote(text).replace("\n", "\\x0a")

@@ -1,12 +1,13 @@
 """A session as one HTML page (`kata interview report DIR --html FILE`): what an interviewer
 reviews afterwards, alone or with a hiring committee.
 
-The page, top to bottom: whether the record was verified or is shown as written (`Provenance`);
+The page, top to bottom: what was checked of the record (graders.interview.verify: the snapshots
+against their names always; with `--verify` every claim, agrees, DISAGREES or not checked);
 the session's facts; its timeline (time across, score up, each save a point coloured by its
 level and linking its snapshot; stage openings, hints, solutions and refusals marked); a
 control to step through the snapshots; each snapshot with the items graded at that save (pass
 or not, and which began or stopped passing at it), what happened since the save
-before, its diff from that save (highlighted) and its files; the final hidden grade
+before, its diff from that save (highlighted), its files and its check; the final hidden grade
 (graders.formats.grade_page); and each answer beside its model answer.
 
 Without JavaScript every snapshot is on the page, one after the other; the script only steps.
@@ -26,47 +27,17 @@ from pathlib import Path
 
 from graders.formats.grade_page import grade_section, result_from_json
 from graders.formats.html import Html, document, el, join
-from graders.interview import record, review, session as verbs
+from graders.interview import record, review, session as verbs, verify
 from graders.interview.questions import MODEL_ANSWERS, QUESTIONS
 from graders.shared import rubric as rubric_data
 from graders.shared import tracks
-from graders.shared.untrusted import clip, quote
+from graders.shared.untrusted import clip, printable, quote
 
 MAX_FILE_CHARS = 100_000  # of one snapshot's file on the page; a kv_cache.py is 8-20 thousand
 WIDTH, HEIGHT = 1200, 240  # the timeline's drawing units (it scales to the page's width)
 LEFT, RIGHT, TOP, BOTTOM, LANE = 52, 18, 26, 170, 196  # its plot area and its events' lane
-
-
-@dataclass(frozen=True)
-class AsWritten:
-    """The record as it was written: nothing in it was checked against a grade."""
-
-
-@dataclass(frozen=True)
-class Claim:
-    """One claim of the record checked (`kata interview report --verify`): what it is about
-    (a snapshot's name, "final"), whether a grade agrees, and what was found."""
-
-    subject: str
-    agrees: bool
-    detail: str = ""
-
-
-@dataclass(frozen=True)
-class Verified:
-    """The record checked claim by claim; `unchecked` names what no grade can check (the
-    times, hints asked when nothing recorded them): the record's word."""
-
-    claims: tuple[Claim, ...]
-    unchecked: tuple[str, ...] = ()
-
-    @property
-    def edited(self) -> bool:
-        return any(not claim.agrees for claim in self.claims)
-
-
-Provenance = AsWritten | Verified
-AS_WRITTEN = AsWritten()
+# A claim's check, by the page's colours: agrees green, DISAGREES red, not checked amber.
+CHECK_CLASS = {"agrees": "verified", "disagrees": "edited", "unchecked": "written"}
 
 
 @dataclass
@@ -93,14 +64,17 @@ class Snapshot:
 
 
 def write_html(session: dict, workspace: Path, path: Path,
-               provenance: Provenance = AS_WRITTEN) -> None:
+               checked: verify.Verification | None = None) -> None:
     from graders.shared.output_files import write_atomically
 
-    write_atomically(path, page(session, workspace, provenance))
+    write_atomically(path, page(session, workspace, checked))
 
 
-def page(session: dict, workspace: Path, provenance: Provenance = AS_WRITTEN) -> str:
-    """The session's page. ValueError, one line, for a final grade the kata did not write."""
+def page(session: dict, workspace: Path, checked: verify.Verification | None = None) -> str:
+    """The session's page, with what was `checked` of the record (None: the snapshots against
+    their names, the check every report makes). ValueError, one line, for a final grade the
+    kata did not write."""
+    checked = checked or verify.unverified(session, workspace)
     track = tracks.get(session["track"])
     shots = snapshots(session, workspace)
     final = (None if session["final"] is None
@@ -108,15 +82,15 @@ def page(session: dict, workspace: Path, provenance: Provenance = AS_WRITTEN) ->
     body = join(
         el("h1", f"Interview session: {track.id}, {session['minutes']:g} minutes",
            " (strict)" if session["strict"] else ""),
-        _provenance(provenance),
+        _provenance(session, checked),
         _facts(session),
         el("h2", "Timeline"), _timeline(session, shots, track), _legend(track),
         el("h2", f"Snapshots ({len(shots)})"),
         _stepper(shots) if shots else el("p", "No save yet: nothing to step through."),
         el("noscript", el("p", "Without JavaScript every snapshot is shown below, in order; "
                                "stepping through them needs it.", cls="dim")),
-        [_snapshot(shot, len(shots), shots, provenance) for shot in shots],
-        el("h2", "Final grade (hidden cases)"),
+        [_snapshot(shot, len(shots), shots, checked) for shot in shots],
+        el("h2", "Final grade (hidden cases)"), _final_check(session, checked),
         grade_section(final) if final else el("p", "Not yet: the session has not ended "
                                                    "(kata interview end DIR)."),
         el("h2", "Conceptual questions"), _answers(session, workspace))
@@ -181,28 +155,47 @@ def _read(shot: Snapshot, workspace: Path, track: tracks.Track, previous: dict) 
     previous.update(current)
 
 
-def _provenance(provenance: Provenance) -> Html:
-    if isinstance(provenance, AsWritten):
-        return el("p", el("b", "Shown as written. "),
-                  "Nothing on this page was checked: it is the session's record "
-                  "(.kata/session.json) and snapshots as they are on disk, and a record can be "
-                  "edited by hand.", cls="provenance written")
-    if provenance.edited:
-        wrong = [c for c in provenance.claims if not c.agrees]
-        return el("div", el("p", el("b", f"Edited: {len(wrong)} of the record's claims do not "
-                                          "agree with a grade of its snapshots.")),
-                  el("ul", [el("li", el("code", c.subject), ": ", c.detail) for c in wrong]),
-                  _unchecked(provenance), cls="provenance edited")
-    return el("div", el("p", el("b", "Verified: "), f"every one of the record's "
-                        f"{len(provenance.claims)} claims agrees with a grade of its snapshots."),
-              _unchecked(provenance), cls="provenance verified")
+def _provenance(session: dict, checked: verify.Verification) -> Html:
+    """What was checked of the record, in the terminal report's words (review.verdict_lines):
+    shown as written (no --verify), verified, or edited; the stages' check; the record's word."""
+    said = review.verdict_lines(session, checked)
+    state = "edited" if checked.edited else "verified" if checked.verified else "written"
+    first = (el("p", el("b", said[0])) if checked.verified  # "Verified: ..." or "EDITED: ..."
+             else el("p", el("b", "Shown as written. "), said[0]))
+    return el("div", first, [el("p", line) for line in said[1:]],
+              el("p", review.stages_line(session, checked)) if checked.verified else None,
+              el("p", f"The record's word (no grade checks it): {verify.RECORDS_WORD}.",
+                 cls="dim"), cls=f"provenance {state}")
 
 
-def _unchecked(provenance: Verified) -> Html | None:
-    if not provenance.unchecked:
+def _check_badge(verdict: verify.Verdict, differences: tuple[str, ...] = ()) -> Html:
+    """A claim's check as a badge: agrees, DISAGREES or not checked, what differs as its title."""
+    return el("span", review.MARKS[verdict], cls=f"badge {CHECK_CLASS[verdict]}",
+              title=review.mark(verdict, differences))
+
+
+def _name_check(checked: verify.Verification, name: object) -> Html | None:
+    """The snapshot `name` against the hash of its files: why it does not match (None when it
+    does, or when the record does not name it)."""
+    snapshot = checked.snapshot(name)
+    if snapshot is None or snapshot.matches:
         return None
-    return el("p", "The record's word (no grade can check it): ",
-              ", ".join(provenance.unchecked), ".")
+    return el("p", el("b", "EDITED: "), snapshot.problem(printable), ".", cls="edited")
+
+
+def _final_check(session: dict, checked: verify.Verification) -> Html | None:
+    """The final grade's check (--verify: graded again with --hidden at the recorded seed), and
+    its snapshot against its name."""
+    final = session["final"]
+    if final is None:
+        return None
+    check = checked.final
+    again = None if check is None else el(
+        "p", f"Graded again with --hidden at seed {final['seed']}: "
+        + (f"{check.graded.level}, {check.graded.score:g} points" if check.graded
+           else "no snapshot") + ": " + review.mark(check.verdict, check.differences),
+        cls=CHECK_CLASS[check.verdict])
+    return join(again, _name_check(checked, str(final["implementation"]).split("/")[0]))
 
 
 def _facts(session: dict) -> Html:
@@ -229,7 +222,7 @@ def _facts(session: dict) -> Html:
 def _timeline(session: dict, shots: list[Snapshot], track: tracks.Track) -> Html:
     """The session drawn: time across (minutes), the score of each save up, its level as its
     colour; stage openings as dashed lines, hints, solutions and refusals on the lane below."""
-    order = review.ranks(track)
+    order = verbs.ranks(track)
     top_score = max([sum(i.points for i in rubric_data.load().track(track)),
                      *(float(s.event["score"]) for s in shots)])
     last = max([float(e["t"]) for e in session["events"]], default=0.0)
@@ -315,7 +308,7 @@ def _legend(track: tracks.Track) -> Html:
         return el("svg", shape, width=14, height=14, viewBox="0 0 14 14", cls=cls)
 
     levels = [el("span", swatch("", el("circle", cx=7, cy=7, r=6, cls=f"lv{rank}")), " ", level)
-              for rank, level in enumerate(review.ranks(track))]
+              for rank, level in enumerate(verbs.ranks(track))]
     marks = [el("span", swatch("timeline-mark", el("polygon", points=points, cls=kind)), " ",
                 label)
              for kind, points, label in (("hint", "1,13 13,13 7,1", "hint asked"),
@@ -338,20 +331,24 @@ def _label(shot: Snapshot, total: int) -> str:
 
 
 def _snapshot(shot: Snapshot, total: int, shots: list[Snapshot],
-              provenance: Provenance) -> Html:
+              checked: verify.Verification) -> Html:
     event = shot.event
     before = shots[shot.index - 2] if shot.index > 1 else None
     gained = float(event["score"]) - (float(before.event["score"]) if before else 0.0)
-    order = review.ranks(tracks.get(shot.track))
-    claim = (next((c for c in provenance.claims if c.subject == str(event["snapshot"])), None)
-             if isinstance(provenance, Verified) else None)
+    order = verbs.ranks(tracks.get(shot.track))
+    check = checked.save_of(event)
+    name_check = _name_check(checked, event["snapshot"])
     heading = el("h3", f"Snapshot {event['snapshot']}",
                  el("span", f"at {review.clock(event['t'])}", cls="dim"),
                  el("span", str(event["level"]), cls=f"badge lv{_rank(event['level'], order)}"),
                  el("span", f"{float(event['score']):g} points ({gained:+g})"),
-                 el("span", "verified" if claim.agrees else "edited",
-                    cls=f"badge {'verified' if claim.agrees else 'edited'}",
-                    title=claim.detail) if claim else None)
+                 _check_badge(check.verdict, check.differences) if check else None,
+                 el("span", "EDITED", cls="badge edited") if name_check else None)
+    again = None if check is None else el(
+        "p", f"Graded again at stage {check.stage}: "
+        + (check.graded.summary() if check.graded else "no snapshot") + ": "
+        + review.mark(check.verdict, check.differences),
+        cls=CHECK_CLASS[check.verdict])
     verdict = el("div", el("h4", f"Verdict: the items of stage {shot.stage}"),
                  el("ul", [_verdict_line(item, shot) for item in shot.graded], cls="verdict"),
                  el("p", "The record keeps which items passed, not why the others did not.",
@@ -369,7 +366,8 @@ def _snapshot(shot: Snapshot, total: int, shots: list[Snapshot],
                                                            cls="dim"))
     files = [_file(name, source, shot, shots) for name, source in shot.files.items()]
     files += [el("p", el("code", name), ": ", why, cls="fail") for name, why in shot.unread.items()]
-    return el("section", heading, el("div", verdict, changes, cls="columns"), files,
+    return el("section", heading, name_check, again, el("div", verdict, changes, cls="columns"),
+              files,
               cls="snapshot", id=f"snap-{shot.index}", data_label=_label(shot, total))
 
 

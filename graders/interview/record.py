@@ -22,6 +22,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from graders.shared.output_files import write_atomically
+from graders.shared.untrusted import quote
 
 VERSION = "1.2"
 FOLDER = ".kata"
@@ -59,18 +60,16 @@ def epoch(text: str) -> float:
     return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc).timestamp()
 
 
-def load(workspace: Path) -> dict | None:
-    """The workspace's record, None when it has none. ValueError, one line, for a record that is
-    not one (damaged, or of another version)."""
+def load(workspace: Path) -> object | None:
+    """The workspace's record as parsed JSON, None when it has none; ValueError, one line, for
+    a file that is not JSON. Whether it is a record is graders.interview.schema's to say."""
     try:
-        data = json.loads(path(workspace).read_text())
+        return json.loads(path(workspace).read_text())
     except FileNotFoundError:
         return None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{path(workspace)} is not a session record: {exc}") from None
-    if not isinstance(data, dict) or data.get("version") != VERSION:
-        raise ValueError(f"{path(workspace)} is not a version {VERSION} session record")
-    return data
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise ValueError(f"{quote(str(path(workspace)))} is not a session record: "
+                         f"{quote(str(exc))}") from None
 
 
 def save(workspace: Path, record: dict) -> None:

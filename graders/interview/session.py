@@ -122,7 +122,7 @@ def start(workspace: Path, *, minutes: float = 60, strict: bool = False, track: 
     if not files(workspace, chosen)[0].is_file():
         made = init_workspace(workspace)
     with record.locked(workspace), _editing(workspace):
-        session = record.load(workspace)
+        session = _load(workspace)
         if session is not None:
             return session, made, True
         session = record.new(chosen.id, minutes, strict, clock(), stages(chosen)[0])
@@ -132,12 +132,22 @@ def start(workspace: Path, *, minutes: float = 60, strict: bool = False, track: 
 
 
 def load(workspace: Path) -> dict:
-    """The workspace's record; NoSession when there is none."""
-    session = record.load(workspace)
+    """The workspace's record; NoSession when there is none, ValueError (one line naming the
+    field: graders.interview.schema) for one that is not a record."""
+    session = _load(workspace)
     if session is None:
         raise NoSession(f"no interview session in {workspace}: start one with "
                         "`kata interview start DIR`")
     return session
+
+
+def _load(workspace: Path) -> dict | None:
+    """The workspace's record checked against its schema; None when there is none."""
+    from graders.interview import schema
+
+    data = record.load(workspace)
+    return None if data is None else schema.check(data, str(record.path(workspace)), stages,
+                                                  ranks)
 
 
 def save(workspace: Path, *, clock: Clock = time.time, sandbox=None, workers=None,
@@ -210,6 +220,11 @@ def _save(workspace: Path, clock: Clock, sandbox, workers, own_tests) -> Saved:
     if opened:
         write_answers(workspace, session)
     return Saved(session["events"][-2 if opened else -1], opened, result, session)
+
+
+def ranks(track: tracks.Track) -> list[str]:
+    """The levels a save of `track` can reach (`reached`), lowest first."""
+    return ["below L4", *rubric_data.load().levels] if track.levels else ["none", track.section]
 
 
 def reached(result, track: tracks.Track) -> str:
@@ -344,10 +359,11 @@ def update(workspace: Path, change: Callable[[dict], None]) -> dict:
 
 def write_answers(workspace: Path, session: dict) -> Path:
     """DIR/answers.md: one `## <id>` heading for each question asked so far, with the question
-    under it. The candidate's answers under each heading are kept; headings of questions newly
+    under it. The candidate's answers under each heading are kept, byte for byte whatever their
+    encoding (bytes that are not UTF-8 travel as surrogate escapes); headings of questions newly
     asked are added at the end. Questions of stages not yet open are never written."""
     answers = workspace / "answers.md"
-    text = answers.read_text() if answers.exists() else (
+    text = answers.read_bytes().decode("utf-8", "surrogateescape") if answers.exists() else (
         "# Your answers\n\nAnswer each question under its heading, in a few sentences, as you "
         "would say it aloud.\nThe session ends by showing each answer beside a model answer.\n")
     from graders.interview.questions import QUESTIONS
@@ -355,17 +371,18 @@ def write_answers(workspace: Path, session: dict) -> Path:
     for item in asked(session):
         if f"\n## {item.id}\n" not in f"\n{text}":
             text = text.rstrip("\n") + f"\n\n## {item.id}\n\n_{QUESTIONS[item.id]}_\n\n"
-    answers.write_text(text)
+    answers.write_bytes(text.encode("utf-8", "surrogateescape"))
     return answers
 
 
 def answers(workspace: Path) -> dict[str, str]:
     """The candidate's answers in DIR/answers.md, by question id: the text under each `## <id>`
-    heading, the question's own line left out ("" when not answered, or no file)."""
+    heading, the question's own line left out ("" when not answered, or no file). Bytes that
+    are not UTF-8 come as surrogate escapes, which graders.shared.untrusted shows as `\\xNN`."""
     from graders.interview.questions import QUESTIONS
 
     try:
-        text = (workspace / "answers.md").read_text(errors="replace")
+        text = (workspace / "answers.md").read_bytes().decode("utf-8", "surrogateescape")
     except OSError:
         return {}
     found, current = {}, None
@@ -382,7 +399,7 @@ def _ask(workspace: Path, what: str, item: str, clock: Clock, fields: dict) -> N
     """In a live strict session, record the refusal of `what` and raise Refused; in a live
     session otherwise, record the event `what` with `fields`."""
     try:
-        session = record.load(workspace)
+        session = _load(workspace)
     except ValueError:  # not a record of ours: no session to record in
         return
     if session is None or session["ended"] is not None:
