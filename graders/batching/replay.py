@@ -3,9 +3,9 @@ step on the kata's model, and the figures the items compare.
 
 `replay(workload, trace)` walks the trace the driver recorded, as the reply check typed it
 (graders.worker.batching's `Trace`, its shape and each step's `produced` checked by
-graders.judge.replies.drive_trace), runs each step's valid entries on a `PagedRunner` and returns `Findings`: the FIRST finding of each rubric id, each
-naming the step, the request and the rule, and the summary figures (steps, tokens computed,
-prompt tokens computed).
+graders.judge.replies.drive_trace), runs each step's valid entries on a `PagedRunner` and
+returns `Findings`: the FIRST finding of each rubric id, each naming the step, the request and
+the rule, and the summary figures (steps, tokens computed, prompt tokens computed).
 
 What the judge cannot see, it infers from what the tables and starts say:
 - A running sequence missing from a step was PREEMPTED at that step when it comes back
