@@ -243,15 +243,13 @@ def test_kata_grade_ff_reports_the_items_that_failed_last_time_first(tmp_path, m
     from typer.testing import CliRunner
 
     import cli
-    import graders.judge.grade as judge
-    from graders.workflows import grading
     from graders.workflows.last_failed import record
+    from tests.grading import stand_in
 
     (tmp_path / "kv_cache.py").write_text("")
     monkeypatch.chdir(tmp_path)
     record(tmp_path / "kv_cache.py", concat(("prealloc",)))
-    monkeypatch.setattr(grading, "start_workers", lambda *args, **kwargs: None)
-    monkeypatch.setattr(judge, "grade", lambda *args, **kwargs: concat(("prealloc",)))
+    stand_in(monkeypatch, lambda request, on_item: concat(("prealloc",)))
     output = CliRunner().invoke(cli.app, ["grade", "kv_cache.py", "--ff"],
                                 env={"COLUMNS": "80"}).output
     lines = output.splitlines()

@@ -26,7 +26,8 @@ from graders.formats.gradescope import to_gradescope, write_gradescope
 from graders.formats.junit import write_junit
 from graders.formats.report import partial_verdict, render, to_json
 from graders.formats.scorecard import PASS_REASON_CHARS, write_markdown
-from graders.judge.grade import GradeResult, ItemResult, TellResult, _level, grade
+from graders.judge.grade import GradeResult, ItemResult, TellResult, _level
+from tests.grading import grade
 from graders.shared.plans import Fail, tensor
 from graders.shared.rubric import load
 from graders.shared.tracks import DENSE

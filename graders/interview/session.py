@@ -19,11 +19,12 @@ import signal
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
 from graders.interview import record
+from graders.judge.request import GradeRequest
 from graders.shared import rubric as rubric_data
 from graders.shared import tracks
 from graders.shared.tracks import DENSE
@@ -171,6 +172,7 @@ def save(workspace: Path, *, clock: Clock = time.time, sandbox=None, workers=Non
 def _save(workspace: Path, clock: Clock, sandbox, workers, own_tests) -> Saved:
     """`save`'s work; it closes `workers` itself on each way out that grades nothing."""
     from graders.judge.grade import grade
+    from graders.judge.workers import GradeWorkers
 
     with record.locked(workspace):
         session = load(workspace)
@@ -189,14 +191,15 @@ def _save(workspace: Path, clock: Clock, sandbox, workers, own_tests) -> Saved:
         name = record.snapshot(workspace, contents)
         implementation, tests = files(record.folder(workspace) / name, track)
         tests = tests if tests and tests.is_file() else None
-        items = set(stage_items(track, session["stage"]))
-        kept = own_tests is not None and track.runs_tests(items) and own_tests.covers(tests)
-        graded = items - {tracks.TESTS_ITEM} if kept else items
-        if workers is not None and (workers.tests is None) != (
-                tests is None or not track.runs_tests(graded)):
+        request = GradeRequest(implementation, tests, track=track,
+                               only=frozenset(stage_items(track, session["stage"])),
+                               sandbox=sandbox or default_sandbox())
+        kept = own_tests is not None and request.runs_tests and own_tests.covers(tests)
+        if kept:
+            request = replace(request, only=request.only - {tracks.TESTS_ITEM})
+        if workers is not None and not workers.fits(request):
             workers = _close(workers)  # started for other files: the grade starts its own
-        result = grade(implementation, tests, track=track.id, only=graded,
-                       sandbox=sandbox or default_sandbox(), workers=workers)
+        result = grade(request, workers or GradeWorkers.start(request))
         if kept:
             result = own_tests.fill(result)
         elif own_tests is not None:
@@ -282,6 +285,7 @@ def end(workspace: Path, *, clock: Clock = time.time, sandbox=None) -> dict:
     their partial hidden grade (its seed kept, to grade the snapshot again in full), recorded
     with Ctrl-C ignored until the record is written; then Interrupted."""
     from graders.judge.grade import draw_seed, grade
+    from graders.judge.workers import GradeWorkers
 
     with record.locked(workspace):
         session = load(workspace)
@@ -293,10 +297,11 @@ def end(workspace: Path, *, clock: Clock = time.time, sandbox=None) -> dict:
             workspace, _contents(workspace, track))
         implementation, tests = files(record.folder(workspace) / name, track)
         seed, done = draw_seed(), []
+        request = GradeRequest(implementation, tests if tests and tests.is_file() else None,
+                               track=track, hidden=True, seed=seed,
+                               sandbox=sandbox or default_sandbox())
         try:
-            result = grade(implementation, tests if tests and tests.is_file() else None,
-                           track=track.id, hidden=True, seed=seed,
-                           sandbox=sandbox or default_sandbox(), on_item=done.append)
+            result = grade(request, GradeWorkers.start(request), on_item=done.append)
         except KeyboardInterrupt:
             with _interrupts_ignored():
                 total = len(rubric_data.load().track(track))

@@ -1,9 +1,10 @@
 """Grade one implementation: run every item's graders, then apply the rubric.
 
-The judge's side of a grade. It starts the workers first (their torch import overlaps the judge's),
-runs each rubric item's graders in rubric order, turns what happened into a status, and works out
-the level: the highest level whose items, and every lower level's, all pass, capped by the tells.
-A run that leaves items out is partial and has no level.
+The judge's side of a grade. It takes a request (graders.judge.request) and the workers started
+for it (by the caller, so that their torch import overlaps the judge's), runs each rubric item's
+graders in rubric order, turns what happened into a status, and works out the level: the
+highest level whose items, and every lower level's, all pass, capped by the tells. A run that
+leaves items out is partial and has no level.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ from typing import Callable
 import torch
 
 from graders.judge.candidate import Candidate
-from graders.judge.isolation import Sandbox, reap_strays
+from graders.judge.isolation import reap_strays
+from graders.judge.request import GradeRequest
 from graders.judge.similarity import similarity
 from graders.judge.workers import Budget, GradeWorkers, WorkerUnavailable
 from graders.shared import hidden_cases, tracks
@@ -34,25 +36,7 @@ from graders.shared import rubric as rubric_data
 from graders.shared.plans import CandidateError, CandidateTimeout, Fail, NotAttempted, Tell
 from graders.shared.tracks import DENSE
 
-DEFAULT_TIMEOUT = 10.0
-DEFAULT_IMPORT_TIMEOUT = 60.0  # a correct file may import a large library: transformers takes 8-27 s cold
 MAX_TIMEOUTS = 3
-
-
-@dataclass(frozen=True)
-class TimeBudget:
-    """A grade's time as a whole, seconds on the clock from its start: `public` for the public
-    cases, `hidden` for a grade with hidden cases or private graders. Past it, every item not
-    yet graded is a timeout that says so. The defaults are the README's: 8-12x the reference's
-    grade with its tests on the 2-core machine of the closing notes at load average 5-8
-    (public 14-18 s, hidden 19-32 s), under run_autograder's backstop
-    (graders.export.autograder.GRADE_SECONDS)."""
-
-    public: float = 150.0
-    hidden: float = 240.0
-
-    def seconds(self, hidden: bool) -> float:
-        return self.hidden if hidden else self.public
 
 
 @dataclass
@@ -200,61 +184,45 @@ def _load_private(path: Path) -> ModuleType:
     return module
 
 
-def grade(implementation: Path, tests: Path | None = None, *, track: str = DENSE.id,
-          hidden: bool = False, extra_graders: Path | None = None, only: set[str] | None = None,
-          up_to: str | None = None, exitfirst: bool = False, timeout: float = DEFAULT_TIMEOUT,
-          import_timeout: float = DEFAULT_IMPORT_TIMEOUT, sandbox: Sandbox = Sandbox(),
-          seed: int | None = None, first: set[str] | None = None,
-          workers: GradeWorkers | None = None, budget: TimeBudget = TimeBudget(),
+def grade(request: GradeRequest, workers: GradeWorkers,
           on_item: Callable[[ItemResult], None] | None = None) -> GradeResult:
-    """Grade `implementation` (and the candidate's `tests`, when given) against the rubric.
+    """Grade `request` (graders.judge.request.GradeRequest) in `workers`, started for it
+    (GradeWorkers.start(request), by the caller: before it imports torch, or ahead of the
+    grade); the judge uses them and closes them, whatever happens.
 
-    `track` is the id of a graders.shared.tracks.Track (a track without own-tests does not run
-    `tests`). `hidden` adds each item's hidden cases, and `extra_graders` an interviewer's own
-    folder of graders, judged as hidden (PrivateGraderError, before anything runs, for a file
-    that cannot be used). Hidden cases are drawn from `seed` (graders.shared.hidden_cases), a fresh
-    one when None; the result records it. `only` selects item ids, `up_to` the items up to a level; `exitfirst`
-    stops after the first item that does not pass (the rest are left out of the result).
-    `first` names items to run before the others (`kata grade --ff`): the items run in rubric
-    order within each of the two groups, `on_item` hears of each as it ends, and the result
-    lists them in rubric order. The candidate's own tests run from the start, beside the other
-    items, and are heard of last (unless `exitfirst`: then in their turn). The order changes no
-    item's checks or cases (each draws its own, from its own seeds); it decides only which items
-    `exitfirst` leaves out, and which the budget of MAX_TIMEOUTS hangs leaves unrun.
-    `import_timeout` limits the import of the file, `timeout` each batch of calls, `budget` the
-    whole grade (the items not graded when it is spent are timeouts). `sandbox`
-    chooses the isolation (SandboxUnavailable when it cannot be had) and the memory limit.
-    `workers`: the workers already started for these files (GradeWorkers.start, by a caller that
-    starts them before it imports torch), else started here; closed either way.
+    An interviewer's graders that cannot be used raise PrivateGraderError before anything runs.
+    A hidden grade draws its cases from the request's seed (graders.shared.hidden_cases), a
+    fresh one when it has none; the result records it. The items named `first` run before the
+    others, each group in rubric order; `on_item` hears of each as it ends, and the result lists
+    them in rubric order. The candidate's own tests run from the start, beside the other items,
+    and are heard of last (unless `exitfirst`: then in their turn). The order changes no item's
+    checks or cases (each draws its own, from its own seeds); it decides only which items
+    `exitfirst` leaves out, and which the budget of MAX_TIMEOUTS hangs leaves unrun. The items
+    not graded when the time budget is spent are timeouts.
     Returns only once every process the candidate's code started is gone.
     A hidden run also records how much of the file matches each bundled solution of the track
     (graders.judge.similarity): information for the interviewer, which no status or level uses.
     Sets this process's torch to one thread: the judge's tensors are tiny, and a thread pool
     only adds overhead (and spin-waits on a busy machine).
     """
-    chosen = tracks.get(track)
+    track, hidden = request.track, request.judged_hidden
     try:
-        graders = _graders(hidden, extra_graders, chosen)
-        judged_hidden = hidden or extra_graders is not None
-        spent = Budget.starting_now(budget.seconds(judged_hidden))
-        seed = (seed if seed is not None else draw_seed()) if judged_hidden else None
-        path = Path(implementation).absolute()
+        graders = _graders(request.hidden, request.extra_graders, track)
+        spent = Budget.starting_now(request.budget.seconds(hidden))
+        seed = (request.seed if request.seed is not None else draw_seed()) if hidden else None
+        path = Path(request.implementation).absolute()
         # Read before the candidate's code runs: in the process fallback it can rewrite its file.
-        borrowed = similarity(path, chosen) if judged_hidden else None
-        items = _run_order(rubric_data.selected(chosen, only, up_to), first or set())
-        runs_tests = chosen.runs_tests({item.id for item in items})
-        tests = Path(tests).absolute() if tests and runs_tests else None
-        workers = workers or GradeWorkers.start(path, tests, chosen.module, sandbox, import_timeout)
+        borrowed = similarity(path, track) if hidden else None
+        items = _run_order(request.items, request.first)
         workers.limit_to(spent)
         torch.set_num_threads(1)
-        with hidden_cases.run_seed(seed) if judged_hidden else nullcontext():
-            candidate = Candidate(workers.implementation, timeout, workers.tests,
+        with hidden_cases.run_seed(seed) if hidden else nullcontext():
+            candidate = Candidate(workers.implementation, request.timeout, workers.tests,
                                   workers.test_worker)
-            result = _grade(candidate, str(implementation), items, graders, judged_hidden,
-                            exitfirst, on_item, chosen, spent)
+            result = _grade(candidate, str(request.implementation), items, graders, hidden,
+                            request.exitfirst, on_item, track, spent)
     finally:
-        if workers:
-            workers.close()
+        workers.close()
         reap_strays()  # nothing the candidate started outlives the grade
     result.isolation, result.seed = workers.isolation, seed
     result.similarity = borrowed
@@ -267,7 +235,7 @@ def draw_seed() -> int:
     return secrets.randbelow(10**7)
 
 
-def _run_order(items: list[rubric_data.Item], first: set[str]) -> list[rubric_data.Item]:
+def _run_order(items: list[rubric_data.Item], first: frozenset[str]) -> list[rubric_data.Item]:
     """`items` (in rubric order) with those named in `first` moved ahead, each group in order."""
     return sorted(items, key=lambda item: item.id not in first)
 
