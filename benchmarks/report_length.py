@@ -23,7 +23,8 @@ from pathlib import Path
 from rich.console import Console
 
 from graders.formats.report import SCREEN_LINES, render
-from graders.judge.grade import GradeResult, grade
+from graders.judge.grade import grade
+from graders.judge.result import GradeResult
 from graders.judge.request import GradeRequest
 from graders.judge.workers import GradeWorkers
 from graders.shared.tracks import DENSE, Track

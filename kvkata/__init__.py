@@ -6,7 +6,7 @@
 
 `grade` takes the options of `kata grade` as keyword arguments and grades the same way: the
 candidate's code runs in the same sandboxed workers, never in this process. Its result has the
-grade's `level`, `score` and `items` (and every other field of graders.judge.grade.GradeResult), and
+grade's `level`, `score` and `items` (and every other field of graders.judge.result.GradeResult), and
 shows itself as the terminal's report: in Jupyter (`_repr_mimebundle_`: HTML, and the text for
 frontends without HTML), in rich (`rich.print(result)`, `__rich_console__`) and as `str()`.
 
@@ -31,7 +31,7 @@ _HTML = ('<pre style="white-space:pre;overflow-x:auto;line-height:normal;'
 
 
 class Grade:
-    """One grade: `kata grade`'s result (`.result`, a graders.judge.grade.GradeResult) and its report.
+    """One grade: `kata grade`'s result (`.result`, a graders.judge.result.GradeResult) and its report.
 
     `.level` (None for a partial run), `.score`, `.max_score`, `.items` (each with `id`,
     `level`, `status`, `points`, `message`) and `.tells` are the grade's; so is every other

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
-from graders.judge.grade import GradeResult, ItemResult
+from graders.judge.result import GradeResult, ItemResult
 from graders.judge.grade import grade as judge_grade
 from graders.judge.request import GradeRequest
 from graders.judge.workers import GradeWorkers

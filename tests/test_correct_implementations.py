@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from graders.judge.grade import GradeResult, kata_graders
+from graders.judge.grade import kata_graders
+from graders.judge.result import GradeResult
 from tests.grading import grade
 from graders.shared.mutation import REFERENCE
 from graders.shared.rubric import load

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from graders.judge.grade import GradeResult, ItemResult, TellResult
+from graders.judge.result import GradeResult, ItemResult, TellResult
 from graders.judge.request import GradeRequest
 from graders.shared.rubric import load
 from graders.shared.tracks import DENSE, SERVING

@@ -22,7 +22,7 @@ import pytest
 from graders.formats import grade_page, html
 from graders.formats.html import Html, el, text
 from graders.interview import page as session_page, record, session as verbs, verify
-from graders.judge.grade import GradeResult, ItemResult, TellResult
+from graders.judge.result import GradeResult, ItemResult, TellResult
 from graders.shared import rubric as rubric_data
 from graders.shared.mutation import REFERENCE
 from graders.shared.tracks import DENSE

@@ -21,6 +21,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -28,7 +29,7 @@ from rich.console import Console
 
 from graders.interview import commands, record, review, session as verbs
 from graders.interview.questions import MODEL_ANSWERS, QUESTIONS, STAGE_PROMPTS
-from graders.judge.grade import GradeResult, ItemResult, _level
+from graders.judge.result import GradeResult, ItemResult, level
 from graders.shared import rubric as rubric_data
 from graders.shared.mutation import REFERENCE
 from graders.shared.tracks import DENSE
@@ -65,8 +66,8 @@ def staged_grade(request, on_item=None):
     items = [ItemResult(i.id, i.level, *(("pass", i.points) if levels.index(i.level) <= up_to
                                           else ("fail", 0.0)), i.points, "staged")
              for i in rubric_data.load().track(DENSE) if only is None or i.id in only]
-    level = None if only is not None else _level(rubric_data.load(), items, [])[0]
-    return GradeResult(str(implementation), level, items, [], hidden, partial=only is not None,
+    reached = None if only is not None else level(DENSE, items, [])[0]
+    return GradeResult(str(implementation), reached, items, [], hidden, partial=only is not None,
                        seed=seed if hidden else None)
 
 
@@ -497,7 +498,7 @@ def test_an_unchanged_test_file_keeps_its_own_tests_verdict_across_saves(tmp_pat
     """A save that changes kv_cache.py alone is graded without own-tests and takes the verdict
     the same test file got, with its tell; a change of the test file grades the item again."""
     from graders.interview.warm import OWN_TESTS_TELLS, OwnTestsVerdict
-    from graders.judge.grade import TellResult
+    from graders.judge.result import TellResult
 
     graded = []
 
@@ -506,10 +507,9 @@ def test_an_unchanged_test_file_keeps_its_own_tests_verdict_across_saves(tmp_pat
         graded.append(set(only))
         result = staged_grade(request)
         mark = "caught" if b"caught" in Path(request.tests).read_bytes() else "shapes only"
-        result.tells = [TellResult("caches-q", False, "clear"),
-                        TellResult("shape-only-tests", mark != "caught", mark,
-                                   checked="own-tests" in only)]
-        return result
+        return replace(result, tells=[TellResult("caches-q", False, "clear"),
+                                      TellResult("shape-only-tests", mark != "caught", mark,
+                                                 checked="own-tests" in only)])
 
     stand_in(monkeypatch, grade_with_tells)
     clock, ws, kept = Clock(), tmp_path / "ws", OwnTestsVerdict()

@@ -15,6 +15,7 @@ import re
 import runpy
 import shutil
 import unicodedata
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -326,8 +327,8 @@ def test_an_item_the_grade_could_not_judge_leaves_its_claim_unchecked(session_co
                                                                       staged_verify, monkeypatch):
     def timing_out(request, on_item=None):
         result = staged_grade(request)
-        result.items[0].status = "timeout"
-        return result
+        return replace(result, items=[replace(result.items[0], status="timeout"),
+                                      *result.items[1:]])
 
     stand_in(monkeypatch, timing_out)
     checked = verify.verify(verbs.load(session_copy), session_copy, verbs.default_sandbox())

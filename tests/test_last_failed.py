@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cli import app
-from graders.judge.grade import GradeResult, ItemResult
+from graders.judge.result import GradeResult, ItemResult
 from tests.grading import grade, stand_in
 from graders.shared.rubric import load
 from graders.shared.tracks import DENSE, SERVING

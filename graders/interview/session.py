@@ -25,6 +25,7 @@ from typing import Callable
 
 from graders.interview import record
 from graders.judge.request import GradeRequest
+from graders.judge.result import GradeResult, level
 from graders.shared import rubric as rubric_data
 from graders.shared import tracks
 from graders.shared.tracks import DENSE
@@ -55,7 +56,7 @@ class Interrupted(Exception):
 class Saved:
     """What `save` did. `event` is the save event recorded (None: nothing changed since the last
     snapshot graded at this stage); `opened` the stage the save opened, if any; `result` the
-    graders.judge.grade.GradeResult (None when nothing was graded)."""
+    graders.judge.result.GradeResult (None when nothing was graded)."""
 
     event: dict | None
     opened: str | None
@@ -213,7 +214,7 @@ def _save(workspace: Path, clock: Clock, sandbox, workers, own_tests) -> Saved:
             session["events"].append({
                 "t": t, "kind": "save", "snapshot": name, "level": level,
                 "score": result.score,
-                "passing": [i.id for i in result.items if i.status == "pass"]})
+                "passing": [i.id for i in result.items if i.passed]})
             order = stages(track)
             if level == session["stage"] and order.index(level) + 1 < len(order):
                 opened = session["stage"] = order[order.index(level) + 1]
@@ -232,13 +233,9 @@ def ranks(track: tracks.Track) -> list[str]:
 
 def reached(result, track: tracks.Track) -> str:
     """The level a save's grade reaches on the items it graded (the stages opened so far), after
-    the tells' caps: the contract's rule for a level (graders.judge.grade), applied to those items.
-    A track without levels reaches its section when every item passes, else "none"."""
-    from graders.judge.grade import _level
-
-    if not track.levels:
-        return track.section if result.passed else "none"
-    return _level(rubric_data.load(), result.items, result.tells)[0]
+    the tells' caps: the contract's rule for a level (graders.judge.result.level), applied to
+    those items."""
+    return level(track, result.items, result.tells)[0]
 
 
 def hint(workspace: Path, item: str, step: int, *, clock: Clock = time.time) -> None:
@@ -314,23 +311,19 @@ def end(workspace: Path, *, clock: Clock = time.time, sandbox=None) -> dict:
 
 
 def _partial(implementation: Path, track: tracks.Track, done: list, seed: int):
-    """The final grade interrupted: a partial hidden grade (graders.judge.grade.GradeResult) of
+    """The final grade interrupted: a partial hidden grade (graders.judge.result.GradeResult) of
     the items `done`, in rubric order; no level, no tells (their items may not have run), and
     no isolation (the workers' were not heard of): null in the record."""
-    from graders.judge.grade import GradeResult
-
-    order = [item.id for item in rubric_data.load().track(track)]
-    result = GradeResult(str(implementation), None, sorted(done, key=lambda i: order.index(i.id)),
-                         [], True, track=track.id, partial=True, seed=seed)
-    result.isolation = None
-    return result
+    return GradeResult.from_items(str(implementation), track, done, None, hidden=True,
+                                  isolation=None, seed=seed)
 
 
 def _ended(workspace: Path, name: str, result, ended: float) -> dict:
     """Record the session's end at `ended` with `result`, the final grade of snapshot `name`."""
     from graders.formats.report import to_json
 
-    result.implementation = f"{name}/{tracks.get(load(workspace)['track']).implementation}"
+    result = replace(result, implementation=f"{name}/"
+                     f"{tracks.get(load(workspace)['track']).implementation}")
 
     def close(session: dict) -> None:
         session["ended"] = record.iso(ended)

@@ -285,7 +285,7 @@ def _graded(result, track: tracks.Track) -> Graded:
     unchecked = tuple(i.id for i in result.items
                       if i.status in UNCHECKED_STATUSES or i.unavailable)
     return Graded(verbs.reached(result, track), result.score,
-                  tuple(i.id for i in result.items if i.status == "pass"), unchecked)
+                  tuple(i.id for i in result.items if i.passed), unchecked)
 
 
 def _compare_save(event: dict, stage: str, graded: Graded | None) -> SaveCheck:
@@ -328,7 +328,7 @@ def _final(session: dict, workspace: Path, track: tracks.Track, sandbox) -> Fina
                            sandbox=sandbox)
     result = grade(request, GradeWorkers.start(request))
     graded = Graded(result.level or "none", result.score,
-                    tuple(i.id for i in result.items if i.status == "pass"),
+                    tuple(i.id for i in result.items if i.passed),
                     tuple(i.id for i in result.items
                           if i.status in UNCHECKED_STATUSES or i.unavailable))
     return _compare_final(claim, result, graded)

@@ -35,8 +35,8 @@ class OwnTestsVerdict:
     def __init__(self) -> None:
         self.digest: str | None = None
         self.snapshot = ""
-        self.item = None  # graders.judge.grade.ItemResult
-        self.tells: list = []  # graders.judge.grade.TellResult of OWN_TESTS_TELLS
+        self.item = None  # graders.judge.result.ItemResult
+        self.tells: list = []  # graders.judge.result.TellResult of OWN_TESTS_TELLS
 
     def covers(self, tests: Path | None) -> bool:
         """Whether the verdict kept is that of the test file `tests` as it is now (False when

@@ -26,7 +26,8 @@ from typing import Callable
 from rich.cells import cell_len, set_cell_size
 
 from graders.formats.report import STATUS_STYLE
-from graders.judge.grade import GradeResult, draw_seed, grade
+from graders.judge.grade import draw_seed, grade
+from graders.judge.result import GradeResult
 from graders.judge.isolation import SandboxUnavailable
 from graders.judge.request import GradeRequest
 from graders.judge.workers import GradeWorkers
@@ -240,7 +241,7 @@ def terminal_table(outcomes: list[Outcome], skipped: list[Skipped] = ()) -> list
             lines.append(f"{name}  {_fit(why, WIDTH - columns[0][1] - 2)}".rstrip())
             continue
         result = entry.result
-        failing = [item.id for item in result.items if item.status != "pass"]
+        failing = [item.id for item in result.items if not item.passed]
         cells = [result.level or "partial", f"{result.score:g}", _listed(failing, columns[3][1]),
                  _similarity(result), f"{entry.seconds:.0f}s"]
         lines.append("  ".join([name, *(_fit(cell, width)

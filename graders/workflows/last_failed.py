@@ -32,14 +32,11 @@ import secrets
 import stat
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from graders.judge.request import GradeRequest
+from graders.judge.result import GradeResult
 from graders.shared.rubric import selected
 from graders.shared.tracks import Track
-
-if TYPE_CHECKING:  # graders.judge.grade imports torch: the CLI reads the record before the judge loads
-    from graders.judge.grade import GradeResult
 
 FOLDER = ".kata_cache"
 VERSION = 1
@@ -103,7 +100,7 @@ def record(implementation: Path, result: GradeResult) -> None:
     tracks = data.setdefault(implementation.name, {})
     graded = {item.id for item in result.items}
     still = set(tracks.get(result.track, [])) - graded
-    tracks[result.track] = sorted(still | {i.id for i in result.items if i.status != "pass"})
+    tracks[result.track] = sorted(still | {i.id for i in result.items if not i.passed})
     try:
         path.parent.mkdir(exist_ok=True)
         folder = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | _NO_FOLLOW)
