@@ -10,28 +10,27 @@ with temporary paths and timings normalised. Run it before a change and after, t
 
 Each file is copied into a fresh temporary folder under its track's contract name (as
 tests/wrong's `Wrong.write` does); solutions/kv_cache.py takes solutions/test_kv_cache.py
-beside it, so that its own tests run. The grades run in the process sandbox, two at a time:
-the machine this was written on has 2 cores.
+beside it, so that its own tests run. The grades run in the process sandbox, one at a time in
+one process (run the two trees' at once: two grades on a 2-core machine).
 """
 
 from __future__ import annotations
 
 import argparse
 import difflib
+import io
 import os
 import re
-import shutil
-import subprocess
 import sys
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from rich.console import Console
+
 ROOT = Path(__file__).resolve().parent.parent
 SEED = 4242
-PARALLEL = 2
 WIDTH = 100
 TRACK_OF_SOLUTION = {"kv_cache.py": "dense", "concat_kv_cache.py": "dense",
                      "paged_kv_cache.py": "serving", "scheduler.py": "batching"}
@@ -87,8 +86,10 @@ def normalise(text: str, folder: Path) -> str:
 
 
 def grade_one(subject: Subject, hidden: bool, out: Path) -> float:
-    """Grade `subject` with `kata grade`, write `<name>.<public|hidden>.{json,txt}` in `out`;
-    the seconds it took."""
+    """Grade `subject` with `kata grade` (cli.app, in this process), write
+    `<name>.<public|hidden>.{json,txt}` in `out`; the seconds it took."""
+    import cli
+
     kind = "hidden" if hidden else "public"
     with tempfile.TemporaryDirectory(prefix="same-reports-") as temporary:
         folder = Path(temporary)
@@ -97,31 +98,45 @@ def grade_one(subject: Subject, hidden: bool, out: Path) -> float:
         if subject.tests is not None:
             (folder / "test_kv_cache.py").write_text(subject.tests)
         report = folder / "report.json"
-        command = [sys.executable, str(ROOT / "cli.py"), "grade", str(implementation),
-                   "--track", subject.track, "--json", str(report), "--sandbox", "process"]
+        argv = ["grade", str(implementation), "--track", subject.track, "--json", str(report),
+                "--sandbox", "process"]
         if hidden:
-            command += ["--hidden", "--seed", str(SEED)]
-        env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": str(WIDTH), "NO_COLOR": "1",
-               "TERM": "dumb"}
-        start = time.perf_counter()
-        ran = subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True)
+            argv += ["--hidden", "--seed", str(SEED)]
+        streams = {False: io.StringIO(), True: io.StringIO()}
+        cli._console = lambda stderr=False: Console(file=streams[stderr], width=WIDTH,
+                                                    highlight=False)
+        start, here = time.perf_counter(), os.getcwd()
+        os.chdir(folder)  # as `kata grade` is run in the candidate's folder
+        try:
+            code = cli.app(argv, standalone_mode=False)
+        except SystemExit as exc:
+            code = exc.code
+        finally:
+            os.chdir(here)
         seconds = time.perf_counter() - start
         json_text = report.read_text() if report.is_file() else "(no report)\n"
-        terminal = (f"exit {ran.returncode}\n--- stdout\n{ran.stdout}\n--- stderr\n"
-                    f"{ran.stderr}")
+        terminal = (f"exit {code}\n--- stdout\n{streams[False].getvalue()}\n--- stderr\n"
+                    f"{streams[True].getvalue()}")
         (out / f"{subject.name}.{kind}.json").write_text(normalise(json_text, folder))
         (out / f"{subject.name}.{kind}.txt").write_text(normalise(terminal, folder))
     return seconds
 
 
 def run(out: Path, only: str | None) -> int:
+    """Every subject graded public then hidden (but those `out` holds already: a run
+    interrupted goes on where it stopped), one grade at a time, the process-isolated
+    workers forked from one warm process (graders.judge.workers.warm_workers): a fresh
+    interpreter a grade would spend most of its time importing torch."""
+    from graders.judge.workers import warm_workers
+
     out.mkdir(parents=True, exist_ok=True)
     jobs = [(s, hidden) for s in subjects() if only is None or only in s.name
-            for hidden in (False, True)]
+            for hidden in (False, True)
+            if not (out / f"{s.name}.{'hidden' if hidden else 'public'}.txt").is_file()]
     start = time.perf_counter()
-    with ThreadPoolExecutor(PARALLEL) as pool:
-        seconds = list(pool.map(lambda job: grade_one(*job, out), jobs))
-    print(f"{len(jobs)} grades of {len(jobs) // 2} files into {out}: "
+    with warm_workers():
+        seconds = [grade_one(*job, out) for job in jobs]
+    print(f"{len(jobs)} grades into {out}: "
           f"{time.perf_counter() - start:.0f} s on the clock, {sum(seconds):.0f} s of grades")
     return 0
 
@@ -158,8 +173,6 @@ def main() -> int:
         return compare(*args.compare)
     if args.out is None:
         parser.error("give OUT, or --compare A B")
-    if args.out.exists() and any(args.out.iterdir()) and args.only is None:
-        shutil.rmtree(args.out)
     return run(args.out, args.only)
 
 
