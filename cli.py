@@ -534,7 +534,7 @@ def interview_run(
     from graders.interview import commands
 
     raise typer.Exit(commands.interactive(_console(), _here(directory), minutes, strict,
-                                          _track(track).id))
+                                          _track(track)))
 
 
 @interview_app.command("start")
@@ -548,7 +548,7 @@ def interview_start(
     from graders.interview import commands
 
     raise typer.Exit(commands.start(_console(), _here(directory), minutes, strict,
-                                    _track(track).id))
+                                    _track(track)))
 
 
 @interview_app.command("save")

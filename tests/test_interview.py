@@ -181,7 +181,7 @@ def test_a_save_without_a_change_records_nothing_unless_a_stage_opened(tmp_path,
 def test_no_later_prompt_or_question_shows_before_its_stage_opens(tmp_path, staged):
     ws = tmp_path / "ws"
     out_console, out = console()
-    assert commands.start(out_console, ws, 60, False, "dense") == 0  # on the real clock
+    assert commands.start(out_console, ws, 60, False, DENSE) == 0  # on the real clock
     verbs.save(ws)
     shown = out.getvalue() + workspace_text(ws)
     assert STAGE_PROMPTS["L4"].split()[5] in shown and QUESTIONS["why-only-kv"] in shown

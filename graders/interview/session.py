@@ -110,8 +110,8 @@ def time_left(session: dict, now: float) -> float:
     return max(0.0, session["minutes"] * 60 - elapsed(session, now))
 
 
-def start(workspace: Path, *, minutes: float = 60, strict: bool = False, track: str = DENSE.id,
-          clock: Clock = time.time) -> tuple[dict, list[Path], bool]:
+def start(workspace: Path, *, minutes: float = 60, strict: bool = False,
+          track: tracks.Track = DENSE, clock: Clock = time.time) -> tuple[dict, list[Path], bool]:
     """Start a session in `workspace`, or resume the one there: (the record, the files made,
     whether it resumed). A folder without the track's file is made a workspace as `kata init`
     makes one (FileExistsError, nothing written, when it holds some of a workspace's files but
@@ -119,15 +119,14 @@ def start(workspace: Path, *, minutes: float = 60, strict: bool = False, track: 
     SessionBusy when another live process holds the session."""
     from graders.workflows.workspace import init_workspace
 
-    chosen = tracks.get(track)
     made = []
-    if not files(workspace, chosen)[0].is_file():
+    if not files(workspace, track)[0].is_file():
         made = init_workspace(workspace)
     with record.locked(workspace), _editing(workspace):
         session = _load(workspace)
         if session is not None:
             return session, made, True
-        session = record.new(chosen.id, minutes, strict, clock(), stages(chosen)[0])
+        session = record.new(track.id, minutes, strict, clock(), stages(track)[0])
         record.save(workspace, session)
     write_answers(workspace, session)
     return session, made, False
