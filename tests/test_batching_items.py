@@ -23,7 +23,7 @@ import torch
 
 from graders.batching import grading, reference, workloads
 from graders.judge import replies
-from graders.judge.grade import grade
+from tests.grading import grade
 from graders.shared import hidden_cases
 from graders.shared.plans import CandidateError, CandidateTimeout, Fail, NotAttempted, Results
 from graders.worker import ops

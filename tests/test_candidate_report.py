@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import io
 import re
+from dataclasses import replace
 
 import pytest
 from rich.console import Console
 
 from graders.formats.report import render
-from graders.judge.grade import GradeResult, ItemResult, TellResult
+from graders.judge.result import GradeResult, ItemResult, TellResult
 from graders.shared.rubric import load
 from graders.shared.tracks import DENSE
 
@@ -52,9 +53,7 @@ def concat(failing: tuple[str, ...] = ("prealloc",), **changes) -> GradeResult:
              for t in load().tells]
     result = GradeResult("solutions/concat_kv_cache.py", "L5", items, tells, False,
                          isolation="bwrap")
-    for name, value in changes.items():
-        setattr(result, name, value)
-    return result
+    return replace(result, **changes)
 
 
 def rendered(result: GradeResult, detail: str = "default", width: int = 80,
@@ -215,12 +214,12 @@ def test_ff_shows_the_items_graded_first_ahead_of_the_levels_in_verbose():
 
 def test_next_never_suggests_the_command_just_run():
     alone = concat(("prealloc",), partial=True, level=None)
-    alone.items = [i for i in alone.items if i.id == "prealloc"]
+    alone = replace(alone, items=[i for i in alone.items if i.id == "prealloc"])
     closing = flat("\n".join(closing_lines(rendered(alone)[0])))
     assert closing.endswith("Next: kata hint prealloc"), closing
     assert "--item prealloc" not in closing
     two = concat(("prealloc",), partial=True, level=None)
-    two.items = [i for i in two.items if i.id in ("prealloc", "gqa")]
+    two = replace(two, items=[i for i in two.items if i.id in ("prealloc", "gqa")])
     assert flat(rendered(two)[0]).endswith(
         f"Next: kata hint prealloc, or grade it alone: {COMMAND} --item prealloc")
 
@@ -243,15 +242,13 @@ def test_kata_grade_ff_reports_the_items_that_failed_last_time_first(tmp_path, m
     from typer.testing import CliRunner
 
     import cli
-    import graders.judge.grade as judge
-    from graders.workflows import grading
     from graders.workflows.last_failed import record
+    from tests.grading import stand_in
 
     (tmp_path / "kv_cache.py").write_text("")
     monkeypatch.chdir(tmp_path)
     record(tmp_path / "kv_cache.py", concat(("prealloc",)))
-    monkeypatch.setattr(grading, "start_workers", lambda *args, **kwargs: None)
-    monkeypatch.setattr(judge, "grade", lambda *args, **kwargs: concat(("prealloc",)))
+    stand_in(monkeypatch, lambda request, on_item: concat(("prealloc",)))
     output = CliRunner().invoke(cli.app, ["grade", "kv_cache.py", "--ff"],
                                 env={"COLUMNS": "80"}).output
     lines = output.splitlines()

@@ -26,7 +26,8 @@ from graders.formats.gradescope import to_gradescope, write_gradescope
 from graders.formats.junit import write_junit
 from graders.formats.report import partial_verdict, render, to_json
 from graders.formats.scorecard import PASS_REASON_CHARS, write_markdown
-from graders.judge.grade import GradeResult, ItemResult, TellResult, _level, grade
+from graders.judge.result import GradeResult, ItemResult, TellResult, level as level_of
+from tests.grading import grade
 from graders.shared.plans import Fail, tensor
 from graders.shared.rubric import load
 from graders.shared.tracks import DENSE
@@ -411,7 +412,7 @@ def test_the_level_names_only_the_tells_that_lowered_it(reached, detected, level
     items = [ItemResult(i.id, i.level, "pass" if rubric.levels.index(i.level) <= top else "fail",
                         0.0, i.points, "") for i in rubric.track(DENSE)]
     tells = [TellResult(t.id, t.id in detected, "") for t in rubric.tells]
-    assert _level(rubric, items, tells) == (level, capped_by)
+    assert level_of(DENSE, items, tells) == (level, capped_by)
 
 
 @pytest.mark.parametrize("level, capped_by, says", [

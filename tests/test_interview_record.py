@@ -15,6 +15,7 @@ import re
 import runpy
 import shutil
 import unicodedata
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -29,6 +30,7 @@ from graders.shared.mutation import REFERENCE
 from tests.test_formats import code_spans
 from tests.test_safe_formats import strings
 from tests.test_interview import Clock, staged_grade, write_level
+from tests.grading import stand_in
 
 HOSTILE = Path(__file__).parent / "hostile"
 RECORDS = json.loads((HOSTILE / "interview_records.json").read_text())
@@ -76,7 +78,7 @@ def kata(*args: str, cwd: Path):
 @pytest.fixture
 def staged(monkeypatch):
     """Grades are tests/test_interview.py's stand-in, and the CLI's saves start no workers."""
-    monkeypatch.setattr("graders.judge.grade.grade", staged_grade)
+    stand_in(monkeypatch, staged_grade)
     monkeypatch.setattr("graders.interview.warm.NextWorkers.start", lambda self: None)
 
 
@@ -92,7 +94,7 @@ def base_session(tmp_path_factory) -> Path:
     (events[2]), a second save at L5, the end."""
     ws = tmp_path_factory.mktemp("base") / "ws"
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr("graders.judge.grade.grade", staged_grade)
+        stand_in(patch, staged_grade)
         clock = Clock()
         verbs.start(ws, clock=clock)
         write_level(ws, "L4")
@@ -323,12 +325,12 @@ def test_a_record_whose_stages_were_edited_disagrees(session_copy, staged_verify
 
 def test_an_item_the_grade_could_not_judge_leaves_its_claim_unchecked(session_copy,
                                                                       staged_verify, monkeypatch):
-    def timing_out(implementation, tests=None, **options):
-        result = staged_grade(implementation, tests, **options)
-        result.items[0].status = "timeout"
-        return result
+    def timing_out(request, on_item=None):
+        result = staged_grade(request)
+        return replace(result, items=[replace(result.items[0], status="timeout"),
+                                      *result.items[1:]])
 
-    monkeypatch.setattr("graders.judge.grade.grade", timing_out)
+    stand_in(monkeypatch, timing_out)
     checked = verify.verify(verbs.load(session_copy), session_copy, verbs.default_sandbox())
     assert [c.verdict for c in checked.saves] == ["unchecked", "unchecked"]
     assert not checked.edited and checked.unchecked >= 2

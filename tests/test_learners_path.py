@@ -405,7 +405,7 @@ ATTENTION_STEPS = [("tiled", "dense"), ("fused", "dense"), ("tiled-paged", "serv
 def test_an_attention_step_grades(step, track, tmp_path):
     """The printed step is a whole implementation: it passes every item of its track, public and
     hidden."""
-    from graders.judge.grade import grade
+    from tests.grading import grade
     from graders.shared.tracks import TRACKS
 
     path = tmp_path / TRACKS[track].implementation

@@ -16,7 +16,8 @@ from graders.dense.mistakes import MISTAKES
 from graders.formats.causes import cause_of, causes, likely
 from graders.formats.gradescope import to_gradescope
 from graders.formats.report import SCREEN_LINES, to_json
-from graders.judge.grade import GradeResult, grade
+from graders.judge.result import GradeResult
+from tests.grading import grade
 from graders.shared.mutation import REFERENCE
 
 pytestmark = pytest.mark.slow  # whole grades

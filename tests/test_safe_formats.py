@@ -22,7 +22,7 @@ from graders.formats.gradescope import write_gradescope
 from graders.formats.junit import write_junit
 from graders.formats.report import render, write_json
 from graders.formats.scorecard import write_markdown
-from graders.judge.grade import GradeResult, ItemResult, TellResult
+from graders.judge.result import GradeResult, ItemResult, TellResult
 from graders.shared.rubric import load
 from graders.shared.tracks import DENSE
 from graders.shared.untrusted import MAX_QUOTE

@@ -15,7 +15,8 @@ import pytest
 
 from benchmarks.report_length import REPORT_LINES_ONE_BUG, report_lines
 from graders.formats.causes import causes, likely
-from graders.judge.grade import GradeResult, grade
+from graders.judge.result import GradeResult
+from tests.grading import grade
 from graders.shared.compare import SDPA_IS_CAUSAL
 from graders.shared.mutation import REFERENCE
 from tests.wrong import Wrong, everything

@@ -21,7 +21,7 @@ from rich.table import Table
 from rich.text import Text
 
 from graders.formats import causes
-from graders.judge.grade import GradeResult, ItemResult
+from graders.judge.result import GradeResult, ItemResult
 from graders.judge.isolation import PROCESS_FALLBACK_NOTE
 from graders.shared import rubric as rubric_data
 from graders.shared import tracks

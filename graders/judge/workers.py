@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from graders.judge import isolation
+from graders.judge.request import DEFAULT_IMPORT_TIMEOUT, GradeRequest
 from graders.shared.plans import CandidateTimeout
 from graders.shared.untrusted import clip
 from graders.worker import frames
@@ -84,7 +85,7 @@ class Worker:
     are its rlimits.
     """
 
-    def __init__(self, mode: str, path: str | None = None, *, import_timeout: float = 60.0,
+    def __init__(self, mode: str, path: str | None = None, *, import_timeout: float = DEFAULT_IMPORT_TIMEOUT,
                  module: str = "kv_cache",
                  isolation: str = "process", limits: Limits = Limits(), files=(),
                  ahead: bool = False):
@@ -330,21 +331,24 @@ class GradeWorkers:
     isolation: str
 
     @classmethod
-    def start(cls, implementation: Path, tests: Path | None, module: str,
-              sandbox: isolation.Sandbox, import_timeout: float,
-              ahead: bool = False) -> "GradeWorkers":
-        """Start the workers for `implementation` (imported as `module`) and `tests` (None: not
-        run). Needs no torch: a caller that has not imported it yet starts the workers first,
-        and its own import overlaps theirs. SandboxUnavailable when `sandbox` cannot be had.
+    def start(cls, request: GradeRequest, ahead: bool = False) -> "GradeWorkers":
+        """Start the workers `request` needs: the implementation's (its file imported as the
+        track's module) and, when the grade runs the candidate's tests, the tests' worker. The
+        one place a grade's workers start; the judge only uses and closes them. Needs no torch:
+        a caller that has not imported it yet starts the workers first, and its own import
+        overlaps theirs. SandboxUnavailable when the request's sandbox cannot be had.
 
         `ahead`: for a grade that has not begun (`kata grade --watch` starts the next grade's
         workers while the files are edited); they read the files as they are at `go()`."""
+        sandbox, tests = request.sandbox, request.tests_run
+        implementation = Path(request.implementation).absolute()
         # Inside warm_workers() (the test suite, trusted batches) "auto" takes the process
         # fallback, whose workers fork from a warm process; "require" still means bubblewrap.
         mode = "process" if sandbox.mode == "auto" and warm() else sandbox.resolve()
-        worker = Worker("implementation", str(implementation), import_timeout=import_timeout,
-                        module=module, isolation=mode, limits=sandbox.limits(),
-                        files=[implementation], ahead=ahead).start()
+        worker = Worker("implementation", str(implementation),
+                        import_timeout=request.import_timeout, module=request.track.module,
+                        isolation=mode, limits=sandbox.limits(), files=[implementation],
+                        ahead=ahead).start()
         try:
             test_worker = (Worker("tests", isolation=mode, limits=sandbox.limits(), files=[tests],
                                   ahead=ahead).start() if tests else None)
@@ -352,6 +356,12 @@ class GradeWorkers:
             worker.close()
             raise
         return cls(worker, tests, test_worker, mode)
+
+    def fits(self, request: GradeRequest) -> bool:
+        """Whether these workers are the ones `request` needs: a tests worker exactly when it
+        runs the candidate's tests (a session's workers, started on the workspace's files,
+        grade its snapshot of them)."""
+        return (self.tests is None) == (request.tests_run is None)
 
     def limit_to(self, budget: "Budget") -> None:
         """From now on, neither worker runs the candidate's code past `budget`."""
