@@ -139,6 +139,18 @@ class GradeResult:
         return sum(i.max_points for i in self.items if i.level == rubric_data.PLUS)
 
     @property
+    def plus_started(self) -> bool:
+        """Whether an L6+ item was attempted. A file that has not started L6+ (or has not
+        reached L6) is reported without its L6+ items: the formats give the group one line."""
+        return any(i.level == rubric_data.PLUS and i.status != "not_attempted" for i in self.items)
+
+    @property
+    def reported(self) -> list[ItemResult]:
+        """The items a report lists one by one: all of them, less the L6+ ones while L6+ is not
+        started."""
+        return [i for i in self.items if self.plus_started or i.level != rubric_data.PLUS]
+
+    @property
     def passed(self) -> bool:
         """Every item passed; an L6+ item not attempted does not count against it (a file need
         not go past L6), one that fails does."""
