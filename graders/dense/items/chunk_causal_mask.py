@@ -13,7 +13,8 @@ positions raises ValueError. A failure names the mistake its output matches: a c
 its own future, a mask aligned top-left.
 
 Hidden, seeded: shapes (B 1-4, MHA, GQA or MQA, head_dim 8 or 16), prompts of 0-12 positions
-through counts, chunks of 1-8, and after a release: the released row holds only the next chunk.
+through counts, chunks of 1-8, and after a release: the released row holds only the next chunk;
+the first case is always one row of MQA (a squeeze of the one KV head drops the batch too).
 """
 
 from __future__ import annotations
@@ -46,11 +47,11 @@ def grade(candidate: Candidate) -> str:
 
 
 def grade_hidden(candidate: Candidate) -> str:
-    for seed in hidden_cases.seeds(HIDDEN_SEEDS):
+    for n, seed in enumerate(hidden_cases.seeds(HIDDEN_SEEDS)):
         g = cases.generator(seed)
-        batch = cases.randint(g, 1, 4)
-        hkv = cases.choice(g, (1, 2))
-        hq = hkv * cases.choice(g, (1, 2, 4))
+        batch = 1 if n == 0 else cases.randint(g, 1, 4)
+        hkv = 1 if n == 0 else cases.choice(g, (1, 2))
+        hq = hkv * cases.choice(g, (2, 4) if n == 0 else (1, 2, 4))
         d = cases.choice(g, (8, 16))
         prompts = [cases.randint(g, 0, 12) for _ in range(batch)]
         chunks = [cases.randint(g, 1, 8) for _ in range(3)]

@@ -18,13 +18,15 @@ Public:
   then `reset` and a batch of two rows of another head layout;
 - W = 1 (each query sees itself alone), single tokens and a chunk of 3;
 - W = 64, larger than the run: equal to full causal attention;
-- decode_step on a KVCache(window=3) for 24 steps over two rows (one skipping steps through
-  counts): every step equals a float64 RoPE forward restricted to the window, long after the
-  wrap, so RoPE must rotate at positions, not at what the cache holds.
+- decode_step on a KVCache(window=3) for 24 steps over two rows: every step equals a float64
+  RoPE forward restricted to the window, long after the wrap, so RoPE must rotate at positions,
+  not at what the cache holds.
 
 Hidden, seeded: a window of 1, a small one and one larger than the run, B 1-3, MHA, GQA or MQA;
-ragged appends, single tokens and chunks of 1-6 across the wrap, a release; every output,
-lengths and capacity checked; and a decode_step run of 30-50 steps with W 2-5.
+W + 2 single tokens, then one that row 0 skips (counts 0: it still holds W), then ragged
+appends, single tokens and chunks of 1-6 across the wrap, a release; every output, lengths and
+capacity checked; and a decode_step run of 30-50 steps with W 2-5, row 1 skipping every fifth
+step through counts.
 """
 
 from __future__ import annotations
@@ -100,7 +102,8 @@ def grade(candidate: Candidate) -> str:
         require_checks(results, run.checks, f"W={window}")
         _check_states(results, watch, f"W={window}")
 
-    _check_decode(candidate, cases.generator(441), DECODE_WINDOW, DECODE_STEPS, "decode_step, W=3")
+    _check_decode(candidate, cases.generator(441), DECODE_WINDOW, DECODE_STEPS, "decode_step, W=3",
+                  skips=False)
     return ("windows of 4, 1 and 64 (larger than the run): single tokens and chunks across the "
             f"wrap over ragged rows equal attention over the last W positions (within {TOL}), "
             "keys in time order, storage within W + t - 1 slots, release and reset; decode_step "
@@ -119,6 +122,10 @@ def grade_hidden(candidate: Candidate) -> str:
         run = Run(plan, g, batch, hq, hkv, HEAD_DIM, window=w)
         watch = Watch(run)
         run.append([cases.randint(g, 1, 9) for _ in range(batch)])
+        for _ in range(w + 2):
+            run.append([1] * batch)
+        run.append([0] + [1] * (batch - 1))  # row 0 takes nothing: it keeps what it holds
+        run.attend("attend after an append that row 0 skipped")
         for step in range(12):
             kind = cases.randint(g, 0, 2)
             if kind == 0:
@@ -195,9 +202,10 @@ def _check_states(results: Results, watch: Watch, case: str) -> None:
                                "the oldest position is not in slot 0)")
 
 
-def _check_decode(candidate: Candidate, g: torch.Generator, window: int, steps: int, case: str) -> None:
+def _check_decode(candidate: Candidate, g: torch.Generator, window: int, steps: int, case: str,
+                  skips: bool = True) -> None:
     """decode_step for `steps` steps on a KVCache(window) of two rows, row 1 skipping every
-    fifth step: each output against a float64 forward restricted to the window."""
+    fifth step when `skips`: each output against a float64 forward restricted to the window."""
     weights = cases.layer_weights(g, D_MODEL, 4, 2, HEAD_DIM)
     x = cases.randn(g, 2, steps, D_MODEL)
     plan = Plan()
@@ -205,7 +213,7 @@ def _check_decode(candidate: Candidate, g: torch.Generator, window: int, steps: 
     plan.new("c", window=window)
     lengths, checks = [0, 0], []
     for step in range(steps):
-        counts = [1, int(step % 5 != 4)]
+        counts = [1, int(step % 5 != 4 or not skips)]
         rows = torch.tensor(lengths)
         index = plan.decode_step("L", "c", x[torch.arange(2), rows][:, None],
                                  None if all(counts) else cases.counts(*counts))

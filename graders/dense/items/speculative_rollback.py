@@ -14,12 +14,14 @@ grows past its capacity as the rounds go, so do dropped keys copied with it.
 Public: three rows, prompts of 3, 2 and 4 tokens through decode_step with counts, rounds of 4
 drafts accepting [0, 4, 3] (a rollback by all 4, to the same length, by one), [2, 1, 4],
 [1, 3, 0] (then row 1 rolled back to 0: it starts a new sequence), [4, 0, 2] (then every row
-rolled back to 0) and [2, 2, 1] on the new sequences. Then `truncate` with a length of -1 and one past
+rolled back to 0) and [2, 2, 1] on the new sequences; and the loop on a KVCache(window=64),
+larger than the run, for 4 rounds over two rows. Then `truncate` with a length of -1 and one past
 a row's positions: ValueError, and keys, values, lengths and positions as before.
 
 Hidden, seeded: shapes (B 2-4, MHA, GQA or MQA), k of 2-6 drafts, each draft right with
 probability 1/2 (a row accepts its drafts up to the first wrong one), five rounds, one row rolled
-back to 0, a KVCache(capacity) that the rounds outgrow.
+back to 0, a KVCache(capacity) that the rounds outgrow; then truncate with lengths of the wrong
+dtype (float) and the wrong shape ([B + 1]): ValueError, and nothing changed.
 """
 
 from __future__ import annotations
@@ -39,24 +41,29 @@ PROMPTS = [3, 2, 4]
 DRAFTS = 4
 ACCEPTED = [[0, 4, 3], [2, 1, 4], [1, 3, 0], [4, 0, 2], [2, 2, 1]]
 RESTART = {2: [1], 3: [0, 1, 2]}  # after round r, these rows are rolled back to 0
+# The same loop on a window larger than the run: truncate keeps a windowed cache's positions and
+# lengths apart (it never wraps here: the sliding-window item is for that).
+WINDOW = 64
+WINDOWED_ACCEPTED = [[1, 4], [0, 2], [3, 0], [2, 3]]
 HIDDEN_SEEDS = (4300, 4310)
 HIDDEN_ROUNDS = 5
 
 
 class Loop:
-    """The draft-and-verify loop on cache "c" with layer "L", played into `plan`; the judge
+    """The draft-and-verify loop on `cache` (layer "L<cache>"), played into `plan`; the judge
     keeps each row's accepted tokens and answers every verification and decode step."""
 
     def __init__(self, plan: Plan, g: torch.Generator, batch: int, hq: int, hkv: int,
-                 capacity: int):
+                 capacity: int | None = None, window: int | None = None, cache: str = "c"):
         self.plan, self.g, self.batch, self.hq, self.hkv = plan, g, batch, hq, hkv
+        self.window, self.cache = window, cache
         self.weights = cases.layer_weights(g, D_MODEL, hq, hkv, HEAD_DIM)
         self.tokens: list[list[torch.Tensor]] = [[] for _ in range(batch)]  # accepted, [d_model]
         self.chunks: list[Check] = []
         # decode_step: its index, the answer [B, 1, d_model], its words, the rows that took a token
         self.steps: list[tuple[int, torch.Tensor, str, torch.Tensor]] = []
-        plan.layer("L", self.weights, hq, hkv, HEAD_DIM, BASE)
-        plan.new("c", capacity=capacity)
+        plan.layer(f"L{cache}", self.weights, hq, hkv, HEAD_DIM, BASE)
+        plan.new(cache, capacity=capacity, window=window)
 
     def token(self) -> torch.Tensor:
         return cases.randn(self.g, D_MODEL)
@@ -64,7 +71,7 @@ class Loop:
     def decode(self, counts: list[int], what: str) -> None:
         """decode_step with a new true token for the rows whose count is 1."""
         x = torch.stack([self.token() for _ in range(self.batch)])  # [B, d_model]
-        index = self.plan.decode_step("L", "c", x[:, None],
+        index = self.plan.decode_step(f"L{self.cache}", self.cache, x[:, None],
                                       None if all(counts) else cases.counts(*counts))
         want = torch.zeros(self.batch, 1, D_MODEL, dtype=torch.float64)
         for b in range(self.batch):
@@ -88,10 +95,10 @@ class Loop:
             q[b], want[b] = full["q"][0, :, n:].float(), full["attended"][0, :, n:]
             self.tokens[b] += drafts[b][: accepted[b]]
             kept.append(n + accepted[b])
-        self.plan.append("c", k, v)
-        index = self.plan.attend_chunk("c", q)
+        self.plan.append(self.cache, k, v)
+        index = self.plan.attend_chunk(self.cache, q)
         self.chunks.append(Check(index, want, f"{what}: attend_chunk verifying the drafts"))
-        self.plan.truncate("c", cases.counts(*kept))
+        self.plan.truncate(self.cache, cases.counts(*kept))
         self.decode([1] * self.batch, f"{what}: decode_step after truncate to {kept}")
 
     def drafts(self, t: int) -> list[list[torch.Tensor]]:
@@ -102,13 +109,13 @@ class Loop:
     def restart(self, rows: list[int]) -> None:
         """Roll `rows` back to 0: each starts a new sequence."""
         kept = [0 if b in rows else len(self.tokens[b]) for b in range(self.batch)]
-        self.plan.truncate("c", cases.counts(*kept))
+        self.plan.truncate(self.cache, cases.counts(*kept))
         for b in rows:
             self.tokens[b] = []
 
     def _forward(self, tokens: list[torch.Tensor]) -> dict:
         return reference.attention_layer(torch.stack(tokens)[None], self.weights, self.hq,
-                                         self.hkv, BASE)
+                                         self.hkv, BASE, window=self.window)
 
 
 def grade(candidate: Candidate) -> str:
@@ -121,9 +128,13 @@ def grade(candidate: Candidate) -> str:
         if r in RESTART:
             loop.restart(RESTART[r])
     bad = _bad_truncates(plan, [len(row) for row in loop.tokens])
+    windowed = Loop(plan, cases.generator(431), 2, 2, 2, window=WINDOW, cache="w")
+    for r, accepted in enumerate(WINDOWED_ACCEPTED):
+        windowed.round(windowed.drafts(DRAFTS), accepted, f"round {r} (accepting {accepted})")
     results = candidate.run(plan)
     _check_loop(results, loop, "the public loop")
     _check_refusals(results, bad)
+    _check_loop(results, windowed, f"the loop on a KVCache(window={WINDOW})")
     return (f"prompts {PROMPTS}, {len(ACCEPTED)} rounds of {DRAFTS} drafts with per-row "
             "acceptance (by all, none, one), rollbacks to 0 and growth past the capacity: every "
             "verification and decode step equals plain decoding (within "
@@ -150,7 +161,7 @@ def grade_hidden(candidate: Candidate) -> str:
             loop.round(loop.drafts(t), accepted, f"round {r} (accepting {accepted})")
             if r == restart_at:
                 loop.restart([restart_row])
-        bad = _bad_truncates(plan, [len(row) for row in loop.tokens])
+        bad = _bad_truncates(plan, [len(row) for row in loop.tokens], wrong_type=True)
         results = hidden_cases.run(candidate, plan, case)
         _check_loop(results, loop, case)
         _check_refusals(results, bad, case)
@@ -178,17 +189,26 @@ def _check_loop(results: Results, loop: Loop, case: str) -> None:
                        "rotates at (positions), or the rejected drafts' keys")
 
 
-def _bad_truncates(plan: Plan, lengths: list[int]) -> list[tuple[int, int, int, str]]:
-    """Two truncates the contract refuses, each between two snapshots of the cache."""
-    bad = []
+def _bad_truncates(plan: Plan, lengths: list[int],
+                   wrong_type: bool = False) -> list[tuple[int, int, int, str]]:
+    """Truncates the contract refuses, each between two snapshots of the cache: a length of -1,
+    one past a row's; with `wrong_type`, float lengths and lengths of one row too many."""
+    asked = []
     for row, length, what in ((0, -1, "a length of -1"),
                               (len(lengths) - 1, lengths[-1] + 1, "a length past the row's")):
+        bad = list(lengths)
+        bad[row] = length
+        asked.append((cases.counts(*bad), f"truncate to {bad} ({what})"))
+    if wrong_type:
+        asked += [(cases.counts(*lengths).double(), "truncate with float64 lengths"),
+                  (cases.counts(*lengths, 0), f"truncate with {len(lengths) + 1} lengths for "
+                                              f"{len(lengths)} rows")]
+    found = []
+    for value, what in asked:
         before = plan.state("c", STATE_8)
-        asked = list(lengths)
-        asked[row] = length
-        index = plan.truncate("c", cases.counts(*asked), may_raise=True)
-        bad.append((before, index, plan.state("c", STATE_8), f"truncate to {asked} ({what})"))
-    return bad
+        index = plan.truncate("c", value, may_raise=True)
+        found.append((before, index, plan.state("c", STATE_8), what))
+    return found
 
 
 def _check_refusals(results: Results, bad: list, case: str = "the public loop") -> None:
@@ -198,7 +218,7 @@ def _check_refusals(results: Results, bad: list, case: str = "the public loop") 
             raise Fail(f"{case}: {what} "
                        + (f"raised {got.type}" if isinstance(got, Raised) else "returned")
                        + ", expected ValueError (a length below 0 or past a row's is the caller's "
-                         "bug; a negative one is not a count to drop)")
+                         "bug, and so are lengths that are not int64 [B])")
         for name in ("lengths", "positions"):
             if lengths_of(results[after], case, name) != lengths_of(results[before], case, name):
                 raise Fail(f"{case}: {what} raised, but changed cache.{name}: a refused call "
