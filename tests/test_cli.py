@@ -20,7 +20,8 @@ ROOT = Path(__file__).resolve().parent.parent
 runner = CliRunner()
 
 JSON_KEYS = {"implementation", "level", "score", "max_score", "items", "tells", "hidden",
-             "isolation", "partial", "seed", "similarity"}
+             "isolation", "partial", "seed", "similarity", "plus_score",
+             "plus_max_score"}
 ITEM_KEYS = {"id", "level", "status", "points", "max_points", "message", "cause"}
 STATUSES = {"pass", "fail", "error", "timeout", "not_attempted"}
 

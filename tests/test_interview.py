@@ -84,7 +84,7 @@ def write_level(workspace: Path, level: str, note: str = "") -> None:
 
 def later_texts(stage: str) -> list[str]:
     """Lines of the prompts and questions of the stages after `stage`: none may show early."""
-    levels = rubric_data.load().levels
+    levels = verbs.stages(DENSE)  # the interview's: no L6+ stage yet
     later = levels[levels.index(stage) + 1:]
     texts = [STAGE_PROMPTS[level].splitlines()[0] for level in later]
     return texts + [QUESTIONS[i.id] for i in rubric_data.load().interviewer if i.level in later]
@@ -371,13 +371,14 @@ def test_the_report_gives_each_figure_and_the_replay_each_diff(tmp_path, staged)
     clock.advance(30)
     verbs.hint(ws, "gqa", 1, clock=clock)
     found = review.figures(verbs.load(ws))
-    assert found["time_to_level"] == {"L4": 300.0, "L5": 540.0, "L6": None}
+    assert found["time_to_level"] == {"L4": 300.0, "L5": 540.0, "L6": None, "L6+": None}
     assert found["first_pass"]["attend-shape"] == 300.0 and found["first_pass"]["gqa"] is None
     assert found["levels"] == [[120.0, "below L4"], [300.0, "L4"], [540.0, "L5"]]
     assert [e["item"] for e in found["hints"]] == ["gqa"]
     strip = review.strip(verbs.load(ws), width=20)
-    assert strip[0].startswith("L6 |") and "█" not in strip[0]
-    assert strip[2].index("█") < strip[1].index("█")  # L4 was reached before L5
+    assert strip[0].startswith("L6+ |") and "█" not in strip[0]  # the rubric's levels, L6+ too
+    assert strip[1].lstrip().startswith("L6 |") and "█" not in strip[1]
+    assert strip[3].index("█") < strip[2].index("█")  # L4 was reached before L5
     steps = review.replay(verbs.load(ws), ws)
     assert [bool(diff) for _, diff in steps] == [False, True, True]
     assert '-STAGED_UP_TO = "L4"' in steps[2][1] and '+STAGED_UP_TO = "L5"' in steps[2][1]
@@ -640,7 +641,7 @@ def test_a_ctrl_c_during_the_final_grade_ends_the_session_with_what_it_has(tmp_p
         writes.append(signal.getsignal(signal.SIGINT)), original_save(w, r)))
     stand_in(monkeypatch, interrupted_after(5))
     clock.advance(60)
-    with pytest.raises(verbs.Interrupted, match="after 5 of 19 items") as caught:
+    with pytest.raises(verbs.Interrupted, match="after 5 of 22 items") as caught:
         verbs.end(ws, clock=clock)
     assert writes == [signal.SIG_IGN]  # a third Ctrl-C cannot cut the record's write
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # and then restored
@@ -655,7 +656,7 @@ def test_a_ctrl_c_during_the_final_grade_ends_the_session_with_what_it_has(tmp_p
     assert final["implementation"] == f"{saved.event['snapshot']}/kv_cache.py"
     assert verbs.end(ws, clock=clock) == ended  # ended: idempotent, nothing graded again
     shown = "\n".join(review.lines(ended, ws))
-    assert "interrupted (Ctrl-C) after 5 of 19 items, 10/27 points on those; no level" in shown
+    assert "interrupted (Ctrl-C) after 5 of 22 items, 10/27 points on those; no level" in shown
     assert (f"kata grade --hidden --seed {final['seed']} "
             f"{ws / '.kata' / saved.event['snapshot'] / 'kv_cache.py'}") in shown
     assert "interrupted (Ctrl-C)" in review.markdown(ended, ws)
@@ -669,7 +670,7 @@ def test_the_end_verb_interrupted_exits_130_with_the_report_and_no_traceback(tmp
     out_console, out = console()
     assert commands.end(out_console, ws) == commands.INTERRUPTED == 130
     shown = out.getvalue()
-    assert "the final grade was interrupted (Ctrl-C) after 0 of 19 items" in shown
+    assert "the final grade was interrupted (Ctrl-C) after 0 of 22 items" in shown
     assert "Time to each level" in shown and "Traceback" not in shown
     assert verbs.load(ws)["ended"] is not None
 
@@ -719,7 +720,7 @@ def test_a_scripted_session_graded_for_real(tmp_path):
     assert final["hidden"] is True and final["level"] == "L6" and final["score"] == 100.0
     assert session["ended"] == record.iso(START + 1980)
     found = review.figures(session)
-    assert found["time_to_level"] == {"L4": 660.0, "L5": 1560.0, "L6": 1920.0}
+    assert found["time_to_level"] == {"L4": 660.0, "L5": 1560.0, "L6": 1920.0, "L6+": None}
     assert found["first_pass"]["gqa"] == 1920.0 and found["first_pass"]["reset"] == 1560.0
     lines = "\n".join(review.lines(session, ws))
     assert "Final grade (--hidden" in lines and "Similarity to the bundled solutions" in lines

@@ -36,6 +36,8 @@ STATUS_STYLE = {
     "timeout": ("TIMEOUT", "yellow"),
     "not_attempted": ("TODO", "dim"),
 }
+# The L6+ group's one line while no L6+ item was attempted (GradeResult.plus_started).
+PLUS_NOT_STARTED = "not started (kata rubric lists them)"
 
 
 def to_json(result: GradeResult) -> dict:
@@ -49,6 +51,8 @@ def to_json(result: GradeResult) -> dict:
         "level": result.level,
         "score": result.score,
         "max_score": result.max_score,
+        "plus_score": result.plus_score,
+        "plus_max_score": result.plus_max_score,
         "items": [
             {"id": i.id, "level": i.level, "status": i.status, "points": i.points,
              "max_points": i.max_points, "message": quote(i.full_message),
@@ -126,7 +130,9 @@ def _print_levels(result: GradeResult, console: Console, rubric: rubric_data.Rub
                                    ahead, rubric, True, lead_of))
     for level, title, _ in tracks.groups(rubric.levels):
         items = [i for i in result.items if i.level == level]
-        if items:
+        if items and level == rubric_data.PLUS and not result.plus_started:
+            console.print(Text.assemble((title, "bold"), "  ", (PLUS_NOT_STARTED, "dim")))
+        elif items:
             console.print(_level_lines(f"{title}  ({_points(items)})",
                                        [i for i in items if i.id not in first], rubric, True,
                                        lead_of))
@@ -170,20 +176,30 @@ def _height(console: Console, renderable) -> int:
 
 def _level_summary(result: GradeResult, rubric: rubric_data.Rubric) -> Table:
     """One line a level (wrapped under itself): its points and the items that pass, or, when
-    fewer do not, the items that do not."""
+    fewer do not, the items that do not. L6+ not started is said at the end of the line before
+    it, so that a report of L4-L6 keeps its length (issue 44's bound)."""
     grid = Table.grid(padding=(0, 2))
     grid.add_column(no_wrap=True, style="bold")
     grid.add_column()
+    rows: list[tuple[str, Text]] = []
     for level, title, _ in tracks.groups(rubric.levels):
         items = [i for i in result.items if i.level == level]
-        if items:
+        if items and level == rubric_data.PLUS and not result.plus_started:
+            note = f"{title} {PLUS_NOT_STARTED}"
+            if rows:
+                rows[-1][1].append(f"; {note}", style="dim")
+            else:
+                rows.append((title, Text(PLUS_NOT_STARTED, style="dim")))
+        elif items:
             passing = [i.id for i in items if i.status == "pass"]
             others = [i.id for i in items if i.status != "pass"]
             what = ("all pass" if not others else "none pass" if not passing else
                     f"all pass but {', '.join(others)}" if len(others) < len(passing) else
                     f"pass: {', '.join(passing)}")
-            grid.add_row(f"{title}  {_points(items)}",
-                         Text(what, style="green" if passing else "dim"))
+            rows.append((f"{title}  {_points(items)}",
+                         Text(what, style="green" if passing else "dim")))
+    for label, text in rows:
+        grid.add_row(label, text)
     return grid
 
 
@@ -336,7 +352,7 @@ def closing(result: GradeResult, command: str = "kata grade", grouped: bool = Fa
     A command to grade again is not in the group: `print_closing` prints it on its own line."""
     lines = [Text(similarity_line(result.similarity))] if result.similarity is not None else []
     lines.append(_summary(result))
-    failing = [i.id for i in result.items if i.status != "pass" and not i.unavailable]
+    failing = [i.id for i in result.reported if i.status != "pass" and not i.unavailable]
     if result.unavailable:
         unrun = sum(1 for i in result.items if i.unavailable)
         lines += [Text(f"Items not run ({unrun}):", style="bold red"),
@@ -360,7 +376,7 @@ def _command_lines(result: GradeResult, command: str) -> list[str]:
     """The command that closing's "Next:" line leads to, if it names one."""
     if result.hidden:
         return []
-    failing = [i.id for i in result.items if i.status != "pass" and not i.unavailable]
+    failing = [i.id for i in result.reported if i.status != "pass" and not i.unavailable]
     next_step = _next_step(result, failing, command)
     return [next_step[1]] if next_step and next_step[1] else []
 
@@ -370,7 +386,7 @@ def _next_step(result: GradeResult, failing: list[str], command: str
     """What "Next:" says, and the command it leads to (printed whole on its own line)."""
     if failing:  # the first cause: its lead, whose hint and evidence the report gave
         failing = [causes.causes(result)[0].lead.id]
-    if failing and [i.id for i in result.items] == failing:
+    if failing and [i.id for i in result.reported] == failing:
         return f"kata hint {failing[0]}", None
     if failing:
         return f"kata hint {failing[0]}, or grade it alone:", f"{command} --item {failing[0]}"
@@ -386,12 +402,15 @@ def _summary(result: GradeResult) -> Text:
     the level; for a partial run, which items pass and the points, with no level."""
     style = "bold green" if result.passed else "bold"
     if result.partial:
+        earned, total = result.score + result.plus_score, result.max_score + result.plus_max_score
         text = Text.assemble(("Partial run: ", "bold"), (partial_verdict(result.items), style),
-                             f"    ({result.score:g}/{result.max_score:g} points)")
+                             f"    ({earned:g}/{total:g} points)")
     else:
         label = "Level: " if tracks.get(result.track).levels else "Track: "
         text = Text.assemble((label, "bold"), (result.level, style),
                              f"    Score: {result.score:g}/{result.max_score:g}")
+        if result.plus_started:
+            text.append(f"    {rubric_data.PLUS}: {result.plus_score:g}/{result.plus_max_score:g}")
     if result.capped_by:
         text.append(f"    (capped at {result.level} by {', '.join(result.capped_by)})",
                     style="red")
@@ -468,6 +487,8 @@ def render_rubric(console: Console) -> None:
         items = [i for i in rubric.items if i.level == level]
         if beside:
             title += f" (kata grade --track {beside.id})"
+        if level == rubric_data.PLUS:
+            title += " (past L6, once L6 passes: points outside the 100)"
         table = Table(title=f"{title}  ({sum(i.points for i in items):g} points)",
                       title_justify="left", expand=True, header_style="bold")
         table.add_column("item", width=22, no_wrap=True)

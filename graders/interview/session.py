@@ -71,8 +71,11 @@ def files(workspace: Path, track: tracks.Track) -> tuple[Path, Path | None]:
 
 
 def stages(track: tracks.Track) -> tuple[str, ...]:
-    """The stages of `track`, in order: the rubric's levels, or the track's one section."""
-    return rubric_data.load().levels if track.levels else (track.section,)
+    """The stages of `track`, in order: the rubric's levels up to L6 (L6+'s stage, with its
+    prompt and questions, is issue 42's part 5), or the track's one section."""
+    if not track.levels:
+        return (track.section,)
+    return tuple(level for level in rubric_data.load().levels if level != rubric_data.PLUS)
 
 
 def stage_items(track: tracks.Track, stage: str) -> list[str]:

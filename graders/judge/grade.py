@@ -4,7 +4,8 @@ The judge's side of a grade. It takes a request (graders.judge.request) and the 
 for it (by the caller, so that their torch import overlaps the judge's), runs each rubric item's
 graders in rubric order, turns what happened into a status, and works out the level: the
 highest level whose items, and every lower level's, all pass, capped by the tells. A run that
-leaves items out is partial and has no level.
+leaves items out is partial and has no level. The L6+ items run last, and only once every item
+before them passed (else they are not attempted); a run without them is not partial.
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ from graders.shared import rubric as rubric_data
 from graders.shared.plans import CandidateError, CandidateTimeout, Fail, NotAttempted
 
 MAX_TIMEOUTS = 3
+# An L6+ item's message when an item before it did not pass: the follow-ups past L6 start there.
+BEFORE_PLUS = "not started: L6+ is graded once every item of L4 to L6 passes (own tests aside)"
 
 
 @dataclass(frozen=True)
@@ -180,10 +183,13 @@ def _run_items(candidate: Candidate, items: list[rubric_data.Item], graders: lis
         early = _start_tests_early(items, graders, candidate, beside, exitfirst)
         if early:  # its outcome is taken last, when the other items are done
             items = sorted(items, key=lambda item: item.id == tracks.TESTS_ITEM)
+        items = sorted(items, key=lambda item: item.level == rubric_data.PLUS)  # L6+ after all
         for item in items:
             item_graders = [g for g in graders if g.item == item.id]
             ran_beside = early is not None and item.id == tracks.TESTS_ITEM
-            if unavailable is not None:
+            if item.level == rubric_data.PLUS and not _implementation_passed(results):
+                result = _result(item, "not_attempted", BEFORE_PLUS)
+            elif unavailable is not None:
                 result = _not_run(item, unavailable)
             elif spent.spent() and not ran_beside:
                 result = _result(item, "timeout", f"not run: {spent.message()}")
@@ -213,6 +219,13 @@ def _run_items(candidate: Candidate, items: list[rubric_data.Item], graders: lis
             if exitfirst and not result.passed:
                 break
     return results, broke
+
+
+def _implementation_passed(results: list[ItemResult]) -> bool:
+    """Whether every item of L4 to L6 graded so far that grades the implementation passed (the
+    candidate's own tests are graded apart: they do not hold back L6+, though they cap the level)."""
+    return all(r.status == "pass" for r in results
+               if r.level != rubric_data.PLUS and r.id != tracks.TESTS_ITEM)
 
 
 def _start_tests_early(items: list[rubric_data.Item], graders: list[Grader], candidate: Candidate,

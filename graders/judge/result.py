@@ -88,12 +88,13 @@ class GradeResult:
                    similarity: list[dict] | None = None) -> GradeResult:
         """The grade of `items` (in any order; listed in rubric order) and the tells `seen` (the
         observations of the items that ran; None: none heard, and no tells listed). A grade
-        with fewer items than its track's is partial and has no level; else its level is
+        with fewer items than its track's (L6+ aside) is partial and has no level; else its level is
         `level`'s. A track without levels has no tells."""
         rubric = rubric_data.load()
         in_rubric = [item.id for item in rubric.track(track)]
         items = sorted(items, key=lambda item: in_rubric.index(item.id))  # whatever order they ran in
-        partial = len(items) < len(in_rubric)
+        core = [item for item in rubric.track(track) if item.level != rubric_data.PLUS]
+        partial = len([i for i in items if i.level != rubric_data.PLUS]) < len(core)
         tells = tell_results(rubric, seen) if track.levels and seen is not None else []
         reached, capped_by = (None, []) if partial else level(track, items, tells)
         return cls(implementation, reached, items, tells, hidden, grader_broke, capped_by,
@@ -106,15 +107,40 @@ class GradeResult:
 
     @property
     def score(self) -> float:
-        return sum(i.points for i in self.items)
+        """Out of the 100 of L4 to L6 (or of a track beside the levels): L6+ is plus_score."""
+        return sum(i.points for i in self.items if i.level != rubric_data.PLUS)
 
     @property
     def max_score(self) -> float:
-        return sum(i.max_points for i in self.items)
+        return sum(i.max_points for i in self.items if i.level != rubric_data.PLUS)
+
+    @property
+    def plus_score(self) -> float:
+        """The L6+ items' points, outside the 100."""
+        return sum(i.points for i in self.items if i.level == rubric_data.PLUS)
+
+    @property
+    def plus_max_score(self) -> float:
+        return sum(i.max_points for i in self.items if i.level == rubric_data.PLUS)
+
+    @property
+    def plus_started(self) -> bool:
+        """Whether an L6+ item was attempted. A file that has not started L6+ (or has not
+        reached L6) is reported without its L6+ items: the formats give the group one line."""
+        return any(i.level == rubric_data.PLUS and i.status != "not_attempted" for i in self.items)
+
+    @property
+    def reported(self) -> list[ItemResult]:
+        """The items a report lists one by one: all of them, less the L6+ ones while L6+ is not
+        started."""
+        return [i for i in self.items if self.plus_started or i.level != rubric_data.PLUS]
 
     @property
     def passed(self) -> bool:
-        return all(i.passed for i in self.items)
+        """Every item passed; an L6+ item not attempted does not count against it (a file need
+        not go past L6), one that fails does."""
+        return all(i.passed or (i.level == rubric_data.PLUS and i.status == "not_attempted")
+                   for i in self.items)
 
     def exit_code(self) -> int:
         if self.grader_broke:
