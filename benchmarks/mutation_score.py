@@ -4,6 +4,8 @@
     python -m benchmarks.mutation_score --module replies  # one (repeat --module for more)
     python -m benchmarks.mutation_score --count           # each module's mutant count, no run
     python -m benchmarks.mutation_score --recount         # record the counts that changed
+    python -m benchmarks.mutation_score --module replies --survivors  # its survivors, again
+    python -m benchmarks.mutation_score --module replies --function _entry  # a check, unrecorded
 
 The modules scored are data (mutation_score.toml beside this file: one line a module, its file
 and its OWN test files; a mutant only another module's tests kill is a gap of that module's
@@ -431,8 +433,13 @@ def run_tests(copy: Path, tests: list[str], timeout: float, workers: bool = True
             os.dup2(quiet, 1)
             os.dup2(quiet, 2)
             os.setpgid(0, 0)
+            import hypothesis
             import pytest
 
+            # A failing example kills the mutant as it is: shrinking it would take minutes.
+            hypothesis.settings.register_profile("mutant", database=None, phases=[
+                hypothesis.Phase.explicit, hypothesis.Phase.reuse, hypothesis.Phase.generate])
+            hypothesis.settings.load_profile("mutant")
             if not workers:
                 import contextlib
 
@@ -463,12 +470,16 @@ def cpu() -> str:
     return f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
 
 
-def score(module: Module, copy: Path) -> dict | None:
-    """Run every mutant of `module` in `copy`; print the figures and each survivor, and return
-    them as mutation_figures.json records them (None: not scored)."""
+def score(module: Module, copy: Path, functions: tuple[str, ...] = (),
+          last: dict | None = None) -> dict | None:
+    """Run every mutant of `module` in `copy` (only those of `functions`, when given; only the
+    survivors of its `last` figures, when given: the others stay killed); print the figures and
+    each survivor, and return them as mutation_figures.json records them (None: not scored)."""
     target, original = copy / module.path, (ROOT / module.path).read_text()
     tests = list(module.tests)
-    found = mutants(original)
+    every = mutants(original)
+    found = [m for m in every if (not functions or m.description.split(":", 1)[0] in functions)
+             and (last is None or m.description in last["survivors"])]
     missing = [test for test in tests if not (copy / test).exists()]
     if missing:
         print(f"{module.name}: {', '.join(missing)} not found; not scored")
@@ -491,18 +502,20 @@ def score(module: Module, copy: Path) -> dict | None:
     read = verdicts()
     said = {m.description: read.get((module.name, m.description), "not yet read")
             for m in survivors}
-    killed = len(found) - len(survivors)
+    total = len(every) if last is not None else len(found)
+    killed = total - len(survivors)
     equivalent = sum(verdict.startswith("equivalent") for verdict in said.values())
-    judged = len(found) - equivalent
-    print(f"{module.name}: {len(found)} mutants, {killed} killed, {len(survivors)} survived "
-          f"({equivalent} equivalent): {killed / max(len(found), 1):.0%} of all, "
+    judged = total - equivalent
+    print(f"{module.name}: {total} mutants, {killed} killed, {len(survivors)} survived "
+          f"({equivalent} equivalent): {killed / max(total, 1):.0%} of all, "
           f"{killed / max(judged, 1):.0%} of the non-equivalent")
     for mutant in survivors:
         print(f"  line {mutant.line}: {mutant.description}\n      {said[mutant.description]}")
     sys.stdout.flush()
-    return {"mutants": len(found), "killed": killed, "equivalent": equivalent,
+    minutes = (time.monotonic() - began) / 60 + (last["minutes"] if last is not None else 0)
+    return {"mutants": total, "killed": killed, "equivalent": equivalent,
             "survivors": said, "scored": time.strftime("%Y-%m-%d"), "cpu": cpu(),
-            "minutes": round((time.monotonic() - began) / 60, 1)}
+            "minutes": round(minutes, 1)}
 
 
 def record(name: str, figures_: dict) -> None:
@@ -543,6 +556,12 @@ def main(argv: list[str] | None = None) -> None:
                         help="a module to mutate (default: every one)")
     parser.add_argument("--count", action="store_true",
                         help="print each module's mutant count and run nothing")
+    parser.add_argument("--function", action="append", default=[],
+                        help="score only this function's mutants (repeatable): a check, "
+                             "not recorded")
+    parser.add_argument("--survivors", action="store_true",
+                        help="run only the recorded survivors again (the module unchanged since: "
+                             "its count the recorded one), after tests were added")
     parser.add_argument("--recount", action="store_true",
                         help="record the mutant count of each module whose count changed, its "
                              "figures then not yet scored, and run nothing")
@@ -564,8 +583,13 @@ def main(argv: list[str] | None = None) -> None:
         copy = Path(folder) / "checkout"
         shutil.copytree(ROOT, copy, ignore=shutil.ignore_patterns(".git", "__pycache__"))
         for name in args.module or table:
-            scored = score(table[name], copy)
-            if scored is not None:
+            last = figures().get(name) if args.survivors else None
+            if args.survivors and (last is None or last.get("killed") is None or last["mutants"]
+                                   != len(mutants((ROOT / table[name].path).read_text()))):
+                print(f"{name}: changed since its figures (or never scored): score it whole")
+                continue
+            scored = score(table[name], copy, tuple(args.function), last)
+            if scored is not None and not args.function:
                 record(name, scored)
 
 

@@ -243,3 +243,104 @@ def test_a_keyboard_interrupt_is_not_the_scheduler_s_error():
 def test_system_exit_is_the_scheduler_s_error():
     assert (raising(SystemExit(3))["type"], raising(SystemExit(3))["kind"]) == ("SystemExit",
                                                                               "raised")
+
+
+# --- the loop: idle time, stalls, max_steps, num_free_blocks not written yet ---
+
+
+def test_idle_time_is_skipped_and_a_request_is_added_when_it_arrives():
+    late = {**LOAD, "requests": [{**LOAD["requests"][0], "arrival": 5}]}
+    trace = drive(Scripted, late, 10, request_type=Request)
+    assert trace["adds"] == [{"id": "a", "at": 5}]
+    assert [step["at"] for step in trace["steps"]] == [5, 6] and trace["error"] is None
+
+
+def test_an_empty_batch_while_work_exists_stalls_the_drive_after_that_step():
+    trace = driven(lambda step, entries: [] if step == 1 else entries)
+    assert trace["stalled"] and len(trace["steps"]) == 2 and trace["error"] is None
+
+
+def test_a_drive_stops_at_max_steps_stalled():
+    class Forever(Scripted):
+        def update(self, new_tokens):
+            return []
+
+    trace = driven(cls=Forever, max_steps=4)
+    assert trace["stalled"] and len(trace["steps"]) == 4 and trace["error"] is None
+
+
+def test_has_work_may_be_an_int():
+    class Counting(Scripted):
+        def has_work(self):
+            return int(super().has_work())
+
+    trace = driven(cls=Counting)
+    assert trace["error"] is None and len(trace["steps"]) == 2
+
+
+def test_num_free_blocks_not_written_yet_is_none_and_any_other_exception_an_error():
+    class Unwritten(Scripted):
+        @property
+        def num_free_blocks(self):
+            raise NotImplementedError
+
+    class Broken(Scripted):
+        @property
+        def num_free_blocks(self):
+            raise KeyError("free")
+
+    trace = driven(cls=Unwritten)
+    assert trace["error"] is None
+    assert {s["free_after_schedule"] for s in trace["steps"]} == {None}
+    assert {s["free_after_update"] for s in trace["steps"]} == {None}
+    error = driven(cls=Broken)["error"]
+    assert (error["call"], error["step"], error["type"]) == ("num_free_blocks", 0, "KeyError")
+    assert driven()["steps"][0]["free_after_update"] == CONFIG["num_blocks"]
+
+
+def test_an_entry_without_a_field_is_not_a_scheduled():
+    class Partial:
+        seq_id, start, block_table = "a", 0, ()
+
+    assert returned(driven(lambda step, entries: [Partial()])) == (
+        "schedule", 0, "schedule()'s entry 0 is a Partial without a tokens, not a Scheduled")
+
+
+def test_a_start_out_of_int64_s_range_is_named_so():
+    trace = driven(lambda step, entries: [Scheduled("a", 2**63, 3, (0,))])
+    assert returned(trace)[2] == ("schedule()'s entry 0 has a start of an int out of int64's "
+                                  "range, not an int of int64's range")
+
+
+# --- what a batch produces: the oracle's next token, once a step, for an entry up to the
+# last known token ---
+
+
+@pytest.mark.parametrize("entries, produced", [
+    ([("a", 0, 3)], {"a": 7}),
+    ([("a", 0, 2)], {}),                      # short of the last known token
+    ([("a", 1, 2)], {"a": 7}),                # a chunk ending at it
+    ([("a", -1, 4)], {}),                     # a start before the sequence
+    ([("a", 3, 0)], {}),                      # no token computed
+    ([("z", 0, 3)], {}),                      # a request never added
+    ([("a", 0, 3), ("a", 2, 1)], {"a": 7}),   # once a step
+    ([("z", 0, 1), ("a", 0, 3)], {"a": 7}),
+], ids=["prefill", "short", "chunk", "negative-start", "no-tokens", "unknown", "twice",
+        "after-another"])
+def test_an_entry_produces_only_when_it_computes_up_to_the_last_known_token(entries, produced):
+    batch = [Scheduled(s, start, tokens, (0,)) for s, start, tokens in entries]
+    trace = driven(lambda step, entries_: batch if step == 0 else entries_)
+    assert trace["steps"][0]["produced"] == produced
+
+
+def test_a_request_with_all_its_tokens_produces_nothing_more():
+    class Again(Scripted):
+        def entries(self):
+            return [Scheduled("a", 0, 3 + min(self.step, 2), (0,))]
+
+        def update(self, new_tokens):
+            self.done = self.step == 3
+            return []
+
+    trace = driven(cls=Again)
+    assert [s["produced"] for s in trace["steps"]] == [{"a": 7}, {"a": 8}, {}, {}]
