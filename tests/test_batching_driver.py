@@ -12,6 +12,7 @@ from __future__ import annotations
 import pytest
 
 from graders.batching.reference import Request, Scheduled
+from graders.worker import wire
 from graders.worker.batching import ENTRIES_PER_SEQ, ID_CHARS, MESSAGE_CHARS, drive
 
 CONFIG = {"num_blocks": 6, "block_size": 4, "max_num_seqs": 2, "max_batched_tokens": 64,
@@ -112,10 +113,11 @@ def test_a_batch_that_is_not_a_list_ends_the_drive_naming_its_type(value, kind):
 # --- an entry: named by its step and its index ---
 
 
-def test_an_entry_s_error_names_its_step_and_its_index_in_the_batch():
-    trace = driven(lambda step, entries: entries + [Scheduled(7, 0, 1, ())] if step == 1
-                   else entries)
-    assert returned(trace) == ("schedule", 1, "schedule()'s entry 1 has a seq_id of an int, "
+@pytest.mark.parametrize("at", [0, 1])
+def test_an_entry_s_error_names_its_step_and_its_index_in_the_batch(at):
+    bad = [Scheduled("z", 0, 1, ())] * 2 + [Scheduled(7, 0, 1, ())]
+    trace = driven(lambda step, entries: entries + bad if step == at else entries)
+    assert returned(trace) == ("schedule", at, "schedule()'s entry 3 has a seq_id of an int, "
                                "not a str")
 
 
@@ -344,3 +346,58 @@ def test_a_request_with_all_its_tokens_produces_nothing_more():
 
     trace = driven(cls=Again)
     assert [s["produced"] for s in trace["steps"]] == [{"a": 7}, {"a": 8}, {}, {}]
+
+
+def test_an_exception_whose_message_cannot_be_read_is_recorded_so():
+    class Loud(Exception):
+        def __str__(self):
+            raise RuntimeError("no message for you")
+
+    error = raising(Loud())
+    assert (error["type"], error["message"]) == (
+        "Loud", "<the exception's message could not be read>")
+
+
+# --- the requests: added in arrival order (ties in the workload's order), as given ---
+
+
+def test_requests_are_added_in_arrival_order_ties_in_the_workload_s_order():
+    requests = [{"id": i, "prompt": [1, 2], "max_new_tokens": 1, "eos": None, "arrival": t}
+                for i, t in (("a", 2), ("c", 0), ("b", 0))]
+    load = {"config": CONFIG, "requests": requests, "oracle": {"a": [7], "b": [8], "c": [9]}}
+
+    class Nothing(Scripted):
+        def has_work(self):
+            return False
+
+    trace = drive(Nothing, load, 10, request_type=Request)
+    assert trace["adds"] == [{"id": "c", "at": 0}, {"id": "b", "at": 0}, {"id": "a", "at": 2}]
+
+
+def test_add_receives_the_workload_s_request_as_the_candidate_s_type():
+    seen = []
+
+    class Seeing(Scripted):
+        def add(self, request):
+            seen.append(request)
+            super().add(request)
+
+    load = {**LOAD, "requests": [{**LOAD["requests"][0], "eos": 5}]}
+    assert drive(Seeing, load, 10, request_type=Request)["error"] is None
+    assert seen == [Request(id="a", prompt=(1, 2, 3), max_new_tokens=2, eos=5)]
+
+
+def test_num_free_blocks_that_is_not_an_int_ends_the_drive():
+    class Plenty(Scripted):
+        num_free_blocks = "plenty"
+
+    assert returned(driven(cls=Plenty)) == ("num_free_blocks", 0, "num_free_blocks is a str, "
+                                                                  "not an int")
+
+
+def test_the_caps_are_the_documented_ones():
+    """A message or traceback is cut where the wire cuts a candidate's text (4,000 characters),
+    an id at 100, a batch at 4 entries per max_num_seqs; the trace's schema (graders.judge.
+    replies) reads the same constants."""
+    assert (MESSAGE_CHARS, ID_CHARS, ENTRIES_PER_SEQ) == (4_000, 100, 4)
+    assert MESSAGE_CHARS == wire.TEXT_CHARS

@@ -207,3 +207,23 @@ def test_the_reference_s_figures_count_the_prompt_tokens_it_computed():
     # a chunk of 4 tokens a step: a's 6 prompt tokens take two steps, b waits for room
     assert figures.steps >= 3 and figures.static_steps >= figures.steps
     assert grading._figures(("test", "tiny"), copy.deepcopy(LOAD)) is figures  # kept by key
+
+
+@pytest.mark.parametrize("static", [False, True], ids=["reference", "static"])
+@pytest.mark.parametrize("breaks", ["raises", "stalls"])
+def test_a_reference_that_does_not_finish_is_the_kata_s_bug(monkeypatch, static, breaks):
+    from graders.batching.reference import ReferenceScheduler
+
+    class Broken(ReferenceScheduler):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.broken = kwargs.get("static", False) == static
+
+        def schedule(self):
+            if self.broken and breaks == "raises":
+                raise ValueError("the kata's scheduler broke")
+            return [] if self.broken else super().schedule()
+
+    monkeypatch.setattr(grading, "ReferenceScheduler", Broken)
+    with pytest.raises(RuntimeError, match="did not finish"):
+        grading._figures(("broken", static, breaks), LOAD)
