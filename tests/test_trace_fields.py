@@ -101,3 +101,83 @@ def test_an_error_s_texts_are_kept_within_their_caps():
 def test_a_checked_entry_is_the_entry_as_sent():
     checked = check(changed(lambda t: t["steps"][0]["batch"].append(["z", 5, 6, [1, 2]])))
     assert checked["steps"][0]["batch"][-1] == ["z", 5, 6, [1, 2]]
+
+
+# --- the adds and the clock: requests added in arrival order once arrived, steps in order ---
+
+
+def workload(*requests) -> dict:
+    """(id, prompt, max_new_tokens, arrival) requests; request n produces 10n, 10n+1, ..."""
+    return {"config": WORKLOAD["config"],
+            "requests": [{"id": i, "prompt": p, "max_new_tokens": m, "eos": None, "arrival": a}
+                         for i, p, m, a in requests],
+            "oracle": {i: [10 * n + k for k in range(m)]
+                       for n, (i, _, m, _) in enumerate(requests)}}
+
+
+def driven(load: dict) -> dict:
+    from graders.batching.reference import ReferenceScheduler, Request
+    from graders.worker.batching import drive
+
+    return drive(ReferenceScheduler, load, 20, request_type=Request)
+
+
+def accepted_on(load: dict, trace: dict) -> bool:
+    ops = [{"op": "drive_scheduler", "workload": load, "max_steps": 20}]
+    try:
+        replies.plan_reply({"results": [{"ok": trace}]}, ops)
+    except replies.MalformedReply:
+        return False
+    return True
+
+
+# Arrival order differs from the order of ids, of prompts and of the list.
+OUT_OF_ORDER = workload(("a", [1, 2, 3], 1, 1), ("b", [4, 5], 1, 0))
+ALONE = workload(("a", [1, 2, 3], 2, 0))
+
+
+def test_adds_in_arrival_order_are_accepted_whatever_the_order_of_ids_or_prompts():
+    trace = driven(OUT_OF_ORDER)
+    assert [add["id"] for add in trace["adds"]] == ["b", "a"] and trace["error"] is None
+    assert accepted_on(OUT_OF_ORDER, trace)
+    swapped = copy.deepcopy(trace)
+    swapped["adds"].reverse()
+    assert not accepted_on(OUT_OF_ORDER, swapped)
+
+
+def test_an_add_more_than_the_workload_s_requests_is_malformed():
+    assert not accepted(changed(lambda t: t["adds"].append(dict(t["adds"][0]))))
+
+
+def test_an_add_before_its_arrival_is_malformed():
+    assert TRACE["adds"][1] == {"id": "b", "at": 1}
+    assert not accepted(changed(lambda t: t["adds"][1].__setitem__("at", 0)))
+
+
+def test_a_step_before_the_driver_s_first_clock_is_malformed():
+    idle = {"at": -1, "batch": [], "produced": {}, "finished": [], "free_after_schedule": None,
+            "free_after_update": None}
+    assert not accepted(changed(lambda t: t["steps"].insert(0, idle)))
+
+
+def test_two_steps_at_one_clock_are_malformed():
+    trace = driven(ALONE)
+    assert [step["at"] for step in trace["steps"]] == [0, 1] and accepted_on(ALONE, trace)
+    trace["steps"][1]["at"] = 0
+    assert not accepted_on(ALONE, trace)
+
+
+def test_a_request_scheduled_before_it_was_added_produces_nothing():
+    def early(trace):
+        trace["steps"][0]["batch"].append(["b", 0, 2, []])
+        trace["steps"][0]["produced"]["b"] = 9
+
+    with pytest.raises(replies.MalformedReply, match="step 0's produced tokens are not"):
+        check(changed(early))
+
+
+def test_a_step_at_a_request_s_arrival_without_its_add_is_malformed():
+    trace = driven(ALONE)  # a's two steps, at 0 and 1; b arrives at 1 and is never added
+    late = workload(("a", [1, 2, 3], 2, 0), ("b", [4, 5], 1, 1))
+    late["oracle"]["a"] = ALONE["oracle"]["a"]
+    assert not accepted_on(late, trace)
