@@ -59,7 +59,7 @@ def staged_grade(implementation, tests=None, *, only=None, hidden=False, workers
     Workers started for it are closed, as the grade closes them."""
     if workers is not None:
         workers.close()
-    found = re.search(r'STAGED_UP_TO = "(\w+)"', Path(implementation).read_text())
+    found = re.search(r'STAGED_UP_TO = "([\w+]+)"', Path(implementation).read_text())
     levels = rubric_data.load().levels
     up_to = levels.index(found.group(1)) if found and found.group(1) in levels else -1
     items = [ItemResult(i.id, i.level, *(("pass", i.points) if levels.index(i.level) <= up_to
@@ -116,6 +116,18 @@ def test_each_interviewer_item_has_the_contracts_level_a_question_and_a_model_an
         assert 3 <= len(sentences) <= 6, f"{item_id}: {len(sentences)} sentences"
 
 
+SECTION_8_QUESTIONS = ["why-chunk-mask", "window-trade", "rejected-draft-cost"]
+
+
+def test_section_8s_questions_are_asked_at_l6_plus_with_answers_that_carry_measured_figures():
+    assert [i.id for i in verbs.questions("L6+")] == SECTION_8_QUESTIONS
+    readme = (ROOT / "solutions" / "README.md").read_text()
+    step = readme.split("## 10. ", 1)[1].split("\n## ", 1)[0]  # the step's measured figures
+    for item_id in SECTION_8_QUESTIONS:
+        figures = re.findall(r"\d+\.\d+(?:e-\d+)?", MODEL_ANSWERS[item_id])
+        assert figures and all(figure in step for figure in figures), (item_id, figures)
+
+
 def test_the_memory_answers_give_the_llama_8b_figures():
     # 2 (K and V) x 32 layers x 8 KV heads x 128 dims x 2 bytes (bf16) = 128 KiB a token
     assert 2 * 32 * 8 * 128 * 2 == 128 * 1024
@@ -149,6 +161,32 @@ def test_a_session_opens_its_stages_in_order_and_records_every_event(tmp_path, s
         (30.0, "save", "below L4"), (90.0, "save", "L4"), (90.0, "stage", "L5"),
         (150.0, "save", "L5"), (150.0, "stage", "L6")]
     assert saved["stage"] == "L6" and saved["ended"] is None and saved["final"] is None
+
+
+def test_once_l6_passes_an_l6_plus_stage_opens_with_its_prompt_and_section_8s_questions(
+        tmp_path, staged):
+    clock, ws = Clock(), tmp_path / "ws"
+    verbs.start(ws, clock=clock)
+    for level in ("L4", "L5"):
+        write_level(ws, level)
+        clock.advance(60)
+        verbs.save(ws, clock=clock)
+    write_level(ws, "L6")
+    clock.advance(60)
+    opened = verbs.save(ws, clock=clock)
+    assert opened.opened == "L6+" and opened.event["level"] == "L6"
+    assert "## why-chunk-mask" in (ws / "answers.md").read_text()
+    out_console, out = console()
+    commands.show_stage(out_console, opened.record, "L6+")
+    shown = " ".join(out.getvalue().split())
+    assert " ".join(STAGE_PROMPTS["L6+"].split()) in shown
+    for item_id in SECTION_8_QUESTIONS:
+        assert f"{item_id}: {QUESTIONS[item_id]}" in shown
+    assert "sliding-window" in shown  # an item the stage adds
+    write_level(ws, "L6+")
+    clock.advance(60)
+    last = verbs.save(ws, clock=clock)
+    assert last.event["level"] == "L6+" and last.opened is None  # the last stage
 
 
 def test_a_snapshot_is_a_folder_named_by_number_and_the_hash_of_both_files(tmp_path, staged):
@@ -370,13 +408,13 @@ def test_the_report_gives_each_figure_and_the_replay_each_diff(tmp_path, staged)
     clock.advance(30)
     verbs.hint(ws, "gqa", 1, clock=clock)
     found = review.figures(verbs.load(ws))
-    assert found["time_to_level"] == {"L4": 300.0, "L5": 540.0, "L6": None}
+    assert found["time_to_level"] == {"L4": 300.0, "L5": 540.0, "L6": None, "L6+": None}
     assert found["first_pass"]["attend-shape"] == 300.0 and found["first_pass"]["gqa"] is None
     assert found["levels"] == [[120.0, "below L4"], [300.0, "L4"], [540.0, "L5"]]
     assert [e["item"] for e in found["hints"]] == ["gqa"]
     strip = review.strip(verbs.load(ws), width=20)
-    assert strip[0].startswith("L6 |") and "█" not in strip[0]
-    assert strip[2].index("█") < strip[1].index("█")  # L4 was reached before L5
+    assert strip[0].startswith("L6+ |") and "█" not in strip[0] + strip[1]  # L6+, then L6
+    assert strip[3].index("█") < strip[2].index("█")  # L4 was reached before L5
     steps = review.replay(verbs.load(ws), ws)
     assert [bool(diff) for _, diff in steps] == [False, True, True]
     assert '-STAGED_UP_TO = "L4"' in steps[2][1] and '+STAGED_UP_TO = "L5"' in steps[2][1]
@@ -521,12 +559,14 @@ def test_an_unchanged_test_file_keeps_its_own_tests_verdict_across_saves(tmp_pat
     assert kept.covers(ws / "test_kv_cache.py") and last.event["level"] == "L6"
     write_level(ws, "L6", note="kv_cache.py alone changes")
     again = verbs.save(ws, clock=clock, own_tests=kept)
-    assert "own-tests" not in graded[-1] and len(graded[-1]) == 18
+    # L6 reached opened L6+: graded with its 3 items too, kv_cache.py's 21 (own-tests kept)
+    assert "own-tests" not in graded[-1] and len(graded[-1]) == 21
     own = next(i for i in again.result.items if i.id == "own-tests")
     assert own.status == "pass" and graded_l5.event["snapshot"].startswith("002-")
     assert own.message == f"as graded at {graded_l5.event['snapshot']} (the test file is " \
         "unchanged): staged"
-    assert [i.id for i in again.result.items] == [i.id for i in last.result.items]
+    assert [i.id for i in again.result.items if i.level != "L6+"] == [
+        i.id for i in last.result.items]
     assert again.event["level"] == "L6" and "own-tests" in again.event["passing"]
     tells = {t.id: t for t in again.result.tells}
     assert tells["shape-only-tests"].checked and tells["shape-only-tests"].message == "caught"
@@ -639,7 +679,7 @@ def test_a_ctrl_c_during_the_final_grade_ends_the_session_with_what_it_has(tmp_p
         writes.append(signal.getsignal(signal.SIGINT)), original_save(w, r)))
     monkeypatch.setattr("graders.judge.grade.grade", interrupted_after(5))
     clock.advance(60)
-    with pytest.raises(verbs.Interrupted, match="after 5 of 19 items") as caught:
+    with pytest.raises(verbs.Interrupted, match="after 5 of 22 items") as caught:
         verbs.end(ws, clock=clock)
     assert writes == [signal.SIG_IGN]  # a third Ctrl-C cannot cut the record's write
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # and then restored
@@ -654,7 +694,7 @@ def test_a_ctrl_c_during_the_final_grade_ends_the_session_with_what_it_has(tmp_p
     assert final["implementation"] == f"{saved.event['snapshot']}/kv_cache.py"
     assert verbs.end(ws, clock=clock) == ended  # ended: idempotent, nothing graded again
     shown = "\n".join(review.lines(ended, ws))
-    assert "interrupted (Ctrl-C) after 5 of 19 items, 10/27 points on those; no level" in shown
+    assert "interrupted (Ctrl-C) after 5 of 22 items, 10/27 points on those; no level" in shown
     assert (f"kata grade --hidden --seed {final['seed']} "
             f"{ws / '.kata' / saved.event['snapshot'] / 'kv_cache.py'}") in shown
     assert "interrupted (Ctrl-C)" in review.markdown(ended, ws)
@@ -668,7 +708,7 @@ def test_the_end_verb_interrupted_exits_130_with_the_report_and_no_traceback(tmp
     out_console, out = console()
     assert commands.end(out_console, ws) == commands.INTERRUPTED == 130
     shown = out.getvalue()
-    assert "the final grade was interrupted (Ctrl-C) after 0 of 19 items" in shown
+    assert "the final grade was interrupted (Ctrl-C) after 0 of 22 items" in shown
     assert "Time to each level" in shown and "Traceback" not in shown
     assert verbs.load(ws)["ended"] is not None
 
