@@ -407,8 +407,8 @@ def _append_to_ring(cache: KVCache, new_key: Tensor, new_value: Tensor, counts: 
     fresh = cache.lengths is None
     held = counts.new_zeros(rows_in) if fresh else cache.lengths  # [B]
     seen = counts.new_zeros(rows_in) if fresh else cache.seen  # [B]
-    steady = cache.capacity == cache.window and bool(((held == cache.window) & (counts == 1)).all())
-    if t == 1 and steady:
+    full = cache.capacity == cache.window and int(held.min()) == cache.window  # every row holds W
+    if t == 1 and full and int(counts.min()) == 1:  # counts <= t: every row takes its token
         # Decoding past the first W: each row's token overwrites its oldest position, nothing
         # else changes (the general path below costs as much again as the attention of W = 1024).
         rows = torch.arange(rows_in, device=new_key.device)  # [B]
