@@ -15,8 +15,8 @@ import pytest
 from rich.console import Console
 
 from graders.formats.report import render
-from graders.judge.grade import GradeResult, ItemResult, TellResult
-from graders.shared.rubric import load
+from graders.judge.grade import BEFORE_PLUS, GradeResult, ItemResult, TellResult
+from graders.shared.rubric import PLUS, load
 from graders.shared.tracks import DENSE
 
 COMMAND = "kata grade solutions/concat_kv_cache.py --tests solutions/test_kv_cache.py"
@@ -44,6 +44,10 @@ def concat(failing: tuple[str, ...] = ("prealloc",), **changes) -> GradeResult:
     items = []
     for item in load().track(DENSE):
         fails = item.id in failing
+        if item.level == PLUS:  # not started: an item of L4-L6 fails (the judge's gate)
+            items.append(ItemResult(item.id, item.level, "not_attempted", 0.0, item.points,
+                                    BEFORE_PLUS))
+            continue
         items.append(ItemResult(item.id, item.level, "fail" if fails else "pass",
                                 0.0 if fails else item.points, item.points,
                                 FAILING[item.id] if fails else PASSED.format(id=item.id)))
@@ -106,7 +110,7 @@ def test_the_default_report_fits_a_screen_and_shows_every_failure_in_full(width,
         items = [i for i in result.items if i.level == level]
         passing = [i.id for i in items if i.status == "pass"]
         others = [i.id for i in items if i.status != "pass"]
-        said = levels.split(f"{level} ", 1)[1].split(" L", 1)[0]
+        said = levels.split(f"{level} ", 1)[1].split(" L", 1)[0].removesuffix(";")  # "; L6+ not started"
         assert said.endswith(f"all pass but {', '.join(others)}" if others else "all pass"), said
     assert "PASS" not in text and "every case within" not in text, "passes are named, for -v"
     for item_id in failing:
@@ -149,7 +153,7 @@ def test_verbose_explains_every_item_and_quiet_prints_the_closing_block_alone(wi
     default, _ = rendered(result, width=width)
     verbose, _ = rendered(result, "verbose", width)
     quiet, _ = rendered(result, "quiet", width)
-    for item in result.items:
+    for item in result.reported:  # L6+ not started: one line
         assert flat(item.message) in flat(verbose), item.id
     assert len(verbose.splitlines()) > 2 * len(default.splitlines())
     # -q names every item that does not pass; the default report's closing, its causes

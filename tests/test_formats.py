@@ -490,8 +490,9 @@ def test_a_real_grade_writes_all_three_formats(tmp_path):
 
 def test_a_real_file_that_does_not_import_gives_its_error_once_in_a_short_report():
     result = grade(ROOT / "tests/hostile/syntax_error.py")
-    assert not result.partial and {i.status for i in result.items} == {"error"}
-    assert {i.message for i in result.items} == {"not run: the file does not import"}
+    assert not result.partial and {i.status for i in result.reported} == {"error"}
+    assert {i.message for i in result.reported} == {"not run: the file does not import"}
+    assert not result.plus_started  # L6+: not started, one line
     assert "SyntaxError: expected ':' (syntax_error.py, line 3)" in result.unavailable
     assert not any(t.checked for t in result.tells)
     text = terminal(result)

@@ -83,7 +83,7 @@ def write_level(workspace: Path, level: str, note: str = "") -> None:
 
 def later_texts(stage: str) -> list[str]:
     """Lines of the prompts and questions of the stages after `stage`: none may show early."""
-    levels = rubric_data.load().levels
+    levels = verbs.stages(DENSE)  # the interview's stages, L6+ last
     later = levels[levels.index(stage) + 1:]
     texts = [STAGE_PROMPTS[level].splitlines()[0] for level in later]
     return texts + [QUESTIONS[i.id] for i in rubric_data.load().interviewer if i.level in later]
@@ -413,7 +413,8 @@ def test_the_report_gives_each_figure_and_the_replay_each_diff(tmp_path, staged)
     assert found["levels"] == [[120.0, "below L4"], [300.0, "L4"], [540.0, "L5"]]
     assert [e["item"] for e in found["hints"]] == ["gqa"]
     strip = review.strip(verbs.load(ws), width=20)
-    assert strip[0].startswith("L6+ |") and "█" not in strip[0] + strip[1]  # L6+, then L6
+    assert strip[0].startswith("L6+ |") and "█" not in strip[0]  # the rubric's levels, L6+ too
+    assert strip[1].lstrip().startswith("L6 |") and "█" not in strip[1]
     assert strip[3].index("█") < strip[2].index("█")  # L4 was reached before L5
     steps = review.replay(verbs.load(ws), ws)
     assert [bool(diff) for _, diff in steps] == [False, True, True]
@@ -758,7 +759,7 @@ def test_a_scripted_session_graded_for_real(tmp_path):
     assert final["hidden"] is True and final["level"] == "L6" and final["score"] == 100.0
     assert session["ended"] == record.iso(START + 1980)
     found = review.figures(session)
-    assert found["time_to_level"] == {"L4": 660.0, "L5": 1560.0, "L6": 1920.0}
+    assert found["time_to_level"] == {"L4": 660.0, "L5": 1560.0, "L6": 1920.0, "L6+": None}
     assert found["first_pass"]["gqa"] == 1920.0 and found["first_pass"]["reset"] == 1560.0
     lines = "\n".join(review.lines(session, ws))
     assert "Final grade (--hidden" in lines and "Similarity to the bundled solutions" in lines

@@ -324,10 +324,10 @@ def _grade(candidate: Candidate, name: str, items: list[rubric_data.Item], grade
         for item in items:
             item_graders = [g for g in graders if g.item == item.id]
             ran_beside = early is not None and item.id == tracks.TESTS_ITEM
-            if unavailable is not None:
-                result = _not_run(item, unavailable)
-            elif item.level == rubric_data.PLUS and not _implementation_passed(results):
+            if item.level == rubric_data.PLUS and not _implementation_passed(results):
                 result = _result(item, "not_attempted", BEFORE_PLUS)
+            elif unavailable is not None:
+                result = _not_run(item, unavailable)
             elif spent.spent() and not ran_beside:
                 result = _result(item, "timeout", f"not run: {spent.message()}")
             elif timeouts >= MAX_TIMEOUTS and not ran_beside:  # hangs of the implementation
