@@ -19,9 +19,8 @@ from tests.grading import grade, stand_in
 ROOT = Path(__file__).resolve().parent.parent
 runner = CliRunner()
 
-JSON_KEYS = {"implementation", "level", "score", "max_score", "items", "tells", "hidden",
-             "isolation", "partial", "seed", "similarity", "plus_score",
-             "plus_max_score"}
+JSON_KEYS = {"implementation", "level", "score", "max_score", "plus_score", "plus_max_score",
+             "items", "tells", "hidden", "isolation", "partial", "seed", "similarity"}
 ITEM_KEYS = {"id", "level", "status", "points", "max_points", "message", "cause"}
 STATUSES = {"pass", "fail", "error", "timeout", "not_attempted"}
 
@@ -45,12 +44,14 @@ def test_the_reference_grades_clean_with_exit_code_0(reference_run):
 def test_json_follows_the_contract(reference_run):
     _, report = reference_run
     assert set(report) == JSON_KEYS
-    assert report["level"] == "L6" and report["hidden"] is False and report["partial"] is False
+    # the reference implements section 8: L6+, its points beside the 100
+    assert report["level"] == "L6+" and report["hidden"] is False and report["partial"] is False
+    assert report["plus_score"] == report["plus_max_score"] == 30
     assert report["isolation"] in {"bwrap", "process"}
     assert report["score"] == report["max_score"] == 100.0
     for item in report["items"]:
         assert set(item) == ITEM_KEYS and item["status"] in STATUSES
-        assert item["level"] in {"L4", "L5", "L6"}
+        assert item["level"] in {"L4", "L5", "L6", "L6+"}
     assert {t["id"] for t in report["tells"]} == {"caches-q", "recomputes-projections",
                                                   "shape-only-tests", "concat-every-step"}
     assert all(set(t) == {"id", "detected", "message"} for t in report["tells"])
