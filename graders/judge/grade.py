@@ -29,7 +29,7 @@ from graders.judge.candidate import Candidate
 from graders.judge.isolation import Sandbox, reap_strays
 from graders.judge.similarity import similarity
 from graders.judge.workers import Budget, GradeWorkers, WorkerUnavailable
-from graders.shared import hidden_cases, tracks
+from graders.shared import hidden_cases, tracks, transformers_extra
 from graders.shared import rubric as rubric_data
 from graders.shared.plans import CandidateError, CandidateTimeout, Fail, NotAttempted, Tell
 from graders.shared.tracks import DENSE
@@ -244,12 +244,14 @@ def grade(implementation: Path, tests: Path | None = None, *, track: str = DENSE
         items = _run_order(rubric_data.selected(chosen, only, up_to), first or set())
         runs_tests = chosen.runs_tests({item.id for item in items})
         tests = Path(tests).absolute() if tests and runs_tests else None
-        workers = workers or GradeWorkers.start(path, tests, chosen.module, sandbox, import_timeout)
+        runs_model = chosen.runs_model({item.id for item in items}) and not transformers_extra.problem()
+        workers = workers or GradeWorkers.start(path, tests, chosen.module, sandbox, import_timeout,
+                                                real_model=runs_model)
         workers.limit_to(spent)
         torch.set_num_threads(1)
         with hidden_cases.run_seed(seed) if judged_hidden else nullcontext():
             candidate = Candidate(workers.implementation, timeout, workers.tests,
-                                  workers.test_worker)
+                                  workers.test_worker, workers.model, workers.reference)
             result = _grade(candidate, str(implementation), items, graders, judged_hidden,
                             exitfirst, on_item, chosen, spent)
     finally:

@@ -77,21 +77,23 @@ class WorkerUnavailable(Exception):
 
 
 class Worker:
-    """A worker in mode "implementation" (serves plans) or "tests" (runs pytest files).
+    """A worker in mode "implementation" (serves plans), "tests" (runs pytest files) or
+    "reference" (serves plans with no candidate code: the real-model item's DynamicCache runs).
 
     `isolation` is "bwrap" or "process" (`graders.judge.isolation`); `files` are what it may read
     besides the Python environment (the implementation, the candidate's test file); `limits`
-    are its rlimits.
+    are its rlimits. `preload`: it imports transformers before the implementation (the
+    real-model item's worker, graders.worker.real_model).
     """
 
     def __init__(self, mode: str, path: str | None = None, *, import_timeout: float = 60.0,
                  module: str = "kv_cache",
                  isolation: str = "process", limits: Limits = Limits(), files=(),
-                 ahead: bool = False):
+                 ahead: bool = False, preload: bool = False):
         """`path` is imported as `module`; with `ahead`, only once `go()` is called (the worker
         is started before the files it reads are saved)."""
         self.mode, self.path, self.import_timeout = mode, path, import_timeout
-        self.module, self.ahead = module, ahead
+        self.module, self.ahead, self.preload = module, ahead, preload
         self.isolation, self.limits, self.files = isolation, limits, list(files)
         self._pid: int | None = None
         self._proc: subprocess.Popen | None = None  # None when forked by the spawner
@@ -154,7 +156,7 @@ class Worker:
         frames.write_json(self._in, {
             "mode": self.mode, "path": self._seen_as(self.path), "module": self.module,
             "named": folder and self.path,
-            "limits": self.limits.to_dict(), "wait": self.ahead,
+            "limits": self.limits.to_dict(), "wait": self.ahead, "preload": self.preload,
             "import_seconds": self.import_timeout, "kata_roots": kata_roots,
             "user": folder and folder.user, "home": folder and str(folder.home)})
 
@@ -225,7 +227,7 @@ class Worker:
             frame = replies.read(self._out, deadline, frames.REPLIES)
             try:
                 reply = replies.result(replies.decode(frame), index, batch)
-                if self.mode == "implementation":
+                if self.mode in ("implementation", "reference"):
                     return Reply("done", replies.plan_reply(reply, request["plan"]["ops"]))
                 return Reply("done", replies.tests_reply(reply))
             except replies.MalformedReply as exc:
@@ -318,7 +320,10 @@ class Worker:
 class GradeWorkers:
     """The processes one grade runs the candidate's code in: the implementation's worker and,
     when the candidate's tests are run, the tests' worker (`tests` the test file); `isolation`
-    says how they are walled off ("bwrap" or "process").
+    says how they are walled off ("bwrap" or "process"). The real-model item runs in two more:
+    `model`, the implementation again beside transformers, and `reference`, transformers alone
+    (graders.worker.real_model); each starts with the grade when the item is to run, else at
+    its first request.
 
     Each is a sandbox of its own, holding its own file alone: the candidate's tests, which the
     judge hands the reference's source, share no /tmp and no process with the implementation
@@ -328,43 +333,57 @@ class GradeWorkers:
     tests: Path | None
     test_worker: Worker | None
     isolation: str
+    model: Worker | None = None
+    reference: Worker | None = None
 
     @classmethod
     def start(cls, implementation: Path, tests: Path | None, module: str,
               sandbox: isolation.Sandbox, import_timeout: float,
-              ahead: bool = False) -> "GradeWorkers":
+              ahead: bool = False, real_model: bool = False) -> "GradeWorkers":
         """Start the workers for `implementation` (imported as `module`) and `tests` (None: not
         run). Needs no torch: a caller that has not imported it yet starts the workers first,
         and its own import overlaps theirs. SandboxUnavailable when `sandbox` cannot be had.
 
         `ahead`: for a grade that has not begun (`kata grade --watch` starts the next grade's
-        workers while the files are edited); they read the files as they are at `go()`."""
+        workers while the files are edited); they read the files as they are at `go()`.
+        `real_model`: start the real-model item's two workers now too, so that their imports of
+        transformers overlap the other items."""
         # Inside warm_workers() (the test suite, trusted batches) "auto" takes the process
         # fallback, whose workers fork from a warm process; "require" still means bubblewrap.
         mode = "process" if sandbox.mode == "auto" and warm() else sandbox.resolve()
         worker = Worker("implementation", str(implementation), import_timeout=import_timeout,
                         module=module, isolation=mode, limits=sandbox.limits(),
                         files=[implementation], ahead=ahead).start()
+        started = [worker]
         try:
             test_worker = (Worker("tests", isolation=mode, limits=sandbox.limits(), files=[tests],
                                   ahead=ahead).start() if tests else None)
+            started.append(test_worker)
+            ahead = ahead and real_model  # a worker started at its first request reads the file then
+            model = Worker("implementation", str(implementation), import_timeout=import_timeout,
+                           module=module, isolation=mode, limits=sandbox.limits(),
+                           files=[implementation], ahead=ahead, preload=True)
+            reference = Worker("reference", isolation=mode, limits=sandbox.limits())
+            if real_model:
+                started += [model.start(), reference.start()]
         except BaseException:
-            worker.close()
+            for started_worker in started:
+                if started_worker:
+                    started_worker.close()
             raise
-        return cls(worker, tests, test_worker, mode)
+        return cls(worker, tests, test_worker, mode, model, reference)
 
     def limit_to(self, budget: "Budget") -> None:
         """From now on, neither worker runs the candidate's code past `budget`."""
-        for worker in (self.implementation, self.test_worker):
-            if worker:
-                worker.budget = budget
+        for worker in self._all():
+            worker.budget = budget
 
     def go(self) -> bool:
         """Workers started `ahead`: their grade begins, with the files as they are now. False,
         and closed, when they died while waiting: the grade must start its own."""
         try:
-            for worker in (self.implementation, self.test_worker):
-                if worker:
+            for worker in self._all():
+                if worker.ahead:
                     worker.go()
         except OSError:
             self.close()
@@ -372,9 +391,12 @@ class GradeWorkers:
         return True
 
     def close(self) -> None:
-        self.implementation.close()
-        if self.test_worker:
-            self.test_worker.close()
+        for worker in self._all():
+            worker.close()
+
+    def _all(self) -> list[Worker]:
+        return [w for w in (self.implementation, self.test_worker, self.model, self.reference)
+                if w is not None]
 
 
 class OutputTail:

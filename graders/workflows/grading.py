@@ -101,7 +101,18 @@ def start_workers(implementation: Path, tests: Path | None, options: dict, ahead
 
     return GradeWorkers.start(implementation, tests_run(tests, options),
                               tracks.get(options["track"]).module, options["sandbox"],
-                              options["import_timeout"], ahead=ahead)
+                              options["import_timeout"], ahead=ahead,
+                              real_model=model_run(options))
+
+
+def model_run(options: dict) -> bool:
+    """Whether a grade with `options` runs the real-model item, and transformers is here."""
+    from graders.shared import transformers_extra
+    from graders.shared.rubric import selected
+
+    track = tracks.get(options["track"])
+    items = {item.id for item in selected(track, options["only"], options["up_to"])}
+    return track.runs_model(items) and transformers_extra.problem() is None
 
 
 def tests_run(tests: Path | None, options: dict) -> Path | None:
