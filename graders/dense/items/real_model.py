@@ -210,6 +210,8 @@ def _compare(run: Run, got: dict, want: dict) -> str | None:
                            "prompt or drafts, truncate drops rejected drafts)")
     if "mismatch" in got:
         raise Fail(f"{run.label}: {got['mismatch']}. {_hint(run)}")
+    if not got["calls"]["append"]:  # a generate that never reached the cache proves nothing
+        raise Fail(f"{run.label}: the model's generate never called your append")
     prompt = max(run.lengths)
     tokens, expected = got["sequences"][:, prompt:], want["sequences"][:, prompt:]
     parted = (tokens != expected).any(dim=0).nonzero()  # [k, 1]: steps where a row parts
@@ -221,11 +223,12 @@ def _compare(run: Run, got: dict, want: dict) -> str | None:
         row = int((~ok[logit_step]).any(dim=1).nonzero()[0])
         error = float((got["logits"][logit_step, row].double()
                        - want["logits"][logit_step, row].double()).abs().nan_to_num(torch.inf).max())
-        raise Fail(f"{run.label}: the logits part from DynamicCache's at step {logit_step} of "
-                   f"{run.new_tokens} (row {row}: off by up to {error:.2e}, tolerance {LOGITS})"
+        raise Fail(f"{run.label}: the logits of new token {logit_step + 1} of {run.new_tokens} "
+                   f"part from DynamicCache's (row {row}: off by up to {error:.2e}, tolerance "
+                   f"{LOGITS})"
                    f"{_tokens_so_far(token_step, logit_step)}. {_hint(run)}")
     if token_step < run.new_tokens:
-        return (f"{run.label}: tokens part at step {token_step} at a near tie (every logit "
+        return (f"{run.label}: new token {token_step + 1} parts at a near tie (every logit "
                 f"within {LOGITS}), compared up to there")
     return None
 

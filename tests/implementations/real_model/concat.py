@@ -1,6 +1,7 @@
 """A correct section-8 cache of the concat style (contract v1.3 section 8, no window): the
 concat baseline (solutions/concat_kv_cache.py) with `positions`, `attend_chunk` and `truncate`
-added. A test fixture of tests/test_real_model.py: the real-model item must pass it.
+added. A test fixture of tests/test_real_model.py (kept apart from tests/implementations/*.py, which
+must reach L6: this one fails prealloc): the real-model item must pass it.
 
 Without a window `positions` equals `lengths`; `attend_chunk` masks each query of the chunk to
 its own past; `truncate` lowers `lengths`, and the next append overwrites what was dropped.

@@ -1,0 +1,220 @@
+"""real-model: correct caches of two styles pass, the wrong ones fail naming the mode and the
+step, the tolerance is the measured one pinned from both sides, replies are checked, and the
+item is not attempted, saying what to install, where transformers is not.
+
+The measurement runs the worker's adapter in this process (trusted code, fixtures of ours);
+the grades run it in the item's own workers, as `kata grade` does.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+import torch
+
+from graders.dense.items import real_model as item
+from graders.judge import replies
+from graders.judge.grade import grade
+from graders.shared import transformers_extra
+from graders.shared.compare import close
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "tests" / "implementations" / "real_model"
+CONCAT, CHUNKS = FIXTURES / "concat.py", FIXTURES / "chunks.py"
+HOSTILE = ROOT / "tests" / "hostile" / "tampers_with_transformers.py"
+NEEDS_TRANSFORMERS = pytest.mark.skipif(transformers_extra.problem() is not None,
+                                        reason="transformers (the real-model extra) is not here")
+
+# Each wrong cache: (name, the edit of concat.py, the words its failure must hold).
+WRONG = [
+    ("reorder-keys-not-values",
+     ("    cache.v_storage = cache.v_storage.index_select(0, beam_idx)\n", ""),
+     ["beam search (3 beams), the model's own attention", "new token 3 of 12", "beam-reorder"]),
+    ("attend-without-scale",
+     ("    scores = (q.float() @ keys.float().transpose(-1, -2)) / math.sqrt(head_dim)  # [B, Hq, 1, T]",
+      "    scores = q.float() @ keys.float().transpose(-1, -2)  # [B, Hq, 1, T]"),
+     ["greedy search, your attend/attend_chunk as the attention", "new token 2 of 20",
+      "1/sqrt(D) scale"]),
+    ("truncate-keeps-the-drafts",
+     ("    cache.lengths = lengths.to(cache.lengths.device).clone()\n", "    pass\n"),
+     ["assisted decoding, the model's own attention", "cache.keys", "speculative-rollback"]),
+]
+
+
+def _load(path: Path, name: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class _State:
+    """What the worker's operation reads of its state: the module and its names."""
+
+    def __init__(self, module):
+        self.module = module
+
+    def fn(self, name):
+        return getattr(self.module, name)
+
+
+def _written(tmp_path: Path, edit: tuple[str, str], name: str) -> Path:
+    source = CONCAT.read_text()
+    assert edit[0] in source, edit[0]
+    path = tmp_path / name / "kv_cache.py"
+    path.parent.mkdir()
+    path.write_text(source.replace(edit[0], edit[1]))
+    return path
+
+
+def _worst(module, runs) -> float:
+    """The largest logit error of `module`'s generations against DynamicCache's over `runs`,
+    in shares of item.LOGITS (1.0: at the bound); tokens must be equal."""
+    from graders.worker import real_model
+
+    worst = 0.0
+    for run in runs:
+        op = item._operation(run)
+        got, want = real_model.real_model(_State(module), op), real_model.reference(op)
+        assert torch.equal(got["sequences"], want["sequences"]), run.label
+        bound = item.LOGITS.atol + item.LOGITS.rtol * want["logits"].abs()
+        worst = max(worst, float(((got["logits"] - want["logits"]).abs() / bound).max()))
+    return worst
+
+
+@NEEDS_TRANSFORMERS
+@pytest.mark.slow
+def test_the_tolerance_keeps_the_measured_margin_from_both_sides():
+    """Correct styles stay 10x inside LOGITS over the public runs and a hidden seed's; the
+    missing scale lands 100x past it."""
+    runs = item.PUBLIC + item._hidden_runs(4320)
+    for path in (CONCAT, CHUNKS):
+        assert _worst(_load(path, f"real_model_{path.stem}"), runs) < 0.1, path.name
+    source = CONCAT.read_text().replace(*WRONG[1][1])
+    wrong = type(sys)("real_model_no_scale")
+    exec(compile(source, "no_scale.py", "exec"), wrong.__dict__)
+    from graders.worker import real_model
+
+    run = next(r for r in item.PUBLIC if r.attention == "candidate")
+    op = item._operation(run)
+    got, want = real_model.real_model(_State(wrong), op), real_model.reference(op)
+    bound = item.LOGITS.atol + item.LOGITS.rtol * want["logits"].abs()
+    assert float(((got["logits"] - want["logits"]).abs() / bound).max()) > 100
+
+
+def test_an_element_passes_at_0_9_of_the_bound_and_fails_at_1_1():
+    expected = torch.tensor([0.0, 3.0, -2.5])
+    bound = item.LOGITS.atol + item.LOGITS.rtol * expected.abs()
+    assert close(expected + 0.9 * bound, expected, item.LOGITS).all()
+    assert not close(expected + 1.1 * bound, expected, item.LOGITS).any()
+
+
+@NEEDS_TRANSFORMERS
+@pytest.mark.slow
+@pytest.mark.parametrize("path", [CONCAT, CHUNKS], ids=["concat", "chunks"])
+def test_correct_caches_of_two_styles_pass_public_and_hidden(path):
+    result = grade(path, hidden=True, seed=7, only={item.ITEM})
+    (graded,) = result.items
+    assert graded.status == "pass", graded.message
+    assert "append" in graded.message and "truncate" in graded.message
+
+
+@NEEDS_TRANSFORMERS
+@pytest.mark.slow
+@pytest.mark.parametrize("name, edit, words", WRONG, ids=[w[0] for w in WRONG])
+def test_wrong_caches_fail_naming_the_mode_and_the_step(tmp_path, name, edit, words):
+    (graded,) = grade(_written(tmp_path, edit, name), only={item.ITEM}).items
+    assert graded.status == "fail", graded.message
+    for word in words:
+        assert word in graded.message, (word, graded.message)
+
+
+@NEEDS_TRANSFORMERS
+@pytest.mark.slow
+def test_a_file_without_section_8_is_not_attempted():
+    (graded,) = grade(ROOT / "solutions" / "concat_kv_cache.py", only={item.ITEM}).items
+    assert graded.status == "not_attempted"
+    assert "defines no attend_chunk, truncate" in graded.message
+
+
+def test_without_transformers_the_item_says_what_to_install(monkeypatch):
+    """transformers hidden from the judge (sys.modules holds None for it: find_spec finds
+    nothing): the item is not attempted, and no worker of the item starts."""
+    monkeypatch.setitem(sys.modules, "transformers", None)
+    assert transformers_extra.problem() == (
+        "transformers is not installed: pip install 'kvkata[real-model]' "
+        "(or pip install 'transformers>=5.0,<6')")
+    started = []
+    monkeypatch.setattr("graders.judge.workers.Worker.start",
+                        lambda self: started.append(self.mode) or _real_start(self))
+    (graded,) = grade(CONCAT, only={item.ITEM}).items
+    assert graded.status == "not_attempted"
+    assert "pip install 'kvkata[real-model]'" in graded.message
+    assert started == ["implementation"]
+
+
+_real_start = __import__("graders.judge.workers", fromlist=["Worker"]).Worker.start
+
+
+def test_a_version_outside_the_range_is_not_attempted(monkeypatch):
+    monkeypatch.setattr(transformers_extra.importlib.metadata, "version", lambda name: "4.57.1")
+    if importlib.util.find_spec("transformers") is None:
+        pytest.skip("transformers is not here: the version is never read")
+    assert transformers_extra.problem().startswith(
+        "transformers 4.57.1 is outside the tested range transformers>=5.0,<6")
+
+
+def test_the_range_is_the_extras():
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"]
+    assert extras[transformers_extra.EXTRA] == [transformers_extra.REQUIREMENT]
+    assert transformers_extra.REQUIREMENT in extras["bench"]
+
+
+def _op(mode="greedy", batch=2, prompt=5, new=4, beams=3):
+    return {"op": "real_model", "input_ids": torch.zeros(batch, prompt, dtype=torch.int64),
+            "mode": mode, "new_tokens": new, "beams": beams,
+            "model": {"config": {"vocab_size": 128}}}
+
+
+def _reply(op, rows=None, **changes):
+    batch, prompt = op["input_ids"].shape
+    rows = rows or batch * (op["beams"] if op["mode"] == "beam" else 1)
+    reply = {"sequences": torch.zeros(batch, prompt + op["new_tokens"], dtype=torch.int64),
+             "logits": torch.zeros(op["new_tokens"], rows, 128),
+             "calls": {name: 1 for name in ("append", "attend", "attend_chunk", "reorder",
+                                            "truncate")}}
+    return {**reply, **changes}
+
+
+def test_a_generation_reply_is_checked_against_the_operation():
+    op = _op()
+    assert replies._ok(_reply(op), op, "r")["logits"].shape == (4, 2, 128)
+    beam = _op("beam")
+    assert replies._ok(_reply(beam), beam, "r")["logits"].shape == (4, 6, 128)
+    malformed = [
+        _reply(op, rows=3),  # rows the operation did not ask for
+        _reply(op, logits=torch.zeros(4, 2, 128, dtype=torch.float64)),
+        _reply(op, sequences=torch.zeros(2, 8, dtype=torch.int64)),
+        {**_reply(op), "extra": 1},
+        _reply(op, calls={"append": -1}),
+        _reply(op, calls={"append": 1, "attend": 1, "attend_chunk": 1, "reorder": 1,
+                          "truncate": 1, "forged": 2}),
+        {"missing": ["os.system"]},
+        {"missing": []},
+        {"mismatch": 7, "calls": _reply(op)["calls"]},
+    ]
+    for reply in malformed:
+        with pytest.raises(replies.MalformedReply):
+            replies._ok(reply, op, "r")
+    reference = {**op, "op": "real_model_reference"}
+    with pytest.raises(replies.MalformedReply):  # a reference worker counts no calls
+        replies._ok(_reply(op), reference, "r")
+    with pytest.raises(replies.MalformedReply):  # nor says a file lacks names: it has none
+        replies._ok({"missing": ["truncate"]}, reference, "r")
+    long = replies._ok({"mismatch": "x" * 10_000, "calls": _reply(op)["calls"]}, op, "r")
+    assert len(long["mismatch"]) < 2_100
