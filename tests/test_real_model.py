@@ -89,11 +89,13 @@ def _worst(module, runs) -> float:
 @NEEDS_TRANSFORMERS
 @pytest.mark.slow
 def test_the_tolerance_keeps_the_measured_margin_from_both_sides():
-    """Correct styles stay 10x inside LOGITS over the public runs and a hidden seed's; the
-    missing scale lands 100x past it."""
+    """Correct styles take 0.017 of LOGITS at the worst element over the public runs and a
+    hidden seed's (58x inside; 0.021 over ten hidden seeds); the missing scale lands thousands
+    of times past it. The band pins the constant: a 2x tightening (0.034) or loosening (0.0085)
+    leaves it."""
     runs = item.PUBLIC + item._hidden_runs(4320)
     for path in (CONCAT, CHUNKS):
-        assert _worst(_load(path, f"real_model_{path.stem}"), runs) < 0.1, path.name
+        assert 0.012 < _worst(_load(path, f"real_model_{path.stem}"), runs) < 0.025, path.name
     source = CONCAT.read_text().replace(*WRONG[1][1])
     wrong = type(sys)("real_model_no_scale")
     exec(compile(source, "no_scale.py", "exec"), wrong.__dict__)
@@ -103,7 +105,7 @@ def test_the_tolerance_keeps_the_measured_margin_from_both_sides():
     op = item._operation(run)
     got, want = real_model.real_model(_State(wrong), op), real_model.reference(op)
     bound = item.LOGITS.atol + item.LOGITS.rtol * want["logits"].abs()
-    assert float(((got["logits"] - want["logits"]).abs() / bound).max()) > 100
+    assert float(((got["logits"] - want["logits"]).abs() / bound).max()) > 1000
 
 
 def test_an_element_passes_at_0_9_of_the_bound_and_fails_at_1_1():

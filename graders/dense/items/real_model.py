@@ -51,10 +51,12 @@ WEIGHT_SCALE, NORM_SCALE = 0.1, 0.1
 # Logits against DynamicCache's, an element passing within atol + rtol*|expected|. Measured
 # (torch 2.13, transformers 5.25, CPU; tests/test_real_model.py measures it again): the model's
 # own attention over a correct cache's keys is exact (0.0: the same bits reach the same sdpa);
-# the candidate's float32 attend/attend_chunk (the concat style, section 8's solution) moves
-# logits of size ~3 by at most 2.1e-6 over the public runs and 20 seeds of hidden ones: 38x
-# inside this bound. A missing 1/sqrt(D) scale moves them by 1e-1 and more (1,000x past it).
-LOGITS = Tolerance(atol=2e-5, rtol=2e-5)
+# the candidate's float32 attend/attend_chunk (two styles: concat storage, a list of chunks
+# with grouped queries) moves logits of size ~3 by at most 2.4e-6 over the public runs and 10
+# seeds of hidden ones (77 generations): 0.021 of this bound at the worst element (48x; at
+# 2e-5 + 2e-5 the worst took 0.105, too thin a margin). A missing 1/sqrt(D) scale moves them
+# by 1e-1 to 1.5: thousands of times past it.
+LOGITS = Tolerance(atol=1e-4, rtol=1e-4)
 
 Mode = Literal["greedy", "beam", "assisted"]
 Attention = Literal["model", "candidate"]
