@@ -1,4 +1,4 @@
-"""Reference solution: a preallocated KV cache for incremental decoding (kata levels L4-L6).
+"""Reference solution: a preallocated KV cache for incremental decoding (kata levels L4-L6, L6+).
 
 Step 2 of solutions/README.md: the baseline, concat_kv_cache.py, with the same names, docstrings
 and structure, and storage that is never copied (`kata solution --diff concat preallocated`).
@@ -24,6 +24,18 @@ Design:
 gpt-fast's model.py, like transformers' StaticCache, does otherwise: a fixed size, K and V
 repeated for every query head (`repeat_interleave`), and attention over the whole capacity
 behind a mask. This cache grows, groups the query and reads only the valid prefix.
+
+Past L6 (contract section 8): `attend_chunk` verifies a chunk of drafts in one call, `truncate`
+rolls rejected drafts back, and `KVCache(window=W)` is a sliding-window cache.
+- A chunk of t queries needs a mask, where one query does not: the chunk's later positions are
+  already cached when its earlier queries attend, so query i hides every position after its own.
+- Rolling back is setting lengths: the dropped slots keep their data until the next drafts
+  overwrite them, and the lengths mask never reads them (capacity is not given back).
+- A window is a ring buffer of W + t - 1 slots for the largest chunk t appended (the chunk's
+  first query still needs its W - 1 predecessors): position p lives in slot p % slots and is
+  overwritten once it has left every query's window, so memory and attention cost follow W, not
+  the run's length. `keys`/`values` gather the held positions in time order; `positions` counts
+  what each row has seen, `lengths` what it still holds. RoPE stays at absolute positions.
 
 Why a decode step costs about what bare attention does (`kata bench`, float32, B=1, 8 heads,
 head_dim 128, T=16384: 1.08x bare attention on contiguous K and V, 1.9x faster than
@@ -57,15 +69,30 @@ class KVCache:
     lengths: int64 [B], valid positions per row; None when empty.
     capacity: time slots allocated in storage; 0 when empty; always >= max(lengths).
     `KVCache(capacity=N)` allocates N slots at the first append (more if that append needs more).
+    positions: int64 [B], the tokens each row has appended (since made, reset or released); None
+    when empty. Without a window it is `lengths`.
+    `KVCache(window=W)`: a sliding window of W positions in a ring buffer; capacity is ignored.
     """
 
-    def __init__(self, capacity: int | None = None):
+    def __init__(self, capacity: int | None = None, window: int | None = None):
         if capacity is not None and capacity < 0:
             raise ValueError(f"capacity must be >= 0, got {capacity}")
+        if window is not None and window < 1:
+            raise ValueError(f"window must be >= 1, got {window}")
         self.requested_capacity = capacity or 0
+        self.window = window
         self.k_storage: Tensor | None = None  # [B, Hkv, capacity, D]
         self.v_storage: Tensor | None = None  # [B, Hkv, capacity, D]
         self.lengths: Tensor | None = None  # int64 [B]
+        # A window's rows hold fewer positions than they have seen: int64 [B], kept beside lengths
+        # (read only while lengths is not None, so reset needs not clear it).
+        self.seen: Tensor | None = None
+
+    @property
+    def positions(self) -> Tensor | None:  # int64 [B]
+        if self.lengths is None or self.window is None:
+            return self.lengths
+        return self.seen
 
     @property
     def capacity(self) -> int:
@@ -73,10 +100,14 @@ class KVCache:
 
     @property
     def keys(self) -> Tensor | None:  # [B, Hkv, T, D], a view: no copy
+        if self.window is not None and self.k_storage is not None:
+            return _in_time_order(self, self.k_storage)  # a ring: a gather, W + t - 1 slots at most
         return None if self.k_storage is None else self.k_storage[:, :, : int(self.lengths.max())]
 
     @property
     def values(self) -> Tensor | None:  # [B, Hkv, T, D]
+        if self.window is not None and self.v_storage is not None:
+            return _in_time_order(self, self.v_storage)
         return None if self.v_storage is None else self.v_storage[:, :, : int(self.lengths.max())]
 
 
@@ -147,6 +178,9 @@ def append(cache: KVCache, new_key: Tensor, new_value: Tensor, counts: Tensor | 
     """
     counts = _validate_append(cache, new_key, new_value, counts)  # [B]
     batch, _, t, _ = new_key.shape
+    if cache.window is not None:
+        _append_to_ring(cache, new_key, new_value, counts)
+        return
     lengths = cache.lengths if cache.lengths is not None else counts.new_zeros(batch)  # [B]
     new_lengths = lengths + counts  # [B]
     _reserve(cache, int(new_lengths.max()), new_key)
@@ -203,6 +237,10 @@ def attend(cache: KVCache, query: Tensor) -> Tensor:
     # row's longer append, or stale data of a released sequence.
     past_end = torch.arange(keys.shape[2], device=keys.device) >= cache.lengths[:, None]  # [B, T]
     scores = scores.masked_fill(past_end[:, None, None, :], float("-inf"))
+    if cache.window is not None:  # right after a chunk a row holds more than the newest query sees
+        seen_from = cache.lengths[:, None] - cache.window  # [B, 1]: time indices before it are out
+        outside = torch.arange(keys.shape[2], device=keys.device) < seen_from  # [B, T]
+        scores = scores.masked_fill(outside[:, None, None, :], float("-inf"))
     weights = torch.softmax(scores, dim=-1)  # max-subtracted inside: stable for large logits
     # A row of length 0 has every score -inf, so softmax gives NaN there: return zeros instead.
     weights = weights.masked_fill((cache.lengths == 0)[:, None, None, None], 0.0)
@@ -226,6 +264,9 @@ def release(cache: KVCache, index: int) -> None:
         raise IndexError(f"release: index {index} out of range for batch {cache.lengths.shape[0]}")
     cache.lengths = cache.lengths.clone()  # a fresh tensor: a caller's `lengths` never changes
     cache.lengths[index] = 0
+    if cache.window is not None:
+        cache.seen = cache.seen.clone()
+        cache.seen[index] = 0
 
 
 def reorder(cache: KVCache, beam_idx: Tensor) -> None:
@@ -241,16 +282,153 @@ def reorder(cache: KVCache, beam_idx: Tensor) -> None:
     cache.k_storage = cache.k_storage.index_select(0, beam_idx)  # [B', Hkv, capacity, D]
     cache.v_storage = cache.v_storage.index_select(0, beam_idx)
     cache.lengths = cache.lengths.index_select(0, beam_idx)  # [B']
+    if cache.window is not None:
+        cache.seen = cache.seen.index_select(0, beam_idx)
 
 
 def fork(cache: KVCache) -> KVCache:
     """An independent copy: same sequences at the same positions, no shared storage."""
-    copy = KVCache(cache.requested_capacity)
+    copy = KVCache(cache.requested_capacity, cache.window)
     if cache.k_storage is not None:
         copy.k_storage = cache.k_storage.clone()
         copy.v_storage = cache.v_storage.clone()
         copy.lengths = cache.lengths.clone()
+        copy.seen = None if cache.seen is None else cache.seen.clone()
     return copy
+
+
+def attend_chunk(cache: KVCache, query: Tensor) -> Tensor:
+    """Attention of the t queries ([B, Hq, t, D]) of the t positions each row appended last.
+
+    Query i of row b sits at absolute position p = positions[b] - t + i and attends its row's
+    positions 0 .. p, or max(0, p - W + 1) .. p with a window; float32 scores and softmax as in
+    `attend`, which it equals for t == 1. A row of length 0 returns zeros. Returns [B, Hq, t, D]
+    in the query's dtype. ValueError as `attend`, and when a non-empty row holds fewer than t
+    positions. Modifies neither the cache nor the query.
+    """
+    _check_chunk_query(cache, query)
+    batch, q_heads, t, head_dim = query.shape
+    kv_heads = cache.k_storage.shape[1]
+    held, seen = cache.lengths, cache.positions  # [B], [B]
+    if ((held > 0) & (held < t)).any():
+        raise ValueError(f"time: a chunk of {t} queries needs its {t} positions cached, "
+                         f"the rows hold {held.tolist()}")
+    k, v = cache.keys, cache.values  # [B, Hkv, T, D], time order
+    span = k.shape[2]
+    slot = torch.arange(span, device=k.device)  # [T]
+    at = (seen - held)[:, None] + slot  # [B, T]: the absolute position of each time index
+    asks = (seen[:, None] - t) + torch.arange(t, device=k.device)  # [B, t]: each query's position
+    # The causal mask a chunk needs: its later positions are already in the cache.
+    visible = (slot < held[:, None])[:, None, :] & (at[:, None, :] <= asks[:, :, None])  # [B, t, T]
+    if cache.window is not None:
+        visible &= at[:, None, :] > asks[:, :, None] - cache.window
+    grouped = query.reshape(batch, kv_heads, q_heads // kv_heads, t, head_dim)  # [B, Hkv, G, t, D]
+    logits = grouped.float() @ k.float()[:, :, None].transpose(-1, -2) / math.sqrt(head_dim)
+    logits = logits.masked_fill(~visible[:, None, None], float("-inf"))  # [B, Hkv, G, t, T]
+    probs = torch.softmax(logits, dim=-1).masked_fill((held == 0)[:, None, None, None, None], 0.0)
+    mixed = probs.to(v.dtype) @ v[:, :, None]  # [B, Hkv, G, t, D]
+    return mixed.reshape(batch, q_heads, t, head_dim).to(query.dtype)
+
+
+def _check_chunk_query(cache: KVCache, query: Tensor) -> None:
+    """ValueError on a query attend_chunk cannot take, as `attend` checks its own."""
+    if cache.k_storage is None:
+        raise ValueError("attend_chunk on an empty cache: append first")
+    if query.dim() != 4 or query.shape[2] < 1:
+        raise ValueError(f"rank: query must be [B, Hq, t, D], got {tuple(query.shape)}")
+    stored = cache.k_storage
+    wanted = {"batch": (query.shape[0], stored.shape[0]), "head_dim": (query.shape[3], stored.shape[3]),
+              "dtype": (query.dtype, stored.dtype), "device": (query.device, stored.device)}
+    for name, (got, want) in wanted.items():
+        if got != want:
+            raise ValueError(f"{name}: query has {got}, cache has {want}")
+    if query.shape[1] % stored.shape[1]:
+        raise ValueError(f"heads: query heads {query.shape[1]} are not a multiple of kv_heads "
+                         f"{stored.shape[1]}")
+
+
+def truncate(cache: KVCache, lengths: Tensor) -> None:
+    """Roll rejected drafts back: row b keeps positions 0 .. lengths[b] - 1 (int64 [B]).
+
+    `positions` becomes `lengths`; the next append writes at lengths[b]. Capacity is kept for
+    the next drafts; dropped slots keep stale data that the lengths mask never reads. With a
+    window, `lengths` becomes what the row still holds of those positions (lengths[b] minus its
+    oldest held position, at least 0), and ValueError when the next query's window would need a
+    position already overwritten (rolling back to 0 always works). ValueError, the cache unchanged, on a length below 0 or above the row's
+    positions, or on a tensor that is not int64 [B].
+    """
+    if cache.lengths is None:
+        raise ValueError("truncate on an empty cache")
+    batch = cache.lengths.shape[0]
+    if not isinstance(lengths, Tensor) or lengths.dtype != torch.int64 or lengths.shape != (batch,):
+        raise ValueError(f"lengths must be an int64 tensor [{batch}]")
+    keep = lengths.to(cache.lengths.device)  # [B]
+    seen = cache.positions
+    if (keep < 0).any() or (keep > seen).any():
+        raise ValueError(f"lengths: each must be in 0..positions, got {keep.tolist()} for "
+                         f"positions {seen.tolist()}")
+    if cache.window is None:
+        cache.lengths = keep.clone()
+        return
+    oldest = seen - cache.lengths  # [B]: positions before it are overwritten
+    # The next query, at position keep[b], needs the cached positions needs .. keep[b] - 1.
+    needs = (keep - cache.window + 1).clamp_min(0)  # [B]
+    if ((needs < oldest) & (needs < keep)).any():
+        raise ValueError(f"lengths: the window after {keep.tolist()} needs positions from "
+                         f"{needs.tolist()}, overwritten below {oldest.tolist()}")
+    cache.lengths, cache.seen = (keep - oldest).clamp_min(0), keep.clone()
+
+
+def _append_to_ring(cache: KVCache, new_key: Tensor, new_value: Tensor, counts: Tensor) -> None:
+    """append on a windowed cache: row b's position p goes to slot p % slots, overwriting the
+    position `slots` before it, which no query's window reaches any more."""
+    rows_in, t = new_key.shape[0], new_key.shape[2]
+    fresh = cache.lengths is None
+    held = counts.new_zeros(rows_in) if fresh else cache.lengths  # [B]
+    seen = counts.new_zeros(rows_in) if fresh else cache.seen  # [B]
+    # Slots for what the rows will hold: W + c - 1 at most for a chunk of c, fewer early on.
+    bound = cache.window + max(int(counts.max()), 1) - 1
+    _make_ring(cache, min(bound, int((seen + counts).max())), bound, new_key)
+    ahead = torch.arange(t, device=new_key.device)  # [t]
+    real = ahead < counts[:, None]  # [B, t]
+    row = torch.arange(rows_in, device=new_key.device)[:, None].expand(rows_in, t)[real]  # [N]
+    src = ahead.expand(rows_in, t)[real]  # [N]
+    slot = ((seen[:, None] + ahead) % cache.capacity)[real]  # [N]
+    cache.k_storage[row, :, slot] = new_key[row, :, src]  # [N, Hkv, D]
+    cache.v_storage[row, :, slot] = new_value[row, :, src]
+    # A chunk of c keeps its first query's W - 1 predecessors: W + c - 1 at most, c > 0.
+    grown = torch.minimum(held + counts, cache.window + counts - 1)
+    cache.lengths = torch.where(counts > 0, grown, held)
+    cache.seen = seen + counts
+
+
+def _make_ring(cache: KVCache, needed: int, bound: int, like: Tensor) -> None:
+    """Give the ring at least `needed` slots, growing geometrically up to `bound` (W + t - 1),
+    and move each held position p to slot p % slots."""
+    if cache.k_storage is not None and cache.capacity >= needed:
+        return
+    slots = min(bound, _next_power_of_two(needed))
+    batch, kv_heads, _, head_dim = like.shape
+    ring_k = like.new_zeros(batch, kv_heads, slots, head_dim)  # [B, Hkv, slots, D]
+    ring_v = like.new_zeros(batch, kv_heads, slots, head_dim)
+    if cache.k_storage is not None and cache.lengths is not None:
+        ordered_k, ordered_v = cache.keys, cache.values  # [B, Hkv, T, D], T <= old slots < slots
+        span = torch.arange(ordered_k.shape[2], device=ring_k.device)  # [T]
+        at = (cache.seen - cache.lengths)[:, None] + span  # [B, T]: absolute positions
+        index = (at % slots)[:, None, :, None].expand_as(ordered_k)  # distinct in a row: T <= slots
+        ring_k.scatter_(2, index, ordered_k)
+        ring_v.scatter_(2, index, ordered_v)
+    cache.k_storage, cache.v_storage = ring_k, ring_v
+
+
+def _in_time_order(cache: KVCache, storage: Tensor) -> Tensor:
+    """A ring's held positions in time order: [B, Hkv, T, D], T = max(lengths); past a row's
+    length, slots it does not hold (masked by lengths, as a row's padding is)."""
+    span = int(cache.lengths.max())
+    oldest = cache.seen - cache.lengths  # [B]
+    slot = (oldest[:, None] + torch.arange(span, device=storage.device)) % storage.shape[2]  # [B, T]
+    index = slot[:, None, :, None].expand(storage.shape[0], storage.shape[1], span, storage.shape[3])
+    return storage.gather(2, index)
 
 
 def apply_rope(x: Tensor, positions: Tensor, base: float = 10000.0) -> Tensor:
@@ -274,8 +452,8 @@ def apply_rope(x: Tensor, positions: Tensor, base: float = 10000.0) -> Tensor:
 def decode_step(layer, cache: KVCache, x: Tensor, counts: Tensor | None = None) -> Tensor:
     """One attention layer's incremental step for the newest token x ([B, 1, d_model]).
 
-    Projects only x, applies RoPE to q and k at each row's absolute position lengths[b] (0 for an
-    empty cache), appends k (after RoPE) and v with counts (int64 [B] of 0/1, default all 1),
+    Projects only x, applies RoPE to q and k at each row's absolute position positions[b] (0 for
+    an empty cache; lengths[b] without a window), appends k (after RoPE) and v with counts (int64 [B] of 0/1, default all 1),
     attends, merges heads and applies wo. Returns [B, 1, d_model].
     """
     if x.dim() != 3 or x.shape[1] != 1:
@@ -290,6 +468,8 @@ def decode_step(layer, cache: KVCache, x: Tensor, counts: Tensor | None = None) 
 
     # The new token's absolute position is the number of tokens its row already holds.
     lengths = cache.lengths if cache.lengths is not None else torch.zeros(batch, dtype=torch.int64)
+    if cache.window is not None and cache.lengths is not None:
+        lengths = cache.positions  # a window holds fewer positions than its rows have seen
     positions = lengths.to(x.device)[:, None]  # [B, 1]
     q = apply_rope(q, positions, layer.rope_base)
     # Keys are cached after RoPE: a key's rotation depends only on its own position, which never

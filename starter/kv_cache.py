@@ -18,9 +18,11 @@ float32 softmax that survives large logits; `reset`, `release`; lengths tracked 
 capacity; ragged batches through `counts`; `decode_step` projects and caches only what it must;
 and your own tests in test_kv_cache.py catch real mistakes. L6: GQA/MQA, RoPE at absolute
 positions, `reorder` and `fork` for beam search, finished beams, bf16/fp16 caches, and an
-`append` that does not reallocate on every step.
+`append` that does not reallocate on every step. L6+, once L6 passes (points of their own,
+outside the 100): `attend_chunk` verifies a chunk of drafts in one call, `truncate` rolls
+rejected drafts back, `KVCache(window=W)` slides a window (`kata rubric` lists the items).
 
-Replace every `raise NotImplementedError` below. `apply_rope` is given: use it as is.
+Replace every `raise NotImplementedError` below (L6+'s three last, when L6 passes). `apply_rope` is given: use it as is.
 
 Grade it, with your tests in test_kv_cache.py beside it:
     kata grade                     # in a workspace (kata init DIR) or at the kata's root
@@ -44,14 +46,28 @@ class KVCache:
                   None when empty.
         capacity: int            time slots allocated in storage; 0 when empty; always
                   >= max(lengths). Lengths and capacity are separate facts.
+        positions: Tensor | None int64 [B], L6+: the tokens each row has appended since the
+                  cache was made or reset, or the row released (then 0); the absolute position
+                  of its next token. Without a window it equals lengths. None when empty.
 
     `KVCache(capacity=N)` allocates N slots at the first append. With no capacity, or when a row
     would outgrow it, storage grows geometrically (doubling, say), so n single-token appends
     cause O(log n) reallocations, not n.
+
+    `KVCache(window=W)` (L6+, W >= 1, else ValueError): a sliding-window cache (Mistral's
+    convention). The query at absolute position p attends positions max(0, p - W + 1) .. p
+    only, in attend, attend_chunk and decode_step alike; RoPE stays at absolute positions.
+    lengths[b] is the number of positions row b holds: min(positions[b], W) after single-token
+    appends, min(positions[b], W + t - 1) right after a chunk of t (the chunk's first query still
+    needs its W - 1 predecessors); keys and values hold those positions in time order. Storage
+    never grows past W + t - 1 slots for the largest chunk t appended: a ring buffer, whose old
+    positions are overwritten. With a window, capacity is ignored; `append` with counts follows
+    the same rules row by row.
     """
 
-    def __init__(self, capacity: int | None = None):
+    def __init__(self, capacity: int | None = None, window: int | None = None):
         self.requested_capacity = capacity  # slots to allocate at the first append
+        self.window = window  # L6+: None for a cache without a window
         self.keys: Tensor | None = None
         self.values: Tensor | None = None
         self.lengths: Tensor | None = None
@@ -117,7 +133,7 @@ def decode_step(layer, cache: KVCache, x: Tensor, counts: Tensor | None = None) 
 
     Project only the new token (never the prefix). Apply RoPE (`apply_rope`, base
     layer.rope_base) to q and k at each row's absolute position cache.lengths[b] (0 for an empty
-    cache). Append k and v (keys after RoPE; never q, never hidden states). Attend, merge the
+    cache; cache.positions[b] once you write L6+, which is the same number without a window). Append k and v (keys after RoPE; never q, never hidden states). Attend, merge the
     heads, apply wo. Returns [B, 1, d_model].
     """
     raise NotImplementedError
@@ -138,6 +154,39 @@ def fork(cache: KVCache) -> KVCache:
 
     Writes to either cache never show in the other, and decoding on the fork continues at the
     copied lengths.
+    """
+    raise NotImplementedError
+
+
+def attend_chunk(cache: KVCache, query: Tensor) -> Tensor:
+    """Attention of the t newest queries at once (L6+: verifying t draft tokens in one call).
+
+    query: [B, Hq, t, D], the queries of the t positions each row appended last (every row
+    appended t). Returns [B, Hq, t, D] in the query's dtype. Query i of row b sits at absolute
+    position p = positions[b] - t + i and attends its row's cached positions 0 .. p and no later
+    one: inside a chunk the future is already in the cache, so this is where a mask is needed
+    (with a window: max(0, p - W + 1) .. p). Scores and softmax in float32 as in `attend`; with
+    t == 1 it equals `attend`. A row of length 0 returns zeros.
+
+    ValueError as `attend` raises it, and when a non-empty row holds fewer than t positions.
+    Never modifies the cache or the query.
+    """
+    raise NotImplementedError
+
+
+def truncate(cache: KVCache, lengths: Tensor) -> None:
+    """Roll back rejected draft tokens (L6+: speculative decoding).
+
+    lengths: int64 [B]. Row b keeps positions 0 .. lengths[b] - 1 and forgets the rest; its
+    lengths and positions become lengths[b], and its next append writes at lengths[b]. Nothing
+    dropped is ever attended again: not by attend, not by attend_chunk, not after storage grows.
+    Rows may keep different lengths (each accepted its own number of drafts). Truncating to the
+    current lengths changes nothing; to 0 empties the row. Capacity is not given back.
+
+    A length below 0 or above the row's current positions raises ValueError and changes nothing.
+    With a window: positions become lengths[b], lengths what the row still holds of positions
+    0 .. lengths[b] - 1 (lengths[b] minus its oldest held position); ValueError, changing
+    nothing, exactly when the next query's window would need a position already overwritten.
     """
     raise NotImplementedError
 
