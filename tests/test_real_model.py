@@ -21,6 +21,7 @@ from graders.judge import replies
 from graders.judge.grade import grade
 from graders.shared import transformers_extra
 from graders.shared.compare import close
+from graders.shared.rubric import load
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "implementations" / "real_model"
@@ -117,7 +118,8 @@ def test_an_element_passes_at_0_9_of_the_bound_and_fails_at_1_1():
 
 @NEEDS_TRANSFORMERS
 @pytest.mark.slow
-@pytest.mark.parametrize("path", [CONCAT, CHUNKS], ids=["concat", "chunks"])
+@pytest.mark.parametrize("path", [ROOT / "solutions" / "kv_cache.py", CONCAT, CHUNKS],
+                         ids=["solution", "concat", "chunks"])
 def test_correct_caches_of_two_styles_pass_public_and_hidden(path):
     result = grade(path, hidden=True, seed=7, only={item.ITEM})
     (graded,) = result.items
@@ -220,3 +222,36 @@ def test_a_generation_reply_is_checked_against_the_operation():
         replies._ok({"missing": ["truncate"]}, reference, "r")
     long = replies._ok({"mismatch": "x" * 10_000, "calls": _reply(op)["calls"]}, op, "r")
     assert len(long["mismatch"]) < 2_100
+
+
+@NEEDS_TRANSFORMERS
+@pytest.mark.slow
+@pytest.mark.parametrize("tamper, status, words", [
+    ("adapter", "pass", "equal DynamicCache token for token"),
+    ("generate", "fail", "the model's generate never called your append"),
+    ("weights", "fail", "part from DynamicCache's"),
+])
+def test_tampering_inside_the_worker_gains_the_item_at_most(hostile_file, tamper, status, words):
+    """A file runs beside the adapter and transformers: replacing the adapter wins the item,
+    a bypassed cache or another model loses it (the reference ran where the file is not)."""
+    path = hostile_file("tampers_with_transformers", TAMPER=tamper)
+    (graded,) = grade(path, only={item.ITEM}).items
+    assert graded.status == status and words in graded.message, graded.message
+
+
+DIRECT = {"chunk-causal-mask", "speculative-rollback"}  # L6+ items that call the file directly
+
+
+@NEEDS_TRANSFORMERS
+@pytest.mark.slow
+@pytest.mark.xfail(not DIRECT <= {i.id for i in load().items}, strict=True,
+                   reason="the L6+ items that grade attend_chunk and truncate directly are not "
+                          "in this rubric yet: until they are, a tampering file reaches L6+")
+def test_a_tampering_file_never_gains_a_level(hostile_file):
+    """The adapter replaced, real-model passes; the items that call attend_chunk and truncate
+    themselves fail; the level is L6, what the other items give."""
+    result = grade(hostile_file("tampers_with_transformers", TAMPER="adapter"))
+    status = {i.id: i.status for i in result.items}
+    assert status[item.ITEM] == "pass"
+    assert {status[i] for i in DIRECT} == {"fail"}
+    assert result.level == "L6"
