@@ -255,3 +255,34 @@ def test_a_tampering_file_never_gains_a_level(hostile_file):
     assert status[item.ITEM] == "pass"
     assert {status[i] for i in DIRECT} == {"fail"}
     assert result.level == "L6"
+
+
+def test_watch_keeps_the_verdict_while_the_file_is_unchanged(tmp_path):
+    from graders.judge.grade import ItemResult
+    from graders.workflows.grading import KEPT, Verdicts
+
+    path = tmp_path / "kv_cache.py"
+    path.write_text("x = 1\n")
+    verdicts = Verdicts()
+    assert verdicts.kept(path) == {}  # nothing heard yet
+    verdicts.hear(ItemResult("real-model", "L6+", "pass", 10, 10, "7 generate runs"))
+    verdicts.hear(ItemResult("gqa", "L6", "pass", 6, 6, "gqa's"))  # only real-model is kept
+    kept = verdicts.kept(path)
+    assert list(kept) == ["real-model"] and kept["real-model"].message == KEPT + "7 generate runs"
+    verdicts.hear(kept["real-model"])  # kept again: said once
+    assert verdicts.kept(path)["real-model"].message == KEPT + "7 generate runs"
+    path.write_text("x = 2\n")
+    assert verdicts.kept(path) == {}  # changed: run again
+    verdicts.hear(ItemResult("real-model", "L6+", "timeout", 0, 10, "hung"))
+    assert verdicts.kept(path) == {}  # a timeout is no verdict
+
+
+def test_a_kept_verdict_starts_no_worker_of_the_item(monkeypatch):
+    from graders.judge.grade import ItemResult
+
+    started = []
+    monkeypatch.setattr("graders.judge.workers.Worker.start",
+                        lambda self: started.append(self.mode) or _real_start(self))
+    verdict = ItemResult("real-model", "L6+", "pass", 10.0, 10.0, "kept: 7 generate runs")
+    (graded,) = grade(CONCAT, only={item.ITEM}, kept={item.ITEM: verdict}).items
+    assert graded == verdict and started == ["implementation"]

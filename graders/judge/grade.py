@@ -206,7 +206,8 @@ def grade(implementation: Path, tests: Path | None = None, *, track: str = DENSE
           import_timeout: float = DEFAULT_IMPORT_TIMEOUT, sandbox: Sandbox = Sandbox(),
           seed: int | None = None, first: set[str] | None = None,
           workers: GradeWorkers | None = None, budget: TimeBudget = TimeBudget(),
-          on_item: Callable[[ItemResult], None] | None = None) -> GradeResult:
+          on_item: Callable[[ItemResult], None] | None = None,
+          kept: dict[str, ItemResult] | None = None) -> GradeResult:
     """Grade `implementation` (and the candidate's `tests`, when given) against the rubric.
 
     `track` is the id of a graders.shared.tracks.Track (a track without own-tests does not run
@@ -226,6 +227,8 @@ def grade(implementation: Path, tests: Path | None = None, *, track: str = DENSE
     chooses the isolation (SandboxUnavailable when it cannot be had) and the memory limit.
     `workers`: the workers already started for these files (GradeWorkers.start, by a caller that
     starts them before it imports torch), else started here; closed either way.
+    `kept`: results of items not to run again, taken as they are (`kata grade --watch` keeps
+    the real-model item's verdict while the implementation's bytes are unchanged).
     Returns only once every process the candidate's code started is gone.
     A hidden run also records how much of the file matches each bundled solution of the track
     (graders.judge.similarity): information for the interviewer, which no status or level uses.
@@ -244,7 +247,9 @@ def grade(implementation: Path, tests: Path | None = None, *, track: str = DENSE
         items = _run_order(rubric_data.selected(chosen, only, up_to), first or set())
         runs_tests = chosen.runs_tests({item.id for item in items})
         tests = Path(tests).absolute() if tests and runs_tests else None
-        runs_model = chosen.runs_model({item.id for item in items}) and not transformers_extra.problem()
+        kept = kept or {}
+        runs_model = (chosen.runs_model({item.id for item in items} - set(kept))
+                      and not transformers_extra.problem())
         workers = workers or GradeWorkers.start(path, tests, chosen.module, sandbox, import_timeout,
                                                 real_model=runs_model)
         workers.limit_to(spent)
@@ -253,7 +258,7 @@ def grade(implementation: Path, tests: Path | None = None, *, track: str = DENSE
             candidate = Candidate(workers.implementation, timeout, workers.tests,
                                   workers.test_worker, workers.model, workers.reference)
             result = _grade(candidate, str(implementation), items, graders, judged_hidden,
-                            exitfirst, on_item, chosen, spent)
+                            exitfirst, on_item, chosen, spent, kept)
     finally:
         if workers:
             workers.close()
@@ -286,7 +291,8 @@ def _graders(hidden: bool, extra_graders: Path | None, track: tracks.Track) -> l
 
 def _grade(candidate: Candidate, name: str, items: list[rubric_data.Item], graders: list[Grader],
            hidden: bool, exitfirst: bool, on_item: Callable[[ItemResult], None] | None,
-           track: tracks.Track, spent: Budget) -> GradeResult:
+           track: tracks.Track, spent: Budget,
+           kept: dict[str, ItemResult] | None = None) -> GradeResult:
     rubric = rubric_data.load()
     results, broke, unavailable, timeouts = [], False, None, 0
     first_raised: dict[tuple, str] = {}  # an exception's signature -> the first item it failed
@@ -297,7 +303,9 @@ def _grade(candidate: Candidate, name: str, items: list[rubric_data.Item], grade
         for item in items:
             item_graders = [g for g in graders if g.item == item.id]
             ran_beside = early is not None and item.id == tracks.TESTS_ITEM
-            if unavailable is not None:
+            if kept and item.id in kept:
+                result = kept[item.id]
+            elif unavailable is not None:
                 result = _not_run(item, unavailable)
             elif spent.spent() and not ran_beside:
                 result = _result(item, "timeout", f"not run: {spent.message()}")

@@ -68,13 +68,15 @@ def grade(make_console: Consoles, implementation: Path, tests: Path | None, *, w
         return order, {**options, "only": order.only, "first": order.first}
 
     ahead = []  # --watch: the next run's workers, started once a report is out
+    verdicts = Verdicts()  # --watch: the real-model item's verdict, while the file is unchanged
 
     def run_once() -> int:
         order, run_options = planned()
+        kept = verdicts.kept(implementation) if watch else {}
         code = grade_and_report(make_console, implementation, tests, shown=shown,
                                 json_path=json_path, output_format=output_format,
                                 markdown=markdown, junit=junit, html=html, detail=detail,
-                                note=order.note,
+                                note=order.note, kept=kept, heard=verdicts.hear,
                                 command=command, workers=take(ahead, implementation, tests,
                                                               run_options), **run_options)
         if watch:  # torch imported in them while the files are edited, not after the save
@@ -124,6 +126,46 @@ def tests_run(tests: Path | None, options: dict) -> Path | None:
     return tests if track.runs_tests(chosen) else None
 
 
+class Verdicts:
+    """The real-model item's last verdict in a `--watch`, and the implementation's bytes it was
+    given for: a save that leaves them as they were (the tests edited, the file saved again
+    unchanged) keeps it, instead of generating through the model again (seconds of a grade)."""
+
+    def __init__(self):
+        self.digest: str | None = None
+        self.result = None
+
+    def kept(self, implementation: Path) -> dict:
+        """{item id: its result} to keep for a grade of `implementation` as it is now."""
+        now = _digest(implementation)
+        if self.result is None or now is None or now != self.digest:
+            self.digest, self.result = now, None
+            return {}
+        result = self.result
+        if not result.message.startswith(KEPT):
+            from dataclasses import replace
+
+            result = replace(result, message=KEPT + result.message)
+        return {result.id: result}
+
+    def hear(self, result) -> None:
+        """An item's result as the grade ends it: the real-model item's is kept for the next."""
+        if result.id == tracks.MODEL_ITEM and result.status in ("pass", "fail"):
+            self.result = result
+
+
+KEPT = "kept from the last grade (the file is unchanged): "
+
+
+def _digest(path: Path) -> str | None:
+    import hashlib
+
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
 def take(ahead: list, implementation: Path, tests: Path | None, options: dict):
     """The workers started ahead for this run, let go on the files as they are now; None when
     there are none, or they do not fit (the run needs a tests worker they lack, or the other
@@ -142,13 +184,16 @@ def take(ahead: list, implementation: Path, tests: Path | None, options: dict):
 def grade_and_report(make_console: Consoles, implementation: Path, tests: Path | None, *,
                      shown: str, json_path: Path | None, output_format: str,
                      markdown: Path | None, junit: Path | None, detail: str, note: str,
-                     command: str, workers=None, html: Path | None = None, **options) -> int:
+                     command: str, workers=None, html: Path | None = None, kept=None,
+                     heard: Callable | None = None, **options) -> int:
     """Grade, record which items did not pass (graders.workflows.last_failed), print a line
     naming the files and `note` (not for the "quiet" and "brief" details), then the report at
     `detail` (graders.formats.report.render), and write the files asked for.
 
     Every path is absolute; `shown` is how the report names the implementation, `command` how
-    to grade it again. `workers`: started ahead for this grade (None: started here)."""
+    to grade it again. `workers`: started ahead for this grade (None: started here). `kept`:
+    items' results taken as they are (graders.judge.grade.grade); `heard` hears of each item
+    as it ends."""
     from dataclasses import replace
 
     # The workers first: each imports torch while this process imports the judge, which does too.
@@ -167,9 +212,11 @@ def grade_and_report(make_console: Consoles, implementation: Path, tests: Path |
 
         def advance(result) -> None:
             progress.update(task, advance=1, description=f"graded {result.id}")
+            if heard:
+                heard(result)
 
         result = replace(run_grade(implementation, tests, workers=workers, on_item=advance,
-                                   **options), implementation=shown)
+                                   kept=kept, **options), implementation=shown)
 
     last_failed.record(implementation, result)
     if detail not in ("quiet", "brief"):
