@@ -28,5 +28,5 @@ def test_an_unknown_track_names_the_choices():
 
 def test_reports_group_the_levels_first_then_the_tracks_beside_them():
     groups = tracks.groups(load().levels)
-    assert [g[0] for g in groups] == ["L4", "L5", "L6", "serving", "batching"]
+    assert [g[0] for g in groups] == ["L4", "L5", "L6", "L6+", "serving", "batching"]
     assert groups[-2][2] is SERVING and groups[-1][2] is BATCHING

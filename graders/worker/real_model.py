@@ -85,17 +85,17 @@ def reference(op: dict) -> dict:
 
 def generate(op: dict, cache) -> dict:
     """`generate` of op's model through `cache`: sequences [B, P + N], logits [N, rows, V]."""
+    from transformers import GenerationConfig
+
     model = build(op["model"], ATTENTION if op["attention"] == "candidate" else "sdpa")
-    extra = {}
-    if op["mode"] == "beam":
-        extra = {"num_beams": op["beams"], "early_stopping": False, "length_penalty": 0.0}
-    if op["mode"] == "assisted":
-        extra = {"assistant_model": build(op["assistant"], "sdpa")}
-    out = model.generate(
-        input_ids=op["input_ids"], attention_mask=op["attention_mask"], cache=cache,
-        max_new_tokens=op["new_tokens"], min_new_tokens=op["new_tokens"], do_sample=False,
-        use_cache=True, output_logits=True, return_dict_in_generate=True, pad_token_id=0,
-        **extra)
+    beams = op["beams"] if op["mode"] == "beam" else 1
+    config = GenerationConfig(  # no EOS: every run generates new_tokens tokens
+        max_new_tokens=op["new_tokens"], do_sample=False, num_beams=beams, use_cache=True,
+        output_logits=True, return_dict_in_generate=True, pad_token_id=0, eos_token_id=None,
+        **({"early_stopping": False, "length_penalty": 0.0} if beams > 1 else {}))
+    assistant = build(op["assistant"], "sdpa") if op["mode"] == "assisted" else None
+    out = model.generate(input_ids=op["input_ids"], attention_mask=op["attention_mask"],
+                         cache=cache, generation_config=config, assistant_model=assistant)
     return {"sequences": out.sequences, "logits": torch.stack(out.logits).float()}
 
 
@@ -107,7 +107,6 @@ def build(spec: dict, attention: str):
     config._attn_implementation = attention
     model = LlamaForCausalLM(config)
     model.load_state_dict(spec["weights"], strict=True)
-    model.generation_config.eos_token_id = None  # every run generates new_tokens tokens
     return model.eval().requires_grad_(False)
 
 
