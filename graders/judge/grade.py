@@ -252,6 +252,9 @@ def grade(implementation: Path, tests: Path | None = None, *, track: str = DENSE
                       and not transformers_extra.problem())
         workers = workers or GradeWorkers.start(path, tests, chosen.module, sandbox, import_timeout,
                                                 real_model=runs_model)
+        if workers.model is None or workers.reference is None:  # a caller's, without them
+            workers.model, workers.reference = GradeWorkers.model_workers(
+                path, chosen.module, workers.isolation, sandbox, import_timeout)
         workers.limit_to(spent)
         torch.set_num_threads(1)
         with hidden_cases.run_seed(seed) if judged_hidden else nullcontext():

@@ -359,11 +359,8 @@ class GradeWorkers:
             test_worker = (Worker("tests", isolation=mode, limits=sandbox.limits(), files=[tests],
                                   ahead=ahead).start() if tests else None)
             started.append(test_worker)
-            ahead = ahead and real_model  # a worker started at its first request reads the file then
-            model = Worker("implementation", str(implementation), import_timeout=import_timeout,
-                           module=module, isolation=mode, limits=sandbox.limits(),
-                           files=[implementation], ahead=ahead, preload=True)
-            reference = Worker("reference", isolation=mode, limits=sandbox.limits())
+            model, reference = cls.model_workers(implementation, module, mode, sandbox,
+                                                 import_timeout, ahead and real_model)
             if real_model:
                 started += [model.start(), reference.start()]
         except BaseException:
@@ -372,6 +369,17 @@ class GradeWorkers:
                     started_worker.close()
             raise
         return cls(worker, tests, test_worker, mode, model, reference)
+
+    @staticmethod
+    def model_workers(implementation: Path, module: str, mode: str, sandbox: isolation.Sandbox,
+                      import_timeout: float, ahead: bool = False) -> tuple[Worker, Worker]:
+        """The real-model item's two workers, not started: the implementation beside
+        transformers, and transformers alone. One not started `ahead` reads the file when its
+        first request starts it."""
+        model = Worker("implementation", str(implementation), import_timeout=import_timeout,
+                       module=module, isolation=mode, limits=sandbox.limits(),
+                       files=[implementation], ahead=ahead, preload=True)
+        return model, Worker("reference", isolation=mode, limits=sandbox.limits())
 
     def limit_to(self, budget: "Budget") -> None:
         """From now on, neither worker runs the candidate's code past `budget`."""
@@ -382,9 +390,11 @@ class GradeWorkers:
         """Workers started `ahead`: their grade begins, with the files as they are now. False,
         and closed, when they died while waiting: the grade must start its own."""
         try:
-            for worker in self._all():
-                if worker.ahead:
+            for worker in (self.implementation, self.test_worker):
+                if worker:
                     worker.go()
+            if self.model is not None and self.model.ahead:  # started with the grade's others
+                self.model.go()
         except OSError:
             self.close()
             return False
