@@ -314,6 +314,29 @@ MUTANTS = [
         base=PAGED_REFERENCE,
     ), "eviction"),
     hidden_only(SEGMENTED_FORK_SHARES_OLD, "rope-fork-offset"),
+    # L6+ (contract section 8)
+    hidden_only(Mutant(
+        "chunk-mqa-squeeze", "attend_chunk's MQA path drops the single KV head with .squeeze(), "
+        "which also drops a batch of one",
+        replace=(("    k, v = cache.keys, cache.values\n",
+                  "    k, v = cache.keys, cache.values\n"
+                  "    if kv_heads == 1:  # MQA: one KV head for every query head\n"
+                  "        k, v = k.squeeze()[:, None], v.squeeze()[:, None]\n"),),
+    ), "chunk-causal-mask"),
+    hidden_only(Mutant(
+        "truncate-type-unchecked", "truncate checks each length's range but not that lengths is "
+        "an int64 [B] tensor: float lengths become the cache's, one row too many raises "
+        "RuntimeError",
+        replace=(("    if not isinstance(lengths, Tensor) or lengths.dtype != torch.int64 or "
+                  "lengths.shape != (batch,):\n"
+                  "        raise ValueError(f\"lengths must be an int64 tensor [{batch}]\")\n", ""),),
+    ), "speculative-rollback"),
+    hidden_only(Mutant(
+        "window-skipped-rows-shrink", "a windowed append gives every row min(held + c, W + c - 1), "
+        "the rows that took nothing (c = 0) too: they drop their oldest position",
+        replace=(("    cache.lengths = torch.where(counts > 0, grown, held)\n",
+                  "    cache.lengths = grown\n"),),
+    ), "sliding-window"),
     hidden_only(Mutant(
         "int8-cow-forgets-scales", "copy-on-write copies a shared block's int8 keys and values "
         "but not their scales",

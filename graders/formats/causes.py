@@ -57,7 +57,7 @@ def causes(result: GradeResult, first: frozenset[str] | set[str] = frozenset()) 
     ahead, then those of code that runs and fails before those of code not written yet (a stub,
     no test file), each group in the rubric order of its lead."""
     rubric = rubric_data.load()
-    failing = {i.id: i for i in result.items if i.status != "pass" and not i.unavailable}
+    failing = {i.id: i for i in result.reported if i.status != "pass" and not i.unavailable}
     lead_of: dict[str, str] = {}
     how: dict[str, Joined] = {}
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from graders.formats.html import Html, document, el, join
-from graders.formats.report import partial_verdict, similarity_line
+from graders.formats.report import PLUS_NOT_STARTED, partial_verdict, similarity_line
 from graders.judge.grade import GradeResult, ItemResult, TellResult
 from graders.judge.isolation import PROCESS_FALLBACK_NOTE
 from graders.shared import rubric as rubric_data
@@ -51,7 +51,9 @@ def grade_section(result: GradeResult) -> Html:
     parts = [_summary(result)]
     for level, title, _ in tracks.groups(rubric.levels):
         items = [i for i in result.items if i.level == level]
-        if items:
+        if items and level == rubric_data.PLUS and not result.plus_started:
+            parts.append(el("h3", f"{title}: {PLUS_NOT_STARTED}"))
+        elif items:
             parts.append(_level(title, items, rubric))
     if track.levels and result.tells:
         parts.append(_tells(result.tells, rubric))
@@ -67,6 +69,9 @@ def _summary(result: GradeResult) -> Html:
                else ("Level" if tracks.get(result.track).levels else "Track",
                      result.level or "none"))
     facts = [verdict, ("Score", f"{result.score:g}/{result.max_score:g}")]
+    if result.plus_started:
+        facts.append((rubric_data.PLUS, f"{result.plus_score:g}/{result.plus_max_score:g} "
+                      "(outside the 100)"))
     if result.capped_by:
         facts.append(("Capped by", ", ".join(result.capped_by)))
     if result.hidden:

@@ -4,8 +4,9 @@ Top level: `score`, `output` (the level reached and the tells that capped it -- 
 partial run, which items pass --, the score, ids of the tells detected, and why items were not
 run when the worker could not run them), `visibility` "visible", `stdout_visibility` "hidden"
 (the grader's stdout is for instructors), and `extra_data` holding `max_score`, `level` (null for
-a partial run) and `partial`: the spec has no top-level `max_score` (Gradescope takes the total
-from the assignment's settings), so it is stored there, not shown.
+a partial run), `partial`, `plus_score` and `plus_max_score` (L6+, outside the 100): the spec
+has no top-level `max_score` (Gradescope takes the total from the assignment's settings), so it
+is stored there, not shown. The L6+ items are tests only once L6+ is started.
 
 One test per graded item, numbered by its place in the rubric: `name` "<level> <id>: <title>",
 `score`, `max_score`, `status` "passed" or "failed", `output` (for an item that did not pass,
@@ -39,7 +40,7 @@ def to_gradescope(result: GradeResult) -> dict:
     order = {item.id: n for n, item in enumerate(rubric.items, start=1)}
     lead_of = causes.cause_of(result)
     tests = []
-    for item in result.items:
+    for item in result.reported:  # L6+ not started: no test each
         info = rubric.item(item.id)
         lead = lead_of.get(item.id)
         if lead is None:
@@ -70,7 +71,8 @@ def to_gradescope(result: GradeResult) -> dict:
         "visibility": "visible",
         "stdout_visibility": "hidden",
         "extra_data": {"max_score": result.max_score, "level": result.level,
-                       "partial": result.partial},
+                       "partial": result.partial, "plus_score": result.plus_score,
+                       "plus_max_score": result.plus_max_score},
         "tests": tests,
     }
 
@@ -82,7 +84,9 @@ def _summary(result: GradeResult) -> str:
         capped = f" (capped at {result.level} by {', '.join(result.capped_by)})"
         lines = [f"Level reached: {result.level}" + (capped if result.capped_by else "")]
     detected = [t.id for t in result.tells if t.detected]
-    lines += [f"Score: {result.score:g}/{result.max_score:g}",
+    lines += [f"Score: {result.score:g}/{result.max_score:g}"
+              + (f" ({rubric_data.PLUS}: {result.plus_score:g}/{result.plus_max_score:g}, outside "
+                 "the 100)" if result.plus_started else ""),
               f"Down-level tells detected: {', '.join(detected) or 'none'}"]
     if result.unavailable:
         lines.append(f"Items not run: {quote(result.unavailable)}")

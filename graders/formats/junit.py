@@ -2,8 +2,9 @@
 
 One `<testsuites>` holding one `<testsuite name="kvkata">`: a `<properties>` block
 (implementation, level -- absent for a partial run, which has none --, partial "true|false",
-score, max_score, hidden, and `tell.<id>` for each detected tell), then one
-`<testcase classname="kvkata.<level>" name="<id>">` per item. A pass has no child; fail is
+score, max_score, plus_score, plus_max_score (L6+), hidden, and `tell.<id>` for each detected
+tell), then one `<testcase classname="kvkata.<level>" name="<id>">` per item (the L6+ items
+only once L6+ is started: GradeResult.reported). A pass has no child; fail is
 `<failure type="fail">`, not_attempted (a TODO) is `<failure type="not_attempted">` -- work not
 done must not show green in a CI dashboard, as a skip does --, error and timeout are
 `<error type="error|timeout">`, each with the message's first line as `message` and the whole
@@ -31,7 +32,8 @@ OUTCOME = {"fail": "failure", "error": "error", "timeout": "error", "not_attempt
 def write_junit(result: GradeResult, path: Path) -> None:
     """Write `result` to `path` as JUnit XML."""
     rubric = rubric_data.load()
-    kinds = [OUTCOME.get(i.status) for i in result.items]
+    items = result.reported  # L6+ not started: not a test case each
+    kinds = [OUTCOME.get(i.status) for i in items]
     counts = {"name": "kvkata", "tests": str(len(kinds)), "failures": str(kinds.count("failure")),
               "errors": str(kinds.count("error"))}
     root = ET.Element("testsuites", counts, time="0")
@@ -41,12 +43,14 @@ def write_junit(result: GradeResult, path: Path) -> None:
     for name, value in [("implementation", result.implementation), *level,
                         ("partial", str(result.partial).lower()),
                         ("score", f"{result.score:g}"), ("max_score", f"{result.max_score:g}"),
+                        ("plus_score", f"{result.plus_score:g}"),
+                        ("plus_max_score", f"{result.plus_max_score:g}"),
                         ("hidden", str(result.hidden).lower())]:
         ET.SubElement(properties, "property", name=name, value=xml_text(value))
     for tell in (t for t in result.tells if t.detected):
         value = f"caps the level at {rubric.tell(tell.id).caps}: {quote(tell.message)}"
         ET.SubElement(properties, "property", name=f"tell.{tell.id}", value=xml_text(value))
-    for item, kind in zip(result.items, kinds):
+    for item, kind in zip(items, kinds):
         case = ET.SubElement(suite, "testcase", classname=f"kvkata.{item.level}", name=item.id)
         if kind:
             message = xml_text(quote(item.full_message))

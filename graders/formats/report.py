@@ -36,6 +36,8 @@ STATUS_STYLE = {
     "timeout": ("TIMEOUT", "yellow"),
     "not_attempted": ("TODO", "dim"),
 }
+# The L6+ group's one line while no L6+ item was attempted (GradeResult.plus_started).
+PLUS_NOT_STARTED = "not started (kata rubric lists them)"
 
 
 def to_json(result: GradeResult) -> dict:
@@ -49,6 +51,8 @@ def to_json(result: GradeResult) -> dict:
         "level": result.level,
         "score": result.score,
         "max_score": result.max_score,
+        "plus_score": result.plus_score,
+        "plus_max_score": result.plus_max_score,
         "items": [
             {"id": i.id, "level": i.level, "status": i.status, "points": i.points,
              "max_points": i.max_points, "message": quote(i.full_message),
@@ -126,7 +130,9 @@ def _print_levels(result: GradeResult, console: Console, rubric: rubric_data.Rub
                                    ahead, rubric, True, lead_of))
     for level, title, _ in tracks.groups(rubric.levels):
         items = [i for i in result.items if i.level == level]
-        if items:
+        if items and level == rubric_data.PLUS and not result.plus_started:
+            console.print(Text.assemble((title, "bold"), "  ", (PLUS_NOT_STARTED, "dim")))
+        elif items:
             console.print(_level_lines(f"{title}  ({_points(items)})",
                                        [i for i in items if i.id not in first], rubric, True,
                                        lead_of))
@@ -168,15 +174,19 @@ def _height(console: Console, renderable) -> int:
     return len(console.render_lines(renderable, console.options, pad=False))
 
 
-def _level_summary(result: GradeResult, rubric: rubric_data.Rubric) -> Table:
+def _level_summary(result: GradeResult, rubric: rubric_data.Rubric) -> Table | Group:
     """One line a level (wrapped under itself): its points and the items that pass, or, when
     fewer do not, the items that do not."""
     grid = Table.grid(padding=(0, 2))
     grid.add_column(no_wrap=True, style="bold")
     grid.add_column()
+    after: list[Text] = []
     for level, title, _ in tracks.groups(rubric.levels):
         items = [i for i in result.items if i.level == level]
-        if items:
+        if items and level == rubric_data.PLUS and not result.plus_started:
+            # a line of its own, so that its width leaves the other levels' lines as they were
+            after.append(Text.assemble((title, "bold"), "  ", (PLUS_NOT_STARTED, "dim")))
+        elif items:
             passing = [i.id for i in items if i.status == "pass"]
             others = [i.id for i in items if i.status != "pass"]
             what = ("all pass" if not others else "none pass" if not passing else
@@ -184,7 +194,7 @@ def _level_summary(result: GradeResult, rubric: rubric_data.Rubric) -> Table:
                     f"pass: {', '.join(passing)}")
             grid.add_row(f"{title}  {_points(items)}",
                          Text(what, style="green" if passing else "dim"))
-    return grid
+    return Group(grid, *after) if after else grid
 
 
 def _cause_block(cause: causes.Cause, rubric: rubric_data.Rubric) -> Group:
@@ -336,7 +346,7 @@ def closing(result: GradeResult, command: str = "kata grade", grouped: bool = Fa
     A command to grade again is not in the group: `print_closing` prints it on its own line."""
     lines = [Text(similarity_line(result.similarity))] if result.similarity is not None else []
     lines.append(_summary(result))
-    failing = [i.id for i in result.items if i.status != "pass" and not i.unavailable]
+    failing = [i.id for i in result.reported if i.status != "pass" and not i.unavailable]
     if result.unavailable:
         unrun = sum(1 for i in result.items if i.unavailable)
         lines += [Text(f"Items not run ({unrun}):", style="bold red"),
@@ -360,7 +370,7 @@ def _command_lines(result: GradeResult, command: str) -> list[str]:
     """The command that closing's "Next:" line leads to, if it names one."""
     if result.hidden:
         return []
-    failing = [i.id for i in result.items if i.status != "pass" and not i.unavailable]
+    failing = [i.id for i in result.reported if i.status != "pass" and not i.unavailable]
     next_step = _next_step(result, failing, command)
     return [next_step[1]] if next_step and next_step[1] else []
 
@@ -370,7 +380,7 @@ def _next_step(result: GradeResult, failing: list[str], command: str
     """What "Next:" says, and the command it leads to (printed whole on its own line)."""
     if failing:  # the first cause: its lead, whose hint and evidence the report gave
         failing = [causes.causes(result)[0].lead.id]
-    if failing and [i.id for i in result.items] == failing:
+    if failing and [i.id for i in result.reported] == failing:
         return f"kata hint {failing[0]}", None
     if failing:
         return f"kata hint {failing[0]}, or grade it alone:", f"{command} --item {failing[0]}"
@@ -386,12 +396,15 @@ def _summary(result: GradeResult) -> Text:
     the level; for a partial run, which items pass and the points, with no level."""
     style = "bold green" if result.passed else "bold"
     if result.partial:
+        earned, total = result.score + result.plus_score, result.max_score + result.plus_max_score
         text = Text.assemble(("Partial run: ", "bold"), (partial_verdict(result.items), style),
-                             f"    ({result.score:g}/{result.max_score:g} points)")
+                             f"    ({earned:g}/{total:g} points)")
     else:
         label = "Level: " if tracks.get(result.track).levels else "Track: "
         text = Text.assemble((label, "bold"), (result.level, style),
                              f"    Score: {result.score:g}/{result.max_score:g}")
+        if result.plus_started:
+            text.append(f"    {rubric_data.PLUS}: {result.plus_score:g}/{result.plus_max_score:g}")
     if result.capped_by:
         text.append(f"    (capped at {result.level} by {', '.join(result.capped_by)})",
                     style="red")
@@ -468,6 +481,8 @@ def render_rubric(console: Console) -> None:
         items = [i for i in rubric.items if i.level == level]
         if beside:
             title += f" (kata grade --track {beside.id})"
+        if level == rubric_data.PLUS:
+            title += " (past L6, once L6 passes: points outside the 100)"
         table = Table(title=f"{title}  ({sum(i.points for i in items):g} points)",
                       title_justify="left", expand=True, header_style="bold")
         table.add_column("item", width=22, no_wrap=True)

@@ -24,7 +24,7 @@ from datetime import date
 from pathlib import Path
 
 from graders.formats import causes
-from graders.formats.report import partial_verdict, similarity_line
+from graders.formats.report import PLUS_NOT_STARTED, partial_verdict, similarity_line
 from graders.judge.grade import GradeResult, ItemResult
 from graders.judge.isolation import PROCESS_FALLBACK_NOTE
 from graders.shared import rubric as rubric_data
@@ -56,7 +56,9 @@ def write_markdown(result: GradeResult, path: Path) -> None:
     lines = [f"# kvkata scorecard: {title}", "", _summary(result), ""]
     for level, _, _ in tracks.groups(rubric.levels):
         items = [i for i in result.items if i.level == level]
-        if items:
+        if items and level == rubric_data.PLUS and not result.plus_started:
+            lines += [f"## {level}: {PLUS_NOT_STARTED}", ""]
+        elif items:
             lines += _level_table(level, items, rubric, causes.cause_of(result)) + [""]
     if tracks.get(result.track).levels:
         lines += ["## Down-level tells", ""] + _tells(result, rubric) + [""]
@@ -74,6 +76,9 @@ def _summary(result: GradeResult) -> str:
     verdict = (f"**Partial run: {partial_verdict(result.items)}**" if result.partial
                else f"**Level reached: {result.level}**")
     parts = [date.today().isoformat(), verdict, f"score {result.score:g}/{result.max_score:g}"]
+    if result.plus_started:
+        parts.append(f"{rubric_data.PLUS} {result.plus_score:g}/{result.plus_max_score:g} "
+                     "(outside the 100)")
     if result.capped_by:
         parts.append(f"capped at {result.level} by {', '.join(result.capped_by)}")
     if result.hidden:

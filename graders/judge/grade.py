@@ -3,7 +3,8 @@
 The judge's side of a grade. It starts the workers first (their torch import overlaps the judge's),
 runs each rubric item's graders in rubric order, turns what happened into a status, and works out
 the level: the highest level whose items, and every lower level's, all pass, capped by the tells.
-A run that leaves items out is partial and has no level.
+A run that leaves items out is partial and has no level. The L6+ items run last, and only once
+every item before them passed (else they are not attempted); a run without them is not partial.
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ from graders.shared.tracks import DENSE
 DEFAULT_TIMEOUT = 10.0
 DEFAULT_IMPORT_TIMEOUT = 60.0  # a correct file may import a large library: transformers takes 8-27 s cold
 MAX_TIMEOUTS = 3
+# An L6+ item's message when an item before it did not pass: the follow-ups past L6 start there.
+BEFORE_PLUS = "not started: L6+ is graded once every item of L4 to L6 passes (own tests aside)"
 
 
 @dataclass(frozen=True)
@@ -119,15 +122,40 @@ class GradeResult:
 
     @property
     def score(self) -> float:
-        return sum(i.points for i in self.items)
+        """Out of the 100 of L4 to L6 (or of a track beside the levels): L6+ is plus_score."""
+        return sum(i.points for i in self.items if i.level != rubric_data.PLUS)
 
     @property
     def max_score(self) -> float:
-        return sum(i.max_points for i in self.items)
+        return sum(i.max_points for i in self.items if i.level != rubric_data.PLUS)
+
+    @property
+    def plus_score(self) -> float:
+        """The L6+ items' points, outside the 100."""
+        return sum(i.points for i in self.items if i.level == rubric_data.PLUS)
+
+    @property
+    def plus_max_score(self) -> float:
+        return sum(i.max_points for i in self.items if i.level == rubric_data.PLUS)
+
+    @property
+    def plus_started(self) -> bool:
+        """Whether an L6+ item was attempted. A file that has not started L6+ (or has not
+        reached L6) is reported without its L6+ items: the formats give the group one line."""
+        return any(i.level == rubric_data.PLUS and i.status != "not_attempted" for i in self.items)
+
+    @property
+    def reported(self) -> list[ItemResult]:
+        """The items a report lists one by one: all of them, less the L6+ ones while L6+ is not
+        started."""
+        return [i for i in self.items if self.plus_started or i.level != rubric_data.PLUS]
 
     @property
     def passed(self) -> bool:
-        return all(i.status == "pass" for i in self.items)
+        """Every item passed; an L6+ item not attempted does not count against it (a file need
+        not go past L6), one that fails does."""
+        return all(i.status == "pass" or (i.level == rubric_data.PLUS and i.status == "not_attempted")
+                   for i in self.items)
 
     def exit_code(self) -> int:
         if self.grader_broke:
@@ -303,6 +331,7 @@ def _grade(candidate: Candidate, name: str, items: list[rubric_data.Item], grade
         early = _start_tests_early(items, graders, candidate, beside, exitfirst)
         if early:  # its outcome is taken last, when the other items are done
             items = sorted(items, key=lambda item: item.id == tracks.TESTS_ITEM)
+        items = sorted(items, key=lambda item: item.level == rubric_data.PLUS)  # L6+ after all
         for item in items:
             item_graders = [g for g in graders if g.item == item.id]
             ran_beside = early is not None and item.id == tracks.TESTS_ITEM
@@ -310,6 +339,8 @@ def _grade(candidate: Candidate, name: str, items: list[rubric_data.Item], grade
                 result = kept[item.id]
             elif unavailable is not None:
                 result = _not_run(item, unavailable)
+            elif item.level == rubric_data.PLUS and not _implementation_passed(results):
+                result = _result(item, "not_attempted", BEFORE_PLUS)
             elif spent.spent() and not ran_beside:
                 result = _result(item, "timeout", f"not run: {spent.message()}")
             elif timeouts >= MAX_TIMEOUTS and not ran_beside:  # hangs of the implementation
@@ -340,7 +371,8 @@ def _grade(candidate: Candidate, name: str, items: list[rubric_data.Item], grade
                 break
     in_rubric = [item.id for item in rubric.track(track)]
     results.sort(key=lambda result: in_rubric.index(result.id))  # whatever order they ran in
-    partial = len(results) < len(in_rubric)
+    core = [item for item in rubric.track(track) if item.level != rubric_data.PLUS]
+    partial = len([r for r in results if r.level != rubric_data.PLUS]) < len(core)
     if not track.levels:  # a track beside the levels: all or nothing, and no tells
         level = track.section if results and all(r.status == "pass" for r in results) else "none"
         return GradeResult(name, None if partial else level, results, [], hidden, broke,
@@ -349,6 +381,13 @@ def _grade(candidate: Candidate, name: str, items: list[rubric_data.Item], grade
     level, capped_by = (None, []) if partial else _level(rubric, results, tells)
     return GradeResult(name, level, results, tells, hidden, broke, capped_by, track.id,
                        partial=partial)
+
+
+def _implementation_passed(results: list[ItemResult]) -> bool:
+    """Whether every item of L4 to L6 graded so far that grades the implementation passed (the
+    candidate's own tests are graded apart: they do not hold back L6+, though they cap the level)."""
+    return all(r.status == "pass" for r in results
+               if r.level != rubric_data.PLUS and r.id != tracks.TESTS_ITEM)
 
 
 def _start_tests_early(items: list[rubric_data.Item], graders: list[Grader], candidate: Candidate,

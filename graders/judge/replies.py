@@ -34,9 +34,9 @@ STATUS_FIELDS = {
 }
 STATUS_OPTIONAL = {"wall", "cpu"}  # a timeout on the clock says these too
 # Plan operations whose result is None, whatever the candidate's function returned.
-RETURNS_NOTHING = {"new", "reset", "release", "layer", "reorder", "fork", "paged_new"}
+RETURNS_NOTHING = {"new", "reset", "release", "layer", "reorder", "fork", "paged_new", "truncate"}
 # Plan operations whose result is the candidate's own return value (any type the wire carries).
-RETURNS_CANDIDATE_VALUE = {"attend", "call", "get"}
+RETURNS_CANDIDATE_VALUE = {"attend", "attend_chunk", "call", "get"}
 TENSOR_INPUTS = ("key", "value", "query", "x")  # what `return_inputs` sends back
 RAISED = {"type": str, "lineage": list, "message": str, "traceback": str}
 CACHE_ROWS = 64  # an exception's optional "cache": {"lengths": [int] of at most this many rows,

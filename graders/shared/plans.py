@@ -59,6 +59,7 @@ class Raised:
 
 
 STATE = ("keys", "values", "lengths", "capacity")  # the cache attributes a state op copies
+STATE_8 = (*STATE, "positions")  # and section 8's (L6+)
 # A plan with measured appends (prealloc) may use this many times --timeout: the allocation probe
 # runs Python code at every torch operation of an append, about 20 us each, 10x what a small
 # operation costs: an append that loops over positions in Python (correct, if slow) took 6-10 s
@@ -83,8 +84,8 @@ class Plan:
         self.ops.append({"op": op, **{k: v for k, v in fields.items() if v is not None}})
         return len(self.ops) - 1
 
-    def new(self, cache: str = "c", capacity: int | None = None) -> int:
-        return self._add("new", cache=cache, capacity=capacity)
+    def new(self, cache: str = "c", capacity: int | None = None, window: int | None = None) -> int:
+        return self._add("new", cache=cache, capacity=capacity, window=window)
 
     def append(self, cache, key, value, counts=None, *, may_raise=None, return_inputs=None,
                measure=None) -> int:
@@ -136,6 +137,15 @@ class Plan:
 
     def fork(self, cache: str, into: str) -> int:
         return self._add("fork", cache=cache, into=into)
+
+    def attend_chunk(self, cache: str, query, *, may_raise=None, return_inputs=None) -> int:
+        """attend_chunk(cache, query) of contract section 8: query [B, Hq, t, D]."""
+        return self._add("attend_chunk", cache=cache, query=query, may_raise=may_raise,
+                         return_inputs=return_inputs)
+
+    def truncate(self, cache: str, lengths, *, may_raise=None) -> int:
+        """truncate(cache, lengths) of contract section 8: lengths int64 [B]."""
+        return self._add("truncate", cache=cache, lengths=lengths, may_raise=may_raise)
 
     def beam_search(self, weights: dict, prompt, beams: int, steps: int, n_heads: int,
                     n_kv_heads: int, head_dim: int, rope_base: float) -> int:

@@ -34,6 +34,27 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     return weights @ v
 
 
+def attention_at(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor,
+                 window: int | None = None) -> torch.Tensor:
+    """Queries at absolute positions over their row's keys, float64 (contract section 8).
+
+    q [B, Hq, t, D], positions int64 [B, t]: the query's position; k, v [B, Hkv, T, D], row b's
+    key j at position j. The query at p sees positions max(0, p - window + 1) .. p (0 .. p
+    without a window). Returns [B, Hq, t, D].
+    """
+    q, k, v = q.double(), k.double(), v.double()
+    group = q.shape[1] // k.shape[1]
+    k = k.repeat_interleave(group, dim=1)  # [B, Hq, T, D]
+    v = v.repeat_interleave(group, dim=1)
+    scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])  # [B, Hq, t, T]
+    key_at = torch.arange(k.shape[2])[None, None, :]  # [1, 1, T]
+    seen = key_at <= positions[:, :, None]  # [B, t, T]
+    if window is not None:
+        seen = seen & (key_at > positions[:, :, None] - window)
+    scores = scores.masked_fill(~seen[:, None], float("-inf"))
+    return torch.softmax(scores, dim=-1).nan_to_num(0.0) @ v
+
+
 def rope(x: torch.Tensor, positions: torch.Tensor, base: float) -> torch.Tensor:
     """Rotate-half RoPE in float64. x [B, H, T, D], positions [B, T] -> [B, H, T, D].
 
@@ -57,11 +78,13 @@ def split_heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
 
 
 def attention_layer(x: torch.Tensor, weights: dict, n_heads: int, n_kv_heads: int,
-                    rope_base: float, positions: torch.Tensor | None = None) -> dict:
+                    rope_base: float, positions: torch.Tensor | None = None,
+                    window: int | None = None) -> dict:
     """One attention layer over whole sequences, float64. x [B, T, d_model].
 
     Returns the layer output [B, T, d_model] and, for the judge's other checks, the projections:
-    q and k after RoPE ([B, H, T, D]), q before RoPE, and v.
+    q and k after RoPE ([B, H, T, D]), q before RoPE, and v; and the attention before wo
+    ("attended", [B, Hq, T, D]). With `window`, position p attends p - window + 1 .. p only.
     """
     x = x.double()
     w = {name: weight.double() for name, weight in weights.items()}
@@ -72,6 +95,9 @@ def attention_layer(x: torch.Tensor, weights: dict, n_heads: int, n_kv_heads: in
     k_raw = split_heads(x @ w["wk"].T, n_kv_heads)  # [B, Hkv, T, D]
     v = split_heads(x @ w["wv"].T, n_kv_heads)
     q, k = rope(q_raw, positions, rope_base), rope(k_raw, positions, rope_base)
-    attended = causal_attention(q, k, v)  # [B, Hq, T, D]
+    if window is None:
+        attended = causal_attention(q, k, v)  # [B, Hq, T, D]
+    else:
+        attended = attention_at(q, k, v, torch.arange(T).expand(B, T), window)
     out = attended.transpose(1, 2).reshape(B, T, -1) @ w["wo"].T
-    return {"out": out, "q": q, "q_raw": q_raw, "k": k, "v": v}
+    return {"out": out, "q": q, "q_raw": q_raw, "k": k, "v": v, "attended": attended}

@@ -11,6 +11,9 @@ from graders.shared import bundled
 from graders.shared.tracks import Track
 
 RUBRIC_FILE = bundled.RUBRIC
+# The level past L6 (contract section 8): its items are graded once L6 is reached, and their
+# points are a score of their own (`plus_score`), outside the 100 of L4 to L6.
+PLUS = "L6+"
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ nothing: outputs go back to the judge, which compares them with its own referenc
 
 Operations (every one may carry ``"may_raise": true``; otherwise the first exception stops the plan):
 
-    new          cache, capacity            KVCache() or KVCache(capacity=N)
+    new          cache, capacity, window    KVCache(), KVCache(capacity=N) or KVCache(window=W)
     append       cache, key, value, counts
     attend       cache, query               -> output
     state        cache, names               -> {name: a copy of the attribute}
@@ -18,6 +18,11 @@ Operations (every one may carry ``"may_raise": true``; otherwise the first excep
     inventory    cache, probes{name: [N, D]} -> facts: the cache's tensors and which probes they hold
     reorder      cache, beam_idx
     fork         cache, into                 the fork is stored under the name `into`
+    attend_chunk cache, query               -> output (contract section 8, L6+)
+    truncate     cache, lengths
+
+Section 8's names (attend_chunk, truncate, KVCache's window) raise NotWritten where the file
+lacks them: a file written against the contract before section 8 has not started L6+.
 
 The serving track's PagedKVCache (contract section 4) is reached with three generic operations:
 
@@ -51,6 +56,7 @@ operation sends its tensor inputs back after the call, to show whether the candi
 
 from __future__ import annotations
 
+import inspect
 import traceback
 
 import torch
@@ -68,7 +74,9 @@ from graders.worker.wire import TEXT_CHARS
 PROJECTIONS = ("wq", "wk", "wv")
 LINEAGE = 64  # classes of an exception's lineage sent: ValueError's is 4
 CACHE_ROWS = 64  # rows of a cache's lengths sent with an exception raised on it
-CACHE_OPS = ("append", "attend", "reset", "release", "decode_step", "reorder", "fork")
+CACHE_OPS = ("append", "attend", "reset", "release", "decode_step", "reorder", "fork",
+             "attend_chunk", "truncate")
+SECTION_8 = ("attend_chunk", "truncate")  # L6+: a file without them has not started it
 
 
 def execute(module, plan: dict) -> list[dict]:
@@ -105,11 +113,17 @@ class _State:
         try:
             return getattr(self.module, name)
         except AttributeError:
+            if name in SECTION_8:
+                raise NotWritten(f"the file defines no `{name}` (contract section 8, L6+)") from None
             raise MissingName(f"the file defines no `{name}`, which the contract requires") from None
 
 
 class MissingName(Exception):
     """The candidate's module lacks a name the contract requires."""
+
+
+class NotWritten(MissingName):
+    """The candidate's module lacks a name of section 8 (L6+): that part is not started."""
 
 
 def _input(value):
@@ -136,8 +150,22 @@ def _resolve_inputs(op: dict) -> None:
 
 def _new(state: _State, op: dict):
     cls = state.fn("KVCache")
-    capacity = op.get("capacity")
+    capacity, window = op.get("capacity"), op.get("window")
+    if window is not None:
+        if not _takes(cls, "window"):
+            raise NotWritten("KVCache takes no `window` (contract section 8, L6+)")
+        state.caches[op["cache"]] = cls(window=window)
+        return
     state.caches[op["cache"]] = cls() if capacity is None else cls(capacity=capacity)
+
+
+def _takes(cls, name: str) -> bool:
+    """Whether calling `cls` accepts the keyword `name` (a **kwargs does)."""
+    try:
+        parameters = inspect.signature(cls).parameters.values()
+    except (TypeError, ValueError):  # no signature to read: let the call say
+        return True
+    return any(p.name == name or p.kind is p.VAR_KEYWORD for p in parameters)
 
 
 def _append(state: _State, op: dict):
@@ -383,6 +411,15 @@ def _fork(state: _State, op: dict):
     state.caches[op["into"]] = state.fn("fork")(state.caches[op["cache"]])
 
 
+def _attend_chunk(state: _State, op: dict):
+    _resolve_inputs(op)
+    return state.fn("attend_chunk")(state.caches[op["cache"]], op["query"])
+
+
+def _truncate(state: _State, op: dict):
+    state.fn("truncate")(state.caches[op["cache"]], op["lengths"])
+
+
 PAGED_METHODS = {"add", "admit", "can_admit", "append", "attend", "fork", "free", "evict",
                  "length", "block_table"}
 PAGED_ATTRIBUTES = {"num_free_blocks", "pool_bytes"}
@@ -532,6 +569,8 @@ _OPS = {
     "inventory": _inventory,
     "reorder": _reorder,
     "fork": _fork,
+    "attend_chunk": _attend_chunk,
+    "truncate": _truncate,
     "paged_new": _paged_new,
     "call": _call,
     "get": _get,

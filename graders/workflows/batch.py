@@ -193,7 +193,8 @@ def write_summary(outcomes: list[Outcome], csv_path: Path, markdown_path: Path,
     """Write one row per outcome and per skipped folder, sorted by submission name, as CSV and
     as a Markdown table (each file replaced whole: a batch rewrites both after every grade).
 
-    CSV columns: submission, level, score, max_score, one per item id of `track` (its status;
+    CSV columns: submission, level, score, max_score, plus_score (the L6+ points, outside the
+    100; the dense track only), one per item id of `track` (its status;
     a `not_attempted` own-tests cell adds the reason: "not_attempted: no test file"), tells
     (detected tell ids, ";"-separated), similarity (of a hidden run: the highest fraction and
     its solution, "0.97 kv_cache.py"), seed (of a hidden run's cases), error. A grade whose
@@ -206,8 +207,9 @@ def write_summary(outcomes: list[Outcome], csv_path: Path, markdown_path: Path,
     item_ids = [item.id for item in rubric_data.load().track(track)]
     entries = sorted([*outcomes, *skipped], key=lambda e: _sort_key(_entry_name(e)))
     rows = [_row(entry, item_ids) for entry in entries]
-    header = ["submission", "level", "score", "max_score", *item_ids, "tells", "similarity",
-              "seed", "error"]
+    plus = ["plus_score"] if track.levels else []
+    header = ["submission", "level", "score", "max_score", *plus, *item_ids, "tells",
+              "similarity", "seed", "error"]
     table = io.StringIO(newline="")
     writer = csv.writer(table)
     writer.writerow(header)
@@ -240,7 +242,7 @@ def terminal_table(outcomes: list[Outcome], skipped: list[Skipped] = ()) -> list
             lines.append(f"{name}  {_fit(why, WIDTH - columns[0][1] - 2)}".rstrip())
             continue
         result = entry.result
-        failing = [item.id for item in result.items if item.status != "pass"]
+        failing = [item.id for item in result.reported if item.status != "pass"]
         cells = [result.level or "partial", f"{result.score:g}", _listed(failing, columns[3][1]),
                  _similarity(result), f"{entry.seconds:.0f}s"]
         lines.append("  ".join([name, *(_fit(cell, width)
@@ -277,8 +279,8 @@ def _sort_key(name: str) -> tuple[str, ...]:
 
 def _row(entry: Outcome | Skipped, item_ids: list[str]) -> dict[str, str]:
     """The raw cells of one row, candidate text unescaped (each format escapes it)."""
-    row = dict.fromkeys(["level", "score", "max_score", *item_ids, "tells", "similarity", "seed",
-                         "error"], "")
+    row = dict.fromkeys(["level", "score", "max_score", "plus_score", *item_ids, "tells",
+                         "similarity", "seed", "error"], "")
     row["submission"] = file_name(_entry_name(entry))
     if isinstance(entry, Skipped):
         row["error"] = f"not graded: {entry.reason}"
@@ -289,6 +291,7 @@ def _row(entry: Outcome | Skipped, item_ids: list[str]) -> dict[str, str]:
         return row
     row.update({"level": result.level or "", "score": f"{result.score:g}",
                 "max_score": f"{result.max_score:g}",
+                "plus_score": f"{result.plus_score:g}" if result.plus_started else "",
                 "tells": ";".join(t.id for t in result.tells if t.detected),
                 "similarity": _similarity(result),
                 "seed": "" if result.seed is None else str(result.seed)})

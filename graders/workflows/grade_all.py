@@ -116,7 +116,7 @@ def write_pages(outcome: batch.Outcome, done: list[batch.Outcome], skipped: list
         entries.append(grade_page.IndexEntry(
             file_name(entry.submission.name), _page(numbers[entry.submission.name]),
             result.level, result.score, result.max_score,
-            tuple(i.id for i in result.items if i.status != "pass"),
+            tuple(i.id for i in result.reported if i.status != "pass"),
             tuple(t.id for t in result.tells if t.detected),
             f"{best['fraction']:.2f} {PurePosixPath(best['solution']).name}" if best else "",
             entry.seconds, "the grader itself broke on some item" if result.grader_broke else ""))

@@ -98,7 +98,8 @@ def record(implementation: Path, result: GradeResult) -> None:
     tracks = data.setdefault(implementation.name, {})
     graded = {item.id for item in result.items}
     still = set(tracks.get(result.track, [])) - graded
-    tracks[result.track] = sorted(still | {i.id for i in result.items if i.status != "pass"})
+    # L6+ not started (GradeResult.reported leaves it out) is no failure to grade again
+    tracks[result.track] = sorted(still | {i.id for i in result.reported if i.status != "pass"})
     try:
         path.parent.mkdir(exist_ok=True)
         folder = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | _NO_FOLLOW)
