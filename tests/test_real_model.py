@@ -204,10 +204,12 @@ DIRECT = {"chunk-causal-mask", "speculative-rollback"}  # L6+ items that call th
 def test_a_tampering_file_never_gains_a_level(hostile_file):
     """The adapter replaced, real-model passes; the items that call attend_chunk and truncate
     themselves fail; the level is L6, what the other items give."""
-    result = grade(hostile_file("tampers_with_transformers", TAMPER="adapter"))
+    result = grade(hostile_file("tampers_with_transformers", TAMPER="adapter"),
+                   ROOT / "solutions" / "test_kv_cache.py")
     status = {i.id: i.status for i in result.items}
     assert status[item.ITEM] == "pass"
     assert {status[i] for i in DIRECT} == {"fail"}
+    assert {i for i, s in status.items() if s != "pass"} == DIRECT | {"sliding-window"}
     assert result.level == "L6"
 
 
