@@ -103,6 +103,7 @@ class Worker:
         self._ready = False
         self._output = OutputTail()
         self.budget: Budget | None = None  # the grade's time as a whole, when it has one
+        self.companions: list[Worker] = []  # workers made for this one's grade, ended with it
 
     def start(self) -> "Worker":
         """Start the process (its torch import begins at once; the first request waits for
@@ -213,8 +214,10 @@ class Worker:
 
     def close(self) -> None:
         """End the worker: nothing in it needs a clean exit, so it is killed outright, with
-        every process it started."""
+        every process it started; and its companions."""
         self._discard()
+        for companion in self.companions:
+            companion.close()
 
     def _read_reply(self, index: int, batch: str, request: dict, deadline: float) -> Reply:
         """The reply to request `index` of `batch`. MalformedReply when the worker's stream is
