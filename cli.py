@@ -39,6 +39,7 @@ from typer.core import TyperGroup
 from rich.console import Console
 from rich.text import Text
 
+from graders.judge.request import DEFAULT_IMPORT_TIMEOUT, DEFAULT_TIMEOUT, GradeRequest
 from graders.shared import bundled
 from graders.shared.tracks import DENSE, TRACKS
 from graders.workflows.grading import relative
@@ -54,7 +55,6 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
 TRACK_HELP = " or ".join(f"'{t.id}' ({t.title}, {t.implementation})" for t in TRACKS.values()) + "."
 USAGE_ERROR = 2
 BROKEN = 4  # the kata itself, never the user or the candidate
-DEFAULT_IMPORT_TIMEOUT = 60.0  # graders.judge.grade.DEFAULT_IMPORT_TIMEOUT (not imported: it loads torch)
 
 
 class SandboxMode(str, Enum):
@@ -183,7 +183,7 @@ def grade(
         = None,
     timeout: Annotated[float, typer.Option(
         help="Seconds of CPU time one batch of the candidate's calls may take, whole seconds "
-        "(a batch that uses little CPU is stopped at 3x that on the clock).", min=0.1)] = 10.0,
+        "(a batch that uses little CPU is stopped at 3x that on the clock).", min=0.1)] = DEFAULT_TIMEOUT,
     import_timeout: Annotated[float, typer.Option(
         help="Seconds of CPU time the candidate's file may take to import (apart from "
         "--timeout, which limits each batch of calls).", min=0.1)] = DEFAULT_IMPORT_TIMEOUT,
@@ -211,15 +211,18 @@ def grade(
     _check_report_flags(verbose, quiet, hidden, failed_first or last_failed)
     json_path = _check_outputs(output_format, json_path, markdown, junit, html)
     detail = "quiet" if quiet else "verbose" if verbose else "brief" if watch else "default"
+    request = GradeRequest(
+        implementation, tests, track=chosen, hidden=hidden, extra_graders=graders, seed=seed,
+        only=frozenset(item) if item else None, up_to=level, exitfirst=exitfirst,
+        timeout=timeout, import_timeout=import_timeout,
+        sandbox=_sandbox(sandbox, memory, strangers=hidden))
+    outputs = grading.Outputs(str(shown or implementation), command, detail, json_path,
+                              output_format, markdown, junit, html)
+    follow = ("none" if hidden else "last-failed" if last_failed
+              else "failed-first" if failed_first or watch else "none")
     try:
-        code = grading.grade(
-            _console, implementation, tests, watch=watch, last_failed=last_failed,
-            follow_failures=not hidden and (failed_first or last_failed or watch),
-            shown=str(shown or implementation), command=command, detail=detail,
-            json_path=json_path, output_format=output_format, markdown=markdown, junit=junit,
-            html=html, track=track, hidden=hidden, extra_graders=graders, only=set(item) if item else None,
-            up_to=level, exitfirst=exitfirst, timeout=timeout, import_timeout=import_timeout,
-            sandbox=_sandbox(sandbox, memory, strangers=hidden), seed=seed)
+        code = (grading.watch(_console, request, outputs, follow) if watch
+                else grading.grade(_console, request, outputs, follow))
     except SandboxUnavailable as exc:
         _usage_error(str(exc))
     raise typer.Exit(code)
@@ -394,7 +397,7 @@ def grade_all(
     out: Annotated[Path, typer.Option(help="Where summary.csv and summary.md go.")] = Path("."),
     timeout: Annotated[float, typer.Option(
         help="Seconds of CPU time one batch of a candidate's calls may take, whole seconds (a "
-        "batch that uses little CPU is stopped at 3x that on the clock).", min=0.1)] = 10.0,
+        "batch that uses little CPU is stopped at 3x that on the clock).", min=0.1)] = DEFAULT_TIMEOUT,
     import_timeout: Annotated[float, typer.Option(
         help="Seconds of CPU time a candidate's file may take to import (apart from "
         "--timeout, which limits each batch of calls).", min=0.1)] = DEFAULT_IMPORT_TIMEOUT,
@@ -422,10 +425,11 @@ def grade_all(
     _check_seed(seed, hidden)
     submissions, skipped = _checked(command.survey, directory, chosen)
     summaries = _checked(command.make_out, out)
+    settings = GradeRequest(directory, track=chosen, hidden=hidden, seed=seed, timeout=timeout,
+                            import_timeout=import_timeout,
+                            sandbox=_sandbox(sandbox, memory, strangers=True))
     try:
-        command.run(_console(), submissions, skipped, summaries, chosen, jobs, hidden=hidden,
-                    timeout=timeout, import_timeout=import_timeout,
-                    sandbox=_sandbox(sandbox, memory, strangers=True), seed=seed)
+        command.run(_console(), submissions, skipped, summaries, settings, jobs)
     except (SandboxUnavailable, OutputError) as exc:
         _usage_error(str(exc))
 
@@ -530,7 +534,7 @@ def interview_run(
     from graders.interview import commands
 
     raise typer.Exit(commands.interactive(_console(), _here(directory), minutes, strict,
-                                          _track(track).id))
+                                          _track(track)))
 
 
 @interview_app.command("start")
@@ -544,7 +548,7 @@ def interview_start(
     from graders.interview import commands
 
     raise typer.Exit(commands.start(_console(), _here(directory), minutes, strict,
-                                    _track(track).id))
+                                    _track(track)))
 
 
 @interview_app.command("save")

@@ -3,15 +3,20 @@
     python -m benchmarks.mutation_score                   # every module of mutation_score.toml
     python -m benchmarks.mutation_score --module replies  # one (repeat --module for more)
     python -m benchmarks.mutation_score --count           # each module's mutant count, no run
+    python -m benchmarks.mutation_score --recount         # record the counts that changed
+    python -m benchmarks.mutation_score --module replies --survivors  # its survivors, again
+    python -m benchmarks.mutation_score --module replies --function _entry  # a check, unrecorded
 
 The modules scored are data (mutation_score.toml beside this file: one line a module, its file
 and its OWN test files; a mutant only another module's tests kill is a gap of that module's
 tests), and so are the verdicts on survivors read as equivalent, each with its reason.
 
 Each module is parsed with ast, and every mutation point gives one mutant, a single edit: a
-comparison operator swapped (< and <=, == and !=, in and not in, is and is not) or flipped (<
-and >, <= and >=), an arithmetic operator swapped, `and` and `or` swapped, a condition negated
-(if, while, a conditional expression, a comprehension's if), a number changed (an int plus one,
+comparison operator swapped (< and <=, == and !=, in and not in, is and is not), flipped (<
+and >, <= and >=) or complemented (< and >=, <= and >: where the comparison is not a whole
+condition, whose negation is that mutant already), an arithmetic operator swapped, `and` and
+`or` swapped, a condition negated (if, while, assert, a conditional expression, a
+comprehension's if), a number changed (an int plus one,
 a float doubled and halved), a constant index swapped for its neighbour (`e[2]` for `e[1]`; a
 string key for the keys read before and after it on the same value in the function), two
 neighbouring positional arguments of one kind swapped, a bound's start moved by one (a slice's
@@ -24,9 +29,9 @@ quickly that each module still makes the count its figures were recorded with.
 The checkout (without .git) is copied once to a temporary folder, so the engineers working in it
 see nothing; each mutant is written there over its module (ast.unparse of the edited tree), and
 the module's own test files run on it in a child forked from this process, which has imported
-torch and pytest but never graders, so the child imports the mutant: -x, -n0, not slow. The
-mutant is killed when a test fails or the run passes its time limit (3x the unmutated run, plus
-10 s). The unmutated module, written back by ast.unparse the same way, must pass first.
+torch, pytest and hypothesis but never graders, so the child imports the mutant: -x, -n0, not
+slow. The mutant is killed when a test fails or the run passes its time limit (3x the unmutated
+run, plus 10 s). The unmutated module, written back by ast.unparse the same way, must pass first.
 
 Printed per module: mutants, killed, survivors, and the score (killed / mutants, and killed /
 the mutants not judged equivalent); each survivor with its line, its edit and its verdict.
@@ -90,6 +95,7 @@ COMPARISONS = {ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.G
                ast.Eq: ast.NotEq, ast.NotEq: ast.Eq, ast.In: ast.NotIn, ast.NotIn: ast.In,
                ast.Is: ast.IsNot, ast.IsNot: ast.Is}
 FLIPS = {ast.Lt: ast.Gt, ast.LtE: ast.GtE, ast.Gt: ast.Lt, ast.GtE: ast.LtE}  # the other way
+COMPLEMENTS = {ast.Lt: ast.GtE, ast.GtE: ast.Lt, ast.LtE: ast.Gt, ast.Gt: ast.LtE}  # its negation
 ARITHMETIC = {ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Div, ast.Div: ast.Mult,
               ast.FloorDiv: ast.Mult, ast.Mod: ast.FloorDiv, ast.Pow: ast.Mult}
 DTYPES = {"float32": "float64", "float64": "float32", "bfloat16": "float16",
@@ -122,6 +128,8 @@ class Mutator(ast.NodeTransformer):
     def __init__(self, target: int | None = None):
         self.target, self.found, self.scope = target, [], ["<module>"]
         self.keys: list[dict[str, list]] = []  # per function: subscripted value -> its keys
+        self.conditions: set[int] = set()  # ids of the one-operator comparisons that are a
+        # whole condition: their complement is the condition's negation, a mutant made already
 
     def _point(self, node: ast.AST, before: ast.AST, after: ast.AST,
                edit: str | None = None) -> bool:
@@ -159,7 +167,8 @@ class Mutator(ast.NodeTransformer):
             swapped = COMPARISONS.get(type(op))
             if swapped is None:
                 continue
-            for other in (swapped, FLIPS.get(type(op))):
+            complement = None if id(node) in self.conditions else COMPLEMENTS.get(type(op))
+            for other in (swapped, FLIPS.get(type(op)), complement):
                 if other is None:
                     continue
                 ops = [*node.ops[:i], other(), *node.ops[i + 1:]]
@@ -281,6 +290,14 @@ class Mutator(ast.NodeTransformer):
                     return ast.copy_location(mutated, node)
         return node
 
+    def _condition(self, test: ast.AST) -> None:
+        """Note `test` (a condition about to be negated) when it is one comparison, or `not`
+        one: that comparison's complement would repeat the negation's (or the `not`'s) mutant."""
+        if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+            test = test.operand
+        if isinstance(test, ast.Compare) and len(test.ops) == 1:
+            self.conditions.add(id(test))
+
     def _negated(self, node, field: str):
         """The condition `node.<field>` negated (one not there already: dropping it is the
         `not`'s own edit)."""
@@ -293,12 +310,15 @@ class Mutator(ast.NodeTransformer):
         return node
 
     def visit_If(self, node: ast.If):
+        self._condition(node.test)
         self.generic_visit(node)
         return self._negated(node, "test")
 
-    visit_While = visit_IfExp = visit_If
+    visit_While = visit_IfExp = visit_Assert = visit_If
 
     def visit_comprehension(self, node: ast.comprehension):
+        for test in node.ifs:
+            self._condition(test)
         self.generic_visit(node)
         for i, test in enumerate(node.ifs):
             if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
@@ -413,8 +433,13 @@ def run_tests(copy: Path, tests: list[str], timeout: float, workers: bool = True
             os.dup2(quiet, 1)
             os.dup2(quiet, 2)
             os.setpgid(0, 0)
+            import hypothesis
             import pytest
 
+            # A failing example kills the mutant as it is: shrinking it would take minutes.
+            hypothesis.settings.register_profile("mutant", database=None, phases=[
+                hypothesis.Phase.explicit, hypothesis.Phase.reuse, hypothesis.Phase.generate])
+            hypothesis.settings.load_profile("mutant")
             if not workers:
                 import contextlib
 
@@ -422,8 +447,10 @@ def run_tests(copy: Path, tests: list[str], timeout: float, workers: bool = True
 
                 graders.judge.workers.warm_workers = contextlib.nullcontext
 
+            # no:unraisableexception: its gc.collect at the end, over a heap holding torch, took
+            # a quarter of a child's time; it only reports, no verdict reads it
             code = int(pytest.main(["-q", "-x", "-n0", "-m", QUICK, "-p", "no:cacheprovider",
-                                    *tests]))
+                                    "-p", "no:unraisableexception", *tests]))
         finally:
             os._exit(code)
     deadline = time.monotonic() + timeout
@@ -445,12 +472,16 @@ def cpu() -> str:
     return f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
 
 
-def score(module: Module, copy: Path) -> dict | None:
-    """Run every mutant of `module` in `copy`; print the figures and each survivor, and return
-    them as mutation_figures.json records them (None: not scored)."""
+def score(module: Module, copy: Path, functions: tuple[str, ...] = (),
+          last: dict | None = None) -> dict | None:
+    """Run every mutant of `module` in `copy` (only those of `functions`, when given; only the
+    survivors of its `last` figures, when given: the others stay killed); print the figures and
+    each survivor, and return them as mutation_figures.json records them (None: not scored)."""
     target, original = copy / module.path, (ROOT / module.path).read_text()
     tests = list(module.tests)
-    found = mutants(original)
+    every = mutants(original)
+    found = [m for m in every if (not functions or m.description.split(":", 1)[0] in functions)
+             and (last is None or m.description in last["survivors"])]
     missing = [test for test in tests if not (copy / test).exists()]
     if missing:
         print(f"{module.name}: {', '.join(missing)} not found; not scored")
@@ -473,18 +504,20 @@ def score(module: Module, copy: Path) -> dict | None:
     read = verdicts()
     said = {m.description: read.get((module.name, m.description), "not yet read")
             for m in survivors}
-    killed = len(found) - len(survivors)
+    total = len(every) if last is not None else len(found)
+    killed = total - len(survivors)
     equivalent = sum(verdict.startswith("equivalent") for verdict in said.values())
-    judged = len(found) - equivalent
-    print(f"{module.name}: {len(found)} mutants, {killed} killed, {len(survivors)} survived "
-          f"({equivalent} equivalent): {killed / max(len(found), 1):.0%} of all, "
+    judged = total - equivalent
+    print(f"{module.name}: {total} mutants, {killed} killed, {len(survivors)} survived "
+          f"({equivalent} equivalent): {killed / max(total, 1):.0%} of all, "
           f"{killed / max(judged, 1):.0%} of the non-equivalent")
     for mutant in survivors:
         print(f"  line {mutant.line}: {mutant.description}\n      {said[mutant.description]}")
     sys.stdout.flush()
-    return {"mutants": len(found), "killed": killed, "equivalent": equivalent,
+    minutes = (time.monotonic() - began) / 60 + (last["minutes"] if last is not None else 0)
+    return {"mutants": total, "killed": killed, "equivalent": equivalent,
             "survivors": said, "scored": time.strftime("%Y-%m-%d"), "cpu": cpu(),
-            "minutes": round((time.monotonic() - began) / 60, 1)}
+            "minutes": round(minutes, 1)}
 
 
 def record(name: str, figures_: dict) -> None:
@@ -525,20 +558,40 @@ def main(argv: list[str] | None = None) -> None:
                         help="a module to mutate (default: every one)")
     parser.add_argument("--count", action="store_true",
                         help="print each module's mutant count and run nothing")
+    parser.add_argument("--function", action="append", default=[],
+                        help="score only this function's mutants (repeatable): a check, "
+                             "not recorded")
+    parser.add_argument("--survivors", action="store_true",
+                        help="run only the recorded survivors again (the module unchanged since: "
+                             "its count the recorded one), after tests were added")
+    parser.add_argument("--recount", action="store_true",
+                        help="record the mutant count of each module whose count changed, its "
+                             "figures then not yet scored, and run nothing")
     args = parser.parse_args(argv)
-    if args.count:
+    if args.count or args.recount:
+        recorded = figures()
         for name in args.module or table:
-            print(f"{name}: {len(mutants((ROOT / table[name].path).read_text()))} mutants")
+            count = len(mutants((ROOT / table[name].path).read_text()))
+            print(f"{name}: {count} mutants")
+            if args.recount and recorded.get(name, {}).get("mutants") != count:
+                record(name, {"mutants": count, "killed": None})
+                print(f"  recorded, not yet scored: score it again with --module {name}")
         return
-    import pytest  # noqa: F401  imported once here, so that each forked child has it
+    import hypothesis  # noqa: F401  imported once here, so that each forked child has them
+    import pytest  # noqa: F401
     import torch  # noqa: F401
 
     with tempfile.TemporaryDirectory(prefix="mutation_score_") as folder:
         copy = Path(folder) / "checkout"
         shutil.copytree(ROOT, copy, ignore=shutil.ignore_patterns(".git", "__pycache__"))
         for name in args.module or table:
-            scored = score(table[name], copy)
-            if scored is not None:
+            last = figures().get(name) if args.survivors else None
+            if args.survivors and (last is None or last.get("killed") is None or last["mutants"]
+                                   != len(mutants((ROOT / table[name].path).read_text()))):
+                print(f"{name}: changed since its figures (or never scored): score it whole")
+                continue
+            scored = score(table[name], copy, tuple(args.function), last)
+            if scored is not None and not args.function:
                 record(name, scored)
 
 

@@ -23,7 +23,11 @@ from pathlib import Path
 from rich.console import Console
 
 from graders.formats.report import SCREEN_LINES, render
-from graders.judge.grade import GradeResult, grade
+from graders.judge.grade import grade
+from graders.judge.result import GradeResult
+from graders.judge.request import GradeRequest
+from graders.judge.workers import GradeWorkers
+from graders.shared.tracks import DENSE, Track
 
 ROOT = Path(__file__).resolve().parent.parent
 REPORT_LINES_ONE_BUG = 30  # issue 44: a file with one bug
@@ -37,7 +41,7 @@ class Subject:
 
     name: str
     path: Path
-    track: str
+    track: Track
     one_bug: bool
 
 
@@ -61,12 +65,12 @@ def subjects(folder: Path) -> list[Subject]:
     found = []
     for wrong in everything():
         (folder / wrong.name).mkdir()
-        found.append(Subject(wrong.name, wrong.write(folder / wrong.name), wrong.track.id, True))
-    found.append(Subject("starter", ROOT / "starter" / "kv_cache.py", "dense", False))
+        found.append(Subject(wrong.name, wrong.write(folder / wrong.name), wrong.track, True))
+    found.append(Subject("starter", ROOT / "starter" / "kv_cache.py", DENSE, False))
     (folder / "many-reasons").mkdir()
     path = folder / "many-reasons" / "kv_cache.py"
     path.write_text(many_reasons().source())
-    found.append(Subject("many-reasons", path, "dense", False))
+    found.append(Subject("many-reasons", path, DENSE, False))
     return found
 
 
@@ -91,9 +95,14 @@ def many_reasons():
                   functions={k: v for m in chosen for k, v in m.functions.items()})
 
 
+def _grade(subject: Subject) -> GradeResult:
+    request = GradeRequest(subject.path, track=subject.track)
+    return grade(request, GradeWorkers.start(request))
+
+
 def graded(chosen: list[Subject]) -> dict[str, GradeResult]:
     with ThreadPoolExecutor(PARALLEL) as pool:
-        return dict(pool.map(lambda s: (s.name, grade(s.path, track=s.track)), chosen))
+        return dict(pool.map(lambda s: (s.name, _grade(s)), chosen))
 
 
 def main() -> int:

@@ -6,7 +6,7 @@
 
 `grade` takes the options of `kata grade` as keyword arguments and grades the same way: the
 candidate's code runs in the same sandboxed workers, never in this process. Its result has the
-grade's `level`, `score` and `items` (and every other field of graders.judge.grade.GradeResult), and
+grade's `level`, `score` and `items` (and every other field of graders.judge.result.GradeResult), and
 shows itself as the terminal's report: in Jupyter (`_repr_mimebundle_`: HTML, and the text for
 frontends without HTML), in rich (`rich.print(result)`, `__rich_console__`) and as `str()`.
 
@@ -17,7 +17,10 @@ from __future__ import annotations
 
 import io
 import os
+from dataclasses import replace
 from pathlib import Path
+
+from graders.judge.request import DEFAULT_IMPORT_TIMEOUT, DEFAULT_TIMEOUT
 
 __all__ = ["Grade", "grade"]
 
@@ -28,7 +31,7 @@ _HTML = ('<pre style="white-space:pre;overflow-x:auto;line-height:normal;'
 
 
 class Grade:
-    """One grade: `kata grade`'s result (`.result`, a graders.judge.grade.GradeResult) and its report.
+    """One grade: `kata grade`'s result (`.result`, a graders.judge.result.GradeResult) and its report.
 
     `.level` (None for a partial run), `.score`, `.max_score`, `.items` (each with `id`,
     `level`, `status`, `points`, `message`) and `.tells` are the grade's; so is every other
@@ -102,8 +105,8 @@ class Grade:
 def grade(path: str | os.PathLike | None = None, *, tests: str | os.PathLike | None = None,
           track: str = "dense", hidden: bool = False, seed: int | None = None,
           graders: str | os.PathLike | None = None, items: list[str] | None = None,
-          level: str | None = None, exitfirst: bool = False, timeout: float = 10.0,
-          import_timeout: float = 60.0, sandbox: str = "auto", memory: float = 4.0,
+          level: str | None = None, exitfirst: bool = False, timeout: float = DEFAULT_TIMEOUT,
+          import_timeout: float = DEFAULT_IMPORT_TIMEOUT, sandbox: str = "auto", memory: float = 4.0,
           detail: str = "default") -> Grade:
     """Grade `path` as `kata grade PATH` does, and return the Grade (which shows the report).
 
@@ -123,9 +126,11 @@ def grade(path: str | os.PathLike | None = None, *, tests: str | os.PathLike | N
     """
     import torch
 
-    from graders.shared import tracks
-    from graders.judge.grade import grade as run_grade
+    from graders.judge.grade import grade as judge
     from graders.judge.isolation import GIB, Sandbox
+    from graders.judge.request import GradeRequest
+    from graders.judge.workers import GradeWorkers
+    from graders.shared import tracks
     from graders.workflows import last_failed, target
 
     try:
@@ -149,14 +154,16 @@ def grade(path: str | os.PathLike | None = None, *, tests: str | os.PathLike | N
         if not extra.is_dir():
             raise FileNotFoundError(f"graders: {extra} is not a folder")
 
+    request = GradeRequest(implementation, tests_path, track=chosen, hidden=hidden,
+                           extra_graders=extra, seed=seed,
+                           only=frozenset(items) if items else None, up_to=level,
+                           exitfirst=exitfirst, timeout=timeout, import_timeout=import_timeout,
+                           sandbox=Sandbox(mode=sandbox, memory=int(memory * GIB)))
     threads = torch.get_num_threads()
     try:
-        result = run_grade(implementation, tests_path, track=chosen.id, hidden=hidden,
-                           extra_graders=extra, only=set(items) if items else None, up_to=level,
-                           exitfirst=exitfirst, timeout=timeout, import_timeout=import_timeout,
-                           sandbox=Sandbox(mode=sandbox, memory=int(memory * GIB)), seed=seed)
+        result = judge(request, GradeWorkers.start(request))
     finally:
         torch.set_num_threads(threads)  # the judge sets one thread: a notebook keeps its own
-    result.implementation = str(path) if path is not None else str(implementation)
+    result = replace(result, implementation=str(path) if path is not None else str(implementation))
     last_failed.record(implementation, result)
     return Grade(result, target.regrade_command(path, tests, chosen), detail)

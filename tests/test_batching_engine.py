@@ -16,6 +16,7 @@ import torch
 
 from graders.batching import model, replay, workloads
 from graders.batching.reference import ReferenceScheduler, Request, Scheduled
+from graders.judge.replies import drive_trace
 from graders.worker.batching import drive
 
 
@@ -161,8 +162,9 @@ def build(decoder, config, *specs, seed=1):
 
 
 def run(workload, new_scheduler, max_steps=200):
+    """The driver's trace, and its replay once checked as a worker's reply is."""
     trace = drive(new_scheduler, workload, max_steps, request_type=Request)
-    return trace, replay.replay(workload, trace)
+    return trace, replay.replay(workload, drive_trace(trace, workload, max_steps))
 
 
 def fake(config=None, *requests):
@@ -332,10 +334,10 @@ def test_the_runner_reproduces_greedy_decoding_alone_through_chunks_and_preempti
     runner = model.PagedRunner(decoder, 7, 4, {r["id"]: r["prompt"] + load["oracle"][r["id"]]
                                                for r in load["requests"]})
     produced = {r["id"]: [] for r in load["requests"]}
-    for step in trace["steps"]:
-        tokens, misread = runner.step([tuple(e) for e in step["batch"]])
+    for step in drive_trace(trace, load, 200).steps:
+        tokens, misread = runner.step(list(step.batch))
         assert misread is None
-        for seq_id in step["produced"]:
+        for seq_id in step.produced:
             produced[seq_id].append(tokens[seq_id])
     for r in load["requests"]:
         assert produced[r["id"]] == model.greedy_alone(decoder, r["prompt"], r["max_new_tokens"])
@@ -592,9 +594,7 @@ def test_the_reference_scheduler_breaks_no_rule_and_batching_beats_static(draw):
     drawn = (workloads.public() if draw == "public"
              else [(kind, load) for kind, _, load in workloads.hidden(20261202)])
     for kind, load in drawn:
-        trace = drive(ReferenceScheduler, load, workloads.max_steps(load),
-                      request_type=Request)
-        found = replay.replay(load, trace)
+        _, found = run(load, ReferenceScheduler, workloads.max_steps(load))
         assert found.first == {}, (kind, found.first)
         static = drive(lambda **c: ReferenceScheduler(**c, static=True), load,
                        workloads.max_steps(load), request_type=Request)
@@ -610,7 +610,8 @@ def test_the_reference_scheduler_breaks_no_rule_and_batching_beats_static(draw):
 
 def test_a_trace_is_replayed_alike_twice():
     kind, load = workloads.public()[0]
-    trace = drive(Tiny, load, workloads.max_steps(load), request_type=Request)
+    trace = drive_trace(drive(Tiny, load, workloads.max_steps(load), request_type=Request),
+                        load, workloads.max_steps(load))
     first = replay.replay(load, copy.deepcopy(trace))
     assert replay.replay(load, trace) == first
 
@@ -624,9 +625,7 @@ def test_every_hidden_draw_keeps_its_kinds_property(seed):
     drawn = workloads.hidden(seed)
     assert drawn == workloads.hidden(seed) and drawn != workloads.hidden(seed + 1)
     for kind, _, load in drawn:
-        trace = drive(ReferenceScheduler, load, workloads.max_steps(load),
-                      request_type=Request)
-        found = replay.replay(load, trace)
+        _, found = run(load, ReferenceScheduler, workloads.max_steps(load))
         static = drive(lambda **c: ReferenceScheduler(**c, static=True), load,
                        workloads.max_steps(load), request_type=Request)
         prompts = sum(len(r["prompt"]) for r in load["requests"])

@@ -23,12 +23,13 @@ import torch
 
 from graders.batching import grading, reference, workloads
 from graders.judge import replies
-from graders.judge.grade import grade
+from tests.grading import grade
 from graders.shared import hidden_cases
 from graders.shared.plans import CandidateError, CandidateTimeout, Fail, NotAttempted, Results
 from graders.worker import ops
 from graders.worker.batching import drive
 from tests.seeds import SUITE_SEED
+from tests.test_replies_trace import plain
 from tests.wrong.batching import SCHEDULERS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -247,7 +248,7 @@ def check(ops_, trace):
 
 def test_a_drivers_trace_passes_the_schema_unchanged():
     _, ops_, trace = traced()
-    assert check(ops_, copy.deepcopy(trace)) == trace
+    assert plain(check(ops_, copy.deepcopy(trace))) == trace
 
 
 def forged(change):
@@ -290,15 +291,16 @@ def test_the_schema_clips_an_error_of_the_candidates():
             raise ValueError("\x1b[2J" + "y" * 5000)
 
     _, ops_, trace = traced(scheduler=SimpleNamespace(Request=solution.Request, Scheduler=Loud))
-    error = check(ops_, trace)["error"]
-    assert len(error["message"]) <= 2000 and error["call"] == "schedule"
+    error = check(ops_, trace).error
+    assert len(error.message) <= 2000 and error.call == "schedule"
 
 
 def test_the_reference_figures_are_the_replays_own():
     kind, load_ = workloads.public()[-1]
     figures = grading._figures(("test", kind), load_)
-    found = grading.replay(load_, drive(reference.ReferenceScheduler, load_, figures.max_steps,
-                                        request_type=reference.Request))
+    trace = drive(reference.ReferenceScheduler, load_, figures.max_steps,
+                  request_type=reference.Request)
+    found = grading.replay(load_, replies.drive_trace(trace, load_, figures.max_steps))
     assert (figures.steps, figures.prompt_tokens, figures.prompt_tokens_computed) == (
         found.steps, found.prompt_tokens, found.prompt_tokens_computed)
 

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from graders.dense.mistakes import MISTAKES, SHAPE_MISTAKES
-from graders.judge.grade import grade
+from tests.grading import grade
 from graders.shared import mutation
 from graders.shared.mutation import REFERENCE, MutationError, strip_prose
 

@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import io
 import re
+from dataclasses import replace
 
 import pytest
 from rich.console import Console
 
 from graders.formats.report import render
-from graders.judge.grade import GradeResult, ItemResult, TellResult
-from graders.shared.rubric import load
+from graders.judge.grade import BEFORE_PLUS
+from graders.judge.result import GradeResult, ItemResult, TellResult
+from graders.shared.rubric import PLUS, load
 from graders.shared.tracks import DENSE
 
 COMMAND = "kata grade solutions/concat_kv_cache.py --tests solutions/test_kv_cache.py"
@@ -44,6 +46,10 @@ def concat(failing: tuple[str, ...] = ("prealloc",), **changes) -> GradeResult:
     items = []
     for item in load().track(DENSE):
         fails = item.id in failing
+        if item.level == PLUS:  # not started: an item of L4-L6 fails (the judge's gate)
+            items.append(ItemResult(item.id, item.level, "not_attempted", 0.0, item.points,
+                                    BEFORE_PLUS))
+            continue
         items.append(ItemResult(item.id, item.level, "fail" if fails else "pass",
                                 0.0 if fails else item.points, item.points,
                                 FAILING[item.id] if fails else PASSED.format(id=item.id)))
@@ -52,9 +58,7 @@ def concat(failing: tuple[str, ...] = ("prealloc",), **changes) -> GradeResult:
              for t in load().tells]
     result = GradeResult("solutions/concat_kv_cache.py", "L5", items, tells, False,
                          isolation="bwrap")
-    for name, value in changes.items():
-        setattr(result, name, value)
-    return result
+    return replace(result, **changes)
 
 
 def rendered(result: GradeResult, detail: str = "default", width: int = 80,
@@ -106,7 +110,7 @@ def test_the_default_report_fits_a_screen_and_shows_every_failure_in_full(width,
         items = [i for i in result.items if i.level == level]
         passing = [i.id for i in items if i.status == "pass"]
         others = [i.id for i in items if i.status != "pass"]
-        said = levels.split(f"{level} ", 1)[1].split(" L", 1)[0]
+        said = levels.split(f"{level} ", 1)[1].split(" L", 1)[0].removesuffix(";")  # "; L6+ not started"
         assert said.endswith(f"all pass but {', '.join(others)}" if others else "all pass"), said
     assert "PASS" not in text and "every case within" not in text, "passes are named, for -v"
     for item_id in failing:
@@ -149,7 +153,7 @@ def test_verbose_explains_every_item_and_quiet_prints_the_closing_block_alone(wi
     default, _ = rendered(result, width=width)
     verbose, _ = rendered(result, "verbose", width)
     quiet, _ = rendered(result, "quiet", width)
-    for item in result.items:
+    for item in result.reported:  # L6+ not started: one line
         assert flat(item.message) in flat(verbose), item.id
     assert len(verbose.splitlines()) > 2 * len(default.splitlines())
     # -q names every item that does not pass; the default report's closing, its causes
@@ -215,12 +219,12 @@ def test_ff_shows_the_items_graded_first_ahead_of_the_levels_in_verbose():
 
 def test_next_never_suggests_the_command_just_run():
     alone = concat(("prealloc",), partial=True, level=None)
-    alone.items = [i for i in alone.items if i.id == "prealloc"]
+    alone = replace(alone, items=[i for i in alone.items if i.id == "prealloc"])
     closing = flat("\n".join(closing_lines(rendered(alone)[0])))
     assert closing.endswith("Next: kata hint prealloc"), closing
     assert "--item prealloc" not in closing
     two = concat(("prealloc",), partial=True, level=None)
-    two.items = [i for i in two.items if i.id in ("prealloc", "gqa")]
+    two = replace(two, items=[i for i in two.items if i.id in ("prealloc", "gqa")])
     assert flat(rendered(two)[0]).endswith(
         f"Next: kata hint prealloc, or grade it alone: {COMMAND} --item prealloc")
 
@@ -243,15 +247,13 @@ def test_kata_grade_ff_reports_the_items_that_failed_last_time_first(tmp_path, m
     from typer.testing import CliRunner
 
     import cli
-    import graders.judge.grade as judge
-    from graders.workflows import grading
     from graders.workflows.last_failed import record
+    from tests.grading import stand_in
 
     (tmp_path / "kv_cache.py").write_text("")
     monkeypatch.chdir(tmp_path)
     record(tmp_path / "kv_cache.py", concat(("prealloc",)))
-    monkeypatch.setattr(grading, "start_workers", lambda *args, **kwargs: None)
-    monkeypatch.setattr(judge, "grade", lambda *args, **kwargs: concat(("prealloc",)))
+    stand_in(monkeypatch, lambda request, on_item: concat(("prealloc",)))
     output = CliRunner().invoke(cli.app, ["grade", "kv_cache.py", "--ff"],
                                 env={"COLUMNS": "80"}).output
     lines = output.splitlines()

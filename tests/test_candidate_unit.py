@@ -381,3 +381,19 @@ def test_tells_are_kept_in_order():
 def test_a_candidate_error_has_no_signature_unless_given_one():
     assert CandidateError("x").signature is None
     assert CandidateError("x", ("T", "m", "")).signature == ("T", "m", "")
+
+
+def test_section_8s_operations_and_a_name_of_it_the_file_lacks_is_not_attempted():
+    """attend_chunk, truncate and new(window=W) are operations of their own; the worker's
+    NotWritten (a file without section 8) is L6+ not attempted, not an error."""
+    plan = Plan()
+    x, lengths = torch.ones(2, 2, 3, 4), torch.tensor([1, 0])
+    assert [plan.new("w", window=4), plan.attend_chunk("w", x, may_raise=True),
+            plan.truncate("w", lengths, may_raise=True), plan.truncate("w", lengths)] == [0, 1, 2, 3]
+    assert plan.ops == [{"op": "new", "cache": "w", "window": 4},
+                        {"op": "attend_chunk", "cache": "w", "query": x, "may_raise": True},
+                        {"op": "truncate", "cache": "w", "lengths": lengths, "may_raise": True},
+                        {"op": "truncate", "cache": "w", "lengths": lengths}]
+    with pytest.raises(NotAttempted, match="defines no `truncate`"):
+        run(append_plan(may_raise=True),
+            done(raised("NotWritten", "the file defines no `truncate` (contract section 8, L6+)")))

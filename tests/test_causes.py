@@ -3,10 +3,12 @@ cause, and which does not. Real grades of every wrong implementation: test_repor
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from graders.formats.causes import LIKELY, cause_of, causes, evidence, likely
-from graders.judge.grade import GradeResult, ItemResult
+from graders.judge.result import GradeResult, ItemResult
 from graders.shared.rubric import load
 from graders.shared.tracks import DENSE
 
@@ -83,8 +85,8 @@ def test_stubs_group_by_message_never_by_dependency_and_come_after_failures():
 def test_items_graded_first_lead_and_items_not_run_are_left_to_the_closing_block():
     result = graded(validate_shapes=("fail", "a"), gqa=("fail", "b"))
     assert [c.lead.id for c in causes(result, {"gqa"})] == ["gqa", "validate-shapes"]
-    result.items[0].unavailable = "the file does not import"
-    result.items[0].status = "error"
+    result = replace(result, items=[replace(result.items[0], unavailable="the file does not "
+                                            "import", status="error"), *result.items[1:]])
     assert "append-time-dim" not in cause_of(result)
     assert cause_of(result) == {"validate-shapes": "validate-shapes", "gqa": "gqa"}
 

@@ -12,14 +12,16 @@ import graders.judge.grade as judge
 from benchmarks import bench
 from cli import app
 from graders.judge.isolation import GIB, Sandbox, SandboxUnavailable
+from graders.judge.request import DEFAULT_IMPORT_TIMEOUT
 from graders.shared import bundled
-from graders.workflows import batch
+from tests.grading import grade, stand_in
 
 ROOT = Path(__file__).resolve().parent.parent
 runner = CliRunner()
 
 JSON_KEYS = {"implementation", "level", "score", "max_score", "items", "tells", "hidden",
-             "isolation", "partial", "seed", "similarity"}
+             "isolation", "partial", "seed", "similarity", "plus_score",
+             "plus_max_score"}
 ITEM_KEYS = {"id", "level", "status", "points", "max_points", "message", "cause"}
 STATUSES = {"pass", "fail", "error", "timeout", "not_attempted"}
 
@@ -43,12 +45,12 @@ def test_the_reference_grades_clean_with_exit_code_0(reference_run):
 def test_json_follows_the_contract(reference_run):
     _, report = reference_run
     assert set(report) == JSON_KEYS
-    assert report["level"] == "L6" and report["hidden"] is False and report["partial"] is False
+    assert report["level"] == "L6+" and report["hidden"] is False and report["partial"] is False
     assert report["isolation"] in {"bwrap", "process"}
     assert report["score"] == report["max_score"] == 100.0
     for item in report["items"]:
         assert set(item) == ITEM_KEYS and item["status"] in STATUSES
-        assert item["level"] in {"L4", "L5", "L6"}
+        assert item["level"] in {"L4", "L5", "L6", "L6+"}
     assert {t["id"] for t in report["tells"]} == {"caches-q", "recomputes-projections",
                                                   "shape-only-tests", "concat-every-step"}
     assert all(set(t) == {"id", "detected", "message"} for t in report["tells"])
@@ -103,7 +105,7 @@ def test_help_shows_bracketed_text_rather_than_eating_it_as_markup(command, show
 def graded() -> dict[str, judge.GradeResult]:
     """The concat solution and the reference, graded once each with the model tests."""
     tests = ROOT / "solutions" / "test_kv_cache.py"
-    return {name: judge.grade(ROOT / "solutions" / name, tests)
+    return {name: grade(ROOT / "solutions" / name, tests)
             for name in ("concat_kv_cache.py", "kv_cache.py")}
 
 
@@ -122,7 +124,7 @@ def test_the_report_fits_a_screen_and_closes_with_what_does_not_pass(
         (tmp_path / "solutions").mkdir(exist_ok=True)
         (tmp_path / "solutions" / file).write_bytes((ROOT / "solutions" / file).read_bytes())
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(judge, "grade", lambda *args, **kwargs: graded[name])
+    stand_in(monkeypatch, lambda request, on_item: graded[name])
     args = ["grade", f"solutions/{name}", "--tests", "solutions/test_kv_cache.py"]
     shown = {flag: runner.invoke(app, [*args, *flags], env={"COLUMNS": str(columns)}).output
              for flag, flags in (("default", []), ("verbose", ["-v"]), ("quiet", ["-q"]))}
@@ -153,19 +155,17 @@ def seen(monkeypatch) -> dict:
     starts, and bubblewrap counts as there (grade-all checks its sandbox first): the stand-ins
     are reached with or without it."""
     recorded = {}
-    monkeypatch.setattr("graders.workflows.grading.start_workers", lambda *args, **kwargs: None)
     monkeypatch.setattr("graders.judge.isolation.bwrap_problem", lambda: None)
 
-    def grade(implementation, tests, **kwargs):
-        recorded.update(kwargs)
+    def grade(request, on_item):
+        recorded.update(sandbox=request.sandbox, import_timeout=request.import_timeout)
         raise SandboxUnavailable("--sandbox require: bubblewrap cannot run here")
 
     def run(settings, on_event):
         recorded.update(sandbox=settings.sandbox)
         raise SandboxUnavailable("--sandbox require: bubblewrap cannot run here")
 
-    monkeypatch.setattr(judge, "grade", grade)
-    monkeypatch.setattr(batch, "grade", grade)
+    stand_in(monkeypatch, grade)
     monkeypatch.setattr(bench, "run", run)
     return recorded
 
@@ -205,7 +205,7 @@ def test_the_defaults_are_the_judges(command, seen, monkeypatch, tmp_path):
                 "bench": bench.Settings([], [], [], []).sandbox}
     assert seen["sandbox"] == defaults[command]
     if command != "bench":
-        assert seen["import_timeout"] == judge.DEFAULT_IMPORT_TIMEOUT
+        assert seen["import_timeout"] == DEFAULT_IMPORT_TIMEOUT
 
 
 def test_an_unknown_sandbox_mode_is_a_usage_error():

@@ -24,6 +24,7 @@ from graders.shared.mutation import Mutant
 from graders.shared.rubric import load
 from graders.shared.tracks import SERVING
 from graders.workflows import batch
+from tests.grading import stand_in
 
 ROOT = Path(__file__).resolve().parent.parent
 REFERENCE = ROOT / "solutions" / "kv_cache.py"
@@ -315,7 +316,7 @@ def test_grade_all_on_a_hostile_tree_leaks_no_secret_and_writes_only_data(tmp_pa
 
 def test_grade_all_checks_out_before_it_grades_anything(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(batch, "grade", lambda *a, **k: pytest.fail("graded before --out"))
+    stand_in(monkeypatch, lambda request, on_item: pytest.fail("graded before --out"))
     (tmp_path / "in" / "alice").mkdir(parents=True)
     shutil.copy(REFERENCE, tmp_path / "in" / "alice" / "kv_cache.py")
     done = runner.invoke(app, ["grade-all", "in", "--out", "/proc/nope", "--sandbox", "process"])
@@ -333,12 +334,12 @@ def test_an_interrupted_batch_keeps_the_grades_it_finished(tmp_path, monkeypatch
         shutil.copy(REFERENCE, tmp_path / "in" / name / "kv_cache.py")
     finished = judge.GradeResult("kv_cache.py", "L6", [], [], False)
 
-    def grade(implementation, tests, **kwargs):
-        if "bob" in str(implementation):
+    def grade(request, on_item):
+        if "bob" in str(request.implementation):
             raise KeyboardInterrupt
         return finished
 
-    monkeypatch.setattr(batch, "grade", grade)
+    stand_in(monkeypatch, grade)
     done = runner.invoke(app, ["grade-all", "in", "--out", "out", "--jobs", "1",
                                "--sandbox", "process"])
     assert isinstance(done.exception, KeyboardInterrupt) or done.exit_code != 0
@@ -366,7 +367,7 @@ def test_a_summary_that_can_no_longer_be_written_ends_the_batch_with_one_line(tm
     monkeypatch.chdir(tmp_path)
     (tmp_path / "in" / "alice").mkdir(parents=True)
     shutil.copy(REFERENCE, tmp_path / "in" / "alice" / "kv_cache.py")
-    monkeypatch.setattr(batch, "grade", lambda *a, **k: judge.GradeResult("k", "L6", [], [], False))
+    stand_in(monkeypatch, lambda request, on_item: judge.GradeResult("k", "L6", [], [], False))
 
     def disk_full(*args, **kwargs):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))

@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from graders.judge.grade import GradeResult, grade, kata_graders
+from graders.judge.grade import kata_graders
+from graders.judge.result import GradeResult
+from tests.grading import grade
 from graders.shared.mutation import REFERENCE
 from graders.shared.rubric import load
 from graders.shared.tracks import DENSE, SERVING
@@ -57,7 +59,8 @@ def test_correct_designs_pass_everything_and_reach_l6(path, graded):
 
 def test_the_concat_baseline_fails_only_prealloc_and_shows_concat_every_step(graded):
     result = graded[BASELINE]
-    assert {i.id for i in result.items if i.status != "pass"} == {"prealloc"}, _not_passed(result)
+    assert {i.id for i in result.reported if i.status != "pass"} == {"prealloc"}, _not_passed(result)
+    assert not result.plus_started  # it has no section 8, and does not reach L6 anyway
     assert [t.id for t in result.tells if t.detected] == ["concat-every-step"]
     assert result.level == "L5"
 

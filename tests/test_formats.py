@@ -26,7 +26,8 @@ from graders.formats.gradescope import to_gradescope, write_gradescope
 from graders.formats.junit import write_junit
 from graders.formats.report import partial_verdict, render, to_json
 from graders.formats.scorecard import PASS_REASON_CHARS, write_markdown
-from graders.judge.grade import GradeResult, ItemResult, TellResult, _level, grade
+from graders.judge.result import GradeResult, ItemResult, TellResult, level as level_of
+from tests.grading import grade
 from graders.shared.plans import Fail, tensor
 from graders.shared.rubric import load
 from graders.shared.tracks import DENSE
@@ -411,7 +412,7 @@ def test_the_level_names_only_the_tells_that_lowered_it(reached, detected, level
     items = [ItemResult(i.id, i.level, "pass" if rubric.levels.index(i.level) <= top else "fail",
                         0.0, i.points, "") for i in rubric.track(DENSE)]
     tells = [TellResult(t.id, t.id in detected, "") for t in rubric.tells]
-    assert _level(rubric, items, tells) == (level, capped_by)
+    assert level_of(DENSE, items, tells) == (level, capped_by)
 
 
 @pytest.mark.parametrize("level, capped_by, says", [
@@ -490,8 +491,9 @@ def test_a_real_grade_writes_all_three_formats(tmp_path):
 
 def test_a_real_file_that_does_not_import_gives_its_error_once_in_a_short_report():
     result = grade(ROOT / "tests/hostile/syntax_error.py")
-    assert not result.partial and {i.status for i in result.items} == {"error"}
-    assert {i.message for i in result.items} == {"not run: the file does not import"}
+    assert not result.partial and {i.status for i in result.reported} == {"error"}
+    assert {i.message for i in result.reported} == {"not run: the file does not import"}
+    assert not result.plus_started  # L6+: not started, one line
     assert "SyntaxError: expected ':' (syntax_error.py, line 3)" in result.unavailable
     assert not any(t.checked for t in result.tells)
     text = terminal(result)

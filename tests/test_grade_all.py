@@ -16,14 +16,17 @@ import re
 import shutil
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from graders.judge.grade import GradeResult, ItemResult, TellResult
+from graders.judge.result import GradeResult, ItemResult, TellResult
+from graders.judge.request import GradeRequest
 from graders.shared.rubric import load
 from graders.shared.tracks import DENSE, SERVING
 from graders.workflows import batch
+from tests.grading import stand_in
 from graders.workflows.batch import (Outcome, Skipped, Submission, find_submissions, grade_all,
                                      survey, terminal_table, write_summary)
 
@@ -70,7 +73,8 @@ def run(root):
     start = time.monotonic()
     # Calls keep the default timeout: under load bob's measured appends (concat, counted by the
     # allocation probe) once took more than 2 s, and his tell went unseen.
-    outcomes = grade_all(find_submissions(root), jobs=2, import_timeout=FAST, on_done=done.append)
+    outcomes = grade_all(find_submissions(root), 2, GradeRequest(root, import_timeout=FAST),
+                         on_done=done.append)
     elapsed = time.monotonic() - start
     write_summary(outcomes, root / "summary.csv", root / "summary.md")
     return {"outcomes": outcomes, "done": done, "elapsed": elapsed, "csv": root / "summary.csv",
@@ -142,14 +146,14 @@ def test_the_markdown_has_a_row_per_submission(run):
 def test_a_grade_that_raises_is_an_error_outcome_and_the_others_go_on(monkeypatch, tmp_path):
     graded = object()
 
-    def fake_grade(implementation, tests, **kwargs):
-        if "broken" in str(implementation):
+    def fake_grade(request, on_item):
+        if "broken" in str(request.implementation):
             raise RuntimeError("the machine is on fire")
         return graded
 
-    monkeypatch.setattr(batch, "grade", fake_grade)
+    stand_in(monkeypatch, fake_grade)
     subs = [Submission(n, tmp_path / n / "kv_cache.py", None) for n in ("a", "broken", "c")]
-    outcomes = grade_all(subs, jobs=2)
+    outcomes = grade_all(subs, 2, GradeRequest(tmp_path))
     assert [o.result for o in outcomes] == [graded, None, graded]
     assert "RuntimeError: the machine is on fire" in outcomes[1].error
 
@@ -164,28 +168,32 @@ def test_every_grade_gets_the_batchs_options(monkeypatch, tmp_path):
     from graders.judge.isolation import Sandbox
 
     seen = []
-    monkeypatch.setattr(batch, "grade", lambda implementation, tests, **kwargs: seen.append(kwargs))
-    subs = [Submission(n, tmp_path / n / "kv_cache.py", None) for n in ("a", "b")]
+    stand_in(monkeypatch, lambda request, on_item: seen.append(request))
+    subs = [Submission(n, tmp_path / n / "kv_cache.py", tmp_path / n / "test_kv_cache.py")
+            for n in ("a", "b")]
     sandbox = Sandbox(mode="process", memory=1 << 30)
-    grade_all(subs, jobs=2, hidden=True, timeout=3.0, import_timeout=9.0, sandbox=sandbox, seed=8)
-    assert seen == [{"track": "dense", "hidden": True, "timeout": 3.0, "import_timeout": 9.0,
-                     "sandbox": sandbox, "seed": 8}] * 2
+    settings = GradeRequest(tmp_path, hidden=True, timeout=3.0, import_timeout=9.0,
+                            sandbox=sandbox, seed=8)
+    grade_all(subs, 2, settings)
+    assert sorted(seen, key=lambda r: r.implementation) == [
+        replace(settings, implementation=s.implementation, tests=s.tests) for s in subs]
     seen.clear()
-    grade_all(subs, jobs=1, track=SERVING)
-    assert [kwargs["track"] for kwargs in seen] == ["serving", "serving"]
+    grade_all(subs, 1, GradeRequest(tmp_path, track=SERVING, hidden=True))
+    assert [r.track for r in seen] == [SERVING, SERVING]
+    assert len({r.seed for r in seen}) == 1 and seen[0].seed is not None, "one seed drawn"
 
 
 def test_an_unavailable_sandbox_stops_the_batch_instead_of_failing_each_submission(
         monkeypatch, tmp_path):
     from graders.judge.isolation import SandboxUnavailable
 
-    def no_sandbox(implementation, tests, **kwargs):
+    def no_sandbox(request, on_item):
         raise SandboxUnavailable("bubblewrap cannot run here")
 
-    monkeypatch.setattr(batch, "grade", no_sandbox)
+    stand_in(monkeypatch, no_sandbox)
     subs = [Submission(n, tmp_path / n / "kv_cache.py", None) for n in ("a", "b", "c")]
     with pytest.raises(SandboxUnavailable, match="bubblewrap"):
-        grade_all(subs, jobs=1)
+        grade_all(subs, 1, GradeRequest(tmp_path))
 
 
 # --- a folder an attacker prepared -----------------------------------------------------------

@@ -18,7 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from graders.judge.grade import GradeResult, grade, kata_graders
+from graders.judge.grade import kata_graders
+from graders.judge.result import GradeResult
+from tests.grading import grade
 from graders.shared.mutation import PAGED_REFERENCE, REFERENCE, Mutant
 from graders.shared.rubric import load
 from graders.shared.tracks import BATCHING, DENSE, SERVING

@@ -22,7 +22,7 @@ import pytest
 from graders.formats import grade_page, html
 from graders.formats.html import Html, el, text
 from graders.interview import page as session_page, record, session as verbs, verify
-from graders.judge.grade import GradeResult, ItemResult, TellResult
+from graders.judge.result import GradeResult, ItemResult, TellResult
 from graders.shared import rubric as rubric_data
 from graders.shared.mutation import REFERENCE
 from graders.shared.tracks import DENSE
@@ -30,6 +30,7 @@ from graders.shared.untrusted import html_text
 from graders.workflows import batch, grade_all
 from tests.test_interview import HOSTILE_ANSWERS, START, Clock, staged_grade
 from tests.test_safe_formats import HOSTILE as HOSTILE_MESSAGE
+from tests.grading import stand_in
 
 ROOT = Path(__file__).resolve().parent.parent
 EDIT = runpy.run_path(str(ROOT / "tests" / "hostile" / "edits_its_interview_record.py"))["edit"]
@@ -141,7 +142,7 @@ def staged_session(workspace: Path, saves: list[tuple[float, str, str | None]],
     by staged_grade, `hints` asked after the saves of those indices, ended 30 s after the last
     save; `answers` as answers.md."""
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr("graders.judge.grade.grade", staged_grade)
+        stand_in(patch, staged_grade)
         clock = Clock()
         verbs.start(workspace, minutes=minutes, clock=clock)
         for n, (minute, code, tests) in enumerate(saves):
@@ -264,7 +265,7 @@ def test_a_file_that_links_outside_the_session_is_named_and_never_read(tmp_path)
 @pytest.fixture
 def staged_verify(monkeypatch):
     """Grades, --verify's too, are staged_grade's, and --verify starts no workers ahead."""
-    monkeypatch.setattr("graders.judge.grade.grade", staged_grade)
+    stand_in(monkeypatch, staged_grade)
     monkeypatch.setattr("graders.interview.verify._Ahead.start", lambda self, event, stage: None)
 
 
@@ -334,7 +335,7 @@ def test_a_verified_page_shows_the_records_strings_as_text(tmp_path, staged_veri
 
 def test_a_session_just_started_has_a_page_with_no_snapshot_and_no_model_answer_yet(tmp_path):
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr("graders.judge.grade.grade", staged_grade)
+        stand_in(patch, staged_grade)
         verbs.start(tmp_path / "ws", clock=Clock())
     page = session_page.page(verbs.load(tmp_path / "ws"), tmp_path / "ws")
     assert_only_the_katas_markup(page)

@@ -21,6 +21,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -28,10 +29,11 @@ from rich.console import Console
 
 from graders.interview import commands, record, review, session as verbs
 from graders.interview.questions import MODEL_ANSWERS, QUESTIONS, STAGE_PROMPTS
-from graders.judge.grade import GradeResult, ItemResult, _level
+from graders.judge.result import GradeResult, ItemResult, level
 from graders.shared import rubric as rubric_data
 from graders.shared.mutation import REFERENCE
 from graders.shared.tracks import DENSE
+from tests.grading import stand_in
 from tests.wrong import everything
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -52,28 +54,27 @@ class Clock:
         self.now += seconds
 
 
-def staged_grade(implementation, tests=None, *, only=None, hidden=False, workers=None, seed=None,
-                 **_):
-    """A stand-in for graders.judge.grade.grade: the items of levels up to the file's
-    `STAGED_UP_TO = "L5"` line pass, the others fail (no such line, or no level: none pass).
-    Workers started for it are closed, as the grade closes them."""
-    if workers is not None:
-        workers.close()
+def staged_grade(request, on_item=None):
+    """A stand-in for graders.judge.grade.grade (tests.grading.stand_in): the items of levels
+    up to the file's `STAGED_UP_TO = "L5"` line pass, the others fail (no such line, or no
+    level: none pass)."""
+    implementation, only, hidden, seed = (request.implementation, request.only, request.hidden,
+                                          request.seed)
     found = re.search(r'STAGED_UP_TO = "(\w+)"', Path(implementation).read_text())
     levels = rubric_data.load().levels
     up_to = levels.index(found.group(1)) if found and found.group(1) in levels else -1
     items = [ItemResult(i.id, i.level, *(("pass", i.points) if levels.index(i.level) <= up_to
                                           else ("fail", 0.0)), i.points, "staged")
              for i in rubric_data.load().track(DENSE) if only is None or i.id in only]
-    level = None if only is not None else _level(rubric_data.load(), items, [])[0]
-    return GradeResult(str(implementation), level, items, [], hidden, partial=only is not None,
+    reached = None if only is not None else level(DENSE, items, [])[0]
+    return GradeResult(str(implementation), reached, items, [], hidden, partial=only is not None,
                        seed=seed if hidden else None)
 
 
 @pytest.fixture
 def staged(monkeypatch):
     """Grades are staged_grade's, and the CLI's saves start no workers for it."""
-    monkeypatch.setattr("graders.judge.grade.grade", staged_grade)
+    stand_in(monkeypatch, staged_grade)
     monkeypatch.setattr("graders.interview.warm.NextWorkers.start", lambda self: None)
 
 
@@ -83,7 +84,7 @@ def write_level(workspace: Path, level: str, note: str = "") -> None:
 
 def later_texts(stage: str) -> list[str]:
     """Lines of the prompts and questions of the stages after `stage`: none may show early."""
-    levels = rubric_data.load().levels
+    levels = verbs.stages(DENSE)  # the interview's: no L6+ stage yet
     later = levels[levels.index(stage) + 1:]
     texts = [STAGE_PROMPTS[level].splitlines()[0] for level in later]
     return texts + [QUESTIONS[i.id] for i in rubric_data.load().interviewer if i.level in later]
@@ -180,7 +181,7 @@ def test_a_save_without_a_change_records_nothing_unless_a_stage_opened(tmp_path,
 def test_no_later_prompt_or_question_shows_before_its_stage_opens(tmp_path, staged):
     ws = tmp_path / "ws"
     out_console, out = console()
-    assert commands.start(out_console, ws, 60, False, "dense") == 0  # on the real clock
+    assert commands.start(out_console, ws, 60, False, DENSE) == 0  # on the real clock
     verbs.save(ws)
     shown = out.getvalue() + workspace_text(ws)
     assert STAGE_PROMPTS["L4"].split()[5] in shown and QUESTIONS["why-only-kv"] in shown
@@ -370,13 +371,14 @@ def test_the_report_gives_each_figure_and_the_replay_each_diff(tmp_path, staged)
     clock.advance(30)
     verbs.hint(ws, "gqa", 1, clock=clock)
     found = review.figures(verbs.load(ws))
-    assert found["time_to_level"] == {"L4": 300.0, "L5": 540.0, "L6": None}
+    assert found["time_to_level"] == {"L4": 300.0, "L5": 540.0, "L6": None, "L6+": None}
     assert found["first_pass"]["attend-shape"] == 300.0 and found["first_pass"]["gqa"] is None
     assert found["levels"] == [[120.0, "below L4"], [300.0, "L4"], [540.0, "L5"]]
     assert [e["item"] for e in found["hints"]] == ["gqa"]
     strip = review.strip(verbs.load(ws), width=20)
-    assert strip[0].startswith("L6 |") and "█" not in strip[0]
-    assert strip[2].index("█") < strip[1].index("█")  # L4 was reached before L5
+    assert strip[0].startswith("L6+ |") and "█" not in strip[0]  # the rubric's levels, L6+ too
+    assert strip[1].lstrip().startswith("L6 |") and "█" not in strip[1]
+    assert strip[3].index("█") < strip[2].index("█")  # L4 was reached before L5
     steps = review.replay(verbs.load(ws), ws)
     assert [bool(diff) for _, diff in steps] == [False, True, True]
     assert '-STAGED_UP_TO = "L4"' in steps[2][1] and '+STAGED_UP_TO = "L5"' in steps[2][1]
@@ -497,20 +499,20 @@ def test_an_unchanged_test_file_keeps_its_own_tests_verdict_across_saves(tmp_pat
     """A save that changes kv_cache.py alone is graded without own-tests and takes the verdict
     the same test file got, with its tell; a change of the test file grades the item again."""
     from graders.interview.warm import OWN_TESTS_TELLS, OwnTestsVerdict
-    from graders.judge.grade import TellResult
+    from graders.judge.result import TellResult
 
     graded = []
 
-    def grade_with_tells(implementation, tests=None, *, only=None, **options):
+    def grade_with_tells(request, on_item=None):
+        only = request.only
         graded.append(set(only))
-        result = staged_grade(implementation, tests, only=only, **options)
-        mark = "caught" if b"caught" in Path(tests).read_bytes() else "shapes only"
-        result.tells = [TellResult("caches-q", False, "clear"),
-                        TellResult("shape-only-tests", mark != "caught", mark,
-                                   checked="own-tests" in only)]
-        return result
+        result = staged_grade(request)
+        mark = "caught" if b"caught" in Path(request.tests).read_bytes() else "shapes only"
+        return replace(result, tells=[TellResult("caches-q", False, "clear"),
+                                      TellResult("shape-only-tests", mark != "caught", mark,
+                                                 checked="own-tests" in only)])
 
-    monkeypatch.setattr("graders.judge.grade.grade", grade_with_tells)
+    stand_in(monkeypatch, grade_with_tells)
     clock, ws, kept = Clock(), tmp_path / "ws", OwnTestsVerdict()
     verbs.start(ws, clock=clock)
     (ws / "test_kv_cache.py").write_text("# caught\n")
@@ -582,8 +584,8 @@ def test_the_next_workers_keep_an_idle_tests_worker_across_saves(tmp_path, monke
     from graders.interview.warm import NextWorkers
     from graders.judge import workers as judge_workers
 
-    def start(implementation, tests, module, sandbox, import_timeout, ahead=False):
-        assert tests is None and ahead
+    def start(request, ahead=False):
+        assert request.tests_run is None and ahead
         return judge_workers.GradeWorkers(FakeWorker("implementation"), None, None, "bwrap")
 
     FakeWorker.started = []
@@ -616,8 +618,8 @@ def test_the_next_workers_keep_an_idle_tests_worker_across_saves(tmp_path, monke
 def interrupted_after(count: int):
     """A stand-in for the final grade: `count` items graded (heard of by on_item), then a Ctrl-C
     (KeyboardInterrupt), as a second Ctrl-C during `end` brings."""
-    def grade(implementation, tests=None, *, on_item=None, **_):
-        for item in staged_grade(implementation, tests).items[:count]:
+    def grade(request, on_item=None):
+        for item in staged_grade(request).items[:count]:
             on_item(item)
         raise KeyboardInterrupt
     return grade
@@ -631,15 +633,15 @@ def test_a_ctrl_c_during_the_final_grade_ends_the_session_with_what_it_has(tmp_p
     verbs.start(ws, clock=clock)
     write_level(ws, "L4")
     with monkeypatch.context() as patched:
-        patched.setattr("graders.judge.grade.grade", staged_grade)
+        stand_in(patched, staged_grade)
         saved = verbs.save(ws, clock=clock)
     writes = []
     original_save = record.save
     monkeypatch.setattr(record, "save", lambda w, r: (
         writes.append(signal.getsignal(signal.SIGINT)), original_save(w, r)))
-    monkeypatch.setattr("graders.judge.grade.grade", interrupted_after(5))
+    stand_in(monkeypatch, interrupted_after(5))
     clock.advance(60)
-    with pytest.raises(verbs.Interrupted, match="after 5 of 19 items") as caught:
+    with pytest.raises(verbs.Interrupted, match="after 5 of 22 items") as caught:
         verbs.end(ws, clock=clock)
     assert writes == [signal.SIG_IGN]  # a third Ctrl-C cannot cut the record's write
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # and then restored
@@ -654,7 +656,7 @@ def test_a_ctrl_c_during_the_final_grade_ends_the_session_with_what_it_has(tmp_p
     assert final["implementation"] == f"{saved.event['snapshot']}/kv_cache.py"
     assert verbs.end(ws, clock=clock) == ended  # ended: idempotent, nothing graded again
     shown = "\n".join(review.lines(ended, ws))
-    assert "interrupted (Ctrl-C) after 5 of 19 items, 10/27 points on those; no level" in shown
+    assert "interrupted (Ctrl-C) after 5 of 22 items, 10/27 points on those; no level" in shown
     assert (f"kata grade --hidden --seed {final['seed']} "
             f"{ws / '.kata' / saved.event['snapshot'] / 'kv_cache.py'}") in shown
     assert "interrupted (Ctrl-C)" in review.markdown(ended, ws)
@@ -664,11 +666,11 @@ def test_the_end_verb_interrupted_exits_130_with_the_report_and_no_traceback(tmp
                                                                              monkeypatch):
     ws = tmp_path / "ws"
     verbs.start(ws)
-    monkeypatch.setattr("graders.judge.grade.grade", interrupted_after(0))
+    stand_in(monkeypatch, interrupted_after(0))
     out_console, out = console()
     assert commands.end(out_console, ws) == commands.INTERRUPTED == 130
     shown = out.getvalue()
-    assert "the final grade was interrupted (Ctrl-C) after 0 of 19 items" in shown
+    assert "the final grade was interrupted (Ctrl-C) after 0 of 22 items" in shown
     assert "Time to each level" in shown and "Traceback" not in shown
     assert verbs.load(ws)["ended"] is not None
 
@@ -718,7 +720,7 @@ def test_a_scripted_session_graded_for_real(tmp_path):
     assert final["hidden"] is True and final["level"] == "L6" and final["score"] == 100.0
     assert session["ended"] == record.iso(START + 1980)
     found = review.figures(session)
-    assert found["time_to_level"] == {"L4": 660.0, "L5": 1560.0, "L6": 1920.0}
+    assert found["time_to_level"] == {"L4": 660.0, "L5": 1560.0, "L6": 1920.0, "L6+": None}
     assert found["first_pass"]["gqa"] == 1920.0 and found["first_pass"]["reset"] == 1560.0
     lines = "\n".join(review.lines(session, ws))
     assert "Final grade (--hidden" in lines and "Similarity to the bundled solutions" in lines
@@ -733,7 +735,7 @@ def test_a_kept_own_tests_verdict_is_the_one_the_test_file_got_for_real(tmp_path
     verdict and tell of the save before, and a grade of own-tests alone checks exactly the
     tells a kept verdict brings (OWN_TESTS_TELLS)."""
     from graders.interview.warm import OWN_TESTS_TELLS, OwnTestsVerdict
-    from graders.judge.grade import grade
+    from tests.grading import grade
 
     ws, kept = tmp_path / "ws", OwnTestsVerdict()
     verbs.start(ws)

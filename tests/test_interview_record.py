@@ -15,6 +15,7 @@ import re
 import runpy
 import shutil
 import unicodedata
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -29,6 +30,7 @@ from graders.shared.mutation import REFERENCE
 from tests.test_formats import code_spans
 from tests.test_safe_formats import strings
 from tests.test_interview import Clock, staged_grade, write_level
+from tests.grading import stand_in
 
 HOSTILE = Path(__file__).parent / "hostile"
 RECORDS = json.loads((HOSTILE / "interview_records.json").read_text())
@@ -76,7 +78,7 @@ def kata(*args: str, cwd: Path):
 @pytest.fixture
 def staged(monkeypatch):
     """Grades are tests/test_interview.py's stand-in, and the CLI's saves start no workers."""
-    monkeypatch.setattr("graders.judge.grade.grade", staged_grade)
+    stand_in(monkeypatch, staged_grade)
     monkeypatch.setattr("graders.interview.warm.NextWorkers.start", lambda self: None)
 
 
@@ -92,7 +94,7 @@ def base_session(tmp_path_factory) -> Path:
     (events[2]), a second save at L5, the end."""
     ws = tmp_path_factory.mktemp("base") / "ws"
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr("graders.judge.grade.grade", staged_grade)
+        stand_in(patch, staged_grade)
         clock = Clock()
         verbs.start(ws, clock=clock)
         write_level(ws, "L4")
@@ -161,23 +163,23 @@ def test_a_record_that_fails_its_schema_is_one_line_naming_the_field(session_cop
     assert raw_controls(shown) == []
 
 
-def test_the_schema_takes_its_levels_items_and_stages_from_the_rubric(session_copy, monkeypatch):
-    """A level the rubric adds (L6+, with its items) is known to the schema at once."""
-    def plus(data: dict) -> None:
-        data.update(stage="L6+")
+def test_the_schema_takes_its_levels_items_and_stages_from_the_rubric(session_copy):
+    """A level the rubric adds (L6+, with its items) is known to the schema at once; its stage
+    only once the interview has one (issue 42's part 5: session.stages leaves L6+ out)."""
+    def plus_level(data: dict) -> None:
         data["events"][0].update(level="L6+", passing=["chunk-causal-mask"])
+
+    def plus_stage(data: dict) -> None:
+        data.update(stage="L6+")
         data["events"].insert(2, {"t": 60.0, "kind": "stage", "stage": "L6+"})
 
-    edit_record(session_copy, plus)
+    edit_record(session_copy, plus_level)
+    loaded = verbs.load(session_copy)
+    assert loaded["events"][0]["level"] == "L6+"
+    assert loaded["events"][0]["passing"] == ["chunk-causal-mask"]
+    edit_record(session_copy, plus_stage)
     with pytest.raises(schema.RecordError, match=r"stage: .L6\+.: not one of L4, L5, L6"):
         verbs.load(session_copy)
-    rubric = rubric_data.load()
-    item = rubric_data.Item("chunk-causal-mask", "L6+", 10.0, "attend_chunk masks", "", ("?",) * 3)
-    grown = rubric_data.Rubric((*rubric.levels, "L6+"), (*rubric.items, item), rubric.tells,
-                               rubric.interviewer)
-    monkeypatch.setattr(rubric_data, "load", lambda *_: grown)
-    loaded = verbs.load(session_copy)
-    assert loaded["stage"] == "L6+" and loaded["events"][0]["passing"] == ["chunk-causal-mask"]
 
 
 # --- escapes: the record's fields, the snapshots' names, the workspace's path, the errors -----
@@ -323,12 +325,12 @@ def test_a_record_whose_stages_were_edited_disagrees(session_copy, staged_verify
 
 def test_an_item_the_grade_could_not_judge_leaves_its_claim_unchecked(session_copy,
                                                                       staged_verify, monkeypatch):
-    def timing_out(implementation, tests=None, **options):
-        result = staged_grade(implementation, tests, **options)
-        result.items[0].status = "timeout"
-        return result
+    def timing_out(request, on_item=None):
+        result = staged_grade(request)
+        return replace(result, items=[replace(result.items[0], status="timeout"),
+                                      *result.items[1:]])
 
-    monkeypatch.setattr("graders.judge.grade.grade", timing_out)
+    stand_in(monkeypatch, timing_out)
     checked = verify.verify(verbs.load(session_copy), session_copy, verbs.default_sandbox())
     assert [c.verdict for c in checked.saves] == ["unchecked", "unchecked"]
     assert not checked.edited and checked.unchecked >= 2

@@ -23,7 +23,7 @@ import pytest
 
 from graders.formats import report
 from graders.judge import isolation
-from graders.judge.grade import grade
+from tests.grading import grade, request
 from graders.judge.isolation import (KATA, Sandbox, SandboxUnavailable, _children, bwrap_problem,
                                unseen_beside)
 from graders.judge.workers import GradeWorkers, Worker
@@ -256,7 +256,7 @@ def test_workers_started_ahead_read_the_file_as_saved_when_they_go(mode, tmp_pat
     file as it is at go(), not as it was when they started."""
     path = tmp_path / "kv_cache.py"
     path.write_text("def attend(:\n")  # what lay there when the workers started
-    workers = GradeWorkers.start(path, None, "kv_cache", Sandbox(mode), 60.0, ahead=True)
+    workers = GradeWorkers.start(request(path, sandbox=Sandbox(mode)), ahead=True)
     path.write_text(REFERENCE.read_text())  # the save
     workers.go()
     result = grade_file(path, mode, workers=workers, only={"prefix-equivalence"})
@@ -277,7 +277,7 @@ def test_a_worker_started_ahead_sees_its_files_read_only_and_nothing_beside(
     (tmp_path / "notes.txt").write_text("not the candidate's to read")
     scratch = tmp_path_factory.mktemp("tmp")  # this test's own: other tests' grades use /tmp
     monkeypatch.setattr(tempfile, "tempdir", str(scratch))
-    workers = GradeWorkers.start(path, tests, "kv_cache", Sandbox(mode), 60.0, ahead=True)
+    workers = GradeWorkers.start(request(path, tests, sandbox=Sandbox(mode)), ahead=True)
     workers.go()
     result = grade_file(path, mode, tests=tests, workers=workers, only={"prefix-equivalence"})
     (item,) = result.items
@@ -341,7 +341,7 @@ def test_workers_started_ahead_that_died_waiting_are_closed_and_say_so(mode, tmp
     and leaves nothing, and `kata grade --watch` starts fresh workers instead."""
     monkeypatch.setattr("graders.judge.workers._SPAWNER", None)  # as `kata grade` starts them
     before = set(_children(os.getpid()))
-    workers = GradeWorkers.start(REFERENCE, None, "kv_cache", Sandbox(mode), 60.0, ahead=True)
+    workers = GradeWorkers.start(request(REFERENCE, sandbox=Sandbox(mode)), ahead=True)
     os.killpg(workers.implementation._pid, 9)
     poll = select.poll()  # the worker's stdin has no reader left once all of it is gone
     poll.register(workers.implementation._in, select.POLLERR)
@@ -367,7 +367,7 @@ def test_workers_interrupted_while_starting_leave_nothing(mode, tmp_path, monkey
     monkeypatch.setattr(tempfile, "tempdir", str(scratch))
     before = set(_children(os.getpid()))
     with pytest.raises(KeyboardInterrupt):
-        GradeWorkers.start(REFERENCE, tests, "kv_cache", Sandbox(mode), 60.0, ahead=True)
+        GradeWorkers.start(request(REFERENCE, tests, sandbox=Sandbox(mode)), ahead=True)
     assert not set(_children(os.getpid())) - before, "a worker outlived the interrupt"
     assert not list(scratch.iterdir()), "a staged folder outlived the interrupt"
 
@@ -416,7 +416,7 @@ def test_the_judges_own_folders_are_out_of_sight(mode, how, tmp_path, token, hos
     (judge / "secret.txt").write_text(token)
     path = hostile_file("reads_a_file", PATH=judge / "secret.txt")
     (judge / "grade_it.py").write_text(
-        "import sys\nfrom pathlib import Path\nfrom graders.judge.grade import grade\n"
+        "import sys\nfrom pathlib import Path\nfrom tests.grading import grade\n"
         "from graders.judge.isolation import Sandbox\n"
         f"result = grade(Path({str(path)!r}), sandbox=Sandbox({mode!r}), only={{'attend-shape'}})\n"
         "print(result.items[0].unavailable or result.items[0].message)\n")

@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-import graders.judge.grade as judge
 from cli import app
-from graders.judge.grade import GradeResult, ItemResult, grade
+from graders.judge.result import GradeResult, ItemResult
+from tests.grading import grade, stand_in
 from graders.shared.rubric import load
 from graders.shared.tracks import DENSE, SERVING
 from graders.workflows import last_failed
-from graders.workflows.last_failed import Plan, cache_file, failed, plan, record
+from graders.workflows.last_failed import Selection, cache_file, failed, plan, record
 
 ROOT = Path(__file__).resolve().parent.parent
 CONCAT = ROOT / "solutions" / "concat_kv_cache.py"
@@ -137,7 +137,7 @@ def test_a_record_that_is_a_fifo_reads_as_none_without_blocking(implementation):
 
 def test_failed_first_puts_the_chosen_failures_first_and_runs_every_item(implementation):
     record(implementation, result({"gqa": "fail", "reset": "error", "attend-shape": "pass"}))
-    assert plan(implementation, DENSE, None, None, last_failed=False) == Plan(
+    assert plan(implementation, DENSE, None, None, last_failed=False) == Selection(
         None, {"reset", "gqa"}, "--failed-first: grading reset, gqa first, which did not pass "
         "last time")
     assert plan(implementation, DENSE, {"gqa", "attend-shape"}, None, last_failed=False).first \
@@ -146,7 +146,7 @@ def test_failed_first_puts_the_chosen_failures_first_and_runs_every_item(impleme
 
 def test_last_failed_runs_only_the_chosen_failures(implementation):
     record(implementation, result({"gqa": "fail", "reset": "error"}))
-    assert plan(implementation, DENSE, None, None, last_failed=True) == Plan(
+    assert plan(implementation, DENSE, None, None, last_failed=True) == Selection(
         {"reset", "gqa"}, set(), "--last-failed: grading only reset, gqa, which did not pass "
         "last time")
     assert plan(implementation, DENSE, None, "L5", last_failed=True).only == {"reset"}
@@ -158,9 +158,9 @@ def test_with_no_failure_to_go_on_every_chosen_item_runs(implementation, recorde
     if recorded:
         record(implementation, result(recorded))
     only = {"reset", "release"}
-    assert plan(implementation, DENSE, only, None, last_failed=True) == Plan(
+    assert plan(implementation, DENSE, only, None, last_failed=True) == Selection(
         only, set(), "--last-failed: no item failed last time: grading every item")
-    assert plan(implementation, DENSE, only, None, last_failed=False) == Plan(only, set(), "")
+    assert plan(implementation, DENSE, only, None, last_failed=False) == Selection(only, set(), "")
 
 
 def test_grading_in_another_order_changes_no_verdict_and_reports_in_rubric_order():
@@ -215,15 +215,16 @@ def test_lf_with_nothing_recorded_grades_every_item_chosen(workspace):
 
 @pytest.fixture
 def seen(monkeypatch) -> dict:
-    """graders.judge.grade.grade replaced: records its keyword arguments and whether the record
+    """graders.judge.grade.grade replaced: records the request's settings and whether the record
     existed while it ran, and returns a grade where reset fails."""
     recorded = {}
 
-    def fake(implementation, tests, **kwargs):
-        recorded.update(kwargs, record_during_grade=cache_file(implementation).exists())
-        return result({"append-time-dim": "pass", "reset": "fail"}, hidden=kwargs["hidden"])
+    def fake(request, on_item):
+        recorded.update(first=request.first, only=request.only, hidden=request.hidden,
+                        record_during_grade=cache_file(request.implementation).exists())
+        return result({"append-time-dim": "pass", "reset": "fail"}, hidden=request.hidden)
 
-    monkeypatch.setattr(judge, "grade", fake)
+    stand_in(monkeypatch, fake)
     return recorded
 
 

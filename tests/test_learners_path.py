@@ -257,17 +257,35 @@ def code(source: str) -> str:
     return "\n".join(line for line in strip_prose(source).splitlines() if line.strip())
 
 
+# The reference's functions of contract section 8 (L6+), which the concat baseline has not.
+SECTION_8 = {"attend_chunk", "_check_chunk_query", "truncate", "_append_to_ring", "_make_ring",
+             "_in_time_order"}
+
+
+def without_section_8(source: str) -> str:
+    """`source` without the top-level functions of SECTION_8."""
+    lines = source.splitlines(keepends=True)
+    drop = {i for node in ast.parse(source).body
+            if isinstance(node, ast.FunctionDef) and node.name in SECTION_8
+            for i in range(node.lineno - 1, node.end_lineno)}
+    return "".join(line for i, line in enumerate(lines) if i not in drop)
+
+
 def test_concat_to_preallocated_changes_only_the_storage_and_the_grouping():
     concat = (SOLUTIONS / "concat_kv_cache.py").read_text()
-    preallocated = (SOLUTIONS / "kv_cache.py").read_text()
-    assert changed_lines(code(concat), code(preallocated)) <= 24  # measured 18
-    assert changed_lines(concat, preallocated) <= 100  # measured 80, the docstrings included
-    # The same names, in the same order, with the same docstrings; preallocated adds a helper.
+    preallocated = without_section_8((SOLUTIONS / "kv_cache.py").read_text())
+    # measured 18 before section 8; 50 with its branches in KVCache, append, attend, release,
+    # reorder, fork and decode_step (the window, positions)
+    assert changed_lines(code(concat), code(preallocated)) <= 56
+    assert changed_lines(concat, preallocated) <= 170  # measured 151, the docstrings included
+    # The same names, in the same order, with the same docstrings (but KVCache's and
+    # decode_step's, which name section 8's attributes); preallocated adds a helper.
     definitions = [{node.name: ast.get_docstring(node) for node in ast.parse(source).body
                     if isinstance(node, (ast.FunctionDef, ast.ClassDef))}
                    for source in (concat, preallocated)]
     assert list(definitions[1]) == ["KVCache", "_next_power_of_two", *list(definitions[0])[1:]]
-    assert all(definitions[1][name] == doc for name, doc in definitions[0].items())
+    assert all(definitions[1][name] == doc for name, doc in definitions[0].items()
+               if name not in ("KVCache", "decode_step"))
 
 
 def test_diff_prints_the_plain_unified_diff_to_a_pipe():
@@ -405,7 +423,7 @@ ATTENTION_STEPS = [("tiled", "dense"), ("fused", "dense"), ("tiled-paged", "serv
 def test_an_attention_step_grades(step, track, tmp_path):
     """The printed step is a whole implementation: it passes every item of its track, public and
     hidden."""
-    from graders.judge.grade import grade
+    from tests.grading import grade
     from graders.shared.tracks import TRACKS
 
     path = tmp_path / TRACKS[track].implementation

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from graders.dense.mistakes import MISTAKES
-from graders.judge.grade import grade
+from tests.grading import grade
 from graders.shared import mutation
 from graders.shared.mutation import Mutant, strip_prose
 from tests.test_cli_workflows import FIXED_MASK_BUFFER

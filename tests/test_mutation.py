@@ -11,7 +11,7 @@ import tokenize
 import pytest
 
 from graders.dense.mistakes import MISTAKES
-from graders.judge.grade import grade
+from tests.grading import grade
 from graders.shared.mutation import PAGED_REFERENCE, REFERENCE, Mutant, MutationError, strip_prose
 
 DOCUMENTED = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)  # docstring holders

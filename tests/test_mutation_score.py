@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import textwrap
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -46,6 +47,11 @@ def test_every_verdict_names_a_mutant_its_module_still_makes():
             for name, module in MODULES.items()}
     stale = [key for key in mutation_score.verdicts() if key[1] not in made.get(key[0], ())]
     assert stale == []
+
+
+def test_each_module_to_score_again_after_a_merge_is_a_scored_one():
+    pending = tomllib.loads(mutation_score.DATA.read_text()).get("rescore_after_merge", {})
+    assert set(pending) <= set(MODULES) and all(pending.values())
 
 
 def test_the_recorded_figures_add_up():
@@ -142,6 +148,26 @@ def test_a_condition_is_negated_and_a_comparison_flipped():
     assert made["f: y -> not y"] == "return [y for y in x if not y]"
     assert made["f: x >= n -> not x >= n"] == "return 1 if not x >= n else 2"
     assert made["f: x >= n -> x <= n"] == "return 1 if x <= n else 2"
+
+
+def test_a_comparison_is_complemented_where_no_negation_already_does_it():
+    made = edits("""
+        def f(x, n, xs):
+            ok = x < n and 0 <= x <= n
+            assert x <= n
+            if not x > n:
+                return [y for y in xs if y >= n]
+            return ok
+    """)
+    assert made["f: x < n -> x >= n"] == "ok = x >= n and 0 <= x <= n"
+    assert made["f: 0 <= x <= n -> 0 > x <= n"] == "ok = x < n and 0 > x <= n"
+    assert made["f: 0 <= x <= n -> 0 <= x > n"] == "ok = x < n and 0 <= x > n"
+    assert made["f: x <= n -> not x <= n"] == "assert not x <= n"  # an assert's is negated
+    # a whole condition's complement is its negation (or its `not` dropped): made once
+    assert "f: x <= n -> x > n" not in made and "f: x > n -> x <= n" not in made
+    assert made["f: not x > n -> x > n"] == "if x > n:"
+    assert "f: y >= n -> y < n" not in made and made["f: y >= n -> not y >= n"] == (
+        "return [y for y in xs if not y >= n]")
 
 
 def test_the_count_is_quick_and_runs_no_test(capsys):

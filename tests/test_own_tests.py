@@ -9,7 +9,7 @@ import pytest
 
 from graders.dense.items import own_tests as item
 from graders.dense.mistakes import MISTAKES, SHAPE_MISTAKES
-from graders.judge.grade import grade
+from tests.grading import grade
 from graders.judge.workers import Worker
 from graders.shared import hidden_cases
 

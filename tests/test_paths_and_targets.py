@@ -28,6 +28,7 @@ from cli import app
 from graders.shared.output_files import STDOUT, OutputError, check_writable, write_atomically
 from graders.shared.tracks import DENSE
 from graders.workflows.target import check_selection, python_file
+from tests.grading import stand_in
 
 ROOT = Path(__file__).resolve().parent.parent
 REFERENCE = ROOT / "solutions" / "kv_cache.py"
@@ -226,9 +227,8 @@ def test_reports_through_a_link_a_device_and_a_fifo(here):
 
 def test_a_report_path_that_is_a_socket_stops_the_grade_before_it_starts(here, a_socket,
                                                                          monkeypatch):
-    import graders.judge.grade as judge
 
-    monkeypatch.setattr(judge, "grade", lambda *a, **k: pytest.fail("graded"))
+    stand_in(monkeypatch, lambda request, on_item: pytest.fail("graded"))
     shutil.copyfile(REFERENCE, here / "kv_cache.py")
     (here / "r.json").symlink_to(a_socket)
     done = kata("grade", "kv_cache.py", "--json", "r.json")
@@ -277,10 +277,9 @@ def test_python_file_accepts_a_link_to_a_regular_py_file(links):
                                   ["fifo.py"]], ids=["implementation", "tests", "fifo"])
 def test_grade_refuses_a_link_to_a_secret_in_one_line_and_never_reads_it(links, monkeypatch,
                                                                          args):
-    import graders.judge.grade as judge
 
     monkeypatch.chdir(links)
-    monkeypatch.setattr(judge, "grade", lambda *a, **k: pytest.fail("graded"))
+    stand_in(monkeypatch, lambda request, on_item: pytest.fail("graded"))
     shutil.copyfile(REFERENCE, links / "kv_cache.py")
     done = kata("grade", *args)
     assert done.exit_code == 2 and args[-1] in one_line(done)
@@ -341,9 +340,8 @@ def test_a_selection_that_selects_no_item_is_refused(items, level):
 
 
 def test_grade_with_a_selection_of_nothing_exits_2_with_one_line(here, monkeypatch):
-    import graders.judge.grade as judge
 
-    monkeypatch.setattr(judge, "grade", lambda *a, **k: pytest.fail("graded"))
+    stand_in(monkeypatch, lambda request, on_item: pytest.fail("graded"))
     shutil.copyfile(REFERENCE, here / "kv_cache.py")
     done = kata("grade", "kv_cache.py", "--level", "L5", "--item", "gqa")
     assert done.exit_code == 2

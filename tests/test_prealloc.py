@@ -15,7 +15,7 @@ import torch
 
 from graders.dense.items import prealloc
 from graders.dense.items.prealloc import LONG, SHORT, SINGLE, Measured, Run
-from graders.judge.grade import grade
+from tests.grading import grade
 from graders.shared.plans import Fail
 from tests.wrong import everything
 

@@ -17,10 +17,11 @@ import pytest
 import torch
 
 from graders.dense.items import real_model as item
-from graders.judge.grade import grade
+from graders.judge.result import ItemResult
 from graders.shared import transformers_extra
 from graders.shared.compare import close
 from graders.shared.rubric import load
+from tests.grading import grade, request
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "implementations" / "real_model"
@@ -214,7 +215,6 @@ def test_a_tampering_file_never_gains_a_level(hostile_file):
 
 
 def test_watch_keeps_the_verdict_while_the_file_is_unchanged(tmp_path):
-    from graders.judge.grade import ItemResult
     from graders.workflows.grading import KEPT, Verdicts
 
     path = tmp_path / "kv_cache.py"
@@ -233,12 +233,21 @@ def test_watch_keeps_the_verdict_while_the_file_is_unchanged(tmp_path):
     assert verdicts.kept(path) == {}  # a timeout is no verdict
 
 
-def test_a_kept_verdict_starts_no_worker_of_the_item(monkeypatch):
-    from graders.judge.grade import ItemResult
-
-    started = []
-    monkeypatch.setattr("graders.judge.workers.Worker.start",
-                        lambda self: started.append(self.mode) or _real_start(self))
+def test_a_kept_verdict_is_taken_as_it_is_and_generates_nothing(monkeypatch):
+    """The judge takes a kept result in the item's place: no request reaches a worker (the
+    model's workers, started ahead for the save that kept it, are closed unused)."""
+    asked = []
+    monkeypatch.setattr("graders.judge.workers.Worker.run",
+                        lambda self, requests, *args: asked.append(self.mode) or [])
     verdict = ItemResult("real-model", "L6+", "pass", 10.0, 10.0, "kept: 7 generate runs")
     (graded,) = grade(CONCAT, only={item.ITEM}, kept={item.ITEM: verdict}).items
-    assert graded == verdict and started == ["implementation"]
+    assert graded == verdict and asked == []
+
+
+def test_the_request_runs_the_model_when_its_items_hold_the_item(monkeypatch):
+    assert not request(CONCAT, up_to="L6").runs_model
+    monkeypatch.setattr(transformers_extra, "problem", lambda: None)
+    assert request(CONCAT, only={item.ITEM}).runs_model
+    assert not request(CONCAT, only={"gqa"}).runs_model
+    monkeypatch.setattr(transformers_extra, "problem", lambda: "transformers is not installed")
+    assert not request(CONCAT, only={item.ITEM}).runs_model

@@ -74,3 +74,44 @@ def test_an_attention_layers_earlier_outputs_never_see_later_tokens():
     assert full["out"].shape == (1, 6, 16) and full["k"].shape == (1, 2, 6, 4)
     assert torch.allclose(full["out"][:, :4], other["out"][:, :4])
     assert not torch.allclose(full["out"][:, 4:], other["out"][:, 4:])
+
+
+def window_by_loops(q, k, v, positions, window) -> torch.Tensor:
+    """Each query at its position over keys max(0, p - window + 1) .. p (0 .. p without one)."""
+    B, Hq, t, D = q.shape
+    group = Hq // k.shape[1]
+    out = torch.zeros_like(q)
+    for b in range(B):
+        for h in range(Hq):
+            for i in range(t):
+                p = int(positions[b, i])
+                lo = 0 if window is None else max(0, p - window + 1)
+                if p < 0:
+                    continue  # sees nothing: zeros
+                keys, values = k[b, h // group, lo : p + 1], v[b, h // group, lo : p + 1]
+                out[b, h, i] = torch.softmax(keys @ q[b, h, i] / math.sqrt(D), dim=0) @ values
+    return out
+
+
+@pytest.mark.parametrize("window", [None, 1, 3, 100])
+@pytest.mark.parametrize("hq, hkv", [(4, 4), (4, 2), (4, 1)], ids=["mha", "gqa", "mqa"])
+def test_attention_at_sees_each_querys_window_of_its_own_row(window, hq, hkv):
+    """Section 8's answers: queries at ragged positions (one of them -1: nothing seen)."""
+    q, k, v = randn(2, hq, 3, 8, seed=4), randn(2, hkv, 9, 8, seed=5), randn(2, hkv, 9, 8, seed=6)
+    positions = torch.tensor([[6, 7, 8], [-1, 2, 5]])
+    got = reference.attention_at(q, k, v, positions, window)
+    assert torch.allclose(got, window_by_loops(q, k, v, positions, window))
+
+
+def test_an_attention_layers_window_is_attention_at_its_positions():
+    g = torch.Generator().manual_seed(7)
+    weights = {name: torch.randn(*shape, generator=g, dtype=torch.float64) * 0.3 for name, shape in
+               (("wq", (16, 8)), ("wk", (8, 8)), ("wv", (8, 8)), ("wo", (8, 16)))}
+    x = randn(2, 7, 8, seed=8)
+    full = reference.attention_layer(x, weights, 2, 1, 10000.0)
+    windowed = reference.attention_layer(x, weights, 2, 1, 10000.0, window=3)
+    assert torch.allclose(full["attended"], reference.causal_attention(full["q"], full["k"], full["v"]))
+    assert torch.allclose(windowed["attended"], window_by_loops(
+        windowed["q"], windowed["k"], windowed["v"], torch.arange(7).expand(2, 7), 3))
+    assert not torch.allclose(windowed["out"][:, 3:], full["out"][:, 3:])
+    assert torch.allclose(windowed["out"][:, :3], full["out"][:, :3])  # within the window

@@ -1,14 +1,17 @@
-"""A batching drive's trace where it enters the judge (graders.judge.replies' `_trace` and
+"""A batching drive's trace where it enters the judge (graders.judge.replies' `drive_trace` and
 `_entry`), on a workload of two requests written here (its oracle is data: no model runs).
 
-Every field of the trace, given a value of a type the driver never records, is a malformed reply
-(never a value the replay then crashes on), and a scheduler's own exception at any call and any
-step comes back as the trace's error naming that step, which the items' verdict names too.
+A driver's trace comes out of the check as the driver's types (graders.worker.batching's
+`Trace`, frozen), holding what the driver recorded; every field of the trace, given a value of a
+type the driver never records, is a malformed reply (never a value the replay then crashes on);
+and a scheduler's own exception at any call and any step comes back as the trace's error naming
+that step, which the items' verdict names too.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 from types import SimpleNamespace
 
 import pytest
@@ -17,7 +20,7 @@ from graders.batching import grading
 from graders.batching.reference import ReferenceScheduler, Request
 from graders.judge import replies
 from graders.shared.plans import CandidateError
-from graders.worker.batching import drive
+from graders.worker.batching import DriveError, Entry, Step, Trace, drive
 
 WORKLOAD = {
     "config": {"num_blocks": 8, "block_size": 4, "max_num_seqs": 2, "max_batched_tokens": 8,
@@ -79,9 +82,21 @@ def driven(call: str = "", step: int = -1) -> dict:
                  request_type=Request)
 
 
-def check(trace: dict) -> dict:
+def check(trace: dict) -> Trace:
     ops = [{"op": "drive_scheduler", "workload": WORKLOAD, "max_steps": MAX_STEPS}]
     return replies.plan_reply({"results": [{"ok": trace}]}, ops)["results"][0]["ok"]
+
+
+def plain(trace: Trace) -> dict:
+    """A checked trace as the driver's plain data again (graders.worker.batching's wire form)."""
+    return {"steps": [{"at": s.at, "batch": [[e.seq_id, e.start, e.tokens, list(e.table)]
+                                             for e in s.batch],
+                       "produced": dict(s.produced), "finished": list(s.finished),
+                       "free_after_schedule": s.free_after_schedule,
+                       "free_after_update": s.free_after_update} for s in trace.steps],
+            "adds": [{"id": a.seq_id, "at": a.at} for a in trace.adds],
+            "error": None if trace.error is None else dataclasses.asdict(trace.error),
+            "stalled": trace.stalled}
 
 
 TRACE = driven()
@@ -94,7 +109,26 @@ def test_the_workload_s_trace_holds_what_the_field_checks_read():
     assert TRACE["steps"][0]["batch"][0][3] and TRACE["steps"][0]["produced"] == {"a": 7}
     assert any(step["finished"] for step in TRACE["steps"]) and len(TRACE["adds"]) == 2
     assert ERRED["error"]["call"] == "update" and len(ERRED["steps"]) == 1
-    assert check(copy.deepcopy(TRACE)) == TRACE and check(copy.deepcopy(ERRED)) == ERRED
+    assert plain(check(copy.deepcopy(TRACE))) == TRACE
+    assert plain(check(copy.deepcopy(ERRED))) == ERRED
+
+
+def test_the_check_returns_the_driver_s_frozen_types_which_the_replay_reads():
+    trace = check(copy.deepcopy(TRACE))
+    first = trace.steps[0]
+    assert type(trace) is Trace and type(first) is Step and type(first.batch[0]) is Entry
+    assert first.produced == {"a": 7} and first.batch[0].table == tuple(TRACE["steps"][0][
+        "batch"][0][3])
+    assert type(check(copy.deepcopy(ERRED)).error) is DriveError
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        first.at = 5
+    assert replies.drive_trace(copy.deepcopy(TRACE), WORKLOAD, MAX_STEPS) == trace
+
+
+def test_the_wire_keys_checked_are_the_types_fields():
+    assert {f.name for f in dataclasses.fields(Trace)} == replies.TRACE_KEYS
+    assert {f.name for f in dataclasses.fields(Step)} == replies.STEP_KEYS
+    assert [f.name for f in dataclasses.fields(DriveError)] == list(replies.DRIVE_ERROR)
 
 
 FINISHED = next(n for n, step in enumerate(TRACE["steps"]) if step["finished"])
@@ -114,6 +148,17 @@ FIELDS = {
     **{("error", key): (str,) for key in ("call", "kind", "type", "message", "traceback")},
     ("error", "step"): INT,
 }
+
+
+def test_every_field_of_the_trace_is_given_wrong_types():
+    assert {path[0] for path in FIELDS} == replies.TRACE_KEYS
+    assert {path[2] for path in FIELDS if path[0] == "steps" and len(path) > 2} == \
+        replies.STEP_KEYS
+    assert {path[4] for path in FIELDS if path[2:3] == ("batch",) and len(path) > 4} == {
+        0, 1, 2, 3}
+    assert {path[2] for path in FIELDS if path[0] == "adds" and len(path) > 2} == {"id", "at"}
+    assert {path[1] for path in FIELDS if path[0] == "error" and len(path) > 1} == set(
+        replies.DRIVE_ERROR)
 
 
 def wrong_values(value) -> dict:
@@ -171,10 +216,9 @@ def test_a_scheduler_s_own_exception_at_any_step_is_an_error_naming_the_step(cal
                       WORKLOAD, MAX_STEPS, request_type=Request)
     else:
         trace = driven(call, step)
-    error = check(trace)["error"]
-    assert (error["call"], error["step"], error["kind"], error["type"]) == (
-        call, step, "raised", "ValueError")
-    assert error["message"] == f"{call} failed at step {step}"
+    error = check(trace).error
+    assert (error.call, error.step, error.kind, error.type) == (call, step, "raised", "ValueError")
+    assert error.message == f"{call} failed at step {step}"
     with pytest.raises(CandidateError) as raised:
         grading.settle([SimpleNamespace(trace=check(trace), case="the tiny workload")])
     assert str(raised.value).startswith(f"the tiny workload, step {step}: ")

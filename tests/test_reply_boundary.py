@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from graders.judge import replies
-from graders.judge.grade import grade
+from tests.grading import grade
 from graders.judge.isolation import Sandbox, bwrap_problem
 from graders.judge.workers import Worker
 from graders.shared.mutation import REFERENCE
@@ -385,7 +385,7 @@ def test_a_forgery_from_the_import_puts_the_worker_out_of_step_and_shifts_no_rep
 JUDGE_PEAK = """
 import resource, sys
 from pathlib import Path
-from graders.judge.grade import grade
+from tests.grading import grade
 from graders.judge.isolation import Sandbox
 result = grade(Path(sys.argv[1]), only={"attend-shape", "prefix-equivalence"},
                sandbox=Sandbox(sys.argv[2]))

@@ -22,8 +22,9 @@ from graders.formats.gradescope import write_gradescope
 from graders.formats.junit import write_junit
 from graders.formats.report import render, write_json
 from graders.formats.scorecard import write_markdown
-from graders.judge.grade import GradeResult, ItemResult, TellResult
-from graders.shared.rubric import load
+from graders.judge.grade import BEFORE_PLUS
+from graders.judge.result import GradeResult, ItemResult, TellResult
+from graders.shared.rubric import PLUS, load
 from graders.shared.tracks import DENSE
 from graders.shared.untrusted import MAX_QUOTE
 from tests.test_formats import cells, code_spans
@@ -64,7 +65,9 @@ def hostile(message: str = HOSTILE, unavailable: str | None = None) -> GradeResu
     rubric = load()
     items = [ItemResult(i.id, i.level, "error", 0.0, i.points,
                         "not run: the file does not import" if unavailable else message,
-                        unavailable) for i in rubric.track(DENSE)]
+                        unavailable) if i.level != PLUS
+             else ItemResult(i.id, i.level, "not_attempted", 0.0, i.points, BEFORE_PLUS)
+             for i in rubric.track(DENSE)]  # L6+: not started, as the judge leaves it
     tells = [TellResult(t.id, True, message) for t in rubric.tells]
     return GradeResult("candidates/kv_cache.py", "below L4", items, tells, False,
                        isolation="bwrap")
@@ -220,7 +223,7 @@ def test_junit_is_valid_utf8_xml_and_bounded(tmp_path, size, unavailable):
     assert len(data) < FILE_BOUND
     root = ET.fromstring(data)
     texts = [e.text or "" for e in root.iter("error")]
-    assert len(texts) == len(load().track(DENSE))
+    assert len(texts) == len([i for i in load().track(DENSE) if i.level != PLUS])  # L6+ not started
     assert all(len(t) <= MAX_QUOTE + len("not run: ") and not UNSAFE.search(t) for t in texts)
     assert all("\n" not in e.get("message") for e in root.iter("error"))
 

@@ -9,7 +9,8 @@ import pytest
 from typer.testing import CliRunner
 
 from cli import app
-from graders.judge.grade import grade
+from graders.judge.request import GradeRequest
+from tests.grading import grade
 from graders.shared import hidden_cases
 from graders.shared.mutation import REFERENCE
 from graders.workflows import batch
@@ -70,8 +71,8 @@ def test_grade_all_gives_every_submission_the_same_seed_and_says_which(tmp_path)
     for name in ("alice", "bob"):
         (tmp_path / "in" / name).mkdir(parents=True)
         (tmp_path / "in" / name / "kv_cache.py").write_text(REFERENCE.read_text())
-    outcomes = batch.grade_all(batch.find_submissions(tmp_path / "in"), jobs=2, hidden=True,
-                               seed=77)
+    outcomes = batch.grade_all(batch.find_submissions(tmp_path / "in"), 2,
+                               GradeRequest(tmp_path / "in", hidden=True, seed=77))
     assert [o.result.seed for o in outcomes] == [77, 77]
     batch.write_summary(outcomes, tmp_path / "s.csv", tmp_path / "s.md")
     assert (tmp_path / "s.md").read_text().startswith("Hidden cases of seed 77")

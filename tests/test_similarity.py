@@ -22,7 +22,8 @@ from rich.console import Console
 from graders.formats.report import render, to_json
 from graders.formats.scorecard import write_markdown
 from graders.judge import similarity as sim
-from graders.judge.grade import GradeResult, ItemResult, grade
+from graders.judge.result import GradeResult, ItemResult
+from tests.grading import grade
 from graders.shared.tracks import DENSE, SERVING
 
 ROOT = Path(__file__).resolve().parent.parent

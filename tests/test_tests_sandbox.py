@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from graders.judge.grade import grade
+from tests.grading import grade
 from graders.judge.isolation import Sandbox, bwrap_problem
 from graders.shared.mutation import REFERENCE
 from tests.conftest import HOSTILE

@@ -25,7 +25,8 @@ from graders.judge.candidate import Candidate
 
 from graders.dense.items import prealloc
 from graders.export import autograder
-from graders.judge.grade import TimeBudget, grade
+from graders.judge.request import TimeBudget
+from tests.grading import grade
 from graders.judge.workers import Reply, Worker, _timeout_detail
 from graders.shared import hidden_cases
 from graders.shared.mutation import REFERENCE

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from graders.judge.grade import grade
+from tests.grading import grade
 
 pytestmark = pytest.mark.slow  # whole grades: `pytest -m "not slow"` is the quick loop
 

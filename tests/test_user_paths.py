@@ -22,6 +22,7 @@ from typer.testing import CliRunner
 import graders.judge.grade as judge
 from benchmarks import bench
 from cli import app
+from graders.judge.workers import GradeWorkers
 from graders.shared import output_files
 from graders.shared.output_files import OutputError, check_writable, write_atomically
 from graders.workflows import batch
@@ -193,6 +194,7 @@ def no_work(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("work started before the outputs were checked")
 
+    monkeypatch.setattr(GradeWorkers, "start", classmethod(refuse))
     monkeypatch.setattr(judge, "grade", refuse)
     monkeypatch.setattr(batch, "grade_all", refuse)
     monkeypatch.setattr(bench, "run", refuse)

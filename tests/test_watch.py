@@ -12,7 +12,7 @@ import pytest
 from rich.console import Console
 
 from graders.formats.report import render_summary
-from graders.judge.grade import GradeResult, ItemResult
+from graders.judge.result import GradeResult, ItemResult
 from graders.workflows.watch import watch
 
 POLL = 0.05

@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cli import app
-from graders.judge.grade import grade
+from tests.grading import grade
 from graders.shared import bundled
 from graders.shared.rubric import load
 from graders.shared.tracks import DENSE

@@ -15,7 +15,8 @@ import pytest
 
 from benchmarks.report_length import REPORT_LINES_ONE_BUG, report_lines
 from graders.formats.causes import causes, likely
-from graders.judge.grade import GradeResult, grade
+from graders.judge.result import GradeResult
+from tests.grading import grade
 from graders.shared.compare import SDPA_IS_CAUSAL
 from graders.shared.mutation import REFERENCE
 from tests.wrong import Wrong, everything
@@ -140,7 +141,7 @@ def test_reads_of_unwritten_slots_fail_alike_every_run_and_are_named(tmp_path):
         runs = list(pool.map(lambda _: grade(path, hidden=True), range(3)))
     verdicts = [[(i.id, i.status, i.message) for i in r.items if i.id != "own-tests"] for r in runs]
     assert verdicts[0] == verdicts[1] == verdicts[2]
-    failed = {i.id: i.message for i in runs[0].items if i.status != "pass" and i.id != "own-tests"}
+    failed = {i.id: i.message for i in runs[0].reported if i.status != "pass" and i.id != "own-tests"}
     # Hidden, stable-softmax's rows have different lengths as well: the shorter ones read past it.
     assert set(failed) == set(wrong.fails) | {"stable-softmax"}
     for item, message in failed.items():

@@ -7,8 +7,9 @@ each kind drawn from the run's seed), replays each trace (graders.batching.repla
 result, or the exception the candidate's worker gave, for the candidate (a grade runs its items
 in one process, one after the other): the eight items drive once. The kata's reference
 scheduler runs through the same driver in-process, as does static batching (the reference
-admitting only when nothing runs), once a workload.
+admitting only when nothing runs), once a workload, its trace checked as a worker's is.
 
+`graders(judge)` makes an item's `grade` and `grade_hidden` of its own reading of the runs.
 `settle(runs)` turns what stopped a drive into the item's verdict: NotImplementedError is
 NotAttempted (the untouched starter), another exception of the scheduler's a CandidateError
 naming the call, the step and the candidate's line, a value outside the contract a Fail.
@@ -17,15 +18,17 @@ naming the call, the step and the candidate's line, a value outside the contract
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from graders.batching import workloads
 from graders.batching.reference import ReferenceScheduler, Request
 from graders.batching.replay import Findings, replay
 from graders.judge.candidate import Candidate, last_candidate_line
+from graders.judge.replies import drive_trace
 from graders.shared import hidden_cases
 from graders.shared.plans import CandidateError, CandidateTimeout, Fail, NotAttempted, Plan
-from graders.worker.batching import drive
+from graders.worker.batching import Trace, drive
 
 HIDDEN_SEED = 3400  # the hidden workloads' offset from the run's seed
 STEPS_PER_STATIC = 3  # a drive stops after this many times static batching's steps (+ SLACK)
@@ -53,7 +56,7 @@ class Run:
     kind: str
     case: str
     workload: dict
-    trace: dict
+    trace: Trace
     found: Findings
     reference: Figures
 
@@ -77,21 +80,42 @@ def runs(candidate: Candidate, hidden: bool) -> list[Run]:
     return kept[seed]
 
 
+def graders(judge: Callable[[list[Run]], str]) -> tuple[Callable[[Candidate], str],
+                                                         Callable[[Candidate], str]]:
+    """An item's `grade` and `grade_hidden`: `judge` (the item's own reading of the runs: its
+    message, or the verdict it raises) given the candidate's public or hidden runs, once
+    `settle` found that no drive ended early."""
+
+    def grade(candidate: Candidate) -> str:
+        return _judged(judge, candidate, hidden=False)
+
+    def grade_hidden(candidate: Candidate) -> str:
+        return _judged(judge, candidate, hidden=True)
+
+    return grade, grade_hidden
+
+
+def _judged(judge: Callable[[list[Run]], str], candidate: Candidate, hidden: bool) -> str:
+    found = runs(candidate, hidden)
+    settle(found)
+    return judge(found)
+
+
 def settle(runs_: list[Run]) -> None:
     """Raise what ended a drive early, for every item alike (see the module's docstring)."""
     for run in runs_:
-        error = run.trace["error"]
+        error = run.trace.error
         if error is None:
             continue
-        call = f"`{error['call']}`" if error["call"] != "init" else "`Scheduler(...)`"
-        if error["type"] == "NotImplementedError":
+        call = f"`{error.call}`" if error.call != "init" else "`Scheduler(...)`"
+        if error.type == "NotImplementedError":
             raise NotAttempted(f"{call} still raises NotImplementedError")
-        where = f"{run.case}, step {error['step']}"
-        if error["kind"] == "returned":
-            raise Fail(f"{where}: {error['message']}")
-        line = last_candidate_line(error["traceback"])
-        raise CandidateError(f"{where}: {call} raised {error['type']}: {error['message']}{line}",
-                             signature=(error["type"], error["message"], line))
+        where = f"{run.case}, step {error.step}"
+        if error.kind == "returned":
+            raise Fail(f"{where}: {error.message}")
+        line = last_candidate_line(error.traceback)
+        raise CandidateError(f"{where}: {call} raised {error.type}: {error.message}{line}",
+                             signature=(error.type, error.message, line))
 
 
 def first(runs_: list[Run], rule: str, likely: dict[str, str] | None = None) -> None:
@@ -125,16 +149,17 @@ def _figures(key: tuple, load: dict) -> Figures:
     tests/test_batching_engine.py replays it), kept by `key`, which fixes the workload."""
     if key not in _FIGURES:
         bound = workloads.max_steps(load)
-        static = drive(lambda **config: ReferenceScheduler(**config, static=True), load, bound,
-                       request_type=Request)
-        trace = drive(ReferenceScheduler, load, bound, request_type=Request)
-        if trace["error"] or trace["stalled"] or static["error"] or static["stalled"]:
+        static = drive_trace(drive(lambda **config: ReferenceScheduler(**config, static=True),
+                                   load, bound, request_type=Request), load, bound)
+        trace = drive_trace(drive(ReferenceScheduler, load, bound, request_type=Request), load,
+                            bound)
+        if trace.error or trace.stalled or static.error or static.stalled:
             raise RuntimeError(f"the reference scheduler did not finish {key}: the kata's bug")
         prompts = {r["id"]: len(r["prompt"]) for r in load["requests"]}
         computed = dict.fromkeys(prompts, 0)
-        for step in trace["steps"]:
-            for seq_id, start, tokens, _ in step["batch"]:
-                computed[seq_id] += max(0, min(start + tokens, prompts[seq_id]) - start)
-        _FIGURES[key] = Figures(len(trace["steps"]), computed, sum(computed.values()),
-                                len(static["steps"]))
+        for step in trace.steps:
+            for entry in step.batch:
+                computed[entry.seq_id] += entry.prompt_positions(prompts[entry.seq_id])
+        _FIGURES[key] = Figures(len(trace.steps), computed, sum(computed.values()),
+                                len(static.steps))
     return _FIGURES[key]

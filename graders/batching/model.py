@@ -35,6 +35,8 @@ from dataclasses import dataclass
 
 import torch
 
+from graders.worker.batching import Entry
+
 VOCAB, D_MODEL, LAYERS, HEADS, KV_HEADS, HEAD_DIM, HIDDEN = 64, 32, 2, 4, 2, 8, 64
 ROPE_BASE = 10_000.0
 MODEL_SEED = 3400
@@ -229,9 +231,9 @@ class PagedRunner:
             self.tokens[i, :len(seq)] = torch.tensor(seq)
             self.identities[i, :len(seq)] = torch.tensor(prefix_identities(seq))
 
-    def step(self, entries: list[tuple[str, int, int, list[int]]]) -> tuple[dict, Misread | None]:
-        """Run one step of entries (seq_id, start, tokens, block_table), each valid: a table that
-        covers start + tokens with blocks of the pool, start + tokens within the sequence.
+    def step(self, entries: list[Entry]) -> tuple[dict, Misread | None]:
+        """Run one step of entries, each valid: a table that covers start + tokens with blocks
+        of the pool, start + tokens within the sequence.
 
         Returns the greedy next token of each entry (by seq_id; the last entry of an id wins),
         read at its last computed position, and the first misread of the step (entry order, then
@@ -239,14 +241,14 @@ class PagedRunner:
         if not entries:
             return {}, None
         bs = self.block_size
-        rows = torch.tensor([self.index[e[0]] for e in entries])  # [E]
-        starts = torch.tensor([e[1] for e in entries])  # [E]
-        counts = torch.tensor([e[2] for e in entries])  # [E]
+        rows = torch.tensor([self.index[e.seq_id] for e in entries])  # [E]
+        starts = torch.tensor([e.start for e in entries])  # [E]
+        counts = torch.tensor([e.tokens for e in entries])  # [E]
         ends = starts + counts  # [E]
-        widest = max(len(e[3]) for e in entries)
+        widest = max(len(e.table) for e in entries)
         tables = torch.zeros(len(entries), widest, dtype=torch.int64)  # [E, B]
         for i, e in enumerate(entries):
-            tables[i, :len(e[3])] = torch.tensor(e[3], dtype=torch.int64)
+            tables[i, :len(e.table)] = torch.tensor(e.table, dtype=torch.int64)
         longest, most = int(ends.max()), int(counts.max())
         key_pos = torch.arange(longest)  # [L]
         read_slots = tables[:, key_pos // bs] * bs + key_pos % bs  # [E, L]
@@ -275,7 +277,7 @@ class PagedRunner:
             x = self.model.finish_layer(layer, x, attended.view(-1, HEADS * HEAD_DIM)[flat])
         last = counts.cumsum(0) - 1  # [E]: each entry's last position in x
         tokens = self.model.logits(x[last]).argmax(-1).tolist()
-        return {e[0]: token for e, token in zip(entries, tokens)}, misread
+        return {e.seq_id: token for e, token in zip(entries, tokens)}, misread
 
     def _check(self, rows, read_slots, visible_keys, entries) -> Misread | None:
         """The first slot read whose ledger identity is not the one its position needs."""
@@ -289,5 +291,5 @@ class PagedRunner:
         holder_position = int(self.written_position[slot])
         same_token = (writer >= 0 and int(self.tokens[writer, holder_position])
                       == int(self.tokens[rows[e], position]))
-        return Misread(entries[e][0], position, slot // self.block_size, slot % self.block_size,
+        return Misread(entries[e].seq_id, position, slot // self.block_size, slot % self.block_size,
                        self.ids[writer] if writer >= 0 else None, holder_position, same_token)

@@ -1,11 +1,11 @@
 """The judge's replay of a scheduler's trace: every rule of contract section 6, checked step by
 step on the kata's model, and the figures the items compare.
 
-`replay(workload, trace)` walks the trace the driver recorded (graders.worker.batching; its shape
-and its `produced` were checked when the reply arrived, graders.judge.replies), runs each step's
-valid entries on a `PagedRunner` and returns `Findings`: the FIRST finding of each rubric id, each
-naming the step, the request and the rule, and the summary figures (steps, tokens computed,
-prompt tokens computed).
+`replay(workload, trace)` walks the trace the driver recorded, as the reply check typed it
+(graders.worker.batching's `Trace`, its shape and each step's `produced` checked by
+graders.judge.replies.drive_trace), runs each step's valid entries on a `PagedRunner` and
+returns `Findings`: the FIRST finding of each rubric id, each naming the step, the request and
+the rule, and the summary figures (steps, tokens computed, prompt tokens computed).
 
 What the judge cannot see, it infers from what the tables and starts say:
 - A running sequence missing from a step was PREEMPTED at that step when it comes back
@@ -31,10 +31,7 @@ from dataclasses import dataclass, field
 
 from graders.batching.model import Decoder, PagedRunner
 from graders.shared.untrusted import quote
-from graders.worker.batching import produced_by
-
-RULES = ("batch-equivalence", "budgets", "preemption", "fcfs", "block-accounting",
-         "chunked-prefill", "prefix-caching")
+from graders.worker.batching import DriveError, Entry, Step, Trace
 
 
 @dataclass(frozen=True)
@@ -60,7 +57,7 @@ class Findings:
     prompt_tokens: dict[str, int] = field(default_factory=dict)  # computed, by request
     preemptions: int = 0
     unfinished: list[str] = field(default_factory=list)  # requests short of their tokens
-    error: dict | None = None
+    error: DriveError | None = None
     stalled: bool = False
 
     def add(self, rule: str, kind: str, step: int | None, seq_id: str | None,
@@ -97,8 +94,8 @@ class _Seq:
         return self.outputs == len(self.oracle)
 
 
-def replay(workload: dict, trace: dict, model: Decoder | None = None) -> Findings:
-    """Replay `trace` (the driver's, shape checked) of a scheduler on `workload`."""
+def replay(workload: dict, trace: Trace, model: Decoder | None = None) -> Findings:
+    """Replay `trace` (the driver's, checked) of a scheduler on `workload`."""
     return _Replay(workload, trace, model or shared_model()).run()
 
 
@@ -118,7 +115,7 @@ def name(seq_id: str) -> str:
 
 
 class _Replay:
-    def __init__(self, workload: dict, trace: dict, model: Decoder):
+    def __init__(self, workload: dict, trace: Trace, model: Decoder):
         config = workload["config"]
         self.num_blocks, self.bs = config["num_blocks"], config["block_size"]
         self.max_seqs, self.budget = config["max_num_seqs"], config["max_batched_tokens"]
@@ -131,58 +128,57 @@ class _Replay:
             r["id"]: list(r["prompt"]) + workload["oracle"][r["id"]] for r in requests})
         self.trace = trace
         self.queue: deque[str] = deque()  # the waiting queue, its head first
-        self.found = Findings(steps=len(trace["steps"]), error=trace["error"],
-                              stalled=trace["stalled"])
+        self.found = Findings(steps=len(trace.steps), error=trace.error, stalled=trace.stalled)
         self.releases, self.ambiguous, self.gone = _releases(trace, self.seqs, self.bs,
                                                              self.prefix_caching)
 
     def run(self) -> Findings:
-        for n, step in enumerate(self.trace["steps"]):
+        for n, step in enumerate(self.trace.steps):
             self._step(n, step)
         self._end()
         return self.found
 
-    def _step(self, n: int, step: dict) -> None:
+    def _step(self, n: int, step: Step) -> None:
         for arrival, seq_id in self.arrivals:
             seq = self.seqs[seq_id]
-            if arrival <= step["at"] and not seq.added:
+            if arrival <= step.at and not seq.added:
                 seq.added, seq.state = True, "waiting"
                 self.queue.append(seq_id)
-        batch = step["batch"]
+        batch = step.batch
         before = {s.id: (s.known, s.computed) for s in self._running()}
         victims = self.releases.get(n, set()) | {
             seq_id for seq_id in self.ambiguous.get(n, set())
-            if self._free_if(batch, released={seq_id}) == step["free_after_schedule"]
+            if self._free_if(batch, released={seq_id}) == step.free_after_schedule
             != self._free_if(batch, released=set())} | self._let_go(n, batch, step)
         victims = self._preempt(n, victims)
         valid = self._budgets(n, batch)
         started = self._starts(n, batch, victims)
-        self._run(n, batch, valid)
+        self._run(n, step, valid)
         self._decodes_waited(n, batch, before, victims | started)
         self._prefills_waited(n, batch, before, victims, started)
-        self._head_of_line(n, batch, victims, step["free_after_schedule"])
-        self._account(n, step["free_after_schedule"], "after schedule()")
-        self._finished(n, step["finished"])
-        self._account(n, step["free_after_update"], "after update()")
+        self._head_of_line(n, batch, victims, step.free_after_schedule)
+        self._account(n, step.free_after_schedule, "after schedule()")
+        self._finished(n, step.finished)
+        self._account(n, step.free_after_update, "after update()")
 
-    def _let_go(self, n: int, batch: list, step: dict) -> set:
+    def _let_go(self, n: int, batch: tuple[Entry, ...], step: Step) -> set:
         """The running sequences left out at step `n` that never came back, unless the free
         count after the schedule says they kept their blocks (then none was preempted)."""
         gone = {s for s in self.gone.get(n, set()) if self.seqs[s].state == "running"}
-        kept = self._free_if(batch, released=set()) == step["free_after_schedule"]
-        if gone and kept and self._free_if(batch, released=gone) != step["free_after_schedule"]:
+        kept = self._free_if(batch, released=set()) == step.free_after_schedule
+        if gone and kept and self._free_if(batch, released=gone) != step.free_after_schedule:
             return set()
         return gone
 
     def _running(self) -> list[_Seq]:
         return [s for s in self.seqs.values() if s.state == "running"]
 
-    def _free_if(self, batch: list, released: set) -> int:
+    def _free_if(self, batch: tuple[Entry, ...], released: set) -> int:
         """Free blocks after this step's schedule were `released` preempted in it."""
         tables = {s.id: s.table for s in self._running() if s.id not in released}
-        for seq_id, _, _, table in batch:
-            if seq_id in self.seqs and self.seqs[seq_id].state != "finished":
-                tables[seq_id] = table
+        for entry in batch:
+            if entry.seq_id in self.seqs and self.seqs[entry.seq_id].state != "finished":
+                tables[entry.seq_id] = entry.table
         held = {b for table in tables.values() for b in table if 0 <= b < self.num_blocks}
         return self.num_blocks - len(held)
 
@@ -205,20 +201,21 @@ class _Replay:
             self.queue.appendleft(victim)
         return victims
 
-    def _budgets(self, n: int, batch: list) -> list:
+    def _budgets(self, n: int, batch: tuple[Entry, ...]) -> list[Entry]:
         """Check the step's budgets; the entries the runner can compute."""
         add = self.found.add
         if len(batch) > self.max_seqs:
             add("budgets", _over(len(batch), self.max_seqs, "seqs"), n, None,
                 f"{len(batch)} sequences scheduled, more than max_num_seqs ({self.max_seqs})")
-        total = sum(tokens for _, _, tokens, _ in batch)
+        total = sum(entry.tokens for entry in batch)
         if total > self.budget:
             add("budgets", _over(total, self.budget, "tokens"), n, None,
                 f"{total} tokens scheduled, more than max_batched_tokens ({self.budget})")
         valid, seen, writers = [], set(), {}
-        for seq_id, start, tokens, table in batch:
+        for entry in batch:
+            seq_id, start, tokens, table = entry.seq_id, entry.start, entry.tokens, entry.table
             seq = self.seqs.get(seq_id)
-            problem = self._entry_problem(seq, seq_id, start, tokens, table)
+            problem = self._entry_problem(seq, entry)
             if seq_id in seen:
                 problem = "twice", f"request {name(seq_id)} is scheduled twice in one step"
             seen.add(seq_id)
@@ -232,9 +229,10 @@ class _Replay:
                         f"block {block} is written by {name(writers[block])} and "
                         f"{name(seq_id)} in one step"))
                 writers.setdefault(block, seq_id)
-            valid.append((seq_id, start, tokens, table))
-        for seq_id, _, _, table in batch:
-            for block in table:
+            valid.append(entry)
+        for entry in batch:
+            seq_id = entry.seq_id
+            for block in entry.table:
                 if block in writers and writers[block] != seq_id:
                     add("budgets", "written-shared", n, seq_id, (
                         f"block {block}, written by {name(writers[block])} this step, is also "
@@ -247,9 +245,9 @@ class _Replay:
                 f"{running} sequences running, more than max_num_seqs ({self.max_seqs})")
         return valid
 
-    def _entry_problem(self, seq: _Seq | None, seq_id: str, start: int, tokens: int,
-                       table: list) -> tuple[str, str] | None:
+    def _entry_problem(self, seq: _Seq | None, entry: Entry) -> tuple[str, str] | None:
         """(kind, message) of the first rule an entry breaks on its own, or None."""
+        seq_id, start, tokens, table = entry.seq_id, entry.start, entry.tokens, entry.table
         if seq is None:
             return "unknown", f"it schedules {name(seq_id)}, which is no request of the workload"
         if not seq.added:
@@ -273,10 +271,10 @@ class _Replay:
                              f"{start + tokens}")
         return None
 
-    def _starts(self, n: int, batch: list, victims: set) -> set:
+    def _starts(self, n: int, batch: tuple[Entry, ...], victims: set) -> set:
         """Requests that start (or restart) this step: check the queue's order, then run them."""
-        started = {seq_id for seq_id, *_ in batch
-                   if seq_id in self.seqs and self.seqs[seq_id].state == "waiting"}
+        started = {e.seq_id for e in batch
+                   if e.seq_id in self.seqs and self.seqs[e.seq_id].state == "waiting"}
         for seq_id in started:
             ahead = list(self.queue)[: self.queue.index(seq_id)]
             skipped = [q for q in ahead if q not in started]
@@ -298,11 +296,8 @@ class _Replay:
             self.seqs[seq_id].state = "running"
         return started
 
-    def _run(self, n: int, batch: list, valid: list) -> None:
-        added = [s for s in self.seqs.values() if s.added]
-        produced = produced_by(batch, {s.id: s.known for s in added},
-                               {s.id: [None] * s.outputs for s in added},
-                               {s.id: s.oracle for s in added})  # the driver's rule
+    def _run(self, n: int, step: Step, valid: list[Entry]) -> None:
+        produced = step.produced  # the driver's rule, which the reply check held it to
         tokens, misread = self.runner.step(valid)
         if misread:
             self._misread(n, misread)
@@ -312,14 +307,15 @@ class _Replay:
                 self.found.add("batch-equivalence", "token", n, seq_id, (
                     f"request {name(seq_id)} produced token {tokens.get(seq_id)} at position "
                     f"{seq.known}, where decoding it alone produces {token}"))
-        for seq_id, start, tokens_, table in batch:
+        for entry in step.batch:
+            seq_id = entry.seq_id
             seq = self.seqs.get(seq_id)
             if seq is not None and seq.state == "running":
-                seq.table = table
-                if (seq_id, start, tokens_, table) in valid:
-                    seq.computed = start + tokens_
-                    prompt = max(0, min(start + tokens_, seq.prompt) - start)
-                    self.found.tokens_computed += tokens_
+                seq.table = entry.table
+                if entry in valid:
+                    seq.computed = entry.start + entry.tokens
+                    prompt = entry.prompt_positions(seq.prompt)
+                    self.found.tokens_computed += entry.tokens
                     self.found.prompt_tokens_computed += prompt
                     self.found.prompt_tokens[seq_id] = (self.found.prompt_tokens.get(seq_id, 0)
                                                         + prompt)
@@ -347,13 +343,14 @@ class _Replay:
                 ": the same token after a different prefix; a block's identity is its tokens "
                 "and every token before it"))
 
-    def _decodes_waited(self, n: int, batch: list, before: dict, excused: set) -> None:
+    def _decodes_waited(self, n: int, batch: tuple[Entry, ...], before: dict,
+                        excused: set) -> None:
         """A running decode left out of a step that had room for it, or gave it to a prefill."""
-        scheduled = {seq_id for seq_id, *_ in batch}
-        prefill = any(seq_id in before and before[seq_id][0] - start > 1
-                      or seq_id not in before for seq_id, start, _, _ in batch)
+        scheduled = {e.seq_id for e in batch}
+        prefill = any(e.seq_id in before and before[e.seq_id][0] - e.start > 1
+                      or e.seq_id not in before for e in batch)
         room = (len(batch) < self.max_seqs
-                and sum(tokens for _, _, tokens, _ in batch) < self.budget)
+                and sum(e.tokens for e in batch) < self.budget)
         for seq_id, (known, computed) in before.items():
             if known - computed == 1 and seq_id not in scheduled | excused and (prefill or room):
                 kind = "decode-left-out-for-prefill" if prefill else "decode-left-out"
@@ -363,11 +360,11 @@ class _Replay:
                     + ": every running decode runs every step, before any prefill"))
                 return
 
-    def _prefills_waited(self, n: int, batch: list, before: dict, victims: set,
+    def _prefills_waited(self, n: int, batch: tuple[Entry, ...], before: dict, victims: set,
                          started: set) -> None:
         """A running prefill left out of a step in which a waiting request started: running
         prefills continue, chunked to the tokens left, before any waiting request starts."""
-        scheduled = {seq_id for seq_id, *_ in batch}
+        scheduled = {e.seq_id for e in batch}
         for seq_id, (known, computed) in before.items():
             if started and known - computed > 1 and seq_id not in scheduled | victims:
                 self.found.add("chunked-prefill", "prefill-left-out-for-new", n, seq_id, (
@@ -376,14 +373,15 @@ class _Replay:
                     "running prefills continue before any waiting request starts"))
                 return
 
-    def _head_of_line(self, n: int, batch: list, victims: set, reported: int | None) -> None:
+    def _head_of_line(self, n: int, batch: tuple[Entry, ...], victims: set,
+                      reported: int | None) -> None:
         """The head of the waiting queue kept out though a slot, tokens and blocks were free
         (free by the judge's count and by the scheduler's own: a leak is block-accounting's)."""
         if not self.queue or victims:
             return
         head = self.seqs[self.queue[0]]
         free = min(self._free_if([], set()), self.num_blocks if reported is None else reported)
-        tokens = sum(tokens for _, _, tokens, _ in batch)
+        tokens = sum(e.tokens for e in batch)
         if (len(batch) < self.max_seqs and len(self._running()) < self.max_seqs
                 and tokens < self.budget and free >= -(-head.known // self.bs)):
             self.found.add("fcfs", "head-kept-out", n, head.id, (
@@ -400,7 +398,7 @@ class _Replay:
                 f"num_free_blocks {when} is {reported}; the blocks in the running sequences' "
                 f"tables leave {judged} of {self.num_blocks} free"))
 
-    def _finished(self, n: int, finished: list) -> None:
+    def _finished(self, n: int, finished: tuple[str, ...]) -> None:
         add = self.found.add
         just_done = {s.id for s in self._running() if s.done and s.state == "running"}
         for seq_id in finished:
@@ -423,21 +421,21 @@ class _Replay:
                 "finished"))
 
     def _end(self) -> None:
-        found, steps = self.found, self.trace["steps"]
+        found, steps = self.found, self.trace.steps
         found.unfinished = [s.id for s in sorted(self.seqs.values(), key=lambda s: s.order)
                             if not s.done]
         if found.error is not None:
             return
         if found.stalled:
             last = len(steps) - 1
-            empty = not steps[-1]["batch"]
+            empty = not steps[-1].batch
             found.add("preemption", "stall-empty" if empty else "stall-max-steps", last, None, (
                 "schedule() returned nothing while has_work() was true" if empty else
                 f"the workload was not done after {len(steps)} steps") + ": the scheduler stalls")
             waiting = [self.seqs[s] for s in self.queue]
             long = [s for s in waiting[:1] if s.prompt > self.budget
                     and not s.restarted and s.outputs == 0]  # the head, never started
-            reported = steps[-1]["free_after_update"]
+            reported = steps[-1].free_after_update
             free = min(self._free_if([], set()), self.num_blocks if reported is None else reported)
             if long and free >= -(-self.budget // self.bs):  # room for a chunk: not a leak's stall
                 found.add("chunked-prefill", "long-prompt-never-started", last, long[0].id, (
@@ -452,9 +450,9 @@ class _Replay:
                     + ("the scheduler stalled" if found.stalled else "has_work() became false")))
                 break
         if (not found.stalled and steps
-                and steps[-1]["free_after_update"] not in (None, self.num_blocks)):
+                and steps[-1].free_after_update not in (None, self.num_blocks)):
             found.add("block-accounting", "not-free-at-end", None, None, (
-                f"num_free_blocks is {steps[-1]['free_after_update']} of {self.num_blocks} "
+                f"num_free_blocks is {steps[-1].free_after_update} of {self.num_blocks} "
                 "once every request is done: every block is free at the end"))
 
 
@@ -463,7 +461,7 @@ def _over(count: int, cap: int, what: str) -> str:
     return f"{what}-by-one" if count == cap + 1 else what
 
 
-def _releases(trace: dict, seqs: dict, bs: int, prefix_caching: bool):
+def _releases(trace: Trace, seqs: dict, bs: int, prefix_caching: bool):
     """The steps at which running sequences were preempted (step -> ids), the steps where a
     sequence may have been (prefix caching: see the module's docstring), and the steps where
     sequences were left out for good (preempted unless the free count says they kept their
@@ -473,9 +471,10 @@ def _releases(trace: dict, seqs: dict, bs: int, prefix_caching: bool):
     computed: dict[str, int] = {}
     gap: dict[str, int] = {}  # running sequence -> the first step it was missing
     last_seen: dict[str, int] = {}
-    for n, step in enumerate(trace["steps"]):
+    for n, step in enumerate(trace.steps):
         present = set()
-        for seq_id, start, tokens, _ in step["batch"]:
+        for entry in step.batch:
+            seq_id, start, tokens = entry.seq_id, entry.start, entry.tokens
             if seq_id not in seqs or seq_id in present:
                 continue
             present.add(seq_id)
@@ -491,7 +490,7 @@ def _releases(trace: dict, seqs: dict, bs: int, prefix_caching: bool):
         for seq_id in computed:
             if seq_id not in present and seq_id not in gap:
                 gap[seq_id] = n
-        for seq_id in step["finished"]:
+        for seq_id in step.finished:
             computed.pop(seq_id, None)
             gap.pop(seq_id, None)
     gone: dict[int, set] = {}

@@ -34,7 +34,7 @@ import hashlib
 import keyword
 import random
 
-from graders.shared.mutation import _PARSE
+from graders.shared.mutation import PARSE_LOCK
 
 CONTRACT_ATTRIBUTES = frozenset({"keys", "values", "lengths", "capacity"})
 WORDS = ("acc", "aux", "blk", "buf", "cur", "dim", "grid", "hold", "item", "kept", "mat", "node",
@@ -47,7 +47,7 @@ _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
 def disguise(source: str, seed: int) -> str:
     """`source` (Python) rewritten as the module docstring says, deterministically from `seed`.
     SyntaxError when `source` does not parse."""
-    with _PARSE:  # CPython 3.11's ast.parse fails in threads parsing at once (grade-all's)
+    with PARSE_LOCK:  # CPython 3.11's ast.parse fails in threads parsing at once (grade-all's)
         tree = ast.parse(source)
     _drop_docstrings(tree)
     taken = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} | _defined(tree)

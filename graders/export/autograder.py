@@ -50,7 +50,7 @@ from graders.shared.tracks import Track
 from graders.shared.untrusted import file_name, quote
 
 # One grade's wall clock, a backstop: every grade ends within its time budget
-# (graders.judge.grade.TimeBudget: 150 s public, 240 s hidden), and this leaves the kata 40 s
+# (graders.judge.request.TimeBudget: 150 s public, 240 s hidden), and this leaves the kata 40 s
 # more to start and write its results; both grades of a hidden assignment stay under
 # Gradescope's default limit of 10 minutes.
 GRADE_SECONDS = 280

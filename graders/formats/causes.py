@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from graders.judge.grade import GradeResult, ItemResult
+from graders.judge.result import GradeResult, ItemResult
 from graders.shared import rubric as rubric_data
 
 LIKELY = ". Likely mistake: "  # how an item's message names a likely mistake (compare.require_close)

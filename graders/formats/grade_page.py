@@ -18,7 +18,7 @@ from pathlib import Path
 
 from graders.formats.html import Html, document, el, join
 from graders.formats.report import PLUS_NOT_STARTED, partial_verdict, similarity_line
-from graders.judge.grade import GradeResult, ItemResult, TellResult
+from graders.judge.result import GradeResult, ItemResult, TellResult
 from graders.judge.isolation import PROCESS_FALLBACK_NOTE
 from graders.shared import rubric as rubric_data
 from graders.shared import tracks

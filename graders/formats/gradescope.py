@@ -28,7 +28,7 @@ from pathlib import Path
 
 from graders.formats import causes
 from graders.formats.report import partial_verdict
-from graders.judge.grade import GradeResult
+from graders.judge.result import GradeResult
 from graders.shared import rubric as rubric_data
 from graders.shared.output_files import write_atomically
 from graders.shared.untrusted import quote

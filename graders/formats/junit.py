@@ -21,7 +21,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from graders.judge.grade import GradeResult
+from graders.judge.result import GradeResult
 from graders.shared import rubric as rubric_data
 from graders.shared.output_files import write_atomically
 from graders.shared.untrusted import quote, xml_text

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from graders.judge.grade import GradeResult
+from graders.judge.result import GradeResult
 from graders.shared.output_files import OutputError
 from graders.shared.untrusted import quote
 

@@ -21,7 +21,7 @@ from rich.table import Table
 from rich.text import Text
 
 from graders.formats import causes
-from graders.judge.grade import GradeResult, ItemResult
+from graders.judge.result import GradeResult, ItemResult
 from graders.judge.isolation import PROCESS_FALLBACK_NOTE
 from graders.shared import rubric as rubric_data
 from graders.shared import tracks
@@ -174,27 +174,33 @@ def _height(console: Console, renderable) -> int:
     return len(console.render_lines(renderable, console.options, pad=False))
 
 
-def _level_summary(result: GradeResult, rubric: rubric_data.Rubric) -> Table | Group:
+def _level_summary(result: GradeResult, rubric: rubric_data.Rubric) -> Table:
     """One line a level (wrapped under itself): its points and the items that pass, or, when
-    fewer do not, the items that do not."""
+    fewer do not, the items that do not. L6+ not started is said at the end of the line before
+    it, so that a report of L4-L6 keeps its length (issue 44's bound)."""
     grid = Table.grid(padding=(0, 2))
     grid.add_column(no_wrap=True, style="bold")
     grid.add_column()
-    after: list[Text] = []
+    rows: list[tuple[str, Text]] = []
     for level, title, _ in tracks.groups(rubric.levels):
         items = [i for i in result.items if i.level == level]
         if items and level == rubric_data.PLUS and not result.plus_started:
-            # a line of its own, so that its width leaves the other levels' lines as they were
-            after.append(Text.assemble((title, "bold"), "  ", (PLUS_NOT_STARTED, "dim")))
+            note = f"{title} {PLUS_NOT_STARTED}"
+            if rows:
+                rows[-1][1].append(f"; {note}", style="dim")
+            else:
+                rows.append((title, Text(PLUS_NOT_STARTED, style="dim")))
         elif items:
             passing = [i.id for i in items if i.status == "pass"]
             others = [i.id for i in items if i.status != "pass"]
             what = ("all pass" if not others else "none pass" if not passing else
                     f"all pass but {', '.join(others)}" if len(others) < len(passing) else
                     f"pass: {', '.join(passing)}")
-            grid.add_row(f"{title}  {_points(items)}",
-                         Text(what, style="green" if passing else "dim"))
-    return Group(grid, *after) if after else grid
+            rows.append((f"{title}  {_points(items)}",
+                         Text(what, style="green" if passing else "dim")))
+    for label, text in rows:
+        grid.add_row(label, text)
+    return grid
 
 
 def _cause_block(cause: causes.Cause, rubric: rubric_data.Rubric) -> Group:

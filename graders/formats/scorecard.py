@@ -25,7 +25,7 @@ from pathlib import Path
 
 from graders.formats import causes
 from graders.formats.report import PLUS_NOT_STARTED, partial_verdict, similarity_line
-from graders.judge.grade import GradeResult, ItemResult
+from graders.judge.result import GradeResult, ItemResult
 from graders.judge.isolation import PROCESS_FALLBACK_NOTE
 from graders.shared import rubric as rubric_data
 from graders.shared import tracks

@@ -35,7 +35,8 @@ WARNINGS = {600: "Under 10 minutes left: finish the stage you are on, and answer
                  "graded with the hidden cases."}
 
 
-def start(console: Console, workspace: Path, minutes: float, strict: bool, track: str) -> int:
+def start(console: Console, workspace: Path, minutes: float, strict: bool,
+          track: tracks.Track) -> int:
     """`kata interview start DIR`: start or resume, then show the current stage."""
     try:
         session, made, resumed = verbs.start(workspace, minutes=minutes, strict=strict,
@@ -181,7 +182,7 @@ def _checked(console: Console, session: dict, workspace: Path, sandbox):
 
 
 def interactive(console: Console, workspace: Path, minutes: float, strict: bool,
-                track: str) -> int:
+                track: tracks.Track) -> int:
     """`kata interview [DIR]`: start or resume, show the stage, grade every save of the files
     until time up or Ctrl-C, then end. The whole session holds the workspace's lock."""
     from graders.workflows.watch import watch

@@ -19,11 +19,13 @@ import signal
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
 from graders.interview import record
+from graders.judge.request import GradeRequest
+from graders.judge.result import GradeResult, level
 from graders.shared import rubric as rubric_data
 from graders.shared import tracks
 from graders.shared.tracks import DENSE
@@ -54,7 +56,7 @@ class Interrupted(Exception):
 class Saved:
     """What `save` did. `event` is the save event recorded (None: nothing changed since the last
     snapshot graded at this stage); `opened` the stage the save opened, if any; `result` the
-    graders.judge.grade.GradeResult (None when nothing was graded)."""
+    graders.judge.result.GradeResult (None when nothing was graded)."""
 
     event: dict | None
     opened: str | None
@@ -69,8 +71,11 @@ def files(workspace: Path, track: tracks.Track) -> tuple[Path, Path | None]:
 
 
 def stages(track: tracks.Track) -> tuple[str, ...]:
-    """The stages of `track`, in order: the rubric's levels, or the track's one section."""
-    return rubric_data.load().levels if track.levels else (track.section,)
+    """The stages of `track`, in order: the rubric's levels up to L6 (L6+'s stage, with its
+    prompt and questions, is issue 42's part 5), or the track's one section."""
+    if not track.levels:
+        return (track.section,)
+    return tuple(level for level in rubric_data.load().levels if level != rubric_data.PLUS)
 
 
 def stage_items(track: tracks.Track, stage: str) -> list[str]:
@@ -108,8 +113,8 @@ def time_left(session: dict, now: float) -> float:
     return max(0.0, session["minutes"] * 60 - elapsed(session, now))
 
 
-def start(workspace: Path, *, minutes: float = 60, strict: bool = False, track: str = DENSE.id,
-          clock: Clock = time.time) -> tuple[dict, list[Path], bool]:
+def start(workspace: Path, *, minutes: float = 60, strict: bool = False,
+          track: tracks.Track = DENSE, clock: Clock = time.time) -> tuple[dict, list[Path], bool]:
     """Start a session in `workspace`, or resume the one there: (the record, the files made,
     whether it resumed). A folder without the track's file is made a workspace as `kata init`
     makes one (FileExistsError, nothing written, when it holds some of a workspace's files but
@@ -117,15 +122,14 @@ def start(workspace: Path, *, minutes: float = 60, strict: bool = False, track: 
     SessionBusy when another live process holds the session."""
     from graders.workflows.workspace import init_workspace
 
-    chosen = tracks.get(track)
     made = []
-    if not files(workspace, chosen)[0].is_file():
+    if not files(workspace, track)[0].is_file():
         made = init_workspace(workspace)
     with record.locked(workspace), _editing(workspace):
         session = _load(workspace)
         if session is not None:
             return session, made, True
-        session = record.new(chosen.id, minutes, strict, clock(), stages(chosen)[0])
+        session = record.new(track.id, minutes, strict, clock(), stages(track)[0])
         record.save(workspace, session)
     write_answers(workspace, session)
     return session, made, False
@@ -171,6 +175,7 @@ def save(workspace: Path, *, clock: Clock = time.time, sandbox=None, workers=Non
 def _save(workspace: Path, clock: Clock, sandbox, workers, own_tests) -> Saved:
     """`save`'s work; it closes `workers` itself on each way out that grades nothing."""
     from graders.judge.grade import grade
+    from graders.judge.workers import GradeWorkers
 
     with record.locked(workspace):
         session = load(workspace)
@@ -189,14 +194,15 @@ def _save(workspace: Path, clock: Clock, sandbox, workers, own_tests) -> Saved:
         name = record.snapshot(workspace, contents)
         implementation, tests = files(record.folder(workspace) / name, track)
         tests = tests if tests and tests.is_file() else None
-        items = set(stage_items(track, session["stage"]))
-        kept = own_tests is not None and track.runs_tests(items) and own_tests.covers(tests)
-        graded = items - {tracks.TESTS_ITEM} if kept else items
-        if workers is not None and (workers.tests is None) != (
-                tests is None or not track.runs_tests(graded)):
+        request = GradeRequest(implementation, tests, track=track,
+                               only=frozenset(stage_items(track, session["stage"])),
+                               sandbox=sandbox or default_sandbox())
+        kept = own_tests is not None and request.runs_tests and own_tests.covers(tests)
+        if kept:
+            request = replace(request, only=request.only - {tracks.TESTS_ITEM})
+        if workers is not None and not workers.fits(request):
             workers = _close(workers)  # started for other files: the grade starts its own
-        result = grade(implementation, tests, track=track.id, only=graded,
-                       sandbox=sandbox or default_sandbox(), workers=workers)
+        result = grade(request, workers or GradeWorkers.start(request))
         if kept:
             result = own_tests.fill(result)
         elif own_tests is not None:
@@ -210,7 +216,7 @@ def _save(workspace: Path, clock: Clock, sandbox, workers, own_tests) -> Saved:
             session["events"].append({
                 "t": t, "kind": "save", "snapshot": name, "level": level,
                 "score": result.score,
-                "passing": [i.id for i in result.items if i.status == "pass"]})
+                "passing": [i.id for i in result.items if i.passed]})
             order = stages(track)
             if level == session["stage"] and order.index(level) + 1 < len(order):
                 opened = session["stage"] = order[order.index(level) + 1]
@@ -229,13 +235,9 @@ def ranks(track: tracks.Track) -> list[str]:
 
 def reached(result, track: tracks.Track) -> str:
     """The level a save's grade reaches on the items it graded (the stages opened so far), after
-    the tells' caps: the contract's rule for a level (graders.judge.grade), applied to those items.
-    A track without levels reaches its section when every item passes, else "none"."""
-    from graders.judge.grade import _level
-
-    if not track.levels:
-        return track.section if result.passed else "none"
-    return _level(rubric_data.load(), result.items, result.tells)[0]
+    the tells' caps: the contract's rule for a level (graders.judge.result.level), applied to
+    those items."""
+    return level(track, result.items, result.tells)[0]
 
 
 def hint(workspace: Path, item: str, step: int, *, clock: Clock = time.time) -> None:
@@ -282,6 +284,7 @@ def end(workspace: Path, *, clock: Clock = time.time, sandbox=None) -> dict:
     their partial hidden grade (its seed kept, to grade the snapshot again in full), recorded
     with Ctrl-C ignored until the record is written; then Interrupted."""
     from graders.judge.grade import draw_seed, grade
+    from graders.judge.workers import GradeWorkers
 
     with record.locked(workspace):
         session = load(workspace)
@@ -293,10 +296,11 @@ def end(workspace: Path, *, clock: Clock = time.time, sandbox=None) -> dict:
             workspace, _contents(workspace, track))
         implementation, tests = files(record.folder(workspace) / name, track)
         seed, done = draw_seed(), []
+        request = GradeRequest(implementation, tests if tests and tests.is_file() else None,
+                               track=track, hidden=True, seed=seed,
+                               sandbox=sandbox or default_sandbox())
         try:
-            result = grade(implementation, tests if tests and tests.is_file() else None,
-                           track=track.id, hidden=True, seed=seed,
-                           sandbox=sandbox or default_sandbox(), on_item=done.append)
+            result = grade(request, GradeWorkers.start(request), on_item=done.append)
         except KeyboardInterrupt:
             with _interrupts_ignored():
                 total = len(rubric_data.load().track(track))
@@ -309,23 +313,19 @@ def end(workspace: Path, *, clock: Clock = time.time, sandbox=None) -> dict:
 
 
 def _partial(implementation: Path, track: tracks.Track, done: list, seed: int):
-    """The final grade interrupted: a partial hidden grade (graders.judge.grade.GradeResult) of
+    """The final grade interrupted: a partial hidden grade (graders.judge.result.GradeResult) of
     the items `done`, in rubric order; no level, no tells (their items may not have run), and
     no isolation (the workers' were not heard of): null in the record."""
-    from graders.judge.grade import GradeResult
-
-    order = [item.id for item in rubric_data.load().track(track)]
-    result = GradeResult(str(implementation), None, sorted(done, key=lambda i: order.index(i.id)),
-                         [], True, track=track.id, partial=True, seed=seed)
-    result.isolation = None
-    return result
+    return GradeResult.from_items(str(implementation), track, done, None, hidden=True,
+                                  isolation=None, seed=seed)
 
 
 def _ended(workspace: Path, name: str, result, ended: float) -> dict:
     """Record the session's end at `ended` with `result`, the final grade of snapshot `name`."""
     from graders.formats.report import to_json
 
-    result.implementation = f"{name}/{tracks.get(load(workspace)['track']).implementation}"
+    result = replace(result, implementation=f"{name}/"
+                     f"{tracks.get(load(workspace)['track']).implementation}")
 
     def close(session: dict) -> None:
         session["ended"] = record.iso(ended)

@@ -26,11 +26,12 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Literal
 
 from graders.interview import record, session as verbs
+from graders.judge.request import GradeRequest
 from graders.shared import rubric as rubric_data
 from graders.shared import tracks
 
@@ -38,7 +39,6 @@ Verdict = Literal["agrees", "disagrees", "unchecked"]
 RECORDS_WORD = ("the time of every event, the hints and solutions asked (nothing but the record "
                 "records them), and the answers in answers.md")
 UNCHECKED_STATUSES = ("timeout",)  # a grade that could not say; `unavailable` items too
-IMPORT_TIMEOUT = 60.0  # graders.judge.grade's default (not imported here: it loads torch)
 
 
 @dataclass(frozen=True)
@@ -256,6 +256,7 @@ def _grade_save(workspace: Path, track: tracks.Track, event: dict, stage: str, s
     own-tests' verdict taken from `kept` when it holds this test file's; `workers` started for
     it ahead, or None."""
     from graders.judge.grade import grade
+    from graders.judge.workers import GradeWorkers
 
     folder = record.folder(workspace) / event["snapshot"]
     implementation, tests = verbs.files(folder, track)
@@ -264,15 +265,15 @@ def _grade_save(workspace: Path, track: tracks.Track, event: dict, stage: str, s
             workers.close()
         return None
     tests = tests if tests and tests.is_file() else None
-    items = set(verbs.stage_items(track, stage))
-    reuse = track.runs_tests(items) and kept.covers(tests)
-    graded_items = items - {tracks.TESTS_ITEM} if reuse else items
-    if workers is not None and (workers.tests is None) != (
-            tests is None or not track.runs_tests(graded_items)):
+    request = GradeRequest(implementation, tests, track=track,
+                           only=frozenset(verbs.stage_items(track, stage)), sandbox=sandbox)
+    reuse = request.runs_tests and kept.covers(tests)
+    if reuse:
+        request = replace(request, only=request.only - {tracks.TESTS_ITEM})
+    if workers is not None and not workers.fits(request):
         workers.close()  # started for another guess: the grade starts its own
         workers = None
-    result = grade(implementation, tests, track=track.id, only=graded_items, sandbox=sandbox,
-                   workers=workers)
+    result = grade(request, workers or GradeWorkers.start(request))
     if reuse:
         result = kept.fill(result)
     else:
@@ -284,7 +285,7 @@ def _graded(result, track: tracks.Track) -> Graded:
     unchecked = tuple(i.id for i in result.items
                       if i.status in UNCHECKED_STATUSES or i.unavailable)
     return Graded(verbs.reached(result, track), result.score,
-                  tuple(i.id for i in result.items if i.status == "pass"), unchecked)
+                  tuple(i.id for i in result.items if i.passed), unchecked)
 
 
 def _compare_save(event: dict, stage: str, graded: Graded | None) -> SaveCheck:
@@ -313,6 +314,7 @@ def _final(session: dict, workspace: Path, track: tracks.Track, sandbox) -> Fina
     """The final snapshot graded again with the hidden cases at the recorded seed (only the
     items an interrupted final graded), beside the final's claim."""
     from graders.judge.grade import grade
+    from graders.judge.workers import GradeWorkers
 
     claim = session["final"]
     folder = record.folder(workspace) / claim["implementation"].split("/")[0]
@@ -320,11 +322,13 @@ def _final(session: dict, workspace: Path, track: tracks.Track, sandbox) -> Fina
     if not implementation.is_file() or claim["seed"] is None:
         return FinalCheck(None, "unchecked", ("its snapshot is missing",) if claim["seed"]
                           is not None else ("it records no seed",))
-    only = {i["id"] for i in claim["items"]} if claim["partial"] else None
-    result = grade(implementation, tests if tests and tests.is_file() else None, track=track.id,
-                   hidden=True, seed=claim["seed"], only=only, sandbox=sandbox)
+    only = frozenset(i["id"] for i in claim["items"]) if claim["partial"] else None
+    request = GradeRequest(implementation, tests if tests and tests.is_file() else None,
+                           track=track, hidden=True, seed=claim["seed"], only=only,
+                           sandbox=sandbox)
+    result = grade(request, GradeWorkers.start(request))
     graded = Graded(result.level or "none", result.score,
-                    tuple(i.id for i in result.items if i.status == "pass"),
+                    tuple(i.id for i in result.items if i.passed),
                     tuple(i.id for i in result.items
                           if i.status in UNCHECKED_STATUSES or i.unavailable))
     return _compare_final(claim, result, graded)
@@ -415,14 +419,15 @@ class _Ahead:
         if not implementation.is_file():
             return
         run_tests = None
-        if tests is not None and tests.is_file() and self.track.runs_tests(
-                verbs.stage_items(self.track, stage)):
+        guess = GradeRequest(implementation, tests if tests and tests.is_file() else None,
+                             track=self.track, only=frozenset(verbs.stage_items(self.track, stage)),
+                             sandbox=self.sandbox)
+        if guess.runs_tests:
             digest = hashlib.sha256(tests.read_bytes()).hexdigest()
             run_tests = None if digest in self.judged else tests
             self.judged.add(digest)
         try:
-            self.workers = GradeWorkers.start(implementation, run_tests, self.track.module,
-                                              self.sandbox, IMPORT_TIMEOUT)
+            self.workers = GradeWorkers.start(replace(guess, tests=run_tests))
             self.event = event
         except Exception:  # the grade starts its own, and says why if it cannot either
             self.workers = None

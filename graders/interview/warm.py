@@ -20,12 +20,12 @@ from dataclasses import replace
 from pathlib import Path
 
 from graders.interview import session as verbs
+from graders.judge.request import GradeRequest
 from graders.shared import tracks
 
 # The tells own-tests checks (graders/dense/items/own_tests.py): a kept verdict brings them along.
 OWN_TESTS_TELLS = ("shape-only-tests",)
 KEPT_STATUSES = ("pass", "fail", "not_attempted")  # verdicts on the file, not on a run that broke
-IMPORT_TIMEOUT = 60.0  # graders.judge.grade's default (not imported here: it loads torch)
 
 
 class OwnTestsVerdict:
@@ -35,8 +35,8 @@ class OwnTestsVerdict:
     def __init__(self) -> None:
         self.digest: str | None = None
         self.snapshot = ""
-        self.item = None  # graders.judge.grade.ItemResult
-        self.tells: list = []  # graders.judge.grade.TellResult of OWN_TESTS_TELLS
+        self.item = None  # graders.judge.result.ItemResult
+        self.tells: list = []  # graders.judge.result.TellResult of OWN_TESTS_TELLS
 
     def covers(self, tests: Path | None) -> bool:
         """Whether the verdict kept is that of the test file `tests` as it is now (False when
@@ -93,14 +93,15 @@ class NextWorkers:
             return
         track = tracks.get(session["track"])
         implementation, tests = verbs.files(self.workspace, track)
-        sandbox = verbs.default_sandbox()
         try:
-            self.implementation = GradeWorkers.start(implementation, None, track.module, sandbox,
-                                                     IMPORT_TIMEOUT, ahead=True)
-            if (self.tests_worker is None and tests is not None and tests.is_file()
-                    and track.runs_tests(verbs.stage_items(track, session["stage"]))):
+            request = GradeRequest(implementation, tests if tests and tests.is_file() else None,
+                                   track=track,
+                                   only=frozenset(verbs.stage_items(track, session["stage"])),
+                                   sandbox=verbs.default_sandbox())
+            self.implementation = GradeWorkers.start(replace(request, tests=None), ahead=True)
+            if self.tests_worker is None and request.runs_tests:
                 self.tests_worker = Worker("tests", isolation=self.implementation.isolation,
-                                           limits=sandbox.limits(), files=[tests],
+                                           limits=request.sandbox.limits(), files=[tests],
                                            ahead=True).start()
                 self.tests = tests
         except Exception:  # the save starts its own, and says why if it cannot either

@@ -1,10 +1,11 @@
 """Grade one implementation: run every item's graders, then apply the rubric.
 
-The judge's side of a grade. It starts the workers first (their torch import overlaps the judge's),
-runs each rubric item's graders in rubric order, turns what happened into a status, and works out
-the level: the highest level whose items, and every lower level's, all pass, capped by the tells.
-A run that leaves items out is partial and has no level. The L6+ items run last, and only once
-every item before them passed (else they are not attempted); a run without them is not partial.
+The judge's side of a grade. It takes a request (graders.judge.request) and the workers started
+for it (by the caller, so that their torch import overlaps the judge's), runs each rubric item's
+graders in rubric order, turns what happened into a status, and works out the level: the
+highest level whose items, and every lower level's, all pass, capped by the tells. A run that
+leaves items out is partial and has no level. The L6+ items run last, and only once every item
+before them passed (else they are not attempted); a run without them is not partial.
 """
 
 from __future__ import annotations
@@ -18,149 +19,27 @@ import sys
 import traceback
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from types import ModuleType
-from typing import Callable
+from typing import Callable, Mapping
 
 import torch
 
 from graders.judge.candidate import Candidate
-from graders.judge.isolation import Sandbox, reap_strays
+from graders.judge.isolation import reap_strays
+from graders.judge.request import GradeRequest
+from graders.judge.result import GradeResult, ItemResult, Status
 from graders.judge.similarity import similarity
 from graders.judge.workers import Budget, GradeWorkers, WorkerUnavailable
-from graders.shared import hidden_cases, tracks, transformers_extra
+from graders.shared import hidden_cases, tracks
 from graders.shared import rubric as rubric_data
-from graders.shared.plans import CandidateError, CandidateTimeout, Fail, NotAttempted, Tell
-from graders.shared.tracks import DENSE
+from graders.shared.plans import CandidateError, CandidateTimeout, Fail, NotAttempted
 
-DEFAULT_TIMEOUT = 10.0
-DEFAULT_IMPORT_TIMEOUT = 60.0  # a correct file may import a large library: transformers takes 8-27 s cold
 MAX_TIMEOUTS = 3
 # An L6+ item's message when an item before it did not pass: the follow-ups past L6 start there.
 BEFORE_PLUS = "not started: L6+ is graded once every item of L4 to L6 passes (own tests aside)"
-
-
-@dataclass(frozen=True)
-class TimeBudget:
-    """A grade's time as a whole, seconds on the clock from its start: `public` for the public
-    cases, `hidden` for a grade with hidden cases or private graders. Past it, every item not
-    yet graded is a timeout that says so. The defaults are the README's: 8-12x the reference's
-    grade with its tests on the 2-core machine of the closing notes at load average 5-8
-    (public 14-18 s, hidden 19-32 s), under run_autograder's backstop
-    (graders.export.autograder.GRADE_SECONDS)."""
-
-    public: float = 150.0
-    hidden: float = 240.0
-
-    def seconds(self, hidden: bool) -> float:
-        return self.hidden if hidden else self.public
-
-
-@dataclass
-class ItemResult:
-    """One rubric item's outcome.
-
-    `unavailable` is set when the worker could not run the item (the file does not import, say):
-    the worker's reason in one line, while `message` says only "not run: <its headline>", so a
-    report can give the reason once rather than once an item. `signature`: the candidate's
-    exception that made it an error (type, message, place in the candidate's file), if one did,
-    so that a report can group the items one exception took down (graders.formats.causes).
-    """
-
-    id: str
-    level: str
-    status: str  # pass | fail | error | timeout | not_attempted
-    points: float
-    max_points: float
-    message: str
-    unavailable: str | None = None
-    signature: tuple[str, str, str] | None = None
-
-    @property
-    def full_message(self) -> str:
-        """The message with the worker's reason when there is one: for outputs that show each
-        item on its own (JSON, JUnit, Gradescope)."""
-        return f"not run: {self.unavailable}" if self.unavailable else self.message
-
-
-@dataclass
-class TellResult:
-    """A down-level tell: `checked` is false when no item that looks for it ran (then `detected`
-    is false too, and `message` says it was not checked)."""
-
-    id: str
-    detected: bool
-    message: str
-    checked: bool = True
-
-
-@dataclass
-class GradeResult:
-    """A grade. `level` is None for a `partial` run (items left out by only, up_to or exitfirst):
-    a level needs every item. `capped_by` names the detected tells that lowered the level below
-    the one its items reach, and is empty when no cap lowered it."""
-
-    implementation: str
-    level: str | None
-    items: list[ItemResult]
-    tells: list[TellResult]
-    hidden: bool
-    grader_broke: bool = False
-    capped_by: list[str] = field(default_factory=list)
-    track: str = DENSE.id
-    isolation: str = "process"  # how the candidate's code was isolated: "bwrap" or "process"
-    partial: bool = False
-    seed: int | None = None  # the hidden cases' seed (hidden runs only)
-    similarity: list[dict] | None = None  # graders.judge.similarity.similarity (hidden runs only)
-
-    @property
-    def unavailable(self) -> str | None:
-        """Why the worker could not run items, in one line (see ItemResult), or None."""
-        return next((i.unavailable for i in self.items if i.unavailable), None)
-
-    @property
-    def score(self) -> float:
-        """Out of the 100 of L4 to L6 (or of a track beside the levels): L6+ is plus_score."""
-        return sum(i.points for i in self.items if i.level != rubric_data.PLUS)
-
-    @property
-    def max_score(self) -> float:
-        return sum(i.max_points for i in self.items if i.level != rubric_data.PLUS)
-
-    @property
-    def plus_score(self) -> float:
-        """The L6+ items' points, outside the 100."""
-        return sum(i.points for i in self.items if i.level == rubric_data.PLUS)
-
-    @property
-    def plus_max_score(self) -> float:
-        return sum(i.max_points for i in self.items if i.level == rubric_data.PLUS)
-
-    @property
-    def plus_started(self) -> bool:
-        """Whether an L6+ item was attempted. A file that has not started L6+ (or has not
-        reached L6) is reported without its L6+ items: the formats give the group one line."""
-        return any(i.level == rubric_data.PLUS and i.status != "not_attempted" for i in self.items)
-
-    @property
-    def reported(self) -> list[ItemResult]:
-        """The items a report lists one by one: all of them, less the L6+ ones while L6+ is not
-        started."""
-        return [i for i in self.items if self.plus_started or i.level != rubric_data.PLUS]
-
-    @property
-    def passed(self) -> bool:
-        """Every item passed; an L6+ item not attempted does not count against it (a file need
-        not go past L6), one that fails does."""
-        return all(i.status == "pass" or (i.level == rubric_data.PLUS and i.status == "not_attempted")
-                   for i in self.items)
-
-    def exit_code(self) -> int:
-        if self.grader_broke:
-            return 4
-        return 0 if self.passed else 1
 
 
 @dataclass(frozen=True)
@@ -228,75 +107,52 @@ def _load_private(path: Path) -> ModuleType:
     return module
 
 
-def grade(implementation: Path, tests: Path | None = None, *, track: str = DENSE.id,
-          hidden: bool = False, extra_graders: Path | None = None, only: set[str] | None = None,
-          up_to: str | None = None, exitfirst: bool = False, timeout: float = DEFAULT_TIMEOUT,
-          import_timeout: float = DEFAULT_IMPORT_TIMEOUT, sandbox: Sandbox = Sandbox(),
-          seed: int | None = None, first: set[str] | None = None,
-          workers: GradeWorkers | None = None, budget: TimeBudget = TimeBudget(),
+def grade(request: GradeRequest, workers: GradeWorkers,
           on_item: Callable[[ItemResult], None] | None = None,
-          kept: dict[str, ItemResult] | None = None) -> GradeResult:
-    """Grade `implementation` (and the candidate's `tests`, when given) against the rubric.
+          kept: Mapping[str, ItemResult] | None = None) -> GradeResult:
+    """Grade `request` (graders.judge.request.GradeRequest) in `workers`, started for it
+    (GradeWorkers.start(request), by the caller: before it imports torch, or ahead of the
+    grade); the judge uses them and closes them, whatever happens.
 
-    `track` is the id of a graders.shared.tracks.Track (a track without own-tests does not run
-    `tests`). `hidden` adds each item's hidden cases, and `extra_graders` an interviewer's own
-    folder of graders, judged as hidden (PrivateGraderError, before anything runs, for a file
-    that cannot be used). Hidden cases are drawn from `seed` (graders.shared.hidden_cases), a fresh
-    one when None; the result records it. `only` selects item ids, `up_to` the items up to a level; `exitfirst`
-    stops after the first item that does not pass (the rest are left out of the result).
-    `first` names items to run before the others (`kata grade --ff`): the items run in rubric
-    order within each of the two groups, `on_item` hears of each as it ends, and the result
-    lists them in rubric order. The candidate's own tests run from the start, beside the other
-    items, and are heard of last (unless `exitfirst`: then in their turn). The order changes no
-    item's checks or cases (each draws its own, from its own seeds); it decides only which items
-    `exitfirst` leaves out, and which the budget of MAX_TIMEOUTS hangs leaves unrun.
-    `import_timeout` limits the import of the file, `timeout` each batch of calls, `budget` the
-    whole grade (the items not graded when it is spent are timeouts). `sandbox`
-    chooses the isolation (SandboxUnavailable when it cannot be had) and the memory limit.
-    `workers`: the workers already started for these files (GradeWorkers.start, by a caller that
-    starts them before it imports torch), else started here; closed either way.
-    `kept`: results of items not to run again, taken as they are (`kata grade --watch` keeps
-    the real-model item's verdict while the implementation's bytes are unchanged).
+    An interviewer's graders that cannot be used raise PrivateGraderError before anything runs.
+    A hidden grade draws its cases from the request's seed (graders.shared.hidden_cases), a
+    fresh one when it has none; the result records it. The items named `first` run before the
+    others, each group in rubric order; `on_item` hears of each as it ends, and the result lists
+    them in rubric order. The candidate's own tests run from the start, beside the other items,
+    and are heard of last (unless `exitfirst`: then in their turn). The order changes no item's
+    checks or cases (each draws its own, from its own seeds); it decides only which items
+    `exitfirst` leaves out, and which the budget of MAX_TIMEOUTS hangs leaves unrun. The items
+    not graded when the time budget is spent are timeouts. `kept`: results of items not to run
+    again, taken as they are (`kata grade --watch` keeps the real-model item's verdict while
+    the implementation's bytes are unchanged).
     Returns only once every process the candidate's code started is gone.
     A hidden run also records how much of the file matches each bundled solution of the track
     (graders.judge.similarity): information for the interviewer, which no status or level uses.
     Sets this process's torch to one thread: the judge's tensors are tiny, and a thread pool
     only adds overhead (and spin-waits on a busy machine).
     """
-    chosen = tracks.get(track)
+    track, hidden = request.track, request.judged_hidden
     try:
-        graders = _graders(hidden, extra_graders, chosen)
-        judged_hidden = hidden or extra_graders is not None
-        spent = Budget.starting_now(budget.seconds(judged_hidden))
-        seed = (seed if seed is not None else draw_seed()) if judged_hidden else None
-        path = Path(implementation).absolute()
+        graders = _graders(request.hidden, request.extra_graders, track)
+        spent = Budget.starting_now(request.budget.seconds(hidden))
+        seed = (request.seed if request.seed is not None else draw_seed()) if hidden else None
+        path = Path(request.implementation).absolute()
         # Read before the candidate's code runs: in the process fallback it can rewrite its file.
-        borrowed = similarity(path, chosen) if judged_hidden else None
-        items = _run_order(rubric_data.selected(chosen, only, up_to), first or set())
-        runs_tests = chosen.runs_tests({item.id for item in items})
-        tests = Path(tests).absolute() if tests and runs_tests else None
-        kept = kept or {}
-        runs_model = (chosen.runs_model({item.id for item in items} - set(kept))
-                      and not transformers_extra.problem())
-        workers = workers or GradeWorkers.start(path, tests, chosen.module, sandbox, import_timeout,
-                                                real_model=runs_model)
-        if workers.model is None or workers.reference is None:  # a caller's, without them
-            workers.model, workers.reference = GradeWorkers.model_workers(
-                path, chosen.module, workers.isolation, sandbox, import_timeout)
+        borrowed = similarity(path, track) if hidden else None
+        items = _run_order(request.items, request.first)
         workers.limit_to(spent)
         torch.set_num_threads(1)
-        with hidden_cases.run_seed(seed) if judged_hidden else nullcontext():
-            candidate = Candidate(workers.implementation, timeout, workers.tests,
+        with hidden_cases.run_seed(seed) if hidden else nullcontext():
+            candidate = Candidate(workers.implementation, request.timeout, workers.tests,
                                   workers.test_worker, workers.model, workers.reference)
-            result = _grade(candidate, str(implementation), items, graders, judged_hidden,
-                            exitfirst, on_item, chosen, spent, kept)
+            results, broke = _run_items(candidate, items, graders, request.exitfirst, on_item,
+                                        spent, kept or {})
     finally:
-        if workers:
-            workers.close()
+        workers.close()
         reap_strays()  # nothing the candidate started outlives the grade
-    result.isolation, result.seed = workers.isolation, seed
-    result.similarity = borrowed
-    return result
+    return GradeResult.from_items(str(request.implementation), track, results, candidate.tells,
+                                  hidden=hidden, grader_broke=broke,
+                                  isolation=workers.isolation, seed=seed, similarity=borrowed)
 
 
 def draw_seed() -> int:
@@ -305,7 +161,7 @@ def draw_seed() -> int:
     return secrets.randbelow(10**7)
 
 
-def _run_order(items: list[rubric_data.Item], first: set[str]) -> list[rubric_data.Item]:
+def _run_order(items: list[rubric_data.Item], first: frozenset[str]) -> list[rubric_data.Item]:
     """`items` (in rubric order) with those named in `first` moved ahead, each group in order."""
     return sorted(items, key=lambda item: item.id not in first)
 
@@ -320,11 +176,11 @@ def _graders(hidden: bool, extra_graders: Path | None, track: tracks.Track) -> l
     return graders
 
 
-def _grade(candidate: Candidate, name: str, items: list[rubric_data.Item], graders: list[Grader],
-           hidden: bool, exitfirst: bool, on_item: Callable[[ItemResult], None] | None,
-           track: tracks.Track, spent: Budget,
-           kept: dict[str, ItemResult] | None = None) -> GradeResult:
-    rubric = rubric_data.load()
+def _run_items(candidate: Candidate, items: list[rubric_data.Item], graders: list[Grader],
+               exitfirst: bool, on_item: Callable[[ItemResult], None] | None,
+               spent: Budget, kept: Mapping[str, ItemResult]) -> tuple[list[ItemResult], bool]:
+    """Each item's outcome, in the order run (those in `kept` taken as they are), and whether a
+    grader broke."""
     results, broke, unavailable, timeouts = [], False, None, 0
     first_raised: dict[tuple, str] = {}  # an exception's signature -> the first item it failed
     with ThreadPoolExecutor(1) as beside:
@@ -335,12 +191,12 @@ def _grade(candidate: Candidate, name: str, items: list[rubric_data.Item], grade
         for item in items:
             item_graders = [g for g in graders if g.item == item.id]
             ran_beside = early is not None and item.id == tracks.TESTS_ITEM
-            if kept and item.id in kept:
+            if item.id in kept:
                 result = kept[item.id]
-            elif unavailable is not None:
-                result = _not_run(item, unavailable)
             elif item.level == rubric_data.PLUS and not _implementation_passed(results):
                 result = _result(item, "not_attempted", BEFORE_PLUS)
+            elif unavailable is not None:
+                result = _not_run(item, unavailable)
             elif spent.spent() and not ran_beside:
                 result = _result(item, "timeout", f"not run: {spent.message()}")
             elif timeouts >= MAX_TIMEOUTS and not ran_beside:  # hangs of the implementation
@@ -354,8 +210,7 @@ def _grade(candidate: Candidate, name: str, items: list[rubric_data.Item], grade
                         message = _same_error(message, first_raised[signature], signature)
                     elif signature is not None:
                         first_raised[signature] = item.id
-                    result = _result(item, status, message)
-                    result.signature = signature
+                    result = _result(item, status, message, signature=signature)
                 except WorkerUnavailable as exc:
                     unavailable = exc
                     result = _not_run(item, exc)
@@ -367,20 +222,9 @@ def _grade(candidate: Candidate, name: str, items: list[rubric_data.Item], grade
             results.append(result)
             if on_item:
                 on_item(result)
-            if exitfirst and result.status != "pass":
+            if exitfirst and not result.passed:
                 break
-    in_rubric = [item.id for item in rubric.track(track)]
-    results.sort(key=lambda result: in_rubric.index(result.id))  # whatever order they ran in
-    core = [item for item in rubric.track(track) if item.level != rubric_data.PLUS]
-    partial = len([r for r in results if r.level != rubric_data.PLUS]) < len(core)
-    if not track.levels:  # a track beside the levels: all or nothing, and no tells
-        level = track.section if results and all(r.status == "pass" for r in results) else "none"
-        return GradeResult(name, None if partial else level, results, [], hidden, broke,
-                           track=track.id, partial=partial)
-    tells = _tells(rubric, candidate.tells)
-    level, capped_by = (None, []) if partial else _level(rubric, results, tells)
-    return GradeResult(name, level, results, tells, hidden, broke, capped_by, track.id,
-                       partial=partial)
+    return results, broke
 
 
 def _implementation_passed(results: list[ItemResult]) -> bool:
@@ -407,10 +251,11 @@ def _start_tests_early(items: list[rubric_data.Item], graders: list[Grader], can
     return beside.submit(_run_item, own, candidate)
 
 
-def _result(item: rubric_data.Item, status: str, message: str,
-            unavailable: str | None = None) -> ItemResult:
+def _result(item: rubric_data.Item, status: Status, message: str,
+            unavailable: str | None = None,
+            signature: tuple[str, str, str] | None = None) -> ItemResult:
     return ItemResult(item.id, item.level, status, item.points if status == "pass" else 0.0,
-                      item.points, message, unavailable)
+                      item.points, message, unavailable, signature)
 
 
 def _not_run(item: rubric_data.Item, exc: WorkerUnavailable) -> ItemResult:
@@ -431,7 +276,7 @@ def _one_line(reason: str) -> str:
 
 
 def _run_item(graders: list[Grader],
-              candidate: Candidate) -> tuple[str, str, tuple[str, str, str] | None]:
+              candidate: Candidate) -> tuple[Status, str, tuple[str, str, str] | None]:
     """The item's status and message, and the signature of the candidate's exception that made
     it an error (its type, message and place in the candidate's file), if one did."""
     if not graders:
@@ -459,37 +304,3 @@ def _same_error(message: str, first: str, signature: tuple[str, str, str]) -> st
     kind, _, where = signature
     call = message.split(f" raised {kind}:", 1)[0]
     return f"{call} raised the same error as {first} ({kind}{where})"
-
-
-def _tells(rubric: rubric_data.Rubric, seen: list[Tell]) -> list[TellResult]:
-    results = []
-    for info in rubric.tells:
-        observations = [t for t in seen if t.id == info.id]
-        detected = [t for t in observations if t.detected]
-        if detected:
-            results.append(TellResult(info.id, True, detected[0].message))
-        elif observations:
-            results.append(TellResult(info.id, False, observations[0].message))
-        else:
-            results.append(TellResult(info.id, False, "not checked: the item that looks for it "
-                                      "did not run", checked=False))
-    return results
-
-
-def _level(rubric: rubric_data.Rubric, results: list[ItemResult],
-           tells: list[TellResult]) -> tuple[str, list[str]]:
-    """The level and the tells that capped it. The items reach the highest level whose items, and
-    every lower level's, all pass; a detected tell caps that at its level. The tells returned are
-    those whose cap is the level given, below the one reached (none when no cap lowered it)."""
-    reached = None
-    for level in rubric.levels:
-        upto = [r for r in results if rubric.levels.index(r.level) <= rubric.levels.index(level)]
-        graded_here = any(r.level == level for r in results)
-        if not graded_here or not all(r.status == "pass" for r in upto):
-            break
-        reached = level
-    if reached is None:
-        return "below L4", []
-    caps = {t.id: rubric.tell(t.id).caps for t in tells if t.detected}
-    level = min([reached, *caps.values()], key=rubric.levels.index)
-    return level, [tell for tell, cap in caps.items() if cap == level != reached]

@@ -41,7 +41,6 @@ import graders.worker
 from graders.worker.limits import Limits
 
 GIB = 1 << 30
-MODES = ("auto", "require", "process")
 KATA = bundled.PACKAGES  # the folder holding the graders and benchmarks packages
 WORKER_SIDE = Path(graders.worker.__file__).resolve().parent
 SANDBOX_CODE = "/kata"  # where the sandbox sees the worker side (and the bench's code)
@@ -132,7 +131,8 @@ class SandboxUnavailable(Exception):
 @dataclass(frozen=True)
 class Sandbox:
     """What the user asked for: `mode` is "auto" (bubblewrap where it works, else the process
-    fallback), "require" (bubblewrap or nothing) or "process"; `memory` is the data limit in
+    fallback), "require" (bubblewrap or nothing) or "process" (cli's `SandboxMode`, the one
+    list of them, which --sandbox checks); `memory` is the data limit in
     bytes of every process the candidate's code runs in. `chosen` is False where `mode` is a
     command's default rather than the user's word (an interviewer's run requires bubblewrap
     unless told otherwise): it changes only what a refusal says."""

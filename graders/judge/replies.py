@@ -6,8 +6,9 @@ A worker runs the candidate's code, so its replies are an attacker's bytes (cont
 bounded whatever arrives) and `decode` decodes it; `status` and `result` check that it answers the
 request the judge is waiting for (the batch's fresh nonce and the request's index come back);
 `plan_reply`, `tests_reply`, `started` and `loaded` check what each kind of reply must hold:
-types, keys, nesting, the tensors the kata's own worker code returns (dtype, shape). A reply
-that breaks any of this raises `MalformedReply`, saying how, never anything else.
+types, keys, nesting, the tensors the kata's own worker code returns (dtype, shape); a batching
+drive's trace comes out as the driver's frozen types (`drive_trace`), which the replay reads. A
+reply that breaks any of this raises `MalformedReply`, saying how, never anything else.
 
 Text of the candidate's (an exception's message and traceback, what a crash printed, an import
 error, a `Repr`, a string it returned) comes out clipped to `untrusted.MAX_QUOTE` characters.
@@ -18,6 +19,7 @@ cache attribute) keep any type the wire carries: judging them is the item's work
 from __future__ import annotations
 
 import math
+from typing import get_args
 
 import torch
 
@@ -198,7 +200,7 @@ def _ok(value, op: dict, what: str):
     if kind == "beam_search":
         return _beams(value, op, what)
     if kind == "drive_scheduler":
-        return _trace(value, op["workload"], op["max_steps"], what)
+        return drive_trace(value, op["workload"], op["max_steps"], what)
     if kind in ("real_model", "real_model_reference"):
         return _generation(value, op, what, kind == "real_model")
     raise MalformedReply(f"{what}: the judge knows no operation {_shown(kind)}")
@@ -299,33 +301,23 @@ TRACE_KEYS = {"steps", "adds", "error", "stalled"}
 STEP_KEYS = {"at", "batch", "produced", "finished", "free_after_schedule", "free_after_update"}
 DRIVE_ERROR = {"call": str, "step": int, "kind": str, "type": str, "message": str,
                "traceback": str}
-DRIVE_CALLS = {"init", "add", "schedule", "update", "has_work", "num_free_blocks"}
 
 
-def _trace(value, workload: dict, max_steps: int, what: str) -> dict:
-    """A batching drive's trace (graders.worker.batching): its shape within the driver's caps
-    (steps <= max_steps, entries <= ENTRIES_PER_SEQ x max_num_seqs, tables <= num_blocks, ids
-    of at most ID_CHARS, ints of int64's range), the requests added when they arrived, and
-    each step's `produced` the one the driver's rule gives (`produced_by`): what the judge then
-    replays is what the driver would have recorded."""
+def drive_trace(value, workload: dict, max_steps: int, what: str = "the trace") -> batching.Trace:
+    """A batching drive's trace (graders.worker.batching), checked into its types: its shape
+    within the driver's caps (steps <= max_steps, entries <= ENTRIES_PER_SEQ x max_num_seqs,
+    tables <= num_blocks, ids of at most ID_CHARS, ints of int64's range), the requests added
+    when they arrived, and each step's `produced` the one the driver's rule gives
+    (`produced_by`): what the judge then replays is what the driver would have recorded. The
+    judge's own drives (the reference scheduler's) pass here too."""
     fields = _dict(value, what)
     _keys(fields, TRACE_KEYS, what)
     config, requests = workload["config"], workload["requests"]
     steps = _typed(fields["steps"], list, f"{what}'s steps")
     if len(steps) > max_steps:
         raise MalformedReply(f"{what} holds {len(steps)} steps, at most {max_steps} are driven")
-    _typed(fields["stalled"], bool, f"{what}'s stalled")
-    error = fields["error"]
-    if error is not None:
-        error = _dict(error, f"{what}'s error")
-        _keys(error, set(DRIVE_ERROR), f"{what}'s error")
-        for key, types in DRIVE_ERROR.items():
-            _typed(error[key], types, f"{what}'s error {key}")
-        if error["call"] not in DRIVE_CALLS or error["kind"] not in ("raised", "returned") \
-                or not 0 <= error["step"] <= len(steps):
-            raise MalformedReply(f"{what}'s error is {_shown(error)}")
-        error = {**error, "type": clip(error["type"], batching.ID_CHARS),
-                 "message": clip(error["message"]), "traceback": error["traceback"][-MAX_TAIL:]}
+    stalled = _typed(fields["stalled"], bool, f"{what}'s stalled")
+    error = None if fields["error"] is None else _drive_error(fields["error"], len(steps), what)
     arrival = {r["id"]: r["arrival"] for r in requests}
     adds = _typed(fields["adds"], list, f"{what}'s adds")
     order = [r["id"] for r in sorted(requests, key=lambda r: r["arrival"])]
@@ -337,7 +329,7 @@ def _trace(value, workload: dict, max_steps: int, what: str) -> dict:
                 or add["at"] < arrival[order[n]]:
             raise MalformedReply(f"{what} adds {_shown(add)} where the driver adds the "
                                  "workload's requests in arrival order, each once it arrived")
-        added.append((add["at"], add["id"]))
+        added.append(batching.Add(order[n], add["at"]))
     known: dict[str, int] = {}
     outputs: dict[str, list] = {r["id"]: [] for r in requests}
     prompts = {r["id"]: len(r["prompt"]) for r in requests}
@@ -349,16 +341,17 @@ def _trace(value, workload: dict, max_steps: int, what: str) -> dict:
         if type(step["at"]) is not int or step["at"] <= clock:
             raise MalformedReply(f"{where} is at {_shown(step['at'])}, not after {clock}")
         clock = step["at"]
-        for at, seq_id in added:
-            if at <= clock and seq_id not in known:
-                known[seq_id] = prompts[seq_id]
+        for add in added:
+            if add.at <= clock and add.seq_id not in known:
+                known[add.seq_id] = prompts[add.seq_id]
         if any(a <= clock and seq_id not in known for seq_id, a in arrival.items()):
             raise MalformedReply(f"{where} runs before a request that arrived was added")
-        batch = [_entry(entry, config, where) for entry in _typed(step["batch"], list, where)]
+        raw = _typed(step["batch"], list, where)
+        batch = tuple(_entry(entry, config, where) for entry in raw)
         if len(batch) > batching.ENTRIES_PER_SEQ * config["max_num_seqs"]:
             raise MalformedReply(f"{where} holds {len(batch)} entries, more than the driver "
                                  "records")
-        produced = batching.produced_by(batch, known, outputs, workload["oracle"])
+        produced = batching.produced_by(raw, known, outputs, workload["oracle"])
         if step["produced"] != produced or any(  # 7.0 and True compare equal to ints
                 type(token) is not int for token in step["produced"].values()):
             raise MalformedReply(f"{where}'s produced tokens are not those the driver gives")
@@ -372,13 +365,27 @@ def _trace(value, workload: dict, max_steps: int, what: str) -> dict:
         for key in ("free_after_schedule", "free_after_update"):
             if step[key] is not None:
                 _bounded(step[key], f"{where}'s {key}")
-        checked.append({**step, "batch": batch, "produced": produced,
-                        "finished": list(finished)})
-    return {"steps": checked, "adds": [{"id": i, "at": a} for a, i in added], "error": error,
-            "stalled": fields["stalled"]}
+        checked.append(batching.Step(step["at"], batch, produced, tuple(finished),
+                                     step["free_after_schedule"], step["free_after_update"]))
+    return batching.Trace(tuple(checked), tuple(added), error, stalled)
 
 
-def _entry(entry, config: dict, where: str) -> list:
+def _drive_error(value, steps: int, what: str) -> batching.DriveError:
+    """The trace's error: a call of the driver's, at a step the trace reaches, its texts
+    clipped."""
+    error = _dict(value, f"{what}'s error")
+    _keys(error, set(DRIVE_ERROR), f"{what}'s error")
+    for key, types in DRIVE_ERROR.items():
+        _typed(error[key], types, f"{what}'s error {key}")
+    if error["call"] not in get_args(batching.Call) or error["kind"] not in get_args(
+            batching.ErrorKind) or not 0 <= error["step"] <= steps:
+        raise MalformedReply(f"{what}'s error is {_shown(error)}")
+    return batching.DriveError(error["call"], error["step"], error["kind"],
+                               clip(error["type"], batching.ID_CHARS), clip(error["message"]),
+                               error["traceback"][-MAX_TAIL:])
+
+
+def _entry(entry, config: dict, where: str) -> batching.Entry:
     """[seq_id, start, tokens, [block, ...]] as the driver records an entry of a batch."""
     entry = _typed(entry, list, f"{where}'s entry")
     if len(entry) != 4 or type(entry[0]) is not str or len(entry[0]) > batching.ID_CHARS:
@@ -391,7 +398,7 @@ def _entry(entry, config: dict, where: str) -> list:
                              "driver records")
     for block in table:
         _bounded(block, f"{where}'s block table")
-    return [entry[0], entry[1], entry[2], list(table)]
+    return batching.Entry(entry[0], entry[1], entry[2], tuple(table))
 
 
 def _inputs_after(value, op: dict, what: str) -> dict:

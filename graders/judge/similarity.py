@@ -20,7 +20,7 @@ W consecutive hashes (the rightmost on ties), so any stretch of K + W - 1 tokens
 share gives them a fingerprint in common. K = 25 tokens is two to three lines of code: with every
 name one placeholder, shorter runs recur by chance between independent designs. W = 10
 guarantees that a shared stretch of 34 tokens (three or four lines) shows, and still keeps about
-320 fingerprints of the reference solution, enough for a steady fraction. docs/decisions.md
+320 fingerprints of the reference solution, enough for a steady fraction. benchmarks/README.md
 gives the measurements behind both.
 
 The starter's given code (its imports, `apply_rope`, the signatures) is in every candidate's

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from graders.judge import isolation
+from graders.judge.request import DEFAULT_IMPORT_TIMEOUT, GradeRequest
 from graders.shared.plans import CandidateTimeout
 from graders.shared.untrusted import clip
 from graders.worker import frames
@@ -86,7 +87,7 @@ class Worker:
     real-model item's worker, graders.worker.real_model).
     """
 
-    def __init__(self, mode: str, path: str | None = None, *, import_timeout: float = 60.0,
+    def __init__(self, mode: str, path: str | None = None, *, import_timeout: float = DEFAULT_IMPORT_TIMEOUT,
                  module: str = "kv_cache",
                  isolation: str = "process", limits: Limits = Limits(), files=(),
                  ahead: bool = False, preload: bool = False):
@@ -340,17 +341,20 @@ class GradeWorkers:
     reference: Worker | None = None
 
     @classmethod
-    def start(cls, implementation: Path, tests: Path | None, module: str,
-              sandbox: isolation.Sandbox, import_timeout: float,
-              ahead: bool = False, real_model: bool = False) -> "GradeWorkers":
-        """Start the workers for `implementation` (imported as `module`) and `tests` (None: not
-        run). Needs no torch: a caller that has not imported it yet starts the workers first,
-        and its own import overlaps theirs. SandboxUnavailable when `sandbox` cannot be had.
+    def start(cls, request: GradeRequest, ahead: bool = False) -> "GradeWorkers":
+        """Start the workers `request` needs: the implementation's (its file imported as the
+        track's module), the tests' worker when the grade runs the candidate's tests, and the
+        real-model item's two when it runs the model (their imports of transformers overlap the
+        other items; made either way, unstarted, for a grader that asks for them). The one place
+        a grade's workers start; the judge only uses and closes them. Needs no torch: a caller
+        that has not imported it yet starts the workers first, and its own import overlaps
+        theirs. SandboxUnavailable when the request's sandbox cannot be had.
 
         `ahead`: for a grade that has not begun (`kata grade --watch` starts the next grade's
-        workers while the files are edited); they read the files as they are at `go()`.
-        `real_model`: start the real-model item's two workers now too, so that their imports of
-        transformers overlap the other items."""
+        workers while the files are edited); they read the files as they are at `go()`."""
+        sandbox, tests = request.sandbox, request.tests_run
+        implementation = Path(request.implementation).absolute()
+        module, import_timeout = request.track.module, request.import_timeout
         # Inside warm_workers() (the test suite, trusted batches) "auto" takes the process
         # fallback, whose workers fork from a warm process; "require" still means bubblewrap.
         mode = "process" if sandbox.mode == "auto" and warm() else sandbox.resolve()
@@ -363,8 +367,8 @@ class GradeWorkers:
                                   ahead=ahead).start() if tests else None)
             started.append(test_worker)
             model, reference = cls.model_workers(implementation, module, mode, sandbox,
-                                                 import_timeout, ahead and real_model)
-            if real_model:
+                                                 import_timeout, ahead and request.runs_model)
+            if request.runs_model:
                 started += [model.start(), reference.start()]
         except BaseException:
             for started_worker in started:
@@ -383,6 +387,12 @@ class GradeWorkers:
                        module=module, isolation=mode, limits=sandbox.limits(),
                        files=[implementation], ahead=ahead, preload=True)
         return model, Worker("reference", isolation=mode, limits=sandbox.limits())
+
+    def fits(self, request: GradeRequest) -> bool:
+        """Whether these workers are the ones `request` needs: a tests worker exactly when it
+        runs the candidate's tests (a session's workers, started on the workspace's files,
+        grade its snapshot of them)."""
+        return (self.tests is None) == (request.tests_run is None)
 
     def limit_to(self, budget: "Budget") -> None:
         """From now on, neither worker runs the candidate's code past `budget`."""

@@ -36,8 +36,9 @@ PAGED_REFERENCE = SOLUTIONS / "paged_kv_cache.py"
 _BUNDLED = {REFERENCE: "REFERENCE", PAGED_REFERENCE: "PAGED_REFERENCE"}
 
 # CPython 3.11's ast.parse can fail ("AST constructor recursion depth mismatch") when threads
-# parse at once, as tests grading implementations in parallel do.
-_PARSE = threading.Lock()
+# parse at once, as tests grading implementations in parallel do: every ast.parse of the judge's
+# holds this lock (here and graders.dense.disguise).
+PARSE_LOCK = threading.Lock()
 
 
 class MutationError(Exception):
@@ -110,7 +111,7 @@ def _prose(lines: list[str]) -> list[tuple[Position, Position, str]]:
 
 def _docstrings(lines: list[str]) -> list[tuple[Position, Position, str]]:
     """(start, end, replacement) of each docstring: "pass" for a class's or function's only one."""
-    with _PARSE:
+    with PARSE_LOCK:
         tree = ast.parse("".join(lines))
     found = []
     for node in ast.walk(tree):
@@ -130,7 +131,7 @@ def _chars(line: str, utf8_offset: int) -> int:
 
 
 def _swap_function(text: str, name: str, definition: str, mutant: str) -> str:
-    with _PARSE:
+    with PARSE_LOCK:
         tree = ast.parse(text)
     defs = [n for n in tree.body
             if isinstance(n, (ast.FunctionDef, ast.ClassDef)) and n.name == name]
@@ -146,7 +147,7 @@ def _swap_function(text: str, name: str, definition: str, mutant: str) -> str:
 
 def _edit_statements(text: str, edits: tuple[tuple[str, str], ...], mutant: str) -> str:
     """`text` with each (old, new) statement edit made on its syntax tree, unparsed."""
-    with _PARSE:
+    with PARSE_LOCK:
         tree = ast.parse(text)
         parsed = [(ast.parse(textwrap.dedent(old)).body, ast.parse(textwrap.dedent(new)).body)
                   for old, new in edits]

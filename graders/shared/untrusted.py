@@ -82,7 +82,7 @@ def markdown_code(text: str) -> str:
     is escaped so that it cannot start a cell (GFM splits a row before it reads code spans, and
     reads `\\` as an escaped backslash: a pipe after an odd run of backslashes gets one more
     backslash, which shows)."""
-    line = printable(text).replace("\r", "").replace("\n", " / ")
+    line = printable(text).replace("\n", " / ")  # printable escapes a CR already
     line = _PIPE.sub(lambda m: m.group(1) + "\\" * (len(m.group(1)) % 2) + "\\|", line)
     if not line.strip():
         return ""

@@ -15,15 +15,10 @@ A workload (plain data, the judge's):
                 "prefix_caching"},
      "requests": [{"id", "prompt": [int], "max_new_tokens", "eos": int | None, "arrival"}],
      "oracle": {id: [the tokens the request produces alone]}}
-The trace:
-    {"steps": [{"at": clock, "batch": [[seq_id, start, tokens, [block, ...]], ...],
-                "produced": {seq_id: token}, "finished": [seq_id, ...],
-                "free_after_schedule": int | None, "free_after_update": int | None}],
-     "adds": [{"id", "at"}], "error": None | ERROR, "stalled": bool}
-    ERROR = {"call": "init" | "add" | "schedule" | "update" | "has_work" | "num_free_blocks",
-             "step": index of the step (len(steps) when it happened), "kind": "raised" (the
-             scheduler raised) | "returned" (it returned what the contract does not allow),
-             "type": the exception's class name ("" for "returned"), "message", "traceback"}
+The trace, plain data on the wire: {"steps", "adds", "error", "stalled"}, the fields of `Trace`
+below, each step a dict of `Step`'s fields, each batch entry [seq_id, start, tokens, [block,
+...]], each add {"id", "at"}, the error a dict of `DriveError`'s fields. The judge checks it once
+into those types (graders.judge.replies.drive_trace), which the replay reads.
 
 The loop (a step is one schedule() call; the clock skips idle time, which no step counts):
 add every request whose arrival has come (arrival order, ties in list order); if nothing is
@@ -31,7 +26,7 @@ waiting or running (has_work() false): stop when no request is left to arrive, e
 clock to the next arrival. Else schedule(), record each entry, work out what it produced
 (`produced_by`), update(produced), record the finished ids and num_free_blocks after schedule
 and after update (None while num_free_blocks raises NotImplementedError). The drive stops at
-the first exception or value outside the contract (its ERROR), at a step that schedules
+the first exception or value outside the contract (its `DriveError`), at a step that schedules
 nothing while has_work() is true (stalled: nothing can change that), or after `max_steps`
 steps (stalled).
 """
@@ -39,14 +34,82 @@ steps (stalled).
 from __future__ import annotations
 
 import traceback
+from dataclasses import dataclass
+from typing import Literal
 
 MESSAGE_CHARS = 4_000  # of a message or traceback of the candidate's (graders.worker.wire's cut)
 ID_CHARS = 100  # of a sequence id the scheduler returned: the workload's are shorter
 ENTRIES_PER_SEQ = 4  # a batch holds at most this many entries per max_num_seqs
 
 
+Call = Literal["init", "add", "schedule", "update", "has_work", "num_free_blocks"]
+ErrorKind = Literal["raised", "returned"]  # raised, or returned what the contract does not allow
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One entry of a step's batch: the positions start..start + tokens - 1 of `seq_id`
+    computed through the block `table`."""
+
+    seq_id: str
+    start: int
+    tokens: int
+    table: tuple[int, ...]
+
+    def prompt_positions(self, prompt: int) -> int:
+        """How many of the positions of a prompt of `prompt` tokens this entry computes."""
+        return max(0, min(self.start + self.tokens, prompt) - self.start)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One schedule() call: at the clock `at`, its batch, the tokens it produced
+    (`produced_by`), the ids update() returned finished, and num_free_blocks after schedule()
+    and after update() (None while it raises NotImplementedError)."""
+
+    at: int
+    batch: tuple[Entry, ...]
+    produced: dict[str, int]
+    finished: tuple[str, ...]
+    free_after_schedule: int | None
+    free_after_update: int | None
+
+
+@dataclass(frozen=True)
+class Add:
+    """A request added to the scheduler at the clock `at`."""
+
+    seq_id: str
+    at: int
+
+
+@dataclass(frozen=True)
+class DriveError:
+    """What ended the drive: the scheduler's `call` at step `step` (len(steps) when it happened
+    outside the steps recorded) raised (`type` its exception's class name) or returned what the
+    contract does not allow (`type` "")."""
+
+    call: Call
+    step: int
+    kind: ErrorKind
+    type: str
+    message: str
+    traceback: str
+
+
+@dataclass(frozen=True)
+class Trace:
+    """A drive: its steps, the adds, what ended it early (or None), whether it stalled (a step
+    that scheduled nothing while has_work() was true, or `max_steps` steps)."""
+
+    steps: tuple[Step, ...]
+    adds: tuple[Add, ...]
+    error: DriveError | None
+    stalled: bool
+
+
 class _Stop(Exception):
-    """The drive ends: `error` is the trace's ERROR."""
+    """The drive ends: `error` is the trace's error (a `DriveError`'s fields)."""
 
     def __init__(self, error: dict):
         super().__init__(error["message"])
@@ -55,8 +118,9 @@ class _Stop(Exception):
 
 def drive(new_scheduler, workload: dict, max_steps: int, *, request_type) -> dict:
     """Run `new_scheduler(**config)` on `workload`, feeding `update` the oracle's tokens, and
-    return the trace. `request_type` builds each request (the candidate module's own `Request`,
-    so `add` receives the type it declares). Never raises for what the scheduler does."""
+    return the trace as plain data. `request_type` builds each request (the candidate module's
+    own `Request`, so `add` receives the type it declares). Never raises for what the scheduler
+    does."""
     config = workload["config"]
     requests = sorted(workload["requests"], key=lambda r: r["arrival"])  # stable: ties in order
     oracle = workload["oracle"]
@@ -126,7 +190,7 @@ def produced_by(batch: list, known: dict, outputs: dict, oracle: dict) -> dict:
 
 
 def _call(call: str, step: int, fn):
-    """`fn()`, an exception of the scheduler's becoming the drive's ERROR."""
+    """`fn()`, an exception of the scheduler's becoming the drive's error."""
     try:
         return fn()
     except _Stop:

@@ -19,15 +19,18 @@ import stat
 import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 from typing import Callable
 
 from rich.cells import cell_len, set_cell_size
 
 from graders.formats.report import STATUS_STYLE
-from graders.judge.grade import DEFAULT_IMPORT_TIMEOUT, DEFAULT_TIMEOUT, GradeResult, draw_seed, grade
-from graders.judge.isolation import Sandbox, SandboxUnavailable
+from graders.judge.grade import draw_seed, grade
+from graders.judge.result import GradeResult
+from graders.judge.isolation import SandboxUnavailable
+from graders.judge.request import GradeRequest
+from graders.judge.workers import GradeWorkers
 from graders.shared import rubric as rubric_data
 from graders.shared.output_files import write_atomically
 from graders.shared.tracks import DENSE, TESTS_ITEM, Track
@@ -144,29 +147,27 @@ def _name(root: Path, path: Path) -> str:
     return path.relative_to(root).as_posix()
 
 
-def grade_all(submissions: list[Submission], jobs: int, *, track: Track = DENSE,
-              hidden: bool = False, timeout: float = DEFAULT_TIMEOUT,
-              import_timeout: float = DEFAULT_IMPORT_TIMEOUT, sandbox: Sandbox = Sandbox(),
-              seed: int | None = None,
+def grade_all(submissions: list[Submission], jobs: int, settings: GradeRequest,
               on_done: Callable[[Outcome], None] | None = None) -> list[Outcome]:
     """Grade `submissions` with `jobs` threads; one Outcome each, in the submissions' order.
 
-    `track` (by its id), `hidden`, `timeout`, `import_timeout` and `sandbox` are passed to every
-    `grade`; in a hidden run every submission meets the same hidden cases, drawn from `seed` (a
-    fresh one when None).
+    Each is graded as `settings` says, on its own files (the request's are replaced); in a
+    hidden run every submission meets the same hidden cases, drawn from the request's seed (a
+    fresh one, drawn here, when it has none).
     `on_done(outcome)` is called in the calling thread as each grade finishes. A grade that
     raises becomes an Outcome with `error` and the others go on, except SandboxUnavailable
     (the sandbox asked for cannot run here, for any submission), which is raised. If the caller
     is interrupted (or `on_done` or a grade raises), grades not yet started are cancelled and
     running ones are waited for.
     """
-    options = {"track": track.id, "hidden": hidden, "timeout": timeout,
-               "import_timeout": import_timeout, "sandbox": sandbox,
-               "seed": (draw_seed() if seed is None else seed) if hidden else None}
+    if settings.judged_hidden and settings.seed is None:
+        settings = replace(settings, seed=draw_seed())
     outcomes: list[Outcome | None] = [None] * len(submissions)
     pool = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="kata-grade")
     try:
-        futures = {pool.submit(_grade_one, s, options): n for n, s in enumerate(submissions)}
+        futures = {pool.submit(_grade_one, replace(settings, implementation=s.implementation,
+                                                   tests=s.tests), s): n
+                   for n, s in enumerate(submissions)}
         for future in as_completed(futures):
             outcome = outcomes[futures[future]] = future.result()
             if on_done:
@@ -176,10 +177,10 @@ def grade_all(submissions: list[Submission], jobs: int, *, track: Track = DENSE,
     return outcomes
 
 
-def _grade_one(submission: Submission, options: dict) -> Outcome:
+def _grade_one(request: GradeRequest, submission: Submission) -> Outcome:
     start = time.monotonic()
     try:
-        result = grade(submission.implementation, submission.tests, **options)
+        result = grade(request, GradeWorkers.start(request))
         return Outcome(submission, result, seconds=time.monotonic() - start)
     except SandboxUnavailable:
         raise
@@ -242,7 +243,7 @@ def terminal_table(outcomes: list[Outcome], skipped: list[Skipped] = ()) -> list
             lines.append(f"{name}  {_fit(why, WIDTH - columns[0][1] - 2)}".rstrip())
             continue
         result = entry.result
-        failing = [item.id for item in result.reported if item.status != "pass"]
+        failing = [item.id for item in result.reported if not item.passed]
         cells = [result.level or "partial", f"{result.score:g}", _listed(failing, columns[3][1]),
                  _similarity(result), f"{entry.seconds:.0f}s"]
         lines.append("  ".join([name, *(_fit(cell, width)

@@ -21,7 +21,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 from rich.text import Text
 
 from graders.formats import grade_page
-from graders.judge.isolation import Sandbox
+from graders.judge.request import GradeRequest
 from graders.shared.output_files import (OutputError, check_writable, check_writable_folder,
                                          make_folder, write_atomically)
 from graders.shared.tracks import Track
@@ -60,13 +60,13 @@ def make_out(out: Path) -> tuple[Path, Path]:
 
 
 def run(console: Console, submissions: list[batch.Submission], skipped: list[batch.Skipped],
-        summaries: tuple[Path, Path], track: Track, jobs: int, *, hidden: bool, timeout: float,
-        import_timeout: float, sandbox: Sandbox, seed: int | None) -> None:
-    """Grade `submissions`, `jobs` at once, writing both `summaries` after each grade (so that
-    a batch that is interrupted or fails keeps what it finished); then print the table."""
+        summaries: tuple[Path, Path], settings: GradeRequest, jobs: int) -> None:
+    """Grade `submissions`, `jobs` at once, each with `settings` (batch.grade_all), writing
+    both `summaries` after each grade (so that a batch that is interrupted or fails keeps what
+    it finished); then print the table."""
     from graders.judge.workers import warm_workers
 
-    done = []
+    done, track = [], settings.track
     numbers = {submission.name: n for n, submission in enumerate(submissions, 1)}
 
     def finished(outcome) -> None:
@@ -83,10 +83,8 @@ def run(console: Console, submissions: list[batch.Submission], skipped: list[bat
         task = progress.add_task("grading submissions", total=len(submissions))
         try:
             # Process-isolated workers fork from one warm process; each sandbox starts its own.
-            with warm_workers() if sandbox.resolve() == "process" else nullcontext():
-                batch.grade_all(submissions, jobs, track=track, hidden=hidden, timeout=timeout,
-                                import_timeout=import_timeout, sandbox=sandbox, seed=seed,
-                                on_done=finished)
+            with warm_workers() if settings.sandbox.resolve() == "process" else nullcontext():
+                batch.grade_all(submissions, jobs, settings, on_done=finished)
         except (OSError, OutputError) as exc:  # a summary no longer writable (a full disk)
             reason = getattr(exc, "strerror", None) or exc
             raise OutputError(f"--out: cannot write the summary: {reason}") from None
@@ -116,7 +114,7 @@ def write_pages(outcome: batch.Outcome, done: list[batch.Outcome], skipped: list
         entries.append(grade_page.IndexEntry(
             file_name(entry.submission.name), _page(numbers[entry.submission.name]),
             result.level, result.score, result.max_score,
-            tuple(i.id for i in result.reported if i.status != "pass"),
+            tuple(i.id for i in result.reported if not i.passed),
             tuple(t.id for t in result.tells if t.detected),
             f"{best['fraction']:.2f} {PurePosixPath(best['solution']).name}" if best else "",
             entry.seconds, "the grader itself broke on some item" if result.grader_broke else ""))

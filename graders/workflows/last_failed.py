@@ -32,13 +32,11 @@ import secrets
 import stat
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from graders.judge.request import GradeRequest
+from graders.judge.result import GradeResult
 from graders.shared.rubric import selected
 from graders.shared.tracks import Track
-
-if TYPE_CHECKING:  # graders.judge.grade imports torch: the CLI reads the record before the judge loads
-    from graders.judge.grade import GradeResult
 
 FOLDER = ".kata_cache"
 VERSION = 1
@@ -50,13 +48,17 @@ Record = dict[str, dict[str, list[str]]]  # file name -> track id -> ids that di
 
 
 @dataclass(frozen=True)
-class Plan:
-    """What grade() runs: `only` (None: every item the options chose) and `first`, and the
-    line a report shows about it (empty when there is nothing to say)."""
+class Selection:
+    """The items a grade runs after the record: `only` (None: every item the request chose)
+    and `first`, and the line a report shows about it (empty when there is nothing to say)."""
 
-    only: set[str] | None
-    first: set[str]
+    only: frozenset[str] | None
+    first: frozenset[str]
     note: str
+
+    def apply(self, request: GradeRequest) -> GradeRequest:
+        """`request` narrowed to these items, these first."""
+        return request.selecting(self.only, self.first)
 
 
 def cache_file(implementation: Path) -> Path:
@@ -70,8 +72,8 @@ def failed(implementation: Path, track: str) -> set[str]:
     return set(_load(cache_file(implementation)).get(implementation.name, {}).get(track, []))
 
 
-def plan(implementation: Path, track: Track, only: set[str] | None, up_to: str | None, *,
-         last_failed: bool) -> Plan:
+def plan(implementation: Path, track: Track, only: frozenset[str] | None, up_to: str | None, *,
+         last_failed: bool) -> Selection:
     """The items chosen by --item (`only`) and --level (`up_to`) that did not pass last time
     run first, or, with `last_failed`, alone; when none of the chosen items failed last time,
     every chosen item runs."""
@@ -79,13 +81,13 @@ def plan(implementation: Path, track: Track, only: set[str] | None, up_to: str |
     again = [item for item in chosen if item in failed(implementation, track.id)]
     named = ", ".join(again) if len(again) <= 4 else f"the {len(again)} items"
     if not again:
-        return Plan(only, set(), "--last-failed: no item failed last time: grading every item"
-                    if last_failed else "")
+        return Selection(only, frozenset(), "--last-failed: no item failed last time: grading "
+                         "every item" if last_failed else "")
     if last_failed:
-        return Plan(set(again), set(), f"--last-failed: grading only {named}, which did not "
-                    "pass last time")
-    return Plan(only, set(again), f"--failed-first: grading {named} first, which did not pass "
-                "last time")
+        return Selection(frozenset(again), frozenset(), f"--last-failed: grading only {named}, "
+                         "which did not pass last time")
+    return Selection(only, frozenset(again), f"--failed-first: grading {named} first, which did "
+                     "not pass last time")
 
 
 def record(implementation: Path, result: GradeResult) -> None:
@@ -99,7 +101,7 @@ def record(implementation: Path, result: GradeResult) -> None:
     graded = {item.id for item in result.items}
     still = set(tracks.get(result.track, [])) - graded
     # L6+ not started (GradeResult.reported leaves it out) is no failure to grade again
-    tracks[result.track] = sorted(still | {i.id for i in result.reported if i.status != "pass"})
+    tracks[result.track] = sorted(still | {i.id for i in result.reported if not i.passed})
     try:
         path.parent.mkdir(exist_ok=True)
         folder = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | _NO_FOLLOW)

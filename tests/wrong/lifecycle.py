@@ -10,19 +10,29 @@ _CAPACITY_ATTRIBUTE = '''
 class KVCache:
     """One layer's cache; capacity is a plain attribute, set whenever storage is allocated."""
 
-    def __init__(self, capacity: int | None = None):
+    def __init__(self, capacity: int | None = None, window: int | None = None):
         self.requested_capacity = capacity or 0
+        self.window = window
         self.capacity = 0  # time slots allocated
         self.k_storage: Tensor | None = None  # [B, Hkv, capacity, D]
         self.v_storage: Tensor | None = None
         self.lengths: Tensor | None = None  # int64 [B]
+        self.seen: Tensor | None = None  # int64 [B], with a window
+
+    @property
+    def positions(self) -> Tensor | None:
+        return self.lengths if self.lengths is None or self.window is None else self.seen
 
     @property
     def keys(self) -> Tensor | None:
+        if self.window is not None and self.k_storage is not None:
+            return _in_time_order(self, self.k_storage)
         return None if self.k_storage is None else self.k_storage[:, :, : int(self.lengths.max())]
 
     @property
     def values(self) -> Tensor | None:
+        if self.window is not None and self.v_storage is not None:
+            return _in_time_order(self, self.v_storage)
         return None if self.v_storage is None else self.v_storage[:, :, : int(self.lengths.max())]
 '''
 

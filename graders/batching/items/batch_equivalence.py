@@ -16,7 +16,6 @@ Hidden: one workload of each kind, sizes and tokens drawn from the run's seed.
 from __future__ import annotations
 
 from graders.batching import grading
-from graders.judge.candidate import Candidate
 
 ITEM = "batch-equivalence"
 
@@ -28,18 +27,12 @@ LIKELY = {  # each names where to look and what the trace shows, never the fix
 }
 
 
-def grade(candidate: Candidate) -> str:
-    return _grade(grading.runs(candidate, hidden=False))
-
-
-def grade_hidden(candidate: Candidate) -> str:
-    return _grade(grading.runs(candidate, hidden=True))
-
-
-def _grade(runs: list[grading.Run]) -> str:
-    grading.settle(runs)
+def _judged(runs: list[grading.Run]) -> str:
     grading.first(runs, ITEM, LIKELY)
     requests = sum(len(run.workload["requests"]) for run in runs)
     tokens = sum(len(tokens) for run in runs for tokens in run.workload["oracle"].values())
     return (f"all {requests} requests of {len(runs)} workloads produced exactly their greedy "
             f"decoding alone ({tokens} tokens), every slot read holding the right data")
+
+
+grade, grade_hidden = grading.graders(_judged)

@@ -12,7 +12,6 @@ Public: the five public workloads; hidden: one of each kind drawn from the run's
 from __future__ import annotations
 
 from graders.batching import grading
-from graders.judge.candidate import Candidate
 from graders.shared.plans import NotAttempted
 
 ITEM = "block-accounting"
@@ -26,20 +25,14 @@ LIKELY = {  # each names where to look and what the trace shows, never the fix
 }
 
 
-def grade(candidate: Candidate) -> str:
-    return _grade(grading.runs(candidate, hidden=False))
-
-
-def grade_hidden(candidate: Candidate) -> str:
-    return _grade(grading.runs(candidate, hidden=True))
-
-
-def _grade(runs: list[grading.Run]) -> str:
-    grading.settle(runs)
-    if any(step["free_after_schedule"] is None or step["free_after_update"] is None
-           for run in runs for step in run.trace["steps"]):
+def _judged(runs: list[grading.Run]) -> str:
+    if any(step.free_after_schedule is None or step.free_after_update is None
+           for run in runs for step in run.trace.steps):
         raise NotAttempted("`num_free_blocks` still raises NotImplementedError")
     grading.first(runs, ITEM, LIKELY)
     readings = sum(2 * run.found.steps for run in runs)
     return (f"num_free_blocks true at all {readings} readings of {len(runs)} workloads, "
             "every block free at the end")
+
+
+grade, grade_hidden = grading.graders(_judged)

@@ -12,7 +12,6 @@ Public: the five public workloads; hidden: one of each kind drawn from the run's
 from __future__ import annotations
 
 from graders.batching import grading
-from graders.judge.candidate import Candidate
 
 ITEM = "budgets"
 
@@ -27,18 +26,12 @@ LIKELY = {  # each names where to look and what the trace shows, never the fix
 }
 
 
-def grade(candidate: Candidate) -> str:
-    return _grade(grading.runs(candidate, hidden=False))
-
-
-def grade_hidden(candidate: Candidate) -> str:
-    return _grade(grading.runs(candidate, hidden=True))
-
-
-def _grade(runs: list[grading.Run]) -> str:
-    grading.settle(runs)
+def _judged(runs: list[grading.Run]) -> str:
     grading.first(runs, ITEM, LIKELY)
     steps = sum(run.found.steps for run in runs)
     return (f"{steps} steps over {len(runs)} workloads within max_num_seqs, "
             "max_batched_tokens and the pool, every table covering what it computes, no block "
             "written twice or read in the step that writes it")
+
+
+grade, grade_hidden = grading.graders(_judged)

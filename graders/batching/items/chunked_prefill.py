@@ -13,7 +13,6 @@ the prompt 150 to 300 tokens against a budget of 24 to 64.
 from __future__ import annotations
 
 from graders.batching import grading
-from graders.judge.candidate import Candidate
 
 ITEM = "chunked-prefill"
 
@@ -25,19 +24,13 @@ LIKELY = {  # each names where to look and what the trace shows, never the fix
 }
 
 
-def grade(candidate: Candidate) -> str:
-    return _grade(grading.runs(candidate, hidden=False))
-
-
-def grade_hidden(candidate: Candidate) -> str:
-    return _grade(grading.runs(candidate, hidden=True))
-
-
-def _grade(runs: list[grading.Run]) -> str:
-    grading.settle(runs)
+def _judged(runs: list[grading.Run]) -> str:
     grading.first(runs, ITEM, LIKELY)
     run = next(run for run in runs if run.kind == "long-prompt")
     budget = run.workload["config"]["max_batched_tokens"]
     longest = max(len(r["prompt"]) for r in run.workload["requests"])
     return (f"{run.case}: a prompt of {longest} tokens computed in chunks of at most {budget}, "
             "the running decodes going on every step")
+
+
+grade, grade_hidden = grading.graders(_judged)

@@ -15,7 +15,6 @@ run's seed.
 from __future__ import annotations
 
 from graders.batching import grading
-from graders.judge.candidate import Candidate
 
 ITEM = "fcfs"
 
@@ -25,17 +24,11 @@ LIKELY = {  # each names where to look and what the trace shows, never the fix
 }
 
 
-def grade(candidate: Candidate) -> str:
-    return _grade(grading.runs(candidate, hidden=False))
-
-
-def grade_hidden(candidate: Candidate) -> str:
-    return _grade(grading.runs(candidate, hidden=True))
-
-
-def _grade(runs: list[grading.Run]) -> str:
-    grading.settle(runs)
+def _judged(runs: list[grading.Run]) -> str:
     grading.first(runs, ITEM, LIKELY)
     requests = sum(len(run.workload["requests"]) for run in runs)
     return (f"{requests} requests of {len(runs)} workloads started in arrival order, each as "
             "soon as the budgets and the free blocks let the head of the queue in")
+
+
+grade, grade_hidden = grading.graders(_judged)

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from graders.batching import grading
 from graders.batching.replay import name
-from graders.judge.candidate import Candidate
 from graders.shared.plans import Fail
 
 ITEM = "iteration-level"
@@ -26,16 +25,7 @@ OF_REFERENCE = 1.1
 OF_STATIC = 0.7
 
 
-def grade(candidate: Candidate) -> str:
-    return _grade(grading.runs(candidate, hidden=False))
-
-
-def grade_hidden(candidate: Candidate) -> str:
-    return _grade(grading.runs(candidate, hidden=True))
-
-
-def _grade(runs: list[grading.Run]) -> str:
-    grading.settle(runs)
+def _judged(runs: list[grading.Run]) -> str:
     for run in runs:
         if run.found.stalled or run.found.unfinished:
             why = ("the scheduler stalled" if run.found.stalled else
@@ -57,3 +47,6 @@ def _grade(runs: list[grading.Run]) -> str:
         raise Fail(f"{mixed.case}: {figures}, more than {OF_STATIC}x static batching's. Likely "
                    "mistake: static batching (new requests wait for the whole batch to finish)")
     return f"{mixed.case}: {figures}; every workload within {OF_REFERENCE}x the reference"
+
+
+grade, grade_hidden = grading.graders(_judged)

@@ -16,7 +16,6 @@ done after 3x static batching's steps) fails here too.
 from __future__ import annotations
 
 from graders.batching import grading
-from graders.judge.candidate import Candidate
 
 ITEM = "preemption"
 
@@ -29,18 +28,12 @@ LIKELY = {  # each names where to look and what the trace shows, never the fix
 }
 
 
-def grade(candidate: Candidate) -> str:
-    return _grade(grading.runs(candidate, hidden=False))
-
-
-def grade_hidden(candidate: Candidate) -> str:
-    return _grade(grading.runs(candidate, hidden=True))
-
-
-def _grade(runs: list[grading.Run]) -> str:
-    grading.settle(runs)
+def _judged(runs: list[grading.Run]) -> str:
     grading.first(runs, ITEM, LIKELY)
     run = next(run for run in runs if run.kind == "preemption")
     return (f"{run.case}: {run.found.preemptions} preemptions, each of the most recently "
             "arrived running sequence, none in a step that started a request; restarted "
             "sequences recomputed their exact tokens; no workload stalled")
+
+
+grade, grade_hidden = grading.graders(_judged)

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from graders.batching import grading, workloads
 from graders.batching.replay import name
-from graders.judge.candidate import Candidate
 from graders.shared.plans import Fail
 
 ITEM = "prefix-caching"
@@ -28,16 +27,7 @@ LIKELY = {"other-prefix": "a block identified by its own tokens alone, without t
                           "before it"}
 
 
-def grade(candidate: Candidate) -> str:
-    return _grade(grading.runs(candidate, hidden=False))
-
-
-def grade_hidden(candidate: Candidate) -> str:
-    return _grade(grading.runs(candidate, hidden=True))
-
-
-def _grade(runs: list[grading.Run]) -> str:
-    grading.settle(runs)
+def _judged(runs: list[grading.Run]) -> str:
     grading.first(runs, ITEM, LIKELY)
     run = next(run for run in runs if run.kind == "shared-prefix")
     wrong = run.found.first.get("batch-equivalence")
@@ -65,10 +55,13 @@ def _grade(runs: list[grading.Run]) -> str:
             "a different prefix")
 
 
+grade, grade_hidden = grading.graders(_judged)
+
+
 def _started_alone(run: grading.Run, seq_id: str) -> bool:
     """Was `seq_id` the only sequence of the step it first ran in?"""
-    for step in run.trace["steps"]:
-        ids = [entry[0] for entry in step["batch"]]
+    for step in run.trace.steps:
+        ids = [entry.seq_id for entry in step.batch]
         if seq_id in ids:
             return ids == [seq_id]
     return False
