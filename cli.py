@@ -451,6 +451,9 @@ def bench(
         show_default=False)] = None,
     warmup: Annotated[int, typer.Option(help="Untimed steps per subject and cell.", min=1)] = 3,
     reps: Annotated[int, typer.Option(help="Timed steps per subject and cell.", min=1)] = 15,
+    window: Annotated[int, typer.Option(
+        help="W of the windowed subjects (KVCache(window=W), and bare attention over W).",
+        min=1)] = 1024,
     json_path: Annotated[Optional[Path], typer.Option(
         "--json", help="Also write every figure, the ratios and the machine's facts as JSON.")] = None,
     plot: Annotated[Optional[Path], typer.Option(
@@ -477,7 +480,7 @@ def bench(
     _check_writable("--plot", plot)
     settings = _checked(command.settings, lengths_text=lengths, dtypes=dtypes, shapes=shapes,
                         subjects=chosen, candidates=candidates, warmup=warmup, reps=reps,
-                        timeout=timeout, sandbox=_sandbox(sandbox, memory))
+                        window=window, timeout=timeout, sandbox=_sandbox(sandbox, memory))
     try:
         raise typer.Exit(command.run(_console(), settings, json_path, plot))
     except SandboxUnavailable as exc:

@@ -66,10 +66,14 @@ BUNDLED = [
                 "fused-paged", str(SOLUTIONS / "paged_kv_cache.py"), quantize="int8"),
     SubjectSpec("bare", "floor", "bare attention (contiguous K, V; no cache)", "bare"),
     SubjectSpec("read", "floor", "pure read of K and V", "read"),
+    SubjectSpec("window", "solution", "preallocated, KVCache(window=W) (solutions/kv_cache.py)",
+                "windowed", str(SOLUTIONS / "kv_cache.py")),
+    SubjectSpec("bare-window", "floor", "bare attention over the last W positions", "bare-window"),
     SubjectSpec("hf-dynamic", "peer", "HF transformers DynamicCache + SDPA", "hf-dynamic"),
     SubjectSpec("hf-static", "peer", "HF transformers StaticCache + SDPA", "hf-static"),
 ]
 BUNDLED_IDS = [spec.id for spec in BUNDLED]
+WINDOWED = ("window", "bare-window")  # their own table: they attend the last W positions only
 
 
 @dataclass(frozen=True)
@@ -90,6 +94,7 @@ class Settings:
     subjects: list[SubjectSpec]
     warmup: int = 3
     reps: int = 15
+    window: int = 1024  # W of the windowed subjects (Mistral 7B's was 4096)
     timeout: float = 120.0  # seconds one call into a subject may take
     # How candidate files are walled off, and the bench process's memory limit: it holds every
     # subject's cache of a cell at once (about 3 GiB at T=16384 with the bundled subjects).
@@ -188,7 +193,7 @@ class _BenchProcess:
         wire.write_frame(self.to_runner, {
             "cells": [vars(cell) for cell in settings.cells], "first_cell": first_cell,
             "subjects": [vars(spec) for spec in subjects],
-            "warmup": settings.warmup, "reps": settings.reps,
+            "warmup": settings.warmup, "reps": settings.reps, "window": settings.window,
             "limits": settings.sandbox.limits(cpu_seconds=BENCH_CPU_SECONDS,
                                               file_size=BENCH_TMP_BYTES).to_dict()})
 

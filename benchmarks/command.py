@@ -52,7 +52,7 @@ def chosen_subjects(text: str | None) -> set[str]:
 
 
 def settings(*, lengths_text: str, dtypes: str, shapes: str, subjects: set[str],
-             candidates: list[Path], warmup: int, reps: int, timeout: float,
+             candidates: list[Path], warmup: int, reps: int, window: int, timeout: float,
              sandbox) -> benchmark.Settings:
     """The bench's Settings: --lengths, --dtypes and --shapes read (ValueError for text they
     cannot be), the bundled `subjects` in their order, then one subject per candidate file.
@@ -62,7 +62,7 @@ def settings(*, lengths_text: str, dtypes: str, shapes: str, subjects: set[str],
         shapes=listed(shapes, list(SHAPES), "shape"),
         subjects=[s for s in benchmark.BUNDLED if s.id in subjects]
         + benchmark.candidate_specs(candidates),
-        warmup=warmup, reps=reps, timeout=timeout, sandbox=sandbox)
+        warmup=warmup, reps=reps, window=window, timeout=timeout, sandbox=sandbox)
 
 
 def run(console: Console, settings: benchmark.Settings, json_path: Path | None,

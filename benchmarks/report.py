@@ -2,7 +2,9 @@
 
 A ratio is the subject's median time per step divided by the reference's in the same cell:
 "× bare" 1.1 means 10% slower than bare attention on contiguous K and V, "× HF static" 0.5
-means twice as fast as transformers' StaticCache. A ratio the run cannot tell from 1x, or from
+means twice as fast as transformers' StaticCache. The windowed subjects (a cache that keeps the
+last W positions) have a table of their own, against bare attention over W positions ("× bare
+W"), with the time slots their storage holds. A ratio the run cannot tell from 1x, or from
 the ratio in the row above or below it, is marked NOISE_MARK ("~0.92"), and a legend says so: on
 a busy machine the spread of a time can be wider than the gaps between subjects.
 """
@@ -13,11 +15,13 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from benchmarks.bench import BenchResult
+from benchmarks.bench import WINDOWED, BenchResult
 from benchmarks.subjects import BLOCK_SIZE, SHAPES, capacity_for
 from benchmarks.timing import Summary
+from graders.worker.wire import DTYPES
 
-RATIOS = {"bare": "bare", "read": "read", "hf_static": "hf-static", "hf_dynamic": "hf-dynamic"}
+RATIOS = {"bare": "bare", "read": "read", "hf_static": "hf-static", "hf_dynamic": "hf-dynamic",
+          "bare_window": "bare-window"}
 SHOWN_RATIOS = ("bare", "read", "hf_static")  # the table's columns; the JSON has every ratio
 MIB = 1 << 20
 UNICODE = {"times": "×", "plus_minus": "±", "none": "—"}
@@ -36,6 +40,18 @@ def ratios(result: BenchResult, cell_index: int, subject: str) -> dict[str, floa
         theirs = result.at(cell_index, reference)
         out[key] = own.median / theirs.median if own and theirs else None
     return out
+
+
+def slots_held(result: BenchResult, cell_index: int, subject: str) -> int | None:
+    """Time slots of K and V a subject's storage holds per row: its bytes held over a slot's
+    (both tensors, every KV head), rounded down past its few bytes of lengths."""
+    found = result.measurements.get((cell_index, subject))
+    if found is None or found.error or found.held_bytes is None:
+        return None
+    cell = result.settings.cells[cell_index]
+    shape = SHAPES[cell.shape]
+    slot = 2 * shape.batch * shape.kv_heads * shape.head_dim * DTYPES[cell.dtype].itemsize
+    return found.held_bytes // slot
 
 
 def within_noise(a: Summary, b: Summary) -> bool:
@@ -82,6 +98,8 @@ def to_json(result: BenchResult) -> dict:
                 "held_bytes": found.held_bytes,
                 "ratios": ratios(result, index, subject.id),
             }
+            if subject.id in WINDOWED:
+                results[subject.id]["slots_held"] = slots_held(result, index, subject.id)
         cells.append({"shape": cell.shape, "dtype": cell.dtype, "length": cell.length,
                       "capacity": capacity_for(cell.length, steps), "results": results})
     return {
@@ -91,6 +109,7 @@ def to_json(result: BenchResult) -> dict:
             "lengths": settings.lengths, "dtypes": settings.dtypes,
             "shapes": {name: vars(SHAPES[name]) for name in settings.shapes},
             "warmup": settings.warmup, "reps": settings.reps, "timeout_seconds": settings.timeout,
+            "window": settings.window,
             "paged_block_size": BLOCK_SIZE,
             "capacity": "the next power of two above length + warmup + reps",
         },
@@ -116,6 +135,9 @@ def render(result: BenchResult, console: Console) -> None:
             table, marked = _table(result, shape, dtype, symbols)
             console.print(table)
             noisy = noisy or marked
+            if any(result.subjects.get(subject) for subject in WINDOWED):
+                console.print(_window_table(result, shape, dtype, symbols))
+                console.print(Text(_window_summary(result, shape, dtype, symbols)))
     if noisy:
         console.print(Text(NOISE_LEGEND, style="dim"))
     problems = [(s.spec.id, s.message) for s in result.subjects.values() if s.status != "ok"]
@@ -141,9 +163,10 @@ def _table(result: BenchResult, shape: str, dtype: str, symbols: dict) -> tuple[
     times, none = symbols["times"], symbols["none"]
     for header in (f"{times} bare", f"{times} read", f"{times} HF static", "MiB held"):
         table.add_column(f"{header}\nT={longest}", justify="right")
-    noisy = noisy_ratios(result, indices[longest], list(result.subjects))
-    for status in result.subjects.values():
-        subject = status.spec.id
+    order = [subject for subject in result.subjects if subject not in WINDOWED]
+    noisy = noisy_ratios(result, indices[longest], order)
+    for subject in order:
+        status = result.subjects[subject]
         row = [Text(subject, style="dim" if status.spec.kind in ("floor", "peer") else "")]
         for index in indices.values():
             found = result.measurements.get((index, subject))
@@ -162,3 +185,51 @@ def _table(result: BenchResult, shape: str, dtype: str, symbols: dict) -> tuple[
         row.append(Text(none if held is None else f"{held / MIB:.1f}"))
         table.add_row(*row)
     return table, any(key in SHOWN_RATIOS for _, key in noisy)
+
+
+def _window_table(result: BenchResult, shape: str, dtype: str, symbols: dict) -> Table:
+    """The windowed subjects of one shape and dtype: ms per step at each T, and at the longest T
+    the step over bare attention of W positions and the slots held, beside W + t - 1 (t = 1)."""
+    settings = result.settings
+    indices = {cell.length: i for i, cell in enumerate(settings.cells)
+               if (cell.shape, cell.dtype) == (shape, dtype)}
+    longest = max(indices)
+    times, none = symbols["times"], symbols["none"]
+    table = Table(title=f"{shape}, {dtype}: sliding window W={settings.window}; ms per decode "
+                        f"step (median {symbols['plus_minus']}half IQR)", title_justify="left")
+    table.add_column("subject")
+    for length in indices:
+        table.add_column(f"T={length}", justify="right")
+    for header in (f"{times} bare W", "slots held", "W + t - 1"):
+        table.add_column(f"{header}\nT={longest}", justify="right")
+    for subject in (s for s in WINDOWED if s in result.subjects):
+        row = [Text(subject, style="dim" if result.subjects[subject].spec.kind == "floor" else "")]
+        for index in indices.values():
+            found = result.measurements.get((index, subject))
+            if found is None or found.error:
+                row.append(Text(none if found is None else "error", style="yellow"))
+            else:
+                row.append(Text(f"{found.summary.median * 1e3:.3f} {symbols['plus_minus']}"
+                                f"{found.summary.spread:.0%}"))
+        ratio = ratios(result, indices[longest], subject)["bare_window"]
+        slots = slots_held(result, indices[longest], subject)
+        row += [Text(none if ratio is None else f"{ratio:.2f}"),
+                Text(none if slots is None else str(slots)), Text(str(settings.window))]
+        table.add_row(*row)
+    return table
+
+
+def _window_summary(result: BenchResult, shape: str, dtype: str, symbols: dict) -> str:
+    """One line: the windowed step at the longest T against bare attention over W positions, and
+    its slots against W + t - 1, on the CPU named."""
+    settings = result.settings
+    index = max((i for i, cell in enumerate(settings.cells) if (cell.shape, cell.dtype) == (shape, dtype)),
+                key=lambda i: settings.cells[i].length)
+    ratio = ratios(result, index, "window")["bare_window"]
+    slots = slots_held(result, index, "window")
+    if ratio is None or slots is None:
+        return f"window: not measured at {settings.cells[index]}"
+    return (f"window W={settings.window} at T={settings.cells[index].length} on "
+            f"{result.machine.get('cpu', '?')}: {ratio:.2f}{symbols['times']} bare attention over "
+            f"{min(settings.window, settings.cells[index].length)} positions, {slots} slots held "
+            f"(W + t - 1 = {settings.window} for single tokens)")

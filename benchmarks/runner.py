@@ -83,10 +83,12 @@ def _builder(spec: dict):
         return subjects.bare
     if kind == "read":
         return subjects.read_bound
+    if kind == "bare-window":
+        return subjects.bare_window
     if kind in ("hf-dynamic", "hf-static"):
         return subjects.hugging_face(kind.removeprefix("hf-"))
     module = import_file(spec["path"], "kata_bench_" + re.sub(r"\W", "_", spec["id"]))
-    if kind in ("tiled", "fused"):
+    if kind in ("tiled", "fused", "windowed"):
         return getattr(subjects, kind)(module)
     if kind in ("tiled-paged", "fused-paged"):
         return getattr(subjects, kind.replace("-", "_"))(module, spec.get("quantize"))
@@ -100,17 +102,18 @@ def _run_cell(index: int, plan: dict, builders: dict, send) -> None:
     shape, dtype = subjects.SHAPES[cell["shape"]], wire.DTYPES[cell["dtype"]]
     steps = plan["warmup"] + plan["reps"]
     history = subjects.History.random(shape, dtype, cell["length"],
-                                      subjects.capacity_for(cell["length"], steps))
-    expected = {}  # appended tokens -> float64 output: 1 after a cache's first step, 0 for floors
+                                      subjects.capacity_for(cell["length"], steps), plan["window"])
+    expected = {}  # (appended tokens, windowed) -> float64 output: 1 token after a cache's first
+    # step, 0 for the floors
     steppers, errors = {}, {}
     for name, build in builders.items():
         send({"event": "call", "cell": index, "subject": name})
         try:
             stepper = build(history)
-            appended = int(stepper.appends)
-            if appended not in expected:
-                expected[appended] = history.expected(appended)
-            problem = _check(stepper.step(), expected[appended], history, stepper)
+            wanted = (int(stepper.appends), stepper.windowed)
+            if wanted not in expected:
+                expected[wanted] = history.expected(*wanted)
+            problem = _check(stepper.step(), expected[wanted], history, stepper)
             for _ in range(plan["warmup"] - 1):
                 stepper.step()
         except BaseException as exc:  # noqa: BLE001

@@ -16,6 +16,9 @@ Subjects:
     fused-paged       `fused_paged_attention` compiled.
     floors            bare attention over contiguous K and V (no cache around it) and the pure
                       read of K and V: what the machine does with no cache work at all.
+    window            the preallocated solution's `KVCache(window=W)` (contract section 8),
+                      filled a token at a time, against its floor: bare attention over the last
+                      W positions. Its step attends W positions whatever T is.
     peers             Hugging Face transformers' DynamicCache and StaticCache with its own
                       scaled_dot_product_attention path, when transformers is installed.
 
@@ -70,9 +73,11 @@ class History:
     new_value: Tensor  # [B, Hkv, 1, D]
     query: Tensor  # [B, Hq, 1, D]: what each step attends with
     capacity: int
+    window: int  # W of the windowed subjects: the newest query sees the last W positions
 
     @classmethod
-    def random(cls, shape: Shape, dtype: torch.dtype, length: int, capacity: int, seed: int = 0):
+    def random(cls, shape: Shape, dtype: torch.dtype, length: int, capacity: int, window: int,
+               seed: int = 0):
         gen = torch.Generator().manual_seed(seed)
         b, hkv, d = shape.batch, shape.kv_heads, shape.head_dim
 
@@ -80,13 +85,16 @@ class History:
             return torch.randn(*size, generator=gen).to(dtype)
 
         return cls(normal(b, hkv, length, d), normal(b, hkv, length, d), normal(b, hkv, 1, d),
-                   normal(b, hkv, 1, d), normal(b, shape.q_heads, 1, d), capacity)
+                   normal(b, hkv, 1, d), normal(b, shape.q_heads, 1, d), capacity, window)
 
-    def expected(self, appended: int) -> Tensor:
-        """The query's attention over the history and `appended` copies of the new token, computed
-        apart from every subject, in float64: [B, Hq, 1, D]."""
+    def expected(self, appended: int, windowed: bool = False) -> Tensor:
+        """The query's attention over the history and `appended` copies of the new token (over
+        the last `window` of those positions if `windowed`), computed apart from every subject,
+        in float64: [B, Hq, 1, D]."""
         keys = torch.cat([self.keys] + [self.new_key] * appended, dim=2).double()  # [B, Hkv, T', D]
         values = torch.cat([self.values] + [self.new_value] * appended, dim=2).double()
+        if windowed:
+            keys, values = keys[:, :, -self.window:], values[:, :, -self.window:]  # [B, Hkv, W, D]
         b, q_heads, _, d = self.query.shape
         q = self.query.double().reshape(b, keys.shape[1], -1, d)  # [B, Hkv, G, D]: h -> h // G
         weights = torch.softmax(q @ keys.transpose(-1, -2) / math.sqrt(d), dim=-1)  # [B, Hkv, G, T']
@@ -99,6 +107,7 @@ class Stepper:
     held_bytes: Callable[[], int]  # bytes of tensor storage the subject holds now
     appends: bool = True  # False for the floors: they attend over the history as it is
     quantized: bool = False  # int8 storage: judged by int8's error bound, not the dtype's
+    windowed: bool = False  # attends the last `history.window` positions only
 
 
 def storage_bytes(obj) -> int:
@@ -131,6 +140,14 @@ def bare(history: History) -> Stepper:
     keys, values = history.keys.clone(), history.values.clone()  # contiguous [B, Hkv, T, D]
     return Stepper(lambda: bare_attention(history.query, keys, values),
                    lambda: storage_bytes((keys, values)), appends=False)
+
+
+def bare_window(history: History) -> Stepper:
+    """Bare attention over the history's last W positions: the floor of a windowed step."""
+    keys = history.keys[:, :, -history.window:].clone()  # contiguous [B, Hkv, min(T, W), D]
+    values = history.values[:, :, -history.window:].clone()
+    return Stepper(lambda: bare_attention(history.query, keys, values),
+                   lambda: storage_bytes((keys, values)), appends=False, windowed=True)
 
 
 def read_bound(history: History) -> Stepper:
@@ -167,6 +184,24 @@ def _dense(module, history: History) -> Stepper:
         return module.attend(cache, history.query)
 
     return Stepper(step, lambda: storage_bytes(cache))
+
+
+def windowed(module) -> Callable[[History], Stepper]:
+    """The dense cache of `module` made with `window=W`, fed the history a token at a time (a
+    decoder's steps: a chunk of t would keep W + t - 1 slots, not W)."""
+
+    def build(history: History) -> Stepper:
+        cache = module.KVCache(window=history.window)
+        for p in range(history.keys.shape[2]):
+            module.append(cache, history.keys[:, :, p:p + 1], history.values[:, :, p:p + 1])
+
+        def step():
+            module.append(cache, history.new_key, history.new_value)
+            return module.attend(cache, history.query)
+
+        return Stepper(step, lambda: storage_bytes(cache), windowed=True)
+
+    return build
 
 
 def _paged(module, history: History, quantize: str | None) -> Stepper:

@@ -1,7 +1,8 @@
 """Reference solution: a preallocated KV cache for incremental decoding (kata levels L4-L6, L6+).
 
-Step 2 of solutions/README.md: the baseline, concat_kv_cache.py, with the same names, docstrings
-and structure, and storage that is never copied (`kata solution --diff concat preallocated`).
+Step 9 of solutions/README.md: step 2, kv_cache_l6.py (the baseline, concat_kv_cache.py, with
+the same names, docstrings and structure, and storage that is never copied), with contract
+section 8 added (`kata solution --diff preallocated speculative`).
 
 Autoregressive decoding produces one token per step. Its attention needs the keys and values of
 every earlier token, and those never change once computed, so we keep them in a cache and
@@ -36,6 +37,9 @@ rolls rejected drafts back, and `KVCache(window=W)` is a sliding-window cache.
   overwritten once it has left every query's window, so memory and attention cost follow W, not
   the run's length. `keys`/`values` gather the held positions in time order; `positions` counts
   what each row has seen, `lengths` what it still holds. RoPE stays at absolute positions.
+  A single query attends the ring as it lies (its softmax does not care about order), and a
+  decode step past the first W positions overwrites one slot and masks nothing, so its cost is
+  that of bare attention over W positions (`kata bench`'s window table).
 
 Why a decode step costs about what bare attention does (`kata bench`, float32, B=1, 8 heads,
 head_dim 128, T=16384: 1.08x bare attention on contiguous K and V, 1.9x faster than
@@ -221,6 +225,8 @@ def attend(cache: KVCache, query: Tensor) -> Tensor:
     if q_heads % kv_heads:
         raise ValueError(f"heads: query heads {q_heads} are not a multiple of kv_heads {kv_heads}")
 
+    if cache.window is not None:
+        return _attend_ring(cache, query)
     keys, values = cache.keys, cache.values  # [B, Hkv, T, D], T = max(lengths)
     groups = q_heads // kv_heads
     # Heads h = kv * groups + g, so this reshape puts query head h beside KV head h // groups;
@@ -237,15 +243,30 @@ def attend(cache: KVCache, query: Tensor) -> Tensor:
     # row's longer append, or stale data of a released sequence.
     past_end = torch.arange(keys.shape[2], device=keys.device) >= cache.lengths[:, None]  # [B, T]
     scores = scores.masked_fill(past_end[:, None, None, :], float("-inf"))
-    if cache.window is not None:  # right after a chunk a row holds more than the newest query sees
-        seen_from = cache.lengths[:, None] - cache.window  # [B, 1]: time indices before it are out
-        outside = torch.arange(keys.shape[2], device=keys.device) < seen_from  # [B, T]
-        scores = scores.masked_fill(outside[:, None, None, :], float("-inf"))
     weights = torch.softmax(scores, dim=-1)  # max-subtracted inside: stable for large logits
     # A row of length 0 has every score -inf, so softmax gives NaN there: return zeros instead.
     weights = weights.masked_fill((cache.lengths == 0)[:, None, None, None], 0.0)
     out = weights.to(values.dtype) @ values  # [B, Hkv, G, D]
     return out.reshape(batch, q_heads, 1, head_dim).to(query.dtype)
+
+
+def _attend_ring(cache: KVCache, query: Tensor) -> Tensor:
+    """attend on a windowed cache, the query validated. One query's softmax does not care in what
+    order it sees the positions: the ring is attended as it lies (W + t - 1 slots at most), with
+    no gather into time order and nothing the size of the run."""
+    batch, q_heads, _, head_dim = query.shape
+    ring_k, ring_v = cache.k_storage, cache.v_storage  # [B, Hkv, S, D]
+    grouped = query.reshape(batch, ring_k.shape[1], -1, head_dim)  # [B, Hkv, G, D]
+    logits = grouped.float() @ ring_k.float().transpose(-1, -2) / math.sqrt(head_dim)  # [B, Hkv, G, S]
+    # Decoding token by token past the first W, the ring is W slots all seen: nothing to mask.
+    if ring_k.shape[2] == cache.window and bool((cache.lengths == cache.window).all()):
+        probs = torch.softmax(logits, dim=-1)
+    else:  # after a chunk, early on, after a release: mask what the newest query does not see
+        hidden = _outside_window(cache)  # [B, S]
+        probs = torch.softmax(logits.masked_fill(hidden[:, None, None, :], float("-inf")), dim=-1)
+        probs = probs.masked_fill((cache.lengths == 0)[:, None, None, None], 0.0)  # NaN rows
+    mixed = probs.to(ring_v.dtype) @ ring_v  # [B, Hkv, G, D]
+    return mixed.reshape(batch, q_heads, 1, head_dim).to(query.dtype)
 
 
 def reset(cache: KVCache) -> None:
@@ -386,6 +407,16 @@ def _append_to_ring(cache: KVCache, new_key: Tensor, new_value: Tensor, counts: 
     fresh = cache.lengths is None
     held = counts.new_zeros(rows_in) if fresh else cache.lengths  # [B]
     seen = counts.new_zeros(rows_in) if fresh else cache.seen  # [B]
+    full = cache.capacity == cache.window and int(held.min()) == cache.window  # every row holds W
+    if t == 1 and full and int(counts.min()) == 1:  # counts <= t: every row takes its token
+        # Decoding past the first W: each row's token overwrites its oldest position, nothing
+        # else changes (the general path below costs as much again as the attention of W = 1024).
+        rows = torch.arange(rows_in, device=new_key.device)  # [B]
+        slot = seen % cache.window  # [B]
+        cache.k_storage[rows, :, slot] = new_key[:, :, 0]  # [B, Hkv, D]
+        cache.v_storage[rows, :, slot] = new_value[:, :, 0]
+        cache.seen = seen + 1
+        return
     # Slots for what the rows will hold: W + c - 1 at most for a chunk of c, fewer early on.
     bound = cache.window + max(int(counts.max()), 1) - 1
     _make_ring(cache, min(bound, int((seen + counts).max())), bound, new_key)
@@ -419,6 +450,16 @@ def _make_ring(cache: KVCache, needed: int, bound: int, like: Tensor) -> None:
         ring_k.scatter_(2, index, ordered_k)
         ring_v.scatter_(2, index, ordered_v)
     cache.k_storage, cache.v_storage = ring_k, ring_v
+
+
+def _outside_window(cache: KVCache) -> Tensor:
+    """The ring's slots the newest query of each row does not see: [B, S] bool. Slot s holds the
+    latest position p < positions[b] with p = s mod S, (positions[b] - 1 - s) mod S back; the
+    query sees those of the lengths[b] held that are in its window."""
+    slots = cache.k_storage.shape[2]
+    age = (cache.seen[:, None] - 1 - torch.arange(slots, device=cache.seen.device)) % slots  # [B, S]
+    seen_from = cache.seen[:, None] - cache.window  # [B, 1]: positions before it are out
+    return (age >= cache.lengths[:, None]) | (cache.seen[:, None] - 1 - age < seen_from)
 
 
 def _in_time_order(cache: KVCache, storage: Tensor) -> Tensor:

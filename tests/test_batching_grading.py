@@ -13,8 +13,10 @@ import pytest
 
 from graders.batching import grading, workloads
 from graders.batching.replay import Findings, Finding
+from graders.judge.replies import drive_trace
 from graders.shared import hidden_cases
 from graders.shared.plans import CandidateError, CandidateTimeout, Fail, NotAttempted
+from graders.worker.batching import DriveError, Trace
 
 LOAD = {"config": {"num_blocks": 8, "block_size": 4, "max_num_seqs": 2, "max_batched_tokens": 4,
                    "prefix_caching": False},
@@ -27,12 +29,11 @@ LOAD = {"config": {"num_blocks": 8, "block_size": 4, "max_num_seqs": 2, "max_bat
 
 def error(call="update", step=3, kind="raised", type_="ValueError", message="no",
           traceback='  File "/home/me/scheduler.py", line 9, in update\n    raise ValueError\n'):
-    return {"call": call, "step": step, "kind": kind, "type": type_, "message": message,
-            "traceback": traceback}
+    return DriveError(call, step, kind, type_, message, traceback)
 
 
 def run_of(error_=None, case="the tiny workload"):
-    return SimpleNamespace(trace={"error": error_}, case=case)
+    return SimpleNamespace(trace=Trace((), (), error_, False), case=case)
 
 
 # --- settle ---
@@ -169,7 +170,8 @@ class Driving:
         from graders.worker.batching import drive
 
         self.plans.append(copy.deepcopy(plan.ops))
-        return [drive(ReferenceScheduler, op["workload"], op["max_steps"], request_type=Request)
+        return [drive_trace(drive(ReferenceScheduler, op["workload"], op["max_steps"],
+                                  request_type=Request), op["workload"], op["max_steps"])
                 for op in plan.ops]
 
 
@@ -188,7 +190,7 @@ def test_drive_sends_one_plan_naming_each_public_case(monkeypatch):
                                                                        ("wider", other))]
     assert [op["max_steps"] for op in candidate.plans[0]] == [f.max_steps for f in figures]
     assert [r.reference for r in runs] == figures
-    assert runs[0].trace["error"] is None and runs[0].found.steps == len(runs[0].trace["steps"])
+    assert runs[0].trace.error is None and runs[0].found.steps == len(runs[0].trace.steps)
 
 
 def test_drive_names_each_hidden_case_by_its_seed(monkeypatch):

@@ -27,7 +27,7 @@ from graders.shared.mutation import REFERENCE
 ROOT = Path(__file__).resolve().parent.parent
 runner = CliRunner()
 TINY = ["--lengths", "16,40", "--dtypes", "float32,bfloat16", "--shapes", "mha,gqa",
-        "--warmup", "1", "--reps", "3"]
+        "--warmup", "1", "--reps", "3", "--window", "8"]  # a window both lengths wrap
 COMPILED = {"fused", "fused-paged", "fused-paged-int8"}  # compiling has a test of its own
 WITHOUT_COMPILED = ",".join(i for i in BUNDLED_IDS if i not in COMPILED)
 
@@ -81,7 +81,8 @@ def test_ratios_are_each_median_over_the_reference_median(tiny_run):
     for cell in report["cells"]:
         results = cell["results"]
         for subject, figures in results.items():
-            for key, reference in (("bare", "bare"), ("read", "read"), ("hf_static", "hf-static")):
+            for key, reference in (("bare", "bare"), ("read", "read"), ("hf_static", "hf-static"),
+                                   ("bare_window", "bare-window")):
                 ratio = figures["ratios"][key]
                 if reference not in results:
                     assert ratio is None
@@ -101,6 +102,21 @@ def test_memory_held_follows_the_storage_each_design_keeps(tiny_run):
     assert held["concat"] < cell["capacity"] * slot  # exactly what it has appended, and lengths
     assert held["paged"] >= cell["capacity"] * slot  # its pool, and attend's gather scratch
     assert held["paged-int8"] < held["paged"]  # int8 values and a float32 scale per token
+
+
+@pytest.mark.slow
+def test_the_windowed_step_holds_w_slots_at_every_length_and_shows_in_its_own_table(tiny_run):
+    result, report, _ = tiny_run
+    assert report["settings"]["window"] == 8
+    for cell in report["cells"]:
+        window, floor = cell["results"]["window"], cell["results"]["bare-window"]
+        # W + t - 1 slots with t = 1: the ring fed a token at a time, at T=16 as at T=40
+        assert window["slots_held"] == floor["slots_held"] == 8, cell
+    output = " ".join(result.output.split())
+    assert "mha, float32: sliding window W=8" in output
+    assert f"window W=8 at T=40 on {report['machine']['cpu']}: " in output
+    main_rows = output.split("sliding window")[0]
+    assert "bare-window" not in main_rows  # the windowed subjects are in their table only
 
 
 @pytest.mark.slow
@@ -144,6 +160,24 @@ def timed(**medians: float) -> BenchResult:
     for name, median in medians.items():
         result.measurements[(0, name)] = Measurement(seconds=[0.9 * median, median, 1.1 * median])
     return result
+
+
+def test_the_window_line_names_the_cpu_the_ratio_to_bare_attention_over_w_and_the_slots():
+    specs = [SubjectSpec("window", "solution", "window", "windowed"),
+             SubjectSpec("bare-window", "floor", "bare-window", "bare-window")]
+    result = BenchResult(Settings([1024, 16384], ["float32"], ["mha"], specs, window=1024),
+                         machine={"cpu": "Some CPU"},
+                         subjects={spec.id: SubjectStatus(spec) for spec in specs})
+    slot = 2 * 8 * 128 * 4  # K and V of one position: 8 KV heads x 128 dims x 4 bytes
+    for cell, (window, floor) in enumerate([(1.1e-3, 1e-3), (1.15e-3, 1e-3)]):
+        result.measurements[(cell, "window")] = Measurement([window] * 3, 1024 * slot + 16)
+        result.measurements[(cell, "bare-window")] = Measurement([floor] * 3, 1024 * slot)
+    out = io.StringIO()
+    report.render(result, Console(file=out, width=200, color_system=None))
+    text = " ".join(out.getvalue().split())
+    assert ("window W=1024 at T=16384 on Some CPU: 1.15× bare attention over 1024 positions, "
+            "1024 slots held (W + t - 1 = 1024 for single tokens)") in text
+    assert report.slots_held(result, 1, "window") == 1024  # its lengths' bytes rounded away
 
 
 def test_two_times_are_within_the_noise_when_their_quartiles_overlap():

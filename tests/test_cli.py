@@ -13,15 +13,14 @@ from benchmarks import bench
 from cli import app
 from graders.judge.isolation import GIB, Sandbox, SandboxUnavailable
 from graders.judge.request import DEFAULT_IMPORT_TIMEOUT
-from graders.shared import bundled
+from graders.shared import bundled, transformers_extra
 from tests.grading import grade, stand_in
 
 ROOT = Path(__file__).resolve().parent.parent
 runner = CliRunner()
 
-JSON_KEYS = {"implementation", "level", "score", "max_score", "items", "tells", "hidden",
-             "isolation", "partial", "seed", "similarity", "plus_score",
-             "plus_max_score"}
+JSON_KEYS = {"implementation", "level", "score", "max_score", "plus_score", "plus_max_score",
+             "items", "tells", "hidden", "isolation", "partial", "seed", "similarity"}
 ITEM_KEYS = {"id", "level", "status", "points", "max_points", "message", "cause"}
 STATUSES = {"pass", "fail", "error", "timeout", "not_attempted"}
 
@@ -45,7 +44,12 @@ def test_the_reference_grades_clean_with_exit_code_0(reference_run):
 def test_json_follows_the_contract(reference_run):
     _, report = reference_run
     assert set(report) == JSON_KEYS
-    assert report["level"] == "L6+" and report["hidden"] is False and report["partial"] is False
+    # the reference implements section 8: L6+, its points beside the 100 (real-model's where
+    # transformers is here: else that item is not attempted, and the level stays L6)
+    model = transformers_extra.problem() is None
+    assert (report["level"] == ("L6+" if model else "L6") and report["hidden"] is False
+            and report["partial"] is False)
+    assert report["plus_max_score"] == 40 and report["plus_score"] == (40 if model else 30)
     assert report["isolation"] in {"bwrap", "process"}
     assert report["score"] == report["max_score"] == 100.0
     for item in report["items"]:

@@ -60,7 +60,7 @@ def staged_grade(request, on_item=None):
     level: none pass)."""
     implementation, only, hidden, seed = (request.implementation, request.only, request.hidden,
                                           request.seed)
-    found = re.search(r'STAGED_UP_TO = "(\w+)"', Path(implementation).read_text())
+    found = re.search(r'STAGED_UP_TO = "([\w+]+)"', Path(implementation).read_text())
     levels = rubric_data.load().levels
     up_to = levels.index(found.group(1)) if found and found.group(1) in levels else -1
     items = [ItemResult(i.id, i.level, *(("pass", i.points) if levels.index(i.level) <= up_to
@@ -84,7 +84,7 @@ def write_level(workspace: Path, level: str, note: str = "") -> None:
 
 def later_texts(stage: str) -> list[str]:
     """Lines of the prompts and questions of the stages after `stage`: none may show early."""
-    levels = verbs.stages(DENSE)  # the interview's: no L6+ stage yet
+    levels = verbs.stages(DENSE)  # the interview's stages, L6+ last
     later = levels[levels.index(stage) + 1:]
     texts = [STAGE_PROMPTS[level].splitlines()[0] for level in later]
     return texts + [QUESTIONS[i.id] for i in rubric_data.load().interviewer if i.level in later]
@@ -115,6 +115,18 @@ def test_each_interviewer_item_has_the_contracts_level_a_question_and_a_model_an
     for item_id, answer in MODEL_ANSWERS.items():
         sentences = re.findall(r"[.!?](?:\s|$)", answer)
         assert 3 <= len(sentences) <= 6, f"{item_id}: {len(sentences)} sentences"
+
+
+SECTION_8_QUESTIONS = ["why-chunk-mask", "window-trade", "rejected-draft-cost"]
+
+
+def test_section_8s_questions_are_asked_at_l6_plus_with_answers_that_carry_measured_figures():
+    assert [i.id for i in verbs.questions("L6+")] == SECTION_8_QUESTIONS
+    readme = (ROOT / "solutions" / "README.md").read_text()
+    step = readme.split("## 10. ", 1)[1].split("\n## ", 1)[0]  # the step's measured figures
+    for item_id in SECTION_8_QUESTIONS:
+        figures = re.findall(r"\d+\.\d+(?:e-\d+)?", MODEL_ANSWERS[item_id])
+        assert figures and all(figure in step for figure in figures), (item_id, figures)
 
 
 def test_the_memory_answers_give_the_llama_8b_figures():
@@ -150,6 +162,32 @@ def test_a_session_opens_its_stages_in_order_and_records_every_event(tmp_path, s
         (30.0, "save", "below L4"), (90.0, "save", "L4"), (90.0, "stage", "L5"),
         (150.0, "save", "L5"), (150.0, "stage", "L6")]
     assert saved["stage"] == "L6" and saved["ended"] is None and saved["final"] is None
+
+
+def test_once_l6_passes_an_l6_plus_stage_opens_with_its_prompt_and_section_8s_questions(
+        tmp_path, staged):
+    clock, ws = Clock(), tmp_path / "ws"
+    verbs.start(ws, clock=clock)
+    for level in ("L4", "L5"):
+        write_level(ws, level)
+        clock.advance(60)
+        verbs.save(ws, clock=clock)
+    write_level(ws, "L6")
+    clock.advance(60)
+    opened = verbs.save(ws, clock=clock)
+    assert opened.opened == "L6+" and opened.event["level"] == "L6"
+    assert "## why-chunk-mask" in (ws / "answers.md").read_text()
+    out_console, out = console()
+    commands.show_stage(out_console, opened.record, "L6+")
+    shown = " ".join(out.getvalue().split())
+    assert " ".join(STAGE_PROMPTS["L6+"].split()) in shown
+    for item_id in SECTION_8_QUESTIONS:
+        assert f"{item_id}: {QUESTIONS[item_id]}" in shown
+    assert "sliding-window" in shown  # an item the stage adds
+    write_level(ws, "L6+")
+    clock.advance(60)
+    last = verbs.save(ws, clock=clock)
+    assert last.event["level"] == "L6+" and last.opened is None  # the last stage
 
 
 def test_a_snapshot_is_a_folder_named_by_number_and_the_hash_of_both_files(tmp_path, staged):
@@ -523,12 +561,14 @@ def test_an_unchanged_test_file_keeps_its_own_tests_verdict_across_saves(tmp_pat
     assert kept.covers(ws / "test_kv_cache.py") and last.event["level"] == "L6"
     write_level(ws, "L6", note="kv_cache.py alone changes")
     again = verbs.save(ws, clock=clock, own_tests=kept)
-    assert "own-tests" not in graded[-1] and len(graded[-1]) == 18
+    # L6 reached opened L6+: graded with its 3 items too, kv_cache.py's 21 (own-tests kept)
+    assert "own-tests" not in graded[-1] and len(graded[-1]) == 21
     own = next(i for i in again.result.items if i.id == "own-tests")
     assert own.status == "pass" and graded_l5.event["snapshot"].startswith("002-")
     assert own.message == f"as graded at {graded_l5.event['snapshot']} (the test file is " \
         "unchanged): staged"
-    assert [i.id for i in again.result.items] == [i.id for i in last.result.items]
+    assert [i.id for i in again.result.items if i.level != "L6+"] == [
+        i.id for i in last.result.items]
     assert again.event["level"] == "L6" and "own-tests" in again.event["passing"]
     tells = {t.id: t for t in again.result.tells}
     assert tells["shape-only-tests"].checked and tells["shape-only-tests"].message == "caught"
@@ -706,18 +746,19 @@ def test_a_scripted_session_graded_for_real(tmp_path):
     session = verbs.end(ws, clock=clock)
 
     assert [s.event["level"] for s in (starter, l4, l5, l6)] == ["below L4", "L4", "L5", "L6"]
-    assert [s.opened for s in (starter, l4, l5, l6)] == [None, "L5", "L6", None]
+    assert [s.opened for s in (starter, l4, l5, l6)] == [None, "L5", "L6", "L6+"]
     assert "reset" in l5.event["passing"] and "reset" not in l4.event["passing"]
     assert "gqa" not in {i.id for i in l5.result.items}  # graded before L6 opened
     assert [(e["kind"], e["t"]) for e in session["events"]] == [
         ("save", 60.0), ("save", 660.0), ("stage", 660.0), ("save", 1560.0), ("stage", 1560.0),
-        ("hint", 1620.0), ("save", 1920.0)]
+        ("hint", 1620.0), ("save", 1920.0), ("stage", 1920.0)]
     names = [e["snapshot"] for e in session["events"] if e["kind"] == "save"]
     assert [n[:4] for n in names] == ["001-", "002-", "003-", "004-"]
     assert sorted(p.name for p in (ws / ".kata").iterdir() if record.SNAPSHOT.match(p.name)) \
         == names
     final = session["final"]
-    assert final["hidden"] is True and final["level"] == "L6" and final["score"] == 100.0
+    # the final grade has L6+ open: the reference passes its items too
+    assert final["hidden"] is True and final["level"] == "L6+" and final["score"] == 100.0
     assert session["ended"] == record.iso(START + 1980)
     found = review.figures(session)
     assert found["time_to_level"] == {"L4": 660.0, "L5": 1560.0, "L6": 1920.0, "L6+": None}
@@ -746,8 +787,10 @@ def test_a_kept_own_tests_verdict_is_the_one_the_test_file_got_for_real(tmp_path
     with (ws / "kv_cache.py").open("a") as file:
         file.write("# a comment\n")
     took = verbs.save(ws, own_tests=kept)
+    # the first save reaches L6 and opens L6+, so the second is graded with L6+'s items too
+    assert [s.event["level"] for s in (ran, took)] == ["L6", "L6+"] and ran.opened == "L6+"
     for saved in (ran, took):
-        assert saved.event["level"] == "L6" and saved.result.score == 100.0
+        assert saved.result.score == 100.0
     own = [next(i for i in s.result.items if i.id == "own-tests") for s in (ran, took)]
     assert own[1].message == f"as graded at {ran.event['snapshot']} (the test file is " \
         f"unchanged): {own[0].message}"

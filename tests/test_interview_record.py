@@ -163,23 +163,23 @@ def test_a_record_that_fails_its_schema_is_one_line_naming_the_field(session_cop
     assert raw_controls(shown) == []
 
 
-def test_the_schema_takes_its_levels_items_and_stages_from_the_rubric(session_copy):
-    """A level the rubric adds (L6+, with its items) is known to the schema at once; its stage
-    only once the interview has one (issue 42's part 5: session.stages leaves L6+ out)."""
-    def plus_level(data: dict) -> None:
-        data["events"][0].update(level="L6+", passing=["chunk-causal-mask"])
+def test_the_schema_takes_its_levels_items_and_stages_from_the_rubric(session_copy, monkeypatch):
+    """A level the rubric adds (an L7, with its items) is known to the schema at once."""
+    def plus(data: dict) -> None:
+        data.update(stage="L7")
+        data["events"][0].update(level="L7", passing=["tree-attention"])
+        data["events"].insert(2, {"t": 60.0, "kind": "stage", "stage": "L7"})
 
-    def plus_stage(data: dict) -> None:
-        data.update(stage="L6+")
-        data["events"].insert(2, {"t": 60.0, "kind": "stage", "stage": "L6+"})
-
-    edit_record(session_copy, plus_level)
-    loaded = verbs.load(session_copy)
-    assert loaded["events"][0]["level"] == "L6+"
-    assert loaded["events"][0]["passing"] == ["chunk-causal-mask"]
-    edit_record(session_copy, plus_stage)
-    with pytest.raises(schema.RecordError, match=r"stage: .L6\+.: not one of L4, L5, L6"):
+    edit_record(session_copy, plus)
+    with pytest.raises(schema.RecordError, match=r"stage: .L7.: not one of L4, L5, L6, L6\+"):
         verbs.load(session_copy)
+    rubric = rubric_data.load()
+    item = rubric_data.Item("tree-attention", "L7", 10.0, "a tree of drafts", "", ("?",) * 3)
+    grown = rubric_data.Rubric((*rubric.levels, "L7"), (*rubric.items, item), rubric.tells,
+                               rubric.interviewer)
+    monkeypatch.setattr(rubric_data, "load", lambda *_: grown)
+    loaded = verbs.load(session_copy)
+    assert loaded["stage"] == "L7" and loaded["events"][0]["passing"] == ["tree-attention"]
 
 
 # --- escapes: the record's fields, the snapshots' names, the workspace's path, the errors -----

@@ -9,13 +9,13 @@ import copy
 import pytest
 
 from graders.judge import replies
-from graders.worker.batching import ENTRIES_PER_SEQ, ID_CHARS
+from graders.worker.batching import ENTRIES_PER_SEQ, ID_CHARS, Entry, Trace
 from tests.test_replies_trace import ERRED, TRACE, WORKLOAD
 
 STEPS = len(TRACE["steps"])
 
 
-def check(trace: dict, max_steps: int = 20) -> dict:
+def check(trace: dict, max_steps: int = 20) -> Trace:
     ops = [{"op": "drive_scheduler", "workload": WORKLOAD, "max_steps": max_steps}]
     return replies.plan_reply({"results": [{"ok": trace}]}, ops)["results"][0]["ok"]
 
@@ -92,15 +92,15 @@ def test_an_error_s_texts_are_kept_within_their_caps():
         trace["error"].update(type="T" * (ID_CHARS + 9), message="m" * 5_000,
                               traceback="t" * 9_000 + "END")
 
-    error = check(changed(long, ERRED))["error"]
-    assert error["type"].startswith("T") and len(error["type"]) == ID_CHARS
-    assert len(error["message"]) == 2_000 and error["message"].startswith("m")
-    assert len(error["traceback"]) == replies.MAX_TAIL and error["traceback"].endswith("END")
+    error = check(changed(long, ERRED)).error
+    assert error.type.startswith("T") and len(error.type) == ID_CHARS
+    assert len(error.message) == 2_000 and error.message.startswith("m")
+    assert len(error.traceback) == replies.MAX_TAIL and error.traceback.endswith("END")
 
 
 def test_a_checked_entry_is_the_entry_as_sent():
     checked = check(changed(lambda t: t["steps"][0]["batch"].append(["z", 5, 6, [1, 2]])))
-    assert checked["steps"][0]["batch"][-1] == ["z", 5, 6, [1, 2]]
+    assert checked.steps[0].batch[-1] == Entry("z", 5, 6, (1, 2))
 
 
 # --- the adds and the clock: requests added in arrival order once arrived, steps in order ---

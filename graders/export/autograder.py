@@ -109,13 +109,13 @@ def isolation_line(isolated: str) -> str:
 
 def ungraded(track: Track, reason: str, isolated: str) -> dict:
     """The results of a submission that was not graded: every item of `track` failed, 0 points,
-    with `reason`."""
+    with `reason` (but L6+'s, not started: no test each, as in a grade)."""
     rubric = rubric_data.load()
     order = {item.id: n for n, item in enumerate(rubric.items, start=1)}
     tests = [{"name": f"{item.level} {item.id}: {item.title}", "number": str(order[item.id]),
               "score": 0.0, "max_score": item.points, "status": "failed",
               "output": f"Not graded: {reason}", "visibility": "visible", "tags": [item.level]}
-             for item in rubric.track(track)]
+             for item in rubric.track(track) if item.level != rubric_data.PLUS]
     return {"score": 0.0, "execution_time": 0.0, "visibility": "visible",
             "stdout_visibility": "hidden", "output": f"{reason}\n{ISOLATION_LINES[isolated]}",
             "tests": tests}
@@ -129,7 +129,8 @@ class GradeFailed(Exception):
 def failed(track: Track, reason: str, isolated: str) -> dict:
     """The results of a submission whose grade did not produce its own: score 0, one failed
     test naming the failure, visible."""
-    points = sum(item.points for item in rubric_data.load().track(track))
+    points = sum(item.points for item in rubric_data.load().track(track)
+                 if item.level != rubric_data.PLUS)  # the 100: L6+'s are outside it
     return {"score": 0.0, "execution_time": 0.0, "visibility": "visible",
             "stdout_visibility": "hidden", "output": f"{reason}\n{ISOLATION_LINES[isolated]}",
             "tests": [{"name": "The autograder could not grade this submission", "score": 0.0,

@@ -37,6 +37,14 @@ token's absolute position, and keep it right for a forked cache. For beam search
 and `fork`: the cache follows the hypotheses, and finished beams stop growing. Take bf16 and
 fp16 caches with float32 scores and softmax. And if your append concatenates every step,
 make single-token appends reallocate O(log n) times, not n.""",
+    "L6+": """\
+Past L6: speculative decoding and long context. A draft model proposes a few tokens at a time;
+append them as one chunk and write `attend_chunk`, which verifies the chunk's t queries in one
+call, each attending its row's positions up to its own and no later one. Roll the rejected
+drafts back with `truncate`, each row keeping its own number of accepted drafts, so that
+nothing dropped is ever attended again. Then `KVCache(window=W)`: a sliding window that keeps
+only the last W positions (W + t - 1 right after a chunk of t) in a ring buffer, with RoPE still
+at absolute positions, which `positions` counts.""",
     "serving": """\
 Past the single cache: a server decodes many sequences out of one pool of memory. In
 paged_kv_cache.py, keep each sequence's keys and values in fixed-size blocks of a shared pool,
@@ -56,6 +64,12 @@ QUESTIONS = {
                       "decodes hundreds of sequences? Give me the memory figures for a Llama-8B "
                       "shaped model.",
     "gqa-memory": "What exactly does GQA save? Take Llama-8B's 32 query heads and 8 KV heads.",
+    "why-chunk-mask": "Decoding one token needs no causal mask. Why does verifying k drafts in "
+                      "one call need one?",
+    "window-trade": "What does a sliding window save in memory, and what does it lose in what "
+                    "the model can see?",
+    "rejected-draft-cost": "The verifier rejects some drafts. What did they cost in compute, and "
+                           "what do they cost in the cache?",
     "why-iteration-level": "Why schedule at every step instead of batching requests together "
                            "until the batch is done?",
     "recompute-or-swap": "Your pool is full and a running request needs a block. Whom do you "
@@ -108,6 +122,34 @@ K and V. Llama-8B has 32 query heads and 8 KV heads: 128 KiB per token in bf16 i
 512 KiB with 32 KV heads, 4x less cache and 4x less memory read per decode step, which is
 what bounds decoding. At 8,192 tokens that is 1 GiB per sequence instead of 4 GiB. MQA (one
 KV head) saves 32x, at some cost in quality; the compute per step is unchanged.""",
+    "why-chunk-mask": """\
+Decoding one token, the cache holds only the query's past and itself, so there is nothing to
+hide. To verify k drafts they are all appended first and attended in one call: when draft i's
+query attends, the drafts after it are already in the cache, and the target model never saw
+them when it would have produced token i. So query i, at position positions - k + i, must see
+its row's positions up to its own and no later one, the mask a prefill uses. Without it, on the
+kata's measurement (T=4096, k=4), query 0 sees 3 later positions and is off by 3.44e-03, about
+340 times the float32 tolerance: a verifier that accepts drafts the model would not
+have produced.""",
+    "window-trade": """\
+A window keeps the last W positions, W slots per layer (W + t - 1 right after a chunk of t)
+whatever the length, where a full cache grows by one slot a token. At T=16384 with W=1024 (8
+KV heads, head_dim 128, float32) that is 8 MiB against 128 MiB of K and V, and a decode
+step reads 1,024 positions: 1.15 ms against 29.1 ms for the full cache on the kata's
+machine, flat in T. What it loses: a token more than W positions back is no longer attended at
+that layer, and reaches the present only through the hidden states in between, at most
+W x layers positions back (Mistral 7B: 4096 x 32), weaker with distance. So the window is a
+property the model was trained with, not a cache setting to switch on for any model.""",
+    "rejected-draft-cost": """\
+In compute, a rejected draft cost its draft-model step and one position of the verification
+pass; that pass reads the cache once for all k queries, so on the kata's machine verifying 4
+drafts at T=4096 took 1.17x one decode step, against 4x to decode them one by one. A rejection
+therefore wastes little of the target's time, as long as enough drafts are accepted to pay for
+the drafter. In the cache, its K and V were written past the accepted length: `truncate` sets
+each row's length back (5 microseconds), copies nothing, keeps the capacity for the next
+drafts, and the stale slots are never read again because attention masks by lengths. A windowed
+cache keeps W + k - 1 slots after a chunk of k, so that rolling it back never needs a position
+it has overwritten.""",
     "why-iteration-level": """Requests in one batch want different numbers of tokens: with static batching, a request that
 needs 10 tokens holds its slot while another in the batch generates 500, and requests that
 arrive meanwhile wait for the whole batch to end. Scheduling at every step (Orca's

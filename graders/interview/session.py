@@ -3,7 +3,8 @@ interactive verb (graders.interview.commands) is made of them, so a session can 
 script or a test with no terminal; `clock` (seconds since the epoch) is theirs to set.
 
 Stages: the dense track opens L4, then L5 once every L4 item passes, then L6 once every L5 item
-does (after the tells' caps: a save must *reach* the stage's level). A save is graded on the
+does, then L6+ (contract section 8) once L6 is reached (after the tells' caps: a save must
+*reach* the stage's level). A save is graded on the
 public cases of the items of the stages opened so far; the save that completes a level opens the
 next stage, and the next save is graded with its items too. Other tracks are a single stage.
 
@@ -71,11 +72,9 @@ def files(workspace: Path, track: tracks.Track) -> tuple[Path, Path | None]:
 
 
 def stages(track: tracks.Track) -> tuple[str, ...]:
-    """The stages of `track`, in order: the rubric's levels up to L6 (L6+'s stage, with its
-    prompt and questions, is issue 42's part 5), or the track's one section."""
-    if not track.levels:
-        return (track.section,)
-    return tuple(level for level in rubric_data.load().levels if level != rubric_data.PLUS)
+    """The stages of `track`, in order: the rubric's levels (L6+ included: it opens once L6 is
+    reached), or the track's one section."""
+    return rubric_data.load().levels if track.levels else (track.section,)
 
 
 def stage_items(track: tracks.Track, stage: str) -> list[str]:

@@ -32,7 +32,7 @@ def required_files() -> list[Path]:
     """Every file of the kata's own that some command reads."""
     return [*(STARTER / name for name in ("kv_cache.py", "test_kv_cache.py", "paged_kv_cache.py",
                                           "scheduler.py")),
-            *(SOLUTIONS / name for name in ("kv_cache.py", "concat_kv_cache.py",
+            *(SOLUTIONS / name for name in ("kv_cache.py", "kv_cache_l6.py", "concat_kv_cache.py",
                                             "paged_kv_cache.py", "test_kv_cache.py",
                                             "scheduler.py")),
             SOLUTIONS_README, RUBRIC, TILED_ATTENTION, FUSED_ATTENTION, TILED_PAGED_ATTENTION,

@@ -19,12 +19,13 @@ from graders.shared import bundled
 
 SOLUTIONS = {  # in the order a learner reads them
     "concat": bundled.SOLUTIONS / "concat_kv_cache.py",
-    "preallocated": bundled.SOLUTIONS / "kv_cache.py",
+    "preallocated": bundled.SOLUTIONS / "kv_cache_l6.py",  # kv_cache.py before section 8
     "paged": bundled.SOLUTIONS / "paged_kv_cache.py",
     "tiled": bundled.TILED_ATTENTION,
     "fused": bundled.FUSED_ATTENTION,
     "tiled-paged": bundled.TILED_PAGED_ATTENTION,
     "fused-paged": bundled.FUSED_PAGED_ATTENTION,
+    "speculative": bundled.SOLUTIONS / "kv_cache.py",  # preallocated with section 8 (L6+)
     "scheduler": bundled.SOLUTIONS / "scheduler.py",
     "tests": bundled.SOLUTIONS / "test_kv_cache.py",
 }

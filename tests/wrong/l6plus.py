@@ -25,7 +25,7 @@ _RANGE = "    if (keep < 0).any() or (keep > seen).any():\n"
 _WINDOW_KEEP = "    cache.lengths, cache.seen = (keep - oldest).clamp_min(0), keep.clone()\n"
 _CAUSAL = "    visible = (slot < held[:, None])[:, None, :] & (at[:, None, :] <= asks[:, :, None])\n"
 _WINDOW_CHUNK = "        visible &= at[:, None, :] > asks[:, :, None] - cache.window\n"
-_WINDOW_NEWEST = "        seen_from = cache.lengths[:, None] - cache.window\n"
+_WINDOW_NEWEST = "    seen_from = cache.seen[:, None] - cache.window\n"
 _TIME_ORDER = "    return storage.gather(2, index)\n"
 
 WRONG = [
