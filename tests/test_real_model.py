@@ -251,3 +251,43 @@ def test_the_request_runs_the_model_when_its_items_hold_the_item(monkeypatch):
     assert not request(CONCAT, only={"gqa"}).runs_model
     monkeypatch.setattr(transformers_extra, "problem", lambda: "transformers is not installed")
     assert not request(CONCAT, only={item.ITEM}).runs_model
+
+
+def test_a_watch_hands_the_judge_the_verdict_of_an_unchanged_file(monkeypatch, tmp_path):
+    """workflows.grading.grade with a watch's Verdicts: the first grade keeps nothing and is
+    heard; the next, the file unchanged, hands the judge real-model's verdict; a changed file
+    none."""
+    import io
+
+    from rich.console import Console
+
+    from graders.judge.result import GradeResult
+    from graders.judge.workers import GradeWorkers
+    from graders.workflows import grading as workflow
+    from tests.grading import NoWorkers
+
+    path = tmp_path / "kv_cache.py"
+    path.write_text("x = 1\n")
+    monkeypatch.chdir(tmp_path)
+    verdict = ItemResult("real-model", "L6+", "pass", 10.0, 10.0, "7 generate runs")
+    handed = []
+
+    def judge(request, workers, on_item=None, kept=None):
+        handed.append(dict(kept or {}))
+        workers.close()
+        on_item(verdict)
+        return GradeResult.from_items(str(path), request.track, [verdict], None, hidden=False)
+
+    monkeypatch.setattr(GradeWorkers, "start",
+                        classmethod(lambda cls, request, ahead=False: NoWorkers(request)))
+    monkeypatch.setattr("graders.judge.grade.grade", judge)
+    verdicts, asked = workflow.Verdicts(), request(path, only={item.ITEM})
+    outputs = workflow.Outputs(shown="kv_cache.py", command="kata grade kv_cache.py")
+    for _ in range(2):
+        workflow.grade(lambda stderr=False: Console(file=io.StringIO()), asked, outputs,
+                       verdicts=verdicts)
+    path.write_text("x = 2\n")
+    workflow.grade(lambda stderr=False: Console(file=io.StringIO()), asked, outputs,
+                   verdicts=verdicts)
+    assert [list(kept) for kept in handed] == [[], [item.ITEM], []]
+    assert handed[1][item.ITEM].message == workflow.KEPT + "7 generate runs"
