@@ -26,11 +26,12 @@ def request(implementation: Path, tests: Path | None = None, *, track: Track | s
 
 def grade(implementation: Path, tests: Path | None = None, *,
           workers: GradeWorkers | None = None,
-          on_item: Callable[[ItemResult], None] | None = None, **settings) -> GradeResult:
+          on_item: Callable[[ItemResult], None] | None = None,
+          kept: dict[str, ItemResult] | None = None, **settings) -> GradeResult:
     """Grade `implementation` with `settings` (`request`'s), in `workers` when given (started
-    ahead, say), else in workers started here."""
+    ahead, say), else in workers started here; the items in `kept` taken as they are."""
     asked = request(implementation, tests, **settings)
-    return judge_grade(asked, workers or GradeWorkers.start(asked), on_item)
+    return judge_grade(asked, workers or GradeWorkers.start(asked), on_item, kept)
 
 
 class NoWorkers:
@@ -57,7 +58,7 @@ def stand_in(monkeypatch, fake: Callable[..., GradeResult]) -> None:
     """The judge replaced by `fake(request, on_item)` (closing the workers, as the judge does),
     and the workers by NoWorkers: no process starts. Every path to the judge is patched: its
     module's `grade` and the name grade-all imports."""
-    def judge(request, workers, on_item=None):
+    def judge(request, workers, on_item=None, kept=None):
         workers.close()
         return fake(request, on_item)
 

@@ -13,7 +13,7 @@ from benchmarks import bench
 from cli import app
 from graders.judge.isolation import GIB, Sandbox, SandboxUnavailable
 from graders.judge.request import DEFAULT_IMPORT_TIMEOUT
-from graders.shared import bundled
+from graders.shared import bundled, transformers_extra
 from tests.grading import grade, stand_in
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -44,9 +44,12 @@ def test_the_reference_grades_clean_with_exit_code_0(reference_run):
 def test_json_follows_the_contract(reference_run):
     _, report = reference_run
     assert set(report) == JSON_KEYS
-    # the reference implements section 8: L6+, its points beside the 100
-    assert report["level"] == "L6+" and report["hidden"] is False and report["partial"] is False
-    assert report["plus_score"] == report["plus_max_score"] == 30
+    # the reference implements section 8: L6+, its points beside the 100 (real-model's where
+    # transformers is here: else that item is not attempted, and the level stays L6)
+    model = transformers_extra.problem() is None
+    assert (report["level"] == ("L6+" if model else "L6") and report["hidden"] is False
+            and report["partial"] is False)
+    assert report["plus_max_score"] == 40 and report["plus_score"] == (40 if model else 30)
     assert report["isolation"] in {"bwrap", "process"}
     assert report["score"] == report["max_score"] == 100.0
     for item in report["items"]:
@@ -138,7 +141,8 @@ def test_the_report_fits_a_screen_and_closes_with_what_does_not_pass(
     closing = [line for line in shown["quiet"].splitlines() if not line.startswith("Not passing")]
     default = [line for line in shown["default"].splitlines() if not line.startswith("Not passing")]
     assert default[-len(closing):] == closing
-    failing = [i for i in graded[name].items if i.status != "pass"]
+    # the items listed one by one: L6+ not started is the group's one line (GradeResult.reported)
+    failing = [i for i in graded[name].reported if i.status != "pass"]
     unwrapped = " ".join(shown["default"].split())
     for item in failing:
         assert " ".join(item.message.split()) in unwrapped, f"{item.id}'s message, whole"

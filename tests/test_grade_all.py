@@ -23,6 +23,7 @@ import pytest
 
 from graders.judge.result import GradeResult, ItemResult, TellResult
 from graders.judge.request import GradeRequest
+from graders.shared import transformers_extra
 from graders.shared.rubric import load
 from graders.shared.tracks import DENSE, SERVING
 from graders.workflows import batch
@@ -115,11 +116,14 @@ def test_every_outcome_comes_back_in_order_in_bounded_time(run):
 @pytest.mark.slow
 def test_each_submission_gets_its_own_grade(run):
     graded = results(run)
-    assert graded["alice"].level == "L6" and graded["alice"].passed
+    # the reference implements section 8: L6+, where transformers lets real-model run
+    assert graded["alice"].level == ("L6+" if transformers_extra.problem() is None else "L6")
+    assert graded["alice"].passed
     assert graded["bob"].level == "L5"
     assert [t.id for t in graded["bob"].tells if t.detected] == ["concat-every-step"]
-    assert {i.status for i in graded["carol"].items} == {"timeout"}
-    assert {i.status for i in graded["dave"].items} == {"error"}
+    for name, status in (("carol", "timeout"), ("dave", "error")):  # L6+ not started after it
+        assert {i.status for i in graded[name].items if i.level != "L6+"} == {status}
+        assert {i.status for i in graded[name].items if i.level == "L6+"} == {"not_attempted"}
     assert {i.status for i in graded["team/erin"].items} == {"not_attempted"}
 
 

@@ -561,8 +561,8 @@ def test_an_unchanged_test_file_keeps_its_own_tests_verdict_across_saves(tmp_pat
     assert kept.covers(ws / "test_kv_cache.py") and last.event["level"] == "L6"
     write_level(ws, "L6", note="kv_cache.py alone changes")
     again = verbs.save(ws, clock=clock, own_tests=kept)
-    # L6 reached opened L6+: graded with its 3 items too, kv_cache.py's 21 (own-tests kept)
-    assert "own-tests" not in graded[-1] and len(graded[-1]) == 21
+    # L6 reached opened L6+: graded with its 4 items too, kv_cache.py's 22 (own-tests kept)
+    assert "own-tests" not in graded[-1] and len(graded[-1]) == 22
     own = next(i for i in again.result.items if i.id == "own-tests")
     assert own.status == "pass" and graded_l5.event["snapshot"].startswith("002-")
     assert own.message == f"as graded at {graded_l5.event['snapshot']} (the test file is " \
@@ -681,7 +681,7 @@ def test_a_ctrl_c_during_the_final_grade_ends_the_session_with_what_it_has(tmp_p
         writes.append(signal.getsignal(signal.SIGINT)), original_save(w, r)))
     stand_in(monkeypatch, interrupted_after(5))
     clock.advance(60)
-    with pytest.raises(verbs.Interrupted, match="after 5 of 22 items") as caught:
+    with pytest.raises(verbs.Interrupted, match="after 5 of 23 items") as caught:
         verbs.end(ws, clock=clock)
     assert writes == [signal.SIG_IGN]  # a third Ctrl-C cannot cut the record's write
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # and then restored
@@ -696,7 +696,7 @@ def test_a_ctrl_c_during_the_final_grade_ends_the_session_with_what_it_has(tmp_p
     assert final["implementation"] == f"{saved.event['snapshot']}/kv_cache.py"
     assert verbs.end(ws, clock=clock) == ended  # ended: idempotent, nothing graded again
     shown = "\n".join(review.lines(ended, ws))
-    assert "interrupted (Ctrl-C) after 5 of 22 items, 10/27 points on those; no level" in shown
+    assert "interrupted (Ctrl-C) after 5 of 23 items, 10/27 points on those; no level" in shown
     assert (f"kata grade --hidden --seed {final['seed']} "
             f"{ws / '.kata' / saved.event['snapshot'] / 'kv_cache.py'}") in shown
     assert "interrupted (Ctrl-C)" in review.markdown(ended, ws)
@@ -710,7 +710,7 @@ def test_the_end_verb_interrupted_exits_130_with_the_report_and_no_traceback(tmp
     out_console, out = console()
     assert commands.end(out_console, ws) == commands.INTERRUPTED == 130
     shown = out.getvalue()
-    assert "the final grade was interrupted (Ctrl-C) after 0 of 22 items" in shown
+    assert "the final grade was interrupted (Ctrl-C) after 0 of 23 items" in shown
     assert "Time to each level" in shown and "Traceback" not in shown
     assert verbs.load(ws)["ended"] is not None
 

@@ -62,7 +62,7 @@ def test_a_relative_path_with_its_tests_beside_it_grades_as_the_cli_does(folder)
 def test_a_full_grade_has_a_level_score_and_items(folder):
     graded = kvkata.grade("starter_kv_cache.py")
     assert graded.level == "below L4" and graded.score == 0 and graded.max_score == 100
-    assert {i.status for i in graded.items} == {"not_attempted"} and len(graded.items) == 22
+    assert {i.status for i in graded.items} == {"not_attempted"} and len(graded.items) == 23
     assert repr(graded) == "<kvkata.Grade starter_kv_cache.py: below L4, 0/100 points>"
 
 

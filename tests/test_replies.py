@@ -192,3 +192,51 @@ def test_an_exception_s_cache_state_within_its_bounds_comes_back_as_sent(cache):
 def test_an_exception_s_cache_state_past_its_bounds_is_malformed(cache):
     with pytest.raises(replies.MalformedReply, match="cache"):
         only_result({"op": "append"}, raised_on(cache))
+
+
+# The real-model item's generations (graders.worker.real_model): shapes from the operation.
+def _generation_op(mode="greedy", batch=2, prompt=5, new=4, beams=3):
+    return {"op": "real_model", "input_ids": torch.zeros(batch, prompt, dtype=torch.int64),
+            "mode": mode, "new_tokens": new, "beams": beams,
+            "model": {"config": {"vocab_size": 128}}}
+
+
+def _generation_reply(op, rows=None, **changes):
+    batch, prompt = op["input_ids"].shape
+    rows = rows or batch * (op["beams"] if op["mode"] == "beam" else 1)
+    reply = {"sequences": torch.zeros(batch, prompt + op["new_tokens"], dtype=torch.int64),
+             "logits": torch.zeros(op["new_tokens"], rows, 128),
+             "calls": {name: 1 for name in ("append", "attend", "attend_chunk", "reorder",
+                                            "truncate")}}
+    return {**reply, **changes}
+
+
+def test_a_generation_reply_is_checked_against_the_operation():
+    op = _generation_op()
+    assert replies._ok(_generation_reply(op), op, "r")["logits"].shape == (4, 2, 128)
+    beam = _generation_op("beam")
+    assert replies._ok(_generation_reply(beam), beam, "r")["logits"].shape == (4, 6, 128)
+    malformed = [
+        _generation_reply(op, rows=3),  # rows the operation did not ask for
+        _generation_reply(op, logits=torch.zeros(4, 2, 128, dtype=torch.float64)),
+        _generation_reply(op, sequences=torch.zeros(2, 8, dtype=torch.int64)),
+        {**_generation_reply(op), "extra": 1},
+        _generation_reply(op, calls={"append": -1}),
+        _generation_reply(op, calls={"append": 1, "attend": 1, "attend_chunk": 1, "reorder": 1,
+                          "truncate": 1, "forged": 2}),
+        {"missing": ["os.system"]},
+        {"missing": []},
+        {"mismatch": 7, "calls": _generation_reply(op)["calls"]},
+    ]
+    for reply in malformed:
+        with pytest.raises(replies.MalformedReply):
+            replies._ok(reply, op, "r")
+    reference = {**op, "op": "real_model_reference"}
+    with pytest.raises(replies.MalformedReply):  # a reference worker counts no calls
+        replies._ok(_generation_reply(op), reference, "r")
+    with pytest.raises(replies.MalformedReply):  # nor says a file lacks names: it has none
+        replies._ok({"missing": ["truncate"]}, reference, "r")
+    calls = _generation_reply(op)["calls"]
+    long = replies._ok({"mismatch": "x" * 10_000, "calls": calls}, op, "r")
+    assert len(long["mismatch"]) < 2_100
+    assert replies._ok({"missing": ["truncate", "truncate"]}, op, "r") == {"missing": ["truncate"]}

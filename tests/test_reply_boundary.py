@@ -47,7 +47,17 @@ def plan_with_every_operation() -> Plan:
     plan.beam_search({}, torch.zeros(3, dtype=torch.int64), beams=2, steps=4, n_heads=1,
                      n_kv_heads=1, head_dim=4, rope_base=1e4)
     plan.drive_scheduler(WORKLOAD, max_steps=8)
+    plan.real_model(GENERATION)
+    plan.real_model_reference(GENERATION)
     return plan
+
+
+# The real-model item's generate: 1 row, a prompt of 2 tokens, 3 new (graders.worker.real_model).
+GENERATION = {"model": {"config": {"vocab_size": 8}, "weights": {}},
+              "input_ids": torch.ones(1, 2, dtype=torch.int64),
+              "attention_mask": torch.ones(1, 2, dtype=torch.int64), "mode": "greedy",
+              "attention": "model", "new_tokens": 3, "beams": 1}
+GENERATED = {"sequences": torch.ones(1, 5, dtype=torch.int64), "logits": torch.zeros(3, 1, 8)}
 
 
 # The batching track's drive_scheduler: one request of one token, producing one.
@@ -76,6 +86,9 @@ def good_results() -> list[dict]:
         {"ok": {"steps": [{"at": 0, "batch": [["a", 0, 1, [0]]], "produced": {"a": 5},
                            "finished": ["a"], "free_after_schedule": 3, "free_after_update": 4}],
                 "adds": [{"id": "a", "at": 0}], "error": None, "stalled": False}},
+        {"ok": {**GENERATED, "calls": {name: 1 for name in ("append", "attend", "attend_chunk",
+                                                            "reorder", "truncate")}}},
+        {"ok": GENERATED},
     ]
 
 

@@ -213,6 +213,11 @@ def test_int8_attention_just_inside_the_bound_passes_and_just_outside_fails(fact
         quantized_kv._check(results, pools)
 
 
+# Tolerances pinned in a test of their own: real-model's logits need transformers, and its
+# measurement runs generate (tests/test_real_model.py holds the band and the bound).
+PINNED_ELSEWHERE = {"real_model.LOGITS": (1e-4, 1e-4)}
+
+
 def test_every_tolerance_an_item_holds_is_one_pinned_here():
     pinned = {(kind.atol, kind.rtol) for kind in KINDS}
     held = {}
@@ -222,6 +227,8 @@ def test_every_tolerance_an_item_holds_is_one_pinned_here():
             for name, value in vars(module).items():
                 if isinstance(value, Tolerance):
                     held[f"{info.name}.{name}"] = (value.atol, value.rtol)
+    for name, bound in PINNED_ELSEWHERE.items():
+        assert held.pop(name) == bound, name
     assert held and all(bound in pinned for bound in held.values()), held
     assert {(t.atol, t.rtol) for t in TOLERANCE.values()} <= pinned
 

@@ -186,10 +186,16 @@ def test_a_printed_solution_passes_every_item_with_the_hidden_graders(venv, empt
         (empty / file).write_bytes(printed.stdout)
     done = kata(venv, empty, "grade", "ref.py", "--hidden", "--json", "ref.json",
                 *INTERVIEWERS_SANDBOX)
-    assert done.returncode == 0 and clean(done), text(done)
     graded = report(empty / "ref.json")
+    # The bare venv has no transformers: real-model is not attempted, saying what to install
+    # (exit 1, as for any item not passed), and the level stops at L6.
+    statuses = {item["id"]: item for item in graded["items"]}
+    model = statuses.pop("real-model")
+    assert model["status"] == "not_attempted", model
+    assert "pip install 'kvkata[real-model]'" in model["message"], model
+    assert {item["status"] for item in statuses.values()} == {"pass"}, text(done)
+    assert done.returncode == 1 and clean(done), text(done)
     assert graded["level"] == "L6" and graded["hidden"] is True
-    assert graded["score"] == graded["max_score"] == 100
 
 
 @pytest.mark.parametrize("track, workspace_file, solution", [
@@ -249,6 +255,14 @@ def test_bench_measures_the_installed_solutions_without_the_bench_extra(venv, em
     (planned,) = [line for line in dry.stdout.decode().splitlines() if line.startswith("Would")]
     assert "transformers-" in planned and "matplotlib-" in planned, planned
     assert "kvkata-" not in planned, "the hint would reinstall the kata"
+
+
+def test_the_real_model_install_line_resolves_from_the_wheel(venv, empty):
+    """The line real-model prints where transformers is absent installs transformers alone."""
+    dry = run([venv / "bin" / "python", "-m", "pip", "install", "--dry-run",
+               "kvkata[real-model]"], cwd=empty)
+    (planned,) = [line for line in dry.stdout.decode().splitlines() if line.startswith("Would")]
+    assert "transformers-5." in planned and "kvkata-" not in planned, planned
 
 
 def test_a_file_missing_from_the_installation_is_one_line_and_exit_4(venv, empty):

@@ -119,7 +119,7 @@ class NextWorkers:
             return None
         if with_tests and self.tests_worker is not None:
             workers = GradeWorkers(workers.implementation, self.tests, self.tests_worker,
-                                   workers.isolation)
+                                   workers.isolation, workers.model, workers.reference)
             self.tests_worker = None
         return workers if workers.go() else None
 

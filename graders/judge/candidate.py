@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 from graders.judge.isolation import limit_reached
-from graders.judge.workers import Worker
+from graders.judge.workers import GradeWorkers, Worker
 from graders.shared.plans import (MEASURED_TIME, CandidateError, CandidateTimeout, NotAttempted, Plan,
                            Raised, Results, Tell)
 from graders.shared.untrusted import clip
@@ -24,19 +24,27 @@ class Candidate:
     """One implementation under grading, reached only through its worker process.
 
     `tests` is the candidate's own test file (or None) and `test_worker` the worker that runs it.
+    `model_worker` runs the implementation beside transformers, `reference_worker` transformers
+    alone (the real-model item's two workers; None where a caller gave none).
     """
 
     def __init__(self, worker: Worker, timeout: float, tests: Path | None = None,
-                 test_worker: Worker | None = None):
+                 test_worker: Worker | None = None, model_worker: Worker | None = None,
+                 reference_worker: Worker | None = None):
         self.worker = worker
         self.timeout = timeout
         self.tests = tests
         self.test_worker = test_worker
+        self.model_worker = model_worker
+        self.reference_worker = reference_worker
         self.tells: list[Tell] = []
 
-    def run(self, plan: Plan) -> Results:
+    def run(self, plan: Plan, *, beside_model: bool = False) -> Results:
+        """The plan's results from the implementation's worker, or with `beside_model` from the
+        worker that runs it beside transformers (the real-model item's)."""
+        worker = self._model_workers()[0] if beside_model else self.worker
         timeout = self.timeout * (MEASURED_TIME if plan.measured else 1)
-        reply = self.worker.run([{"plan": {"ops": plan.ops}}], timeout)[0]
+        reply = worker.run([{"plan": {"ops": plan.ops}}], timeout)[0]
         if reply.status == "timeout":
             raise CandidateTimeout(f"the implementation {reply.detail}")
         if reply.malformed:
@@ -58,6 +66,32 @@ class Candidate:
         if len(results.values) < len(plan.ops):
             raise CandidateError("the plan stopped early")  # only after an exception, raised above
         return results
+
+    def reference(self, plan: Plan) -> list:
+        """The values of a plan run where no candidate code is (the reference worker): what goes
+        wrong there is the kata's fault, never the candidate's (RuntimeError)."""
+        reply = self._model_workers()[1].run([{"plan": {"ops": plan.ops}}], self.timeout)[0]
+        if reply.status != "done" or "error" in reply.body:
+            raise RuntimeError(f"the reference worker failed: {reply.status} {reply.detail}"
+                               f"{reply.body.get('error', '') if reply.body else ''}")
+        values = []
+        for result in reply.body["results"]:
+            if "raised" in result:
+                raise RuntimeError(f"the reference worker raised {result['raised']['type']}: "
+                                   f"{result['raised']['message']}")
+            values.append(result["ok"])
+        return values
+
+    def _model_workers(self):
+        """The real-model item's two workers; made like the implementation's worker where the
+        caller gave none (a Candidate built by hand), and ended with it."""
+        if self.model_worker is None or self.reference_worker is None:
+            base = self.worker
+            self.model_worker, self.reference_worker = GradeWorkers.model_workers(
+                Path(base.path), base.module, base.isolation, _Sandboxed(base.limits),
+                base.import_timeout)
+            base.companions += [self.model_worker, self.reference_worker]
+        return self.model_worker, self.reference_worker
 
     def tell(self, tell_id: str, detected: bool, message: str) -> None:
         self.tells.append(Tell(tell_id, detected, message))
@@ -86,6 +120,16 @@ class Candidate:
                 f"{call} raised {raised['type']}: {raised['message']}{where}{grow}",
                 signature=(str(raised["type"]), str(raised["message"]), where))
         return Raised(raised["type"], raised["message"], tuple(raised["lineage"]))
+
+
+class _Sandboxed:
+    """What GradeWorkers.model_workers reads of a sandbox: the limits a worker already has."""
+
+    def __init__(self, limits: Limits):
+        self._limits = limits
+
+    def limits(self) -> Limits:
+        return self._limits
 
 
 def last_candidate_line(traceback_text: str) -> str:

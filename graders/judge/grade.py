@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from types import ModuleType
-from typing import Callable
+from typing import Callable, Mapping
 
 import torch
 
@@ -108,7 +108,8 @@ def _load_private(path: Path) -> ModuleType:
 
 
 def grade(request: GradeRequest, workers: GradeWorkers,
-          on_item: Callable[[ItemResult], None] | None = None) -> GradeResult:
+          on_item: Callable[[ItemResult], None] | None = None,
+          kept: Mapping[str, ItemResult] | None = None) -> GradeResult:
     """Grade `request` (graders.judge.request.GradeRequest) in `workers`, started for it
     (GradeWorkers.start(request), by the caller: before it imports torch, or ahead of the
     grade); the judge uses them and closes them, whatever happens.
@@ -121,7 +122,9 @@ def grade(request: GradeRequest, workers: GradeWorkers,
     and are heard of last (unless `exitfirst`: then in their turn). The order changes no item's
     checks or cases (each draws its own, from its own seeds); it decides only which items
     `exitfirst` leaves out, and which the budget of MAX_TIMEOUTS hangs leaves unrun. The items
-    not graded when the time budget is spent are timeouts.
+    not graded when the time budget is spent are timeouts. `kept`: results of items not to run
+    again, taken as they are (`kata grade --watch` keeps the real-model item's verdict while
+    the implementation's bytes are unchanged).
     Returns only once every process the candidate's code started is gone.
     A hidden run also records how much of the file matches each bundled solution of the track
     (graders.judge.similarity): information for the interviewer, which no status or level uses.
@@ -141,9 +144,9 @@ def grade(request: GradeRequest, workers: GradeWorkers,
         torch.set_num_threads(1)
         with hidden_cases.run_seed(seed) if hidden else nullcontext():
             candidate = Candidate(workers.implementation, request.timeout, workers.tests,
-                                  workers.test_worker)
+                                  workers.test_worker, workers.model, workers.reference)
             results, broke = _run_items(candidate, items, graders, request.exitfirst, on_item,
-                                        spent)
+                                        spent, kept or {})
     finally:
         workers.close()
         reap_strays()  # nothing the candidate started outlives the grade
@@ -175,8 +178,9 @@ def _graders(hidden: bool, extra_graders: Path | None, track: tracks.Track) -> l
 
 def _run_items(candidate: Candidate, items: list[rubric_data.Item], graders: list[Grader],
                exitfirst: bool, on_item: Callable[[ItemResult], None] | None,
-               spent: Budget) -> tuple[list[ItemResult], bool]:
-    """Each item's outcome, in the order run, and whether a grader broke."""
+               spent: Budget, kept: Mapping[str, ItemResult]) -> tuple[list[ItemResult], bool]:
+    """Each item's outcome, in the order run (those in `kept` taken as they are), and whether a
+    grader broke."""
     results, broke, unavailable, timeouts = [], False, None, 0
     first_raised: dict[tuple, str] = {}  # an exception's signature -> the first item it failed
     with ThreadPoolExecutor(1) as beside:
@@ -187,7 +191,9 @@ def _run_items(candidate: Candidate, items: list[rubric_data.Item], graders: lis
         for item in items:
             item_graders = [g for g in graders if g.item == item.id]
             ran_beside = early is not None and item.id == tracks.TESTS_ITEM
-            if item.level == rubric_data.PLUS and not _implementation_passed(results):
+            if item.id in kept:
+                result = kept[item.id]
+            elif item.level == rubric_data.PLUS and not _implementation_passed(results):
                 result = _result(item, "not_attempted", BEFORE_PLUS)
             elif unavailable is not None:
                 result = _not_run(item, unavailable)

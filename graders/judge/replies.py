@@ -24,7 +24,7 @@ from typing import get_args
 import torch
 
 from graders.shared.untrusted import clip
-from graders.worker import batching, frames, wire
+from graders.worker import batching, frames, real_model, wire
 
 # The status frame of each request, after its "status", "index" and "batch": key -> types.
 _NUMBER = (int, float)
@@ -201,6 +201,8 @@ def _ok(value, op: dict, what: str):
         return _beams(value, op, what)
     if kind == "drive_scheduler":
         return drive_trace(value, op["workload"], op["max_steps"], what)
+    if kind in ("real_model", "real_model_reference"):
+        return _generation(value, op, what, kind == "real_model")
     raise MalformedReply(f"{what}: the judge knows no operation {_shown(kind)}")
 
 
@@ -253,6 +255,46 @@ def _beams(value, op: dict, what: str) -> dict:
             raise MalformedReply(f"{what}'s {name} is {_shown(tensor)}, not a {kinds} tensor "
                                  f"{list(shape)}")
     return fields
+
+
+def _generation(value, op: dict, what: str, candidate: bool) -> dict:
+    """A real-model generation (graders.worker.real_model): sequences int64 [B, P + N] and
+    logits float32 [N, rows, vocab], both the shapes the operation asked for, with the count of
+    each contract call (the candidate's worker only); or, from the candidate's worker, the
+    names its file lacks, or the mismatch the adapter found (text, clipped) with the counts."""
+    fields = _dict(value, what)
+    if candidate and "missing" in fields:
+        _keys(fields, {"missing"}, what)
+        names = _typed(fields["missing"], list, f"{what}'s missing names")
+        if not names or not all(name in real_model.NEEDS for name in names):
+            raise MalformedReply(f"{what} names missing functions {_shown(names)}")
+        return {"missing": list(dict.fromkeys(names))}
+    counted = {"calls"} if candidate else set()
+    if candidate and "mismatch" in fields:
+        _keys(fields, {"mismatch", "calls"}, what)
+        return {"mismatch": clip(_typed(fields["mismatch"], str, f"{what}'s mismatch")),
+                "calls": _calls(fields["calls"], what)}
+    _keys(fields, {"sequences", "logits"} | counted, what)
+    batch, prompt = op["input_ids"].shape
+    rows = batch * (op["beams"] if op["mode"] == "beam" else 1)
+    shapes = {"sequences": (torch.int64, (batch, prompt + op["new_tokens"])),
+              "logits": (torch.float32, (op["new_tokens"], rows, op["model"]["config"]["vocab_size"]))}
+    for name, (dtype, shape) in shapes.items():
+        tensor = fields[name]
+        if type(tensor) is not torch.Tensor or tensor.dtype != dtype or tuple(tensor.shape) != shape:
+            raise MalformedReply(f"{what}'s {name} is {_shown(tensor)}, not a "
+                                 f"{str(dtype).removeprefix('torch.')} tensor {list(shape)}")
+    checked = {"sequences": fields["sequences"], "logits": fields["logits"]}
+    if candidate:
+        checked["calls"] = _calls(fields["calls"], what)
+    return checked
+
+
+def _calls(value, what: str) -> dict:
+    """How many times the adapter called each contract function: a count for each name."""
+    calls = _dict(value, f"{what}'s calls")
+    _keys(calls, set(real_model.COUNTED), f"{what}'s calls")
+    return {name: _count(n, f"{what}'s calls") for name, n in calls.items()}
 
 
 TRACE_KEYS = {"steps", "adds", "error", "stalled"}

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from graders.judge.isolation import Sandbox
 from graders.shared import rubric as rubric_data
+from graders.shared import transformers_extra
 from graders.shared.tracks import DENSE, Track
 
 DEFAULT_TIMEOUT = 10.0  # CPU seconds one batch of the candidate's calls may take (--timeout)
@@ -85,6 +86,13 @@ class GradeRequest:
         """The test file the grade runs (absolute), None when it runs none: the file its tests
         worker holds."""
         return Path(self.tests).absolute() if self.runs_tests else None
+
+    @property
+    def runs_model(self) -> bool:
+        """Whether the grade runs the real-model item, and transformers is here to run it: its
+        two workers then start with the others (graders.judge.workers.GradeWorkers.start)."""
+        return (self.track.runs_model({i.id for i in self.items})
+                and transformers_extra.problem() is None)
 
     def selecting(self, only: frozenset[str] | None, first: frozenset[str]) -> GradeRequest:
         """The same grade of the items `only`, `first` run first (graders.workflows.last_failed)."""

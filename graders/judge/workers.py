@@ -78,21 +78,23 @@ class WorkerUnavailable(Exception):
 
 
 class Worker:
-    """A worker in mode "implementation" (serves plans) or "tests" (runs pytest files).
+    """A worker in mode "implementation" (serves plans), "tests" (runs pytest files) or
+    "reference" (serves plans with no candidate code: the real-model item's DynamicCache runs).
 
     `isolation` is "bwrap" or "process" (`graders.judge.isolation`); `files` are what it may read
     besides the Python environment (the implementation, the candidate's test file); `limits`
-    are its rlimits.
+    are its rlimits. `preload`: it imports transformers before the implementation (the
+    real-model item's worker, graders.worker.real_model).
     """
 
     def __init__(self, mode: str, path: str | None = None, *, import_timeout: float = DEFAULT_IMPORT_TIMEOUT,
                  module: str = "kv_cache",
                  isolation: str = "process", limits: Limits = Limits(), files=(),
-                 ahead: bool = False):
+                 ahead: bool = False, preload: bool = False):
         """`path` is imported as `module`; with `ahead`, only once `go()` is called (the worker
         is started before the files it reads are saved)."""
         self.mode, self.path, self.import_timeout = mode, path, import_timeout
-        self.module, self.ahead = module, ahead
+        self.module, self.ahead, self.preload = module, ahead, preload
         self.isolation, self.limits, self.files = isolation, limits, list(files)
         self._pid: int | None = None
         self._proc: subprocess.Popen | None = None  # None when forked by the spawner
@@ -102,6 +104,7 @@ class Worker:
         self._ready = False
         self._output = OutputTail()
         self.budget: Budget | None = None  # the grade's time as a whole, when it has one
+        self.companions: list[Worker] = []  # workers made for this one's grade, ended with it
 
     def start(self) -> "Worker":
         """Start the process (its torch import begins at once; the first request waits for
@@ -155,7 +158,7 @@ class Worker:
         frames.write_json(self._in, {
             "mode": self.mode, "path": self._seen_as(self.path), "module": self.module,
             "named": folder and self.path,
-            "limits": self.limits.to_dict(), "wait": self.ahead,
+            "limits": self.limits.to_dict(), "wait": self.ahead, "preload": self.preload,
             "import_seconds": self.import_timeout, "kata_roots": kata_roots,
             "user": folder and folder.user, "home": folder and str(folder.home)})
 
@@ -212,8 +215,10 @@ class Worker:
 
     def close(self) -> None:
         """End the worker: nothing in it needs a clean exit, so it is killed outright, with
-        every process it started."""
+        every process it started; and its companions."""
         self._discard()
+        for companion in self.companions:
+            companion.close()
 
     def _read_reply(self, index: int, batch: str, request: dict, deadline: float) -> Reply:
         """The reply to request `index` of `batch`. MalformedReply when the worker's stream is
@@ -226,7 +231,7 @@ class Worker:
             frame = replies.read(self._out, deadline, frames.REPLIES)
             try:
                 reply = replies.result(replies.decode(frame), index, batch)
-                if self.mode == "implementation":
+                if self.mode in ("implementation", "reference"):
                     return Reply("done", replies.plan_reply(reply, request["plan"]["ops"]))
                 return Reply("done", replies.tests_reply(reply))
             except replies.MalformedReply as exc:
@@ -319,7 +324,10 @@ class Worker:
 class GradeWorkers:
     """The processes one grade runs the candidate's code in: the implementation's worker and,
     when the candidate's tests are run, the tests' worker (`tests` the test file); `isolation`
-    says how they are walled off ("bwrap" or "process").
+    says how they are walled off ("bwrap" or "process"). The real-model item runs in two more:
+    `model`, the implementation again beside transformers, and `reference`, transformers alone
+    (graders.worker.real_model); each starts with the grade when the item is to run, else at
+    its first request.
 
     Each is a sandbox of its own, holding its own file alone: the candidate's tests, which the
     judge hands the reference's source, share no /tmp and no process with the implementation
@@ -329,33 +337,56 @@ class GradeWorkers:
     tests: Path | None
     test_worker: Worker | None
     isolation: str
+    model: Worker | None = None
+    reference: Worker | None = None
 
     @classmethod
     def start(cls, request: GradeRequest, ahead: bool = False) -> "GradeWorkers":
         """Start the workers `request` needs: the implementation's (its file imported as the
-        track's module) and, when the grade runs the candidate's tests, the tests' worker. The
-        one place a grade's workers start; the judge only uses and closes them. Needs no torch:
-        a caller that has not imported it yet starts the workers first, and its own import
-        overlaps theirs. SandboxUnavailable when the request's sandbox cannot be had.
+        track's module), the tests' worker when the grade runs the candidate's tests, and the
+        real-model item's two when it runs the model (their imports of transformers overlap the
+        other items; made either way, unstarted, for a grader that asks for them). The one place
+        a grade's workers start; the judge only uses and closes them. Needs no torch: a caller
+        that has not imported it yet starts the workers first, and its own import overlaps
+        theirs. SandboxUnavailable when the request's sandbox cannot be had.
 
         `ahead`: for a grade that has not begun (`kata grade --watch` starts the next grade's
         workers while the files are edited); they read the files as they are at `go()`."""
         sandbox, tests = request.sandbox, request.tests_run
         implementation = Path(request.implementation).absolute()
+        module, import_timeout = request.track.module, request.import_timeout
         # Inside warm_workers() (the test suite, trusted batches) "auto" takes the process
         # fallback, whose workers fork from a warm process; "require" still means bubblewrap.
         mode = "process" if sandbox.mode == "auto" and warm() else sandbox.resolve()
-        worker = Worker("implementation", str(implementation),
-                        import_timeout=request.import_timeout, module=request.track.module,
-                        isolation=mode, limits=sandbox.limits(), files=[implementation],
-                        ahead=ahead).start()
+        worker = Worker("implementation", str(implementation), import_timeout=import_timeout,
+                        module=module, isolation=mode, limits=sandbox.limits(),
+                        files=[implementation], ahead=ahead).start()
+        started = [worker]
         try:
             test_worker = (Worker("tests", isolation=mode, limits=sandbox.limits(), files=[tests],
                                   ahead=ahead).start() if tests else None)
+            started.append(test_worker)
+            model, reference = cls.model_workers(implementation, module, mode, sandbox,
+                                                 import_timeout, ahead and request.runs_model)
+            if request.runs_model:
+                started += [model.start(), reference.start()]
         except BaseException:
-            worker.close()
+            for started_worker in started:
+                if started_worker:
+                    started_worker.close()
             raise
-        return cls(worker, tests, test_worker, mode)
+        return cls(worker, tests, test_worker, mode, model, reference)
+
+    @staticmethod
+    def model_workers(implementation: Path, module: str, mode: str, sandbox: isolation.Sandbox,
+                      import_timeout: float, ahead: bool = False) -> tuple[Worker, Worker]:
+        """The real-model item's two workers, not started: the implementation beside
+        transformers, and transformers alone. One not started `ahead` reads the file when its
+        first request starts it."""
+        model = Worker("implementation", str(implementation), import_timeout=import_timeout,
+                       module=module, isolation=mode, limits=sandbox.limits(),
+                       files=[implementation], ahead=ahead, preload=True)
+        return model, Worker("reference", isolation=mode, limits=sandbox.limits())
 
     def fits(self, request: GradeRequest) -> bool:
         """Whether these workers are the ones `request` needs: a tests worker exactly when it
@@ -365,9 +396,8 @@ class GradeWorkers:
 
     def limit_to(self, budget: "Budget") -> None:
         """From now on, neither worker runs the candidate's code past `budget`."""
-        for worker in (self.implementation, self.test_worker):
-            if worker:
-                worker.budget = budget
+        for worker in self._all():
+            worker.budget = budget
 
     def go(self) -> bool:
         """Workers started `ahead`: their grade begins, with the files as they are now. False,
@@ -376,15 +406,20 @@ class GradeWorkers:
             for worker in (self.implementation, self.test_worker):
                 if worker:
                     worker.go()
+            if self.model is not None and self.model.ahead:  # started with the grade's others
+                self.model.go()
         except OSError:
             self.close()
             return False
         return True
 
     def close(self) -> None:
-        self.implementation.close()
-        if self.test_worker:
-            self.test_worker.close()
+        for worker in self._all():
+            worker.close()
+
+    def _all(self) -> list[Worker]:
+        return [w for w in (self.implementation, self.test_worker, self.model, self.reference)
+                if w is not None]
 
 
 class OutputTail:

@@ -153,6 +153,17 @@ class Plan:
                          n_heads=n_heads, n_kv_heads=n_kv_heads, head_dim=head_dim,
                          rope_base=rope_base)
 
+    def real_model(self, run: dict) -> int:
+        """generate of a tiny transformers Llama through the candidate's cache: `run` holds
+        the operation's fields (graders.worker.real_model); its result is the sequences, the
+        logits and the count of each contract call, or the names the file lacks, or how the
+        cache stopped holding what the model wrote."""
+        return self._add("real_model", **run)
+
+    def real_model_reference(self, run: dict) -> int:
+        """The same generation with transformers' DynamicCache, for the reference worker."""
+        return self._add("real_model_reference", **run)
+
     def drive_scheduler(self, workload: dict, max_steps: int) -> int:
         """The batching track: the candidate's Scheduler driven on `workload` (plain data, the
         oracle included) for at most `max_steps` steps; its result is the trace

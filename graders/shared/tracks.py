@@ -35,12 +35,18 @@ class Track:
         own-tests item does, so a run without it starts no worker for them."""
         return self.tests is not None and TESTS_ITEM in item_ids
 
+    def runs_model(self, item_ids) -> bool:
+        """Whether grading the items `item_ids` runs the real-model item, whose two workers
+        then start with the grade (graders.judge.workers.GradeWorkers)."""
+        return self.levels and MODEL_ITEM in item_ids
+
     def owns(self, item_level: str) -> bool:
         """Whether a rubric item whose `level` field reads `item_level` belongs to this track."""
         return item_level == self.section if self.section else item_level not in SECTIONS
 
 
 TESTS_ITEM = "own-tests"  # the rubric item that runs the candidate's own tests
+MODEL_ITEM = "real-model"  # the rubric item that runs the candidate's cache inside transformers
 
 DENSE = Track("dense", "the levels", "kv_cache", "kv_cache.py", "test_kv_cache.py", levels=True,
               items="graders.dense.items")

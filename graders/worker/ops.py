@@ -31,6 +31,14 @@ The serving track's PagedKVCache (contract section 4) is reached with three gene
     get          obj, attr                   num_free_blocks or pool_bytes
     beam_search  weights, prompt, beams, steps, ...  -> tokens, beam_idx, scores (beam_search.py)
 
+The real-model item (contract section 8) runs generate of a tiny transformers Llama through
+the candidate's cache, and the same with transformers' DynamicCache in a worker holding no
+candidate code (graders.worker.real_model):
+
+    real_model            model, assistant, input_ids, attention_mask, mode, attention, ...
+                          -> sequences, logits, calls (or missing, or mismatch)
+    real_model_reference  the same fields -> sequences, logits
+
 The batching track's Scheduler (contract section 6) is driven whole, one workload an operation:
 
     drive_scheduler  workload, max_steps    -> the trace (graders.worker.batching.drive)
@@ -59,6 +67,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from graders.worker.batching import drive as _drive
 from graders.worker.beam_search import beam_search as _beam_search
 from graders.worker.layer import Layer
+from graders.worker.real_model import real_model as _real_model
+from graders.worker.real_model import reference as _real_model_reference
 from graders.worker.wire import TEXT_CHARS
 
 PROJECTIONS = ("wq", "wk", "wv")
@@ -566,4 +576,6 @@ _OPS = {
     "get": _get,
     "beam_search": _beam_search,
     "drive_scheduler": _drive_scheduler,
+    "real_model": _real_model,
+    "real_model_reference": lambda state, op: _real_model_reference(op),
 }

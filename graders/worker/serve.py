@@ -6,7 +6,9 @@
 It speaks `graders.worker.wire` frames on the stdin/stdout it was started with, moved to private file
 descriptors at start-up; the candidate's own prints land in stderr. It imports torch once, then
 the candidate's file (mode "implementation"; a worker started ahead of its grade, with "wait" in
-its hello, first waits for a "go" frame) or pytest (mode "tests"), and from then on acts as a
+its hello, first waits for a "go" frame; with "preload", transformers first, for the
+real-model item), pytest (mode "tests"), or no candidate code at all (mode "reference": the
+real-model item's DynamicCache generation), and from then on acts as a
 zygote: every request runs in a forked child, so a request that hangs, crashes, exits or wrecks
 the interpreter costs that request only. A request's time is CPU time (`limits.limit_cpu`: the
 kernel stops a child that used it up), and so is the import's (`limits.cpu_for_import`), so a
@@ -77,6 +79,10 @@ def serve(proto_in: int, proto_out: int) -> None:
     if hello["mode"] == "implementation":
         from graders.worker import ops
 
+        if hello.get("preload"):  # the real-model item's worker: transformers, before the file
+            from graders.worker import real_model
+
+            real_model.preload()
         if hello.get("wait"):  # started ahead of its grade: the file is there once "go" comes
             frames.read_frame(proto_in)
         limits.guard_imports(hello["kata_roots"])
@@ -89,6 +95,14 @@ def serve(proto_in: int, proto_out: int) -> None:
 
         def job(request):
             return {"results": ops.execute(module, request["plan"])}
+    elif hello["mode"] == "reference":  # no candidate code: transformers' own generation
+        from graders.worker import ops, real_model
+
+        real_model.preload()
+        limits.guard_imports(hello["kata_roots"])
+
+        def job(request):
+            return {"results": ops.execute(None, request["plan"])}
     else:
         import pytest  # noqa: F401 - imported once here, so forked children start with it loaded
 

@@ -14,6 +14,7 @@ imports overlap this process's own import of the judge.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Literal
@@ -29,6 +30,7 @@ from graders.shared.untrusted import file_name
 from graders.workflows import last_failed
 
 if TYPE_CHECKING:  # graders.judge.workers imports torch: a grade starts its workers first
+    from graders.judge.result import ItemResult
     from graders.judge.workers import GradeWorkers
 
 # make_console() prints to standard output, make_console(stderr=True) to standard error (cli.py's
@@ -76,16 +78,19 @@ def check_private_graders(folder: Path, track: tracks.Track) -> None:
 
 
 def grade(make_console: Consoles, request: GradeRequest, outputs: Outputs,
-          follow: Follow = "none", workers: GradeWorkers | None = None) -> int:
+          follow: Follow = "none", workers: GradeWorkers | None = None,
+          verdicts: Verdicts | None = None) -> int:
     """One grade, from `request` to written outputs: the items the record says to run
     (graders.workflows.last_failed, by `follow`), the workers started (or `workers`, started
     ahead, when they fit), the judge, the record of what did not pass, a line naming the files
     and the note of the record (not for the "quiet" and "brief" details), the report, the
-    files asked for."""
+    files asked for. `verdicts` (a --watch's): the results it keeps for the file as it is now
+    are taken as they are, and it hears of each item as the grade ends it."""
     from graders.judge.workers import GradeWorkers
 
     selection = _selection(request, follow)
     request = selection.apply(request)
+    kept = verdicts.kept(request.implementation) if verdicts else {}
     # The workers first: each imports torch while this process imports the judge, which does too.
     workers = _fitting(workers, request) or GradeWorkers.start(request)
     from graders.formats import report
@@ -103,8 +108,11 @@ def grade(make_console: Consoles, request: GradeRequest, outputs: Outputs,
 
         def advance(item) -> None:
             progress.update(task, advance=1, description=f"graded {item.id}")
+            if verdicts:
+                verdicts.hear(item)
 
-        result = replace(judge(request, workers, on_item=advance), implementation=outputs.shown)
+        result = replace(judge(request, workers, on_item=advance, kept=kept),
+                         implementation=outputs.shown)
 
     last_failed.record(request.implementation, result)
     if outputs.detail not in ("quiet", "brief"):
@@ -132,9 +140,10 @@ def watch(make_console: Consoles, request: GradeRequest, outputs: Outputs,
     from graders.workflows.watch import watch as watch_files
 
     ahead: list[GradeWorkers] = []  # the next grade's workers, at most one set
+    verdicts = Verdicts()  # the real-model item's verdict, while the file is unchanged
 
     def again() -> None:
-        grade(make_console, request, outputs, follow, ahead.pop() if ahead else None)
+        grade(make_console, request, outputs, follow, ahead.pop() if ahead else None, verdicts)
         ahead.append(GradeWorkers.start(_selection(request, follow).apply(request), ahead=True))
 
     make_console().print(Text(f"watching {request.implementation}"
@@ -146,6 +155,42 @@ def watch(make_console: Consoles, request: GradeRequest, outputs: Outputs,
     finally:
         for workers in ahead:
             workers.close()
+
+
+class Verdicts:
+    """The real-model item's last verdict in a `--watch`, and the implementation's bytes it was
+    given for: a save that leaves them as they were (the tests edited, the file saved again
+    unchanged) keeps it, instead of generating through the model again (seconds of a grade)."""
+
+    def __init__(self):
+        self.digest: str | None = None
+        self.result: ItemResult | None = None
+
+    def kept(self, implementation: Path) -> dict[str, ItemResult]:
+        """{item id: its result} to keep for a grade of `implementation` as it is now."""
+        now = _digest(implementation)
+        if self.result is None or now is None or now != self.digest:
+            self.digest, self.result = now, None
+            return {}
+        result = self.result
+        if not result.message.startswith(KEPT):
+            result = replace(result, message=KEPT + result.message)
+        return {result.id: result}
+
+    def hear(self, result: ItemResult) -> None:
+        """An item's result as the grade ends it: the real-model item's is kept for the next."""
+        if result.id == tracks.MODEL_ITEM and result.status in ("pass", "fail"):
+            self.result = result
+
+
+KEPT = "kept from the last grade (the file is unchanged): "
+
+
+def _digest(path: Path) -> str | None:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return None
 
 
 def _selection(request: GradeRequest, follow: Follow) -> last_failed.Selection:

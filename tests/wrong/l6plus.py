@@ -75,5 +75,5 @@ WRONG = [
         "chunk-without-causal-mask", "attend_chunk masks by lengths alone: every query of the "
         "chunk sees the whole chunk, the positions after its own included",
         replace=((_CAUSAL, "    visible = (slot < held[:, None])[:, None, :].expand(-1, t, -1).clone()\n"),),
-    ), fails={"chunk-causal-mask", "speculative-rollback", "sliding-window"}),
+    ), fails={"chunk-causal-mask", "speculative-rollback", "sliding-window", "real-model"}),
 ]
