@@ -108,7 +108,6 @@ def test_the_default_report_fits_a_screen_and_shows_every_failure_in_full(width,
     levels = flat("\n".join(lines[:lines.index(next(l for l in lines if "FAIL" in l))]))
     for level in ("L4", "L5", "L6"):
         items = [i for i in result.items if i.level == level]
-        passing = [i.id for i in items if i.status == "pass"]
         others = [i.id for i in items if i.status != "pass"]
         said = levels.split(f"{level} ", 1)[1].split(" L", 1)[0].removesuffix(";")  # "; L6+ not started"
         assert said.endswith(f"all pass but {', '.join(others)}" if others else "all pass"), said

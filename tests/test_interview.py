@@ -168,8 +168,8 @@ def test_once_l6_passes_an_l6_plus_stage_opens_with_its_prompt_and_section_8s_qu
         tmp_path, staged):
     clock, ws = Clock(), tmp_path / "ws"
     verbs.start(ws, clock=clock)
-    for level in ("L4", "L5"):
-        write_level(ws, level)
+    for reached in ("L4", "L5"):
+        write_level(ws, reached)
         clock.advance(60)
         verbs.save(ws, clock=clock)
     write_level(ws, "L6")
@@ -402,8 +402,8 @@ def test_a_live_sessions_lock_refuses_another_and_a_dead_ones_is_taken_over(tmp_
 def test_the_report_gives_each_figure_and_the_replay_each_diff(tmp_path, staged):
     clock, ws = Clock(), tmp_path / "ws"
     verbs.start(ws, minutes=30, clock=clock)
-    for level, minutes in (("none", 2), ("L4", 5), ("L5", 9)):
-        write_level(ws, level, note=f"at {minutes}")
+    for reached, minutes in (("none", 2), ("L4", 5), ("L5", 9)):
+        write_level(ws, reached, note=f"at {minutes}")
         clock.now = START + minutes * 60
         verbs.save(ws, clock=clock)
     clock.advance(30)

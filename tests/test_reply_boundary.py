@@ -10,7 +10,6 @@ the other items, whose calls the file answers correctly, pass; the exit code is 
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys

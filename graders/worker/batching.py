@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import traceback
 from dataclasses import dataclass
+from functools import partial
 from typing import Literal
 
 MESSAGE_CHARS = 4_000  # of a message or traceback of the candidate's (graders.worker.wire's cut)
@@ -201,7 +202,7 @@ def _call(call: str, step: int, fn):
         frames = traceback.format_exception(type(exc), exc, exc.__traceback__)
         raise _Stop({"call": call, "step": step, "kind": "raised",
                      "type": type(exc).__name__[:ID_CHARS],
-                     "message": _text(lambda: str(exc))[:MESSAGE_CHARS],
+                     "message": _text(partial(str, exc))[:MESSAGE_CHARS],
                      "traceback": "".join(frames)[-MESSAGE_CHARS:]}) from None
 
 
