@@ -49,8 +49,11 @@ from graders.workflows.solutions import SOLUTIONS
 # nor torch needs it, and the warning would send a user after a package they do not need.
 warnings.filterwarnings("ignore", message="Failed to initialize NumPy", category=UserWarning)
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
-                  help="Practice kata: incremental decoding with a KV cache.")
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="Practice kata: incremental decoding with a KV cache.",
+)
 
 TRACK_HELP = " or ".join(f"'{t.id}' ({t.title}, {t.implementation})" for t in TRACKS.values()) + "."
 USAGE_ERROR = 2
@@ -65,13 +68,19 @@ class SandboxMode(str, Enum):
     process = "process"
 
 
-SANDBOX_HELP = ("How the candidate's code is walled off: 'auto' (bubblewrap where it works, else "
-                "the process fallback), 'require' (refuse to run without bubblewrap) or "
-                "'process' (the fallback).")
-SEED_HELP = ("The seed the hidden cases are drawn from (with --hidden) \\[default: a fresh one each "
-             "run, printed in the report]: the seed of a report replays its cases.")
-STRANGERS_SANDBOX_HELP = (" An interviewer's run grades a stranger's file: without bubblewrap it "
-                          "refuses (exit 2) unless told --sandbox process.")
+SANDBOX_HELP = (
+    "How the candidate's code is walled off: 'auto' (bubblewrap where it works, else "
+    "the process fallback), 'require' (refuse to run without bubblewrap) or "
+    "'process' (the fallback)."
+)
+SEED_HELP = (
+    "The seed the hidden cases are drawn from (with --hidden) \\[default: a fresh one each "
+    "run, printed in the report]: the seed of a report replays its cases."
+)
+STRANGERS_SANDBOX_HELP = (
+    " An interviewer's run grades a stranger's file: without bubblewrap it "
+    "refuses (exit 2) unless told --sandbox process."
+)
 MEMORY_HELP = "GiB of memory each process the candidate's code runs in may use."
 
 
@@ -134,62 +143,129 @@ def _sandbox(mode: SandboxMode | None, memory_gib: float, strangers: bool = Fals
     from graders.judge.isolation import GIB, Sandbox
 
     if mode is None:
-        return Sandbox(mode="require" if strangers else "auto", memory=int(memory_gib * GIB),
-                       chosen=False)
+        return Sandbox(
+            mode="require" if strangers else "auto", memory=int(memory_gib * GIB), chosen=False
+        )
     return Sandbox(mode=mode.value, memory=int(memory_gib * GIB))
 
 
 @app.command()
 def grade(
-    path: Annotated[Optional[Path], typer.Argument(
-        help="The implementation \\[default: ./kv_cache.py in a workspace, else starter/kv_cache.py].",
-        show_default=False)] = None,
-    tests: Annotated[Optional[Path], typer.Option(
-        "--tests", help="The candidate's own test file \\[default: test_<name>.py beside PATH].")] = None,
+    path: Annotated[
+        Optional[Path],
+        typer.Argument(
+            help="The implementation \\[default: ./kv_cache.py in a workspace, else starter/kv_cache.py].",
+            show_default=False,
+        ),
+    ] = None,
+    tests: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--tests", help="The candidate's own test file \\[default: test_<name>.py beside PATH]."
+        ),
+    ] = None,
     track: Annotated[str, typer.Option("--track", help=TRACK_HELP)] = DENSE.id,
-    hidden: Annotated[bool, typer.Option("--hidden", help="Add the interviewers' hidden graders.")] = False,
-    graders: Annotated[Optional[Path], typer.Option(
-        "--graders", help="A folder of your own hidden graders (with --hidden).")] = None,
-    item: Annotated[Optional[list[str]], typer.Option(
-        "--item", help="Grade only this item (repeatable).")] = None,
-    level: Annotated[Optional[str], typer.Option(
-        "--level", help="Grade only the items up to this level (L4, L5, L6).")] = None,
-    exitfirst: Annotated[bool, typer.Option(
-        "-x", "--exitfirst", help="Stop after the first item that does not pass.")] = False,
-    failed_first: Annotated[bool, typer.Option(
-        "--ff", "--failed-first", help="Grade first the items that did not pass last time "
-        "(--watch does).")] = False,
-    last_failed: Annotated[bool, typer.Option(
-        "--lf", "--last-failed", help="Grade only the items that did not pass last time (every "
-        "item when none did).")] = False,
-    verbose: Annotated[bool, typer.Option(
-        "-v", "--verbose", help="Explain every item, passes included.")] = False,
-    quiet: Annotated[bool, typer.Option(
-        "-q", "--quiet", help="Print only the closing block: level, score, the items that do "
-        "not pass and what to run next.")] = False,
-    watch: Annotated[bool, typer.Option(
-        "--watch", help="Re-grade whenever the implementation or its tests are saved.")] = False,
-    json_path: Annotated[Optional[Path], typer.Option(
-        "--json", help="Also write the report as JSON to this file.")] = None,
-    output_format: Annotated[str, typer.Option(
-        "--format", help="The JSON written: 'kata' (the contract's) or 'gradescope' "
-        "(results.json; written to --json FILE, or ./results.json).")] = "kata",
-    markdown: Annotated[Optional[Path], typer.Option(
-        "--markdown", help="Also write a one-page interviewer scorecard (Markdown).")] = None,
-    junit: Annotated[Optional[Path], typer.Option(
-        "--junit", help="Also write JUnit XML, for CI systems.")] = None,
-    html: Annotated[Optional[Path], typer.Option(
-        "--html", help="Also write the report as one self-contained page for a browser.")]
-        = None,
-    timeout: Annotated[float, typer.Option(
-        help="Seconds of CPU time one batch of the candidate's calls may take, whole seconds "
-        "(a batch that uses little CPU is stopped at 3x that on the clock).", min=0.1)] = DEFAULT_TIMEOUT,
-    import_timeout: Annotated[float, typer.Option(
-        help="Seconds of CPU time the candidate's file may take to import (apart from "
-        "--timeout, which limits each batch of calls).", min=0.1)] = DEFAULT_IMPORT_TIMEOUT,
-    sandbox: Annotated[Optional[SandboxMode], typer.Option(
-        help=SANDBOX_HELP + " \\[default: 'auto'; 'require' with --hidden]."
-        + STRANGERS_SANDBOX_HELP, show_default=False)] = None,
+    hidden: Annotated[
+        bool, typer.Option("--hidden", help="Add the interviewers' hidden graders.")
+    ] = False,
+    graders: Annotated[
+        Optional[Path],
+        typer.Option("--graders", help="A folder of your own hidden graders (with --hidden)."),
+    ] = None,
+    item: Annotated[
+        Optional[list[str]], typer.Option("--item", help="Grade only this item (repeatable).")
+    ] = None,
+    level: Annotated[
+        Optional[str],
+        typer.Option("--level", help="Grade only the items up to this level (L4, L5, L6)."),
+    ] = None,
+    exitfirst: Annotated[
+        bool,
+        typer.Option("-x", "--exitfirst", help="Stop after the first item that does not pass."),
+    ] = False,
+    failed_first: Annotated[
+        bool,
+        typer.Option(
+            "--ff",
+            "--failed-first",
+            help="Grade first the items that did not pass last time (--watch does).",
+        ),
+    ] = False,
+    last_failed: Annotated[
+        bool,
+        typer.Option(
+            "--lf",
+            "--last-failed",
+            help="Grade only the items that did not pass last time (every item when none did).",
+        ),
+    ] = False,
+    verbose: Annotated[
+        bool, typer.Option("-v", "--verbose", help="Explain every item, passes included.")
+    ] = False,
+    quiet: Annotated[
+        bool,
+        typer.Option(
+            "-q",
+            "--quiet",
+            help="Print only the closing block: level, score, the items that do "
+            "not pass and what to run next.",
+        ),
+    ] = False,
+    watch: Annotated[
+        bool,
+        typer.Option(
+            "--watch", help="Re-grade whenever the implementation or its tests are saved."
+        ),
+    ] = False,
+    json_path: Annotated[
+        Optional[Path], typer.Option("--json", help="Also write the report as JSON to this file.")
+    ] = None,
+    output_format: Annotated[
+        str,
+        typer.Option(
+            "--format",
+            help="The JSON written: 'kata' (the contract's) or 'gradescope' "
+            "(results.json; written to --json FILE, or ./results.json).",
+        ),
+    ] = "kata",
+    markdown: Annotated[
+        Optional[Path],
+        typer.Option("--markdown", help="Also write a one-page interviewer scorecard (Markdown)."),
+    ] = None,
+    junit: Annotated[
+        Optional[Path], typer.Option("--junit", help="Also write JUnit XML, for CI systems.")
+    ] = None,
+    html: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--html", help="Also write the report as one self-contained page for a browser."
+        ),
+    ] = None,
+    timeout: Annotated[
+        float,
+        typer.Option(
+            help="Seconds of CPU time one batch of the candidate's calls may take, whole seconds "
+            "(a batch that uses little CPU is stopped at 3x that on the clock).",
+            min=0.1,
+        ),
+    ] = DEFAULT_TIMEOUT,
+    import_timeout: Annotated[
+        float,
+        typer.Option(
+            help="Seconds of CPU time the candidate's file may take to import (apart from "
+            "--timeout, which limits each batch of calls).",
+            min=0.1,
+        ),
+    ] = DEFAULT_IMPORT_TIMEOUT,
+    sandbox: Annotated[
+        Optional[SandboxMode],
+        typer.Option(
+            help=SANDBOX_HELP
+            + " \\[default: 'auto'; 'require' with --hidden]."
+            + STRANGERS_SANDBOX_HELP,
+            show_default=False,
+        ),
+    ] = None,
     memory: Annotated[float, typer.Option(help=MEMORY_HELP, min=0.1)] = 4.0,
     seed: Annotated[Optional[int], typer.Option(help=SEED_HELP, min=0)] = None,
 ) -> None:
@@ -201,8 +277,12 @@ def grade(
     shown = path  # the report names the file as the user typed it
     command = target.regrade_command(path, tests, chosen)
     graders = _here(graders)
-    json_path, markdown, junit, html = (_output(json_path), _output(markdown), _output(junit),
-                                        _output(html))
+    json_path, markdown, junit, html = (
+        _output(json_path),
+        _output(markdown),
+        _output(junit),
+        _output(html),
+    )
     implementation, tests = _checked(target.grade_target, Path.cwd(), path, tests, chosen)
     _checked(target.check_selection, chosen, item or [], level)
     if graders is not None:
@@ -212,17 +292,44 @@ def grade(
     json_path = _check_outputs(output_format, json_path, markdown, junit, html)
     detail = "quiet" if quiet else "verbose" if verbose else "brief" if watch else "default"
     request = GradeRequest(
-        implementation, tests, track=chosen, hidden=hidden, extra_graders=graders, seed=seed,
-        only=frozenset(item) if item else None, up_to=level, exitfirst=exitfirst,
-        timeout=timeout, import_timeout=import_timeout,
-        sandbox=_sandbox(sandbox, memory, strangers=hidden))
-    outputs = grading.Outputs(str(shown or implementation), command, detail, json_path,
-                              output_format, markdown, junit, html)
-    follow = ("none" if hidden else "last-failed" if last_failed
-              else "failed-first" if failed_first or watch else "none")
+        implementation,
+        tests,
+        track=chosen,
+        hidden=hidden,
+        extra_graders=graders,
+        seed=seed,
+        only=frozenset(item) if item else None,
+        up_to=level,
+        exitfirst=exitfirst,
+        timeout=timeout,
+        import_timeout=import_timeout,
+        sandbox=_sandbox(sandbox, memory, strangers=hidden),
+    )
+    outputs = grading.Outputs(
+        str(shown or implementation),
+        command,
+        detail,
+        json_path,
+        output_format,
+        markdown,
+        junit,
+        html,
+    )
+    follow = (
+        "none"
+        if hidden
+        else "last-failed"
+        if last_failed
+        else "failed-first"
+        if failed_first or watch
+        else "none"
+    )
     try:
-        code = (grading.watch(_console, request, outputs, follow) if watch
-                else grading.grade(_console, request, outputs, follow))
+        code = (
+            grading.watch(_console, request, outputs, follow)
+            if watch
+            else grading.grade(_console, request, outputs, follow)
+        )
     except SandboxUnavailable as exc:
         _usage_error(str(exc))
     raise typer.Exit(code)
@@ -233,8 +340,10 @@ def _check_report_flags(verbose: bool, quiet: bool, hidden: bool, follow_failure
     if verbose and quiet:
         _usage_error("-v shows more and -q less: choose one")
     if hidden and follow_failures:
-        _usage_error("--ff and --lf follow the failures of the last grade, which hidden runs "
-                     "do not keep: not with --hidden")
+        _usage_error(
+            "--ff and --lf follow the failures of the last grade, which hidden runs "
+            "do not keep: not with --hidden"
+        )
 
 
 def _check_seed(seed: int | None, hidden: bool) -> None:
@@ -243,8 +352,13 @@ def _check_seed(seed: int | None, hidden: bool) -> None:
         _usage_error("--seed chooses the hidden cases: use it with --hidden")
 
 
-def _check_outputs(output_format: str, json_path: Path | None, markdown: Path | None,
-                   junit: Path | None, html: Path | None = None) -> Path | None:
+def _check_outputs(
+    output_format: str,
+    json_path: Path | None,
+    markdown: Path | None,
+    junit: Path | None,
+    html: Path | None = None,
+) -> Path | None:
     """The files `grade` writes, checked before it grades (a one-line error, exit 2, for one it
     could not write); returns the --json path, ./results.json for gradescope by default."""
     if output_format not in ("kata", "gradescope"):
@@ -253,12 +367,17 @@ def _check_outputs(output_format: str, json_path: Path | None, markdown: Path | 
 
     if output_format == "gradescope" and json_path is None:
         json_path = Path.cwd() / "results.json"
-    outputs = (("--json", json_path), ("--markdown", markdown), ("--junit", junit),
-               ("--html", html))
+    outputs = (
+        ("--json", json_path),
+        ("--markdown", markdown),
+        ("--junit", junit),
+        ("--html", html),
+    )
     to_stdout = [option for option, output in outputs if output == STDOUT]
     if len(to_stdout) > 1:
-        _usage_error(f"{' and '.join(to_stdout)} both write to standard output (-): "
-                     "give one of them a file")
+        _usage_error(
+            f"{' and '.join(to_stdout)} both write to standard output (-): give one of them a file"
+        )
     for option, output in outputs:
         _check_writable(option, output)
     return json_path
@@ -303,8 +422,9 @@ def init(directory: Annotated[Path, typer.Argument(help="Where to create the wor
 @app.command()
 def hint(
     item: Annotated[str, typer.Argument(help="A rubric item id, as the report shows it.")],
-    step: Annotated[int, typer.Option(help="Which hint: 1 nudges, the last all but says it.",
-                                      min=1)] = 1,
+    step: Annotated[
+        int, typer.Option(help="Which hint: 1 nudges, the last all but says it.", min=1)
+    ] = 1,
 ) -> None:
     """Show a hint for a rubric item, one step at a time."""
     from graders.workflows.hints import hint as hint_for
@@ -331,15 +451,28 @@ def rubric() -> None:
 
 @app.command()
 def solution(
-    name: Annotated[Optional[str], typer.Argument(
-        help=f"One of: {', '.join(SOLUTIONS)} \\[default: preallocated].",
-        show_default=False)] = None,
-    diff: Annotated[Optional[tuple[str, str]], typer.Option(
-        "--diff", metavar="FROM TO",
-        help="Print what changes from one step to another: --diff concat preallocated.")] = None,
-    readme: Annotated[bool, typer.Option(
-        "--readme", help="Print the story of the steps: how they form a tree, what each "
-        "changes, and the bench's table.")] = False,
+    name: Annotated[
+        Optional[str],
+        typer.Argument(
+            help=f"One of: {', '.join(SOLUTIONS)} \\[default: preallocated].", show_default=False
+        ),
+    ] = None,
+    diff: Annotated[
+        Optional[tuple[str, str]],
+        typer.Option(
+            "--diff",
+            metavar="FROM TO",
+            help="Print what changes from one step to another: --diff concat preallocated.",
+        ),
+    ] = None,
+    readme: Annotated[
+        bool,
+        typer.Option(
+            "--readme",
+            help="Print the story of the steps: how they form a tree, what each "
+            "changes, and the bench's table.",
+        ),
+    ] = False,
 ) -> None:
     """Print a reference solution, or with --diff the change from one step to another
     (learners: start with --readme, which draws the steps as a tree).
@@ -395,15 +528,29 @@ def grade_all(
     jobs: Annotated[int, typer.Option(help="Submissions graded at once.", min=1)] = 2,
     hidden: Annotated[bool, typer.Option("--hidden", help="Add the hidden graders.")] = False,
     out: Annotated[Path, typer.Option(help="Where summary.csv and summary.md go.")] = Path("."),
-    timeout: Annotated[float, typer.Option(
-        help="Seconds of CPU time one batch of a candidate's calls may take, whole seconds (a "
-        "batch that uses little CPU is stopped at 3x that on the clock).", min=0.1)] = DEFAULT_TIMEOUT,
-    import_timeout: Annotated[float, typer.Option(
-        help="Seconds of CPU time a candidate's file may take to import (apart from "
-        "--timeout, which limits each batch of calls).", min=0.1)] = DEFAULT_IMPORT_TIMEOUT,
-    sandbox: Annotated[Optional[SandboxMode], typer.Option(
-        help=SANDBOX_HELP + " \\[default: 'require']." + STRANGERS_SANDBOX_HELP,
-        show_default=False)] = None,
+    timeout: Annotated[
+        float,
+        typer.Option(
+            help="Seconds of CPU time one batch of a candidate's calls may take, whole seconds (a "
+            "batch that uses little CPU is stopped at 3x that on the clock).",
+            min=0.1,
+        ),
+    ] = DEFAULT_TIMEOUT,
+    import_timeout: Annotated[
+        float,
+        typer.Option(
+            help="Seconds of CPU time a candidate's file may take to import (apart from "
+            "--timeout, which limits each batch of calls).",
+            min=0.1,
+        ),
+    ] = DEFAULT_IMPORT_TIMEOUT,
+    sandbox: Annotated[
+        Optional[SandboxMode],
+        typer.Option(
+            help=SANDBOX_HELP + " \\[default: 'require']." + STRANGERS_SANDBOX_HELP,
+            show_default=False,
+        ),
+    ] = None,
     memory: Annotated[float, typer.Option(help=MEMORY_HELP, min=0.1)] = 4.0,
     seed: Annotated[Optional[int], typer.Option(help=SEED_HELP, min=0)] = None,
 ) -> None:
@@ -425,9 +572,15 @@ def grade_all(
     _check_seed(seed, hidden)
     submissions, skipped = _checked(command.survey, directory, chosen)
     summaries = _checked(command.make_out, out)
-    settings = GradeRequest(directory, track=chosen, hidden=hidden, seed=seed, timeout=timeout,
-                            import_timeout=import_timeout,
-                            sandbox=_sandbox(sandbox, memory, strangers=True))
+    settings = GradeRequest(
+        directory,
+        track=chosen,
+        hidden=hidden,
+        seed=seed,
+        timeout=timeout,
+        import_timeout=import_timeout,
+        sandbox=_sandbox(sandbox, memory, strangers=True),
+    )
     try:
         command.run(_console(), submissions, skipped, summaries, settings, jobs)
     except (SandboxUnavailable, OutputError) as exc:
@@ -436,35 +589,64 @@ def grade_all(
 
 @app.command()
 def bench(
-    paths: Annotated[Optional[list[Path]], typer.Argument(
-        help="Candidate files to measure beside the bundled subjects (dense or paged) "
-        "\\[default: ./kv_cache.py in a workspace].", show_default=False)] = None,
-    lengths: Annotated[str, typer.Option(help="Cache lengths T, comma-separated.")]
-        = "256,1024,4096,16384",
-    dtypes: Annotated[str, typer.Option(help="Cache dtypes: float32, bfloat16, float16.")]
-        = "float32,bfloat16",
-    shapes: Annotated[str, typer.Option(
-        help="mha (B=1, 8 query and 8 KV heads, D=128) and/or gqa (32 query heads, 8 KV).")]
-        = "mha,gqa",
-    subjects: Annotated[Optional[str], typer.Option(
-        help="Bundled subjects, comma-separated \\[default: all; a wrong name lists them].",
-        show_default=False)] = None,
+    paths: Annotated[
+        Optional[list[Path]],
+        typer.Argument(
+            help="Candidate files to measure beside the bundled subjects (dense or paged) "
+            "\\[default: ./kv_cache.py in a workspace].",
+            show_default=False,
+        ),
+    ] = None,
+    lengths: Annotated[
+        str, typer.Option(help="Cache lengths T, comma-separated.")
+    ] = "256,1024,4096,16384",
+    dtypes: Annotated[
+        str, typer.Option(help="Cache dtypes: float32, bfloat16, float16.")
+    ] = "float32,bfloat16",
+    shapes: Annotated[
+        str,
+        typer.Option(
+            help="mha (B=1, 8 query and 8 KV heads, D=128) and/or gqa (32 query heads, 8 KV)."
+        ),
+    ] = "mha,gqa",
+    subjects: Annotated[
+        Optional[str],
+        typer.Option(
+            help="Bundled subjects, comma-separated \\[default: all; a wrong name lists them].",
+            show_default=False,
+        ),
+    ] = None,
     warmup: Annotated[int, typer.Option(help="Untimed steps per subject and cell.", min=1)] = 3,
     reps: Annotated[int, typer.Option(help="Timed steps per subject and cell.", min=1)] = 15,
-    window: Annotated[int, typer.Option(
-        help="W of the windowed subjects (KVCache(window=W), and bare attention over W).",
-        min=1)] = 1024,
-    json_path: Annotated[Optional[Path], typer.Option(
-        "--json", help="Also write every figure, the ratios and the machine's facts as JSON.")] = None,
-    plot: Annotated[Optional[Path], typer.Option(
-        help="Write a PNG plot (needs matplotlib: pip install 'kvkata\\[bench]').")] = None,
-    timeout: Annotated[float, typer.Option(
-        help="Seconds one call into a subject may take.", min=0.1)] = 120.0,
+    window: Annotated[
+        int,
+        typer.Option(
+            help="W of the windowed subjects (KVCache(window=W), and bare attention over W).", min=1
+        ),
+    ] = 1024,
+    json_path: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--json", help="Also write every figure, the ratios and the machine's facts as JSON."
+        ),
+    ] = None,
+    plot: Annotated[
+        Optional[Path],
+        typer.Option(help="Write a PNG plot (needs matplotlib: pip install 'kvkata\\[bench]')."),
+    ] = None,
+    timeout: Annotated[
+        float, typer.Option(help="Seconds one call into a subject may take.", min=0.1)
+    ] = 120.0,
     sandbox: Annotated[SandboxMode, typer.Option(help=SANDBOX_HELP)] = SandboxMode.auto,
     # The default is benchmarks.bench.Settings' (not imported here: it loads torch).
-    memory: Annotated[float, typer.Option(
-        help="GiB of memory the bench process may use: it holds every subject's cache of a cell "
-        "at once, about 3 GiB at T=16384 with the bundled subjects.", min=0.1)] = 8.0,
+    memory: Annotated[
+        float,
+        typer.Option(
+            help="GiB of memory the bench process may use: it holds every subject's cache of a cell "
+            "at once, about 3 GiB at T=16384 with the bundled subjects.",
+            min=0.1,
+        ),
+    ] = 8.0,
 ) -> None:
     """Measure ms per decode step (append one token, then attend) and memory held, against bare
     attention, the pure read of K and V, and Hugging Face's caches."""
@@ -478,9 +660,19 @@ def bench(
     candidates = [_python_file(path, "candidate file") for path in paths]
     _check_writable("--json", json_path)
     _check_writable("--plot", plot)
-    settings = _checked(command.settings, lengths_text=lengths, dtypes=dtypes, shapes=shapes,
-                        subjects=chosen, candidates=candidates, warmup=warmup, reps=reps,
-                        window=window, timeout=timeout, sandbox=_sandbox(sandbox, memory))
+    settings = _checked(
+        command.settings,
+        lengths_text=lengths,
+        dtypes=dtypes,
+        shapes=shapes,
+        subjects=chosen,
+        candidates=candidates,
+        warmup=warmup,
+        reps=reps,
+        window=window,
+        timeout=timeout,
+        sandbox=_sandbox(sandbox, memory),
+    )
     try:
         raise typer.Exit(command.run(_console(), settings, json_path, plot))
     except SandboxUnavailable as exc:
@@ -514,13 +706,16 @@ class _InterviewVerbs(TyperGroup):
 
 
 interview_app = typer.Typer(
-    cls=_InterviewVerbs, add_completion=False,
+    cls=_InterviewVerbs,
+    add_completion=False,
     help="Practise the kata as an interview: the question in stages, a clock, every save graded "
-    "and kept, conceptual questions, and a record to replay (kata interview [DIR]).")
+    "and kept, conceptual questions, and a record to replay (kata interview [DIR]).",
+)
 app.add_typer(interview_app, name="interview")
 MINUTES_HELP = "Minutes on the clock (a session resumed keeps its own)."
-STRICT_HELP = ("An interviewer's session: hints and solutions are refused, and each refusal "
-               "recorded.")
+STRICT_HELP = (
+    "An interviewer's session: hints and solutions are refused, and each refusal recorded."
+)
 WORKSPACE_HELP = "The workspace (made as kata init makes one when it has no kv_cache.py)."
 
 
@@ -536,8 +731,9 @@ def interview_run(
     Shows the current stage, grades each save of the files, and ends at time up or on Ctrl-C."""
     from graders.interview import commands
 
-    raise typer.Exit(commands.interactive(_console(), _here(directory), minutes, strict,
-                                          _track(track)))
+    raise typer.Exit(
+        commands.interactive(_console(), _here(directory), minutes, strict, _track(track))
+    )
 
 
 @interview_app.command("start")
@@ -550,13 +746,13 @@ def interview_start(
     """Start (or resume) a session and show its current stage."""
     from graders.interview import commands
 
-    raise typer.Exit(commands.start(_console(), _here(directory), minutes, strict,
-                                    _track(track)))
+    raise typer.Exit(commands.start(_console(), _here(directory), minutes, strict, _track(track)))
 
 
 @interview_app.command("save")
-def interview_save(directory: Annotated[Path, typer.Argument(help="The session's workspace.")]
-                   ) -> None:
+def interview_save(
+    directory: Annotated[Path, typer.Argument(help="The session's workspace.")],
+) -> None:
     """What a watched save does: snapshot the files, grade them (the stages opened), record."""
     from graders.interview import commands
 
@@ -564,37 +760,54 @@ def interview_save(directory: Annotated[Path, typer.Argument(help="The session's
 
 
 @interview_app.command("end")
-def interview_end(directory: Annotated[Path, typer.Argument(help="The session's workspace.")]
-                  ) -> None:
+def interview_end(
+    directory: Annotated[Path, typer.Argument(help="The session's workspace.")],
+) -> None:
     """End the session: the final grade with the hidden cases, then the report (idempotent)."""
     from graders.interview import commands
 
     raise typer.Exit(commands.end(_console(), _here(directory)))
 
 
-VERIFY_HELP = ("Grade every snapshot again (public cases; the final with --hidden at the "
-               "recorded seed) and show beside each claim of the record whether the grade "
-               "agrees: a record edited by hand is named as such.")
-VERIFY_SANDBOX_HELP = (SANDBOX_HELP + " With --verify \\[default: 'require']." +
-                       STRANGERS_SANDBOX_HELP)
+VERIFY_HELP = (
+    "Grade every snapshot again (public cases; the final with --hidden at the "
+    "recorded seed) and show beside each claim of the record whether the grade "
+    "agrees: a record edited by hand is named as such."
+)
+VERIFY_SANDBOX_HELP = (
+    SANDBOX_HELP + " With --verify \\[default: 'require']." + STRANGERS_SANDBOX_HELP
+)
 
 
 @interview_app.command("report")
 def interview_report(
     directory: Annotated[Path, typer.Argument(help="The session's workspace.")],
-    markdown: Annotated[Optional[Path], typer.Option(
-        "--markdown", help="Also write the report as Markdown, for the interviewer.")] = None,
-    json_path: Annotated[Optional[Path], typer.Option(
-        "--json", help="Also write the report as JSON.")] = None,
-    plot: Annotated[Optional[Path], typer.Option(
-        help="Write the level over time as a PNG (needs matplotlib: pip install "
-        "'kvkata\\[bench]').")] = None,
-    html: Annotated[Optional[Path], typer.Option(
-        "--html", help="Also write the session as one self-contained page to review in a "
-        "browser: its timeline, every snapshot, the final grade, the answers.")] = None,
+    markdown: Annotated[
+        Optional[Path],
+        typer.Option("--markdown", help="Also write the report as Markdown, for the interviewer."),
+    ] = None,
+    json_path: Annotated[
+        Optional[Path], typer.Option("--json", help="Also write the report as JSON.")
+    ] = None,
+    plot: Annotated[
+        Optional[Path],
+        typer.Option(
+            help="Write the level over time as a PNG (needs matplotlib: pip install "
+            "'kvkata\\[bench]')."
+        ),
+    ] = None,
+    html: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--html",
+            help="Also write the session as one self-contained page to review in a "
+            "browser: its timeline, every snapshot, the final grade, the answers.",
+        ),
+    ] = None,
     verify: Annotated[bool, typer.Option("--verify", help=VERIFY_HELP)] = False,
-    sandbox: Annotated[Optional[SandboxMode], typer.Option(
-        help=VERIFY_SANDBOX_HELP, show_default=False)] = None,
+    sandbox: Annotated[
+        Optional[SandboxMode], typer.Option(help=VERIFY_SANDBOX_HELP, show_default=False)
+    ] = None,
 ) -> None:
     """The session's report, for the interviewer.
 
@@ -605,36 +818,60 @@ def interview_report(
 
     from graders.shared.output_files import STDOUT
 
-    markdown, json_path, plot, html = (_output(markdown), _output(json_path), _here(plot),
-                                       _output(html))
-    to_stdout = [option for option, path in (("--markdown", markdown), ("--json", json_path),
-                                             ("--html", html)) if path == STDOUT]
+    markdown, json_path, plot, html = (
+        _output(markdown),
+        _output(json_path),
+        _here(plot),
+        _output(html),
+    )
+    to_stdout = [
+        option
+        for option, path in (("--markdown", markdown), ("--json", json_path), ("--html", html))
+        if path == STDOUT
+    ]
     if len(to_stdout) > 1:
-        _usage_error(f"{' and '.join(to_stdout)} both write to standard output (-): give one "
-                     "of them a file")
-    for option, path in (("--markdown", markdown), ("--json", json_path), ("--plot", plot),
-                         ("--html", html)):
+        _usage_error(
+            f"{' and '.join(to_stdout)} both write to standard output (-): give one of them a file"
+        )
+    for option, path in (
+        ("--markdown", markdown),
+        ("--json", json_path),
+        ("--plot", plot),
+        ("--html", html),
+    ):
         _check_writable(option, path)
     # A report written to standard output (-) has it alone: the terminal's report goes to stderr.
     console = _console(stderr=STDOUT in (markdown, json_path, html))
-    raise typer.Exit(commands.report(console, _here(directory), markdown, json_path, plot, html,
-                                     _verify_sandbox(verify, sandbox)))
+    raise typer.Exit(
+        commands.report(
+            console,
+            _here(directory),
+            markdown,
+            json_path,
+            plot,
+            html,
+            _verify_sandbox(verify, sandbox),
+        )
+    )
 
 
 @interview_app.command("replay")
 def interview_replay(
     directory: Annotated[Path, typer.Argument(help="The session's workspace.")],
-    step: Annotated[Optional[int], typer.Option(
-        help="Show only snapshot N (its number, 1 for 001-...).", min=1)] = None,
+    step: Annotated[
+        Optional[int], typer.Option(help="Show only snapshot N (its number, 1 for 001-...).", min=1)
+    ] = None,
     verify: Annotated[bool, typer.Option("--verify", help=VERIFY_HELP)] = False,
-    sandbox: Annotated[Optional[SandboxMode], typer.Option(
-        help=VERIFY_SANDBOX_HELP, show_default=False)] = None,
+    sandbox: Annotated[
+        Optional[SandboxMode], typer.Option(help=VERIFY_SANDBOX_HELP, show_default=False)
+    ] = None,
 ) -> None:
     """Each snapshot's diff from the one before, with its grade and time (--verify: checked)."""
     from graders.interview import commands
 
-    raise typer.Exit(commands.replay(_console(), _here(directory), step,
-                                     _verify_sandbox(verify, sandbox)))
+    raise typer.Exit(
+        commands.replay(_console(), _here(directory), step, _verify_sandbox(verify, sandbox))
+    )
 
 
 def _verify_sandbox(verify: bool, sandbox: SandboxMode | None):
@@ -643,16 +880,19 @@ def _verify_sandbox(verify: bool, sandbox: SandboxMode | None):
     --sandbox process). --sandbox without --verify: a one-line error, exit 2."""
     if not verify:
         if sandbox is not None:
-            _usage_error("--sandbox chooses where --verify grades the snapshots: not without "
-                         "--verify")
+            _usage_error(
+                "--sandbox chooses where --verify grades the snapshots: not without --verify"
+            )
         return None
     return _sandbox(sandbox, 4.0, strangers=True)
 
 
 export_app = typer.Typer(
-    add_completion=False, no_args_is_help=True,
+    add_completion=False,
+    no_args_is_help=True,
     help="Grade past one machine: a Gradescope autograder bundle, or a GitHub Actions workflow "
-    "for a candidate's repository.")
+    "for a candidate's repository.",
+)
 app.add_typer(export_app, name="export")
 
 
@@ -660,21 +900,40 @@ app.add_typer(export_app, name="export")
 def export_gradescope(
     out: Annotated[Path, typer.Argument(help="The bundle to write (a .zip).")],
     track: Annotated[str, typer.Option("--track", help=TRACK_HELP)] = DENSE.id,
-    hidden: Annotated[bool, typer.Option(
-        "--hidden", help="Grade with the hidden graders too (their results are shown when "
-        "grades are published).")] = False,
-    graders: Annotated[Optional[Path], typer.Option(
-        "--graders", help="A folder of your own hidden graders to bundle (with --hidden).")]
-        = None,
-    seed: Annotated[Optional[int], typer.Option(
-        help="The hidden cases' seed for every submission (with --hidden) \\[default: one drawn "
-        "now, written in the bundle].", min=0)] = None,
-    fresh_seeds: Annotated[bool, typer.Option(
-        "--fresh-seeds", help="A fresh seed for each submission instead of one for all.")]
-        = False,
-    wheel: Annotated[Optional[Path], typer.Option(
-        "--wheel", help="The kata's wheel to bundle \\[default: built from this checkout].")]
-        = None,
+    hidden: Annotated[
+        bool,
+        typer.Option(
+            "--hidden",
+            help="Grade with the hidden graders too (their results are shown when "
+            "grades are published).",
+        ),
+    ] = False,
+    graders: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--graders", help="A folder of your own hidden graders to bundle (with --hidden)."
+        ),
+    ] = None,
+    seed: Annotated[
+        Optional[int],
+        typer.Option(
+            help="The hidden cases' seed for every submission (with --hidden) \\[default: one drawn "
+            "now, written in the bundle].",
+            min=0,
+        ),
+    ] = None,
+    fresh_seeds: Annotated[
+        bool,
+        typer.Option(
+            "--fresh-seeds", help="A fresh seed for each submission instead of one for all."
+        ),
+    ] = False,
+    wheel: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--wheel", help="The kata's wheel to bundle \\[default: built from this checkout]."
+        ),
+    ] = None,
 ) -> None:
     """Write a Gradescope autograder bundle: setup.sh, run_autograder and the kata's wheel.
 
@@ -700,26 +959,36 @@ def export_gradescope(
         from graders.judge.grade import draw_seed
 
         seed = draw_seed()  # one for every submission, drawn as any hidden run draws its own
-    assignment = gradescope.Assignment(track=chosen.id, hidden=hidden, seed=seed,
-                                       torch=gradescope.torch_version(),
-                                       private_graders=graders is not None)
+    assignment = gradescope.Assignment(
+        track=chosen.id,
+        hidden=hidden,
+        seed=seed,
+        torch=gradescope.torch_version(),
+        private_graders=graders is not None,
+    )
     try:
         gradescope.export(out, assignment, graders, wheel)
     except (gradescope.ExportError, WheelError) as exc:
         _usage_error(str(exc))
     seeded = f", seed {seed}" if seed is not None else ", a fresh seed each" if hidden else ""
-    _console().print(Text(f"wrote {relative(out)}: track {chosen.id}"
-                          + (", hidden graders" if hidden else ", public cases") + seeded
-                          + (", private graders" if graders is not None else "")))
+    _console().print(
+        Text(
+            f"wrote {relative(out)}: track {chosen.id}"
+            + (", hidden graders" if hidden else ", public cases")
+            + seeded
+            + (", private graders" if graders is not None else "")
+        )
+    )
 
 
 @export_app.command("github-action")
 def export_github_action(
     directory: Annotated[Path, typer.Argument(help="The candidate's repository (its root).")],
     track: Annotated[str, typer.Option("--track", help=TRACK_HELP)] = DENSE.id,
-    package: Annotated[str, typer.Option(
-        help="What the workflow installs the kata from (a pip requirement or URL).")]
-        = "kvkata==0.1.0",
+    package: Annotated[
+        str,
+        typer.Option(help="What the workflow installs the kata from (a pip requirement or URL)."),
+    ] = "kvkata==0.1.0",
 ) -> None:
     """Write .github/workflows/kata.yml: kata grade on every push, public cases only."""
     from graders.export import github_action

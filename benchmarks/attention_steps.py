@@ -34,13 +34,16 @@ class AttentionStep:
 STEPS = {
     "tiled": AttentionStep("preallocated", bundled.TILED_ATTENTION, "tiled_attention"),
     "fused": AttentionStep("preallocated", bundled.FUSED_ATTENTION, "fused_attention"),
-    "tiled-paged": AttentionStep("paged", bundled.TILED_PAGED_ATTENTION, "tiled_paged_attention",
-                                 scratch=True),
+    "tiled-paged": AttentionStep(
+        "paged", bundled.TILED_PAGED_ATTENTION, "tiled_paged_attention", scratch=True
+    ),
     "fused-paged": AttentionStep("paged", bundled.FUSED_PAGED_ATTENTION, "fused_paged_attention"),
 }
 DENSE_CALL = "    return {function}(query, cache.keys, cache.values, cache.lengths)\n"
-PAGED_CALL = ("        return {function}(query, self.k_pool, self.v_pool, self.k_scale,\n"
-              "{indent}self.v_scale, index, lengths{scratch})\n")
+PAGED_CALL = (
+    "        return {function}(query, self.k_pool, self.v_pool, self.k_scale,\n"
+    "{indent}self.v_scale, index, lengths{scratch})\n"
+)
 # The paged attend's gather, and the scratch buffers it keeps between calls: what the paged
 # steps drop, the scratch only when their function does not take it.
 GATHER, SCRATCH, SCRATCH_BUFFERS = "_gather", "_scratch", "_buffers"
@@ -51,7 +54,7 @@ def step_file(name: str, start_source: str) -> str:
     step = STEPS[name]
     text = step.file.read_text()
     function = top_level_function(text, step.function)
-    body = text.splitlines(keepends=True)[function.lineno - 1:function.end_lineno]
+    body = text.splitlines(keepends=True)[function.lineno - 1 : function.end_lineno]
     if step.start == "paged":
         return _paged_step(start_source, step, body)
     return _dense_step(start_source, step.function, body)
@@ -60,38 +63,63 @@ def step_file(name: str, start_source: str) -> str:
 def _dense_step(source: str, function: str, body: list[str]) -> str:
     attend = top_level_function(source, "attend")
     # attend's math starts at its first statement that reads the cache's views; before it, checks.
-    first = next(statement for statement in attend.body
-                 if any(isinstance(node, ast.Attribute) and node.attr == "keys"
-                        for node in ast.walk(statement)))
+    first = next(
+        statement
+        for statement in attend.body
+        if any(
+            isinstance(node, ast.Attribute) and node.attr == "keys" for node in ast.walk(statement)
+        )
+    )
     lines = source.splitlines(keepends=True)
-    return "".join([*lines[:first.lineno - 1], DENSE_CALL.format(function=function), "\n\n",
-                    *body, *lines[attend.end_lineno:]])
+    return "".join(
+        [
+            *lines[: first.lineno - 1],
+            DENSE_CALL.format(function=function),
+            "\n\n",
+            *body,
+            *lines[attend.end_lineno :],
+        ]
+    )
 
 
 def _paged_step(source: str, step: AttentionStep, body: list[str]) -> str:
-    cache = next(node for node in ast.parse(source).body
-                 if isinstance(node, ast.ClassDef) and node.name == "PagedKVCache")
+    cache = next(
+        node
+        for node in ast.parse(source).body
+        if isinstance(node, ast.ClassDef) and node.name == "PagedKVCache"
+    )
     methods = {node.name: node for node in cache.body if isinstance(node, ast.FunctionDef)}
     attend = methods["attend"]
     # attend's math starts after the statement that makes `lengths`; before it, checks and tables.
-    made = next(i for i, statement in enumerate(attend.body)
-                if isinstance(statement, ast.Assign)
-                and any(isinstance(t, ast.Name) and t.id == "lengths" for t in statement.targets))
+    made = next(
+        i
+        for i, statement in enumerate(attend.body)
+        if isinstance(statement, ast.Assign)
+        and any(isinstance(t, ast.Name) and t.id == "lengths" for t in statement.targets)
+    )
     math_lines = range(attend.body[made + 1].lineno, attend.end_lineno + 1)
     methods_dropped = [GATHER] if step.scratch else [GATHER, SCRATCH]
-    dropped = [range(_first_line(methods[name]), methods[name].end_lineno + 1)
-               for name in methods_dropped]
+    dropped = [
+        range(_first_line(methods[name]), methods[name].end_lineno + 1) for name in methods_dropped
+    ]
     if not step.scratch:
-        dropped += [range(statement.lineno, statement.end_lineno + 1)
-                    for statement in methods["__init__"].body
-                    if _assigns(statement, SCRATCH_BUFFERS)]
+        dropped += [
+            range(statement.lineno, statement.end_lineno + 1)
+            for statement in methods["__init__"].body
+            if _assigns(statement, SCRATCH_BUFFERS)
+        ]
     lines = source.splitlines(keepends=True)
     kept = []
     for number, line in enumerate(lines, start=1):
         if number == math_lines.start:
             indent = " " * len(f"        return {step.function}(")
-            kept.append(PAGED_CALL.format(function=step.function, indent=indent,
-                                          scratch=", self._scratch" if step.scratch else ""))
+            kept.append(
+                PAGED_CALL.format(
+                    function=step.function,
+                    indent=indent,
+                    scratch=", self._scratch" if step.scratch else "",
+                )
+            )
         if number in math_lines or any(number in gone for gone in dropped):
             continue
         kept.append(line)
@@ -116,5 +144,8 @@ def _first_line(function: ast.FunctionDef) -> int:
 
 def top_level_function(source: str, name: str) -> ast.FunctionDef:
     """The ast.FunctionDef of the top-level function `name` of `source`."""
-    return next(node for node in ast.parse(source).body
-                if isinstance(node, ast.FunctionDef) and node.name == name)
+    return next(
+        node
+        for node in ast.parse(source).body
+        if isinstance(node, ast.FunctionDef) and node.name == name
+    )

@@ -38,36 +38,96 @@ class SubjectSpec:
     id: str
     kind: str  # "solution", "candidate", "floor" or "peer"
     label: str
-    builder: str  # how the runner builds it: "contract", "tiled", "fused", "tiled-paged", "bare", ...
+    builder: (
+        str  # how the runner builds it: "contract", "tiled", "fused", "tiled-paged", "bare", ...
+    )
     path: str | None = None
     quantize: str | None = None
 
 
 BUNDLED = [
-    SubjectSpec("concat", "solution", "concat (solutions/concat_kv_cache.py)", "contract",
-                str(SOLUTIONS / "concat_kv_cache.py")),
-    SubjectSpec("preallocated", "solution", "preallocated (solutions/kv_cache.py)", "contract",
-                str(SOLUTIONS / "kv_cache.py")),
-    SubjectSpec("tiled", "solution", "preallocated + tiled attention", "tiled",
-                str(SOLUTIONS / "kv_cache.py")),
-    SubjectSpec("fused", "solution", "preallocated + fused attention (torch.compile)", "fused",
-                str(SOLUTIONS / "kv_cache.py")),
-    SubjectSpec("paged", "solution", "paged (solutions/paged_kv_cache.py)", "contract",
-                str(SOLUTIONS / "paged_kv_cache.py")),
-    SubjectSpec("paged-int8", "solution", "paged, int8 storage", "contract",
-                str(SOLUTIONS / "paged_kv_cache.py"), quantize="int8"),
-    SubjectSpec("tiled-paged", "solution", "paged + tiled paged attention", "tiled-paged",
-                str(SOLUTIONS / "paged_kv_cache.py")),
-    SubjectSpec("tiled-paged-int8", "solution", "paged, int8, tiled paged attention",
-                "tiled-paged", str(SOLUTIONS / "paged_kv_cache.py"), quantize="int8"),
-    SubjectSpec("fused-paged", "solution", "paged + fused paged attention (torch.compile)",
-                "fused-paged", str(SOLUTIONS / "paged_kv_cache.py")),
-    SubjectSpec("fused-paged-int8", "solution", "paged, int8, fused paged attention",
-                "fused-paged", str(SOLUTIONS / "paged_kv_cache.py"), quantize="int8"),
+    SubjectSpec(
+        "concat",
+        "solution",
+        "concat (solutions/concat_kv_cache.py)",
+        "contract",
+        str(SOLUTIONS / "concat_kv_cache.py"),
+    ),
+    SubjectSpec(
+        "preallocated",
+        "solution",
+        "preallocated (solutions/kv_cache.py)",
+        "contract",
+        str(SOLUTIONS / "kv_cache.py"),
+    ),
+    SubjectSpec(
+        "tiled",
+        "solution",
+        "preallocated + tiled attention",
+        "tiled",
+        str(SOLUTIONS / "kv_cache.py"),
+    ),
+    SubjectSpec(
+        "fused",
+        "solution",
+        "preallocated + fused attention (torch.compile)",
+        "fused",
+        str(SOLUTIONS / "kv_cache.py"),
+    ),
+    SubjectSpec(
+        "paged",
+        "solution",
+        "paged (solutions/paged_kv_cache.py)",
+        "contract",
+        str(SOLUTIONS / "paged_kv_cache.py"),
+    ),
+    SubjectSpec(
+        "paged-int8",
+        "solution",
+        "paged, int8 storage",
+        "contract",
+        str(SOLUTIONS / "paged_kv_cache.py"),
+        quantize="int8",
+    ),
+    SubjectSpec(
+        "tiled-paged",
+        "solution",
+        "paged + tiled paged attention",
+        "tiled-paged",
+        str(SOLUTIONS / "paged_kv_cache.py"),
+    ),
+    SubjectSpec(
+        "tiled-paged-int8",
+        "solution",
+        "paged, int8, tiled paged attention",
+        "tiled-paged",
+        str(SOLUTIONS / "paged_kv_cache.py"),
+        quantize="int8",
+    ),
+    SubjectSpec(
+        "fused-paged",
+        "solution",
+        "paged + fused paged attention (torch.compile)",
+        "fused-paged",
+        str(SOLUTIONS / "paged_kv_cache.py"),
+    ),
+    SubjectSpec(
+        "fused-paged-int8",
+        "solution",
+        "paged, int8, fused paged attention",
+        "fused-paged",
+        str(SOLUTIONS / "paged_kv_cache.py"),
+        quantize="int8",
+    ),
     SubjectSpec("bare", "floor", "bare attention (contiguous K, V; no cache)", "bare"),
     SubjectSpec("read", "floor", "pure read of K and V", "read"),
-    SubjectSpec("window", "solution", "preallocated, KVCache(window=W) (solutions/kv_cache.py)",
-                "windowed", str(SOLUTIONS / "kv_cache.py")),
+    SubjectSpec(
+        "window",
+        "solution",
+        "preallocated, KVCache(window=W) (solutions/kv_cache.py)",
+        "windowed",
+        str(SOLUTIONS / "kv_cache.py"),
+    ),
     SubjectSpec("bare-window", "floor", "bare attention over the last W positions", "bare-window"),
     SubjectSpec("hf-dynamic", "peer", "HF transformers DynamicCache + SDPA", "hf-dynamic"),
     SubjectSpec("hf-static", "peer", "HF transformers StaticCache + SDPA", "hf-static"),
@@ -102,8 +162,12 @@ class Settings:
 
     @property
     def cells(self) -> list[Cell]:
-        return [Cell(shape, dtype, length) for shape in self.shapes for dtype in self.dtypes
-                for length in self.lengths]
+        return [
+            Cell(shape, dtype, length)
+            for shape in self.shapes
+            for dtype in self.dtypes
+            for length in self.lengths
+        ]
 
 
 @dataclass
@@ -138,8 +202,11 @@ class BenchResult:
     def failed_candidates(self) -> list[str]:
         """Candidate files that did not load, hung or crashed, or raised or answered wrong."""
         erred = {subject for (_, subject), found in self.measurements.items() if found.error}
-        return [s.spec.id for s in self.subjects.values()
-                if s.spec.kind == "candidate" and (s.status != "ok" or s.spec.id in erred)]
+        return [
+            s.spec.id
+            for s in self.subjects.values()
+            if s.spec.kind == "candidate" and (s.status != "ok" or s.spec.id in erred)
+        ]
 
 
 def candidate_specs(paths: list[Path]) -> list[SubjectSpec]:
@@ -179,23 +246,41 @@ class _BenchProcess:
         stderr_r, stderr_w = os.pipe()
         sandbox = settings.sandbox
         self.launch = isolation.launch(
-            sandbox.resolve(), "benchmarks.runner", code=BENCH_CODE, tmp_bytes=BENCH_TMP_BYTES,
-            files=sorted({Path(spec.path) for spec in subjects if spec.path}))
+            sandbox.resolve(),
+            "benchmarks.runner",
+            code=BENCH_CODE,
+            tmp_bytes=BENCH_TMP_BYTES,
+            files=sorted({Path(spec.path) for spec in subjects if spec.path}),
+        )
         self.process = isolation.start(
-            self.launch.argv, stdin=stdin_r, stdout=stdout_w, stderr=stderr_w,
-            env=self.launch.env, cwd=self.launch.cwd, pass_fds=self.launch.pass_fds,
-            start_new_session=True)
+            self.launch.argv,
+            stdin=stdin_r,
+            stdout=stdout_w,
+            stderr=stderr_w,
+            env=self.launch.env,
+            cwd=self.launch.cwd,
+            pass_fds=self.launch.pass_fds,
+            start_new_session=True,
+        )
         self.launch.close_fds()
         os.close(stderr_w)
         self.stderr.drain(stderr_r)
         os.close(stdin_r)
         os.close(stdout_w)
-        wire.write_frame(self.to_runner, {
-            "cells": [vars(cell) for cell in settings.cells], "first_cell": first_cell,
-            "subjects": [vars(spec) for spec in subjects],
-            "warmup": settings.warmup, "reps": settings.reps, "window": settings.window,
-            "limits": settings.sandbox.limits(cpu_seconds=BENCH_CPU_SECONDS,
-                                              file_size=BENCH_TMP_BYTES).to_dict()})
+        wire.write_frame(
+            self.to_runner,
+            {
+                "cells": [vars(cell) for cell in settings.cells],
+                "first_cell": first_cell,
+                "subjects": [vars(spec) for spec in subjects],
+                "warmup": settings.warmup,
+                "reps": settings.reps,
+                "window": settings.window,
+                "limits": settings.sandbox.limits(
+                    cpu_seconds=BENCH_CPU_SECONDS, file_size=BENCH_TMP_BYTES
+                ).to_dict(),
+            },
+        )
 
     def follow(self, result: BenchResult, on_event) -> int | None:
         """Record events until "done" (None), or until the process hangs or dies: then mark the
@@ -220,15 +305,17 @@ class _BenchProcess:
                 where = (event["cell"], event["subject"])
             elif kind == "result":
                 result.measurements[(event["cell"], event["subject"])] = Measurement(
-                    event.get("seconds"), event.get("held_bytes"), event.get("error"))
+                    event.get("seconds"), event.get("held_bytes"), event.get("error")
+                )
             on_event(event)
             if kind == "done":
                 return None
 
     def _broken(self, result: BenchResult, where, hung: bool) -> int:
         if where is None:
-            raise RuntimeError(f"the bench process failed before measuring anything"
-                               f"{self._stderr_tail()}")
+            raise RuntimeError(
+                f"the bench process failed before measuring anything{self._stderr_tail()}"
+            )
         cell, subject = where
         if hung:
             what = f"no answer within {self.timeout:g} s"
@@ -237,8 +324,11 @@ class _BenchProcess:
             code = self.process.returncode
             if code > 128 and self.launch.argv[0] == "bwrap":  # bwrap exits 128 + the signal
                 code = 128 - code
-            what = (f"killed the bench process ({signal.Signals(-code).name})" if code < 0
-                    else f"ended the bench process (exit code {code})")
+            what = (
+                f"killed the bench process ({signal.Signals(-code).name})"
+                if code < 0
+                else f"ended the bench process (exit code {code})"
+            )
         when = "while loading" if cell is None else f"at {result.settings.cells[cell]}"
         status = result.subjects[subject]
         status.status, status.message = "failed", f"{what} {when}{self._stderr_tail()}"

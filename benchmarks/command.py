@@ -51,27 +51,50 @@ def chosen_subjects(text: str | None) -> set[str]:
     return set(listed(text, benchmark.BUNDLED_IDS, "subject") if text else benchmark.BUNDLED_IDS)
 
 
-def settings(*, lengths_text: str, dtypes: str, shapes: str, subjects: set[str],
-             candidates: list[Path], warmup: int, reps: int, window: int, timeout: float,
-             sandbox) -> benchmark.Settings:
+def settings(
+    *,
+    lengths_text: str,
+    dtypes: str,
+    shapes: str,
+    subjects: set[str],
+    candidates: list[Path],
+    warmup: int,
+    reps: int,
+    window: int,
+    timeout: float,
+    sandbox,
+) -> benchmark.Settings:
     """The bench's Settings: --lengths, --dtypes and --shapes read (ValueError for text they
     cannot be), the bundled `subjects` in their order, then one subject per candidate file.
     `sandbox` is a graders.judge.isolation.Sandbox."""
     return benchmark.Settings(
-        lengths=lengths(lengths_text), dtypes=listed(dtypes, DTYPES, "dtype"),
+        lengths=lengths(lengths_text),
+        dtypes=listed(dtypes, DTYPES, "dtype"),
         shapes=listed(shapes, list(SHAPES), "shape"),
         subjects=[s for s in benchmark.BUNDLED if s.id in subjects]
         + benchmark.candidate_specs(candidates),
-        warmup=warmup, reps=reps, window=window, timeout=timeout, sandbox=sandbox)
+        warmup=warmup,
+        reps=reps,
+        window=window,
+        timeout=timeout,
+        sandbox=sandbox,
+    )
 
 
-def run(console: Console, settings: benchmark.Settings, json_path: Path | None,
-        plot: Path | None) -> int:
+def run(
+    console: Console, settings: benchmark.Settings, json_path: Path | None, plot: Path | None
+) -> int:
     """Run the bench with a progress bar, then `show` it: 0, or 1 when a candidate's file failed,
     or BROKEN (the bench itself broke, said in one line)."""
-    progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
-                        MofNCompleteColumn(), console=console, transient=True,
-                        disable=not console.is_terminal)
+    progress = Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        console=console,
+        transient=True,
+        disable=not console.is_terminal,
+    )
     with progress:
         task = progress.add_task("starting", total=len(settings.cells) * len(settings.subjects))
 
@@ -91,8 +114,9 @@ def run(console: Console, settings: benchmark.Settings, json_path: Path | None,
     return 1 if result.failed_candidates() else 0
 
 
-def show(result: benchmark.BenchResult, console: Console, json_path: Path | None,
-         plot: Path | None) -> None:
+def show(
+    result: benchmark.BenchResult, console: Console, json_path: Path | None, plot: Path | None
+) -> None:
     """The tables; the JSON and the PNG plot when asked for; a text plot without the PNG."""
     from benchmarks import plot as plotting
     from benchmarks import report
@@ -107,8 +131,13 @@ def show(result: benchmark.BenchResult, console: Console, json_path: Path | None
             plotting.save_png(result, plot)
             console.print(Text(f"wrote {plot}"))
         except ImportError:
-            console.print(Text("matplotlib is not installed (pip install 'kvkata[bench]'): "
-                               "a text plot instead", style="yellow"))
+            console.print(
+                Text(
+                    "matplotlib is not installed (pip install 'kvkata[bench]'): "
+                    "a text plot instead",
+                    style="yellow",
+                )
+            )
             plot = None
     if plot is None:
         for (shape, dtype), group in plotting.series(result).items():

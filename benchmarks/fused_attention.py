@@ -68,7 +68,7 @@ def fused_attention(query: Tensor, keys: Tensor, values: Tensor, lengths: Tensor
             outs.append(weighted.sum(2))  # [B, Hkv, D]
             continue
         chunks = weighted.unfold(2, chunk, chunk)  # [B, Hkv, T // chunk, D, chunk]: whole ones
-        rest = weighted[:, :, length - chunk:].masked_fill(in_whole_chunk[:, None], 0.0)
+        rest = weighted[:, :, length - chunk :].masked_fill(in_whole_chunk[:, None], 0.0)
         outs.append(chunks.sum(-1).sum(2) + rest.sum(2))  # [B, Hkv, D]
     out = torch.stack(outs, dim=2)  # [B, Hkv, G, D]: head h = kv * G + g
     return out.reshape(batch, q_heads, 1, head_dim).to(query.dtype)
@@ -81,8 +81,9 @@ def compiled_attention():
     query = torch.randn(2, 4, 1, 8, generator=gen)
     # Long enough for the chunked sum and a remainder: the graph that long caches run.
     keys, values = torch.randn(2, 2, 2, 150, 8, generator=gen)  # [B, Hkv, T, D] each
-    return compile_checked(fused_attention, (query, keys, values, torch.tensor([150, 37])),
-                           dynamic=True)
+    return compile_checked(
+        fused_attention, (query, keys, values, torch.tensor([150, 37])), dynamic=True
+    )
 
 
 def compile_checked(function, example: tuple, dynamic: bool | None):
@@ -98,8 +99,10 @@ def compile_checked(function, example: tuple, dynamic: bool | None):
     try:
         got = compiled(*example)
     except Exception as exc:  # noqa: BLE001 - a missing compiler surfaces as many exception types
-        raise Unavailable(f"torch.compile does not work here: {type(exc).__name__}: "
-                          f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''}") from None
+        raise Unavailable(
+            f"torch.compile does not work here: {type(exc).__name__}: "
+            f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+        ) from None
     if not torch.allclose(got, function(*example), atol=1e-5):
         raise Unavailable("torch.compile gives a different result from eager PyTorch here")
     return compiled

@@ -31,8 +31,15 @@ from torch import Tensor
 from benchmarks.fused_attention import compile_checked
 
 
-def fused_paged_attention(query: Tensor, k_pool: Tensor, v_pool: Tensor, k_scale: Tensor | None,
-                          v_scale: Tensor | None, blocks: Tensor, lengths: Tensor) -> Tensor:
+def fused_paged_attention(
+    query: Tensor,
+    k_pool: Tensor,
+    v_pool: Tensor,
+    k_scale: Tensor | None,
+    v_scale: Tensor | None,
+    blocks: Tensor,
+    lengths: Tensor,
+) -> Tensor:
     """The serving contract's attend, as math only: row i of query [N, Hq, 1, D] over the first
     lengths[i] positions held by the blocks blocks[i] ([N, W] block ids in position order, a
     short table padded with any block id), pools [num_blocks, Hkv, bs, D]. An int8 pool comes
@@ -76,5 +83,6 @@ def compiled_paged_attention():
     query = torch.randn(2, 4, 1, 8, generator=gen)
     k_pool, v_pool = torch.randn(6, 2, 4, 8, generator=gen), torch.randn(6, 2, 4, 8, generator=gen)
     blocks, lengths = torch.tensor([[3, 1, 4], [2, 0, 0]]), torch.tensor([10, 5])
-    return compile_checked(fused_paged_attention,
-                           (query, k_pool, v_pool, None, None, blocks, lengths), dynamic=None)
+    return compile_checked(
+        fused_paged_attention, (query, k_pool, v_pool, None, None, blocks, lengths), dynamic=None
+    )

@@ -32,9 +32,15 @@ from pathlib import Path
 from benchmarks.timing import Summary, interleaved
 
 ROOT = Path(__file__).resolve().parent.parent
-GOALS = {"grade": 2.5, "grade --hidden": 3.5, "grade --item prefix-equivalence": 1.5,
-         "re-grade in --watch": 1.0, "save in kata interview": 0.8,
-         "grade --track batching": 3.0, "grade --track batching --hidden": 3.0}
+GOALS = {
+    "grade": 2.5,
+    "grade --hidden": 3.5,
+    "grade --item prefix-equivalence": 1.5,
+    "re-grade in --watch": 1.0,
+    "save in kata interview": 0.8,
+    "grade --track batching": 3.0,
+    "grade --track batching --hidden": 3.0,
+}
 # What the real-model item may add to a public grade (issue 43), in torch imports: its two
 # workers import transformers while the other items run.
 MODEL_GOAL = 1.5
@@ -51,20 +57,35 @@ def commands() -> dict[str, list[str]]:
         "grade": [*kata, "grade", "kv_cache.py"],
         "grade --level L6": [*kata, "grade", "kv_cache.py", "--level", "L6"],
         "grade --hidden": [*kata, "grade", "kv_cache.py", "--hidden"],
-        "grade --item prefix-equivalence": [*kata, "grade", "kv_cache.py", "--item",
-                                             "prefix-equivalence"],
+        "grade --item prefix-equivalence": [
+            *kata,
+            "grade",
+            "kv_cache.py",
+            "--item",
+            "prefix-equivalence",
+        ],
         "grade --track batching": [*kata, "grade", "scheduler.py", "--track", "batching"],
-        "grade --track batching --hidden": [*kata, "grade", "scheduler.py", "--track",
-                                            "batching", "--hidden"],
+        "grade --track batching --hidden": [
+            *kata,
+            "grade",
+            "scheduler.py",
+            "--track",
+            "batching",
+            "--hidden",
+        ],
     }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=5, help="repetitions of each command")
-    parser.add_argument("--only", nargs="+", metavar="LABEL",
-                        help="time these commands alone (with import torch): e.g. grade "
-                             "'grade --level L6' for the real-model item's cost")
+    parser.add_argument(
+        "--only",
+        nargs="+",
+        metavar="LABEL",
+        help="time these commands alone (with import torch): e.g. grade "
+        "'grade --level L6' for the real-model item's cost",
+    )
     args = parser.parse_args()
     reps = args.reps
     with tempfile.TemporaryDirectory(prefix="kata-grading-speed-") as folder:
@@ -75,8 +96,11 @@ def main() -> None:
             shutil.copy(ROOT / "solutions" / "kv_cache.py", place / "kv_cache.py")
             shutil.copy(ROOT / "solutions" / "test_kv_cache.py", place / "test_kv_cache.py")
         shutil.copy(ROOT / "solutions" / "scheduler.py", workspace / "scheduler.py")
-        runs = {label: _runner(argv, workspace) for label, argv in commands().items()
-                if not args.only or label in (*args.only, "import torch")}
+        runs = {
+            label: _runner(argv, workspace)
+            for label, argv in commands().items()
+            if not args.only or label in (*args.only, "import torch")
+        }
         if args.only:
             seconds = interleaved(runs, reps)
         else:
@@ -88,19 +112,25 @@ def main() -> None:
     from benchmarks.machine import facts
 
     machine = facts()
-    print(f"CPU: {machine['cpu']}, {machine['logical_cpus']} logical CPUs, load average "
-          f"{os.getloadavg()[0]:.1f}; torch {machine['torch']}, transformers "
-          f"{machine['transformers']}")
+    print(
+        f"CPU: {machine['cpu']}, {machine['logical_cpus']} logical CPUs, load average "
+        f"{os.getloadavg()[0]:.1f}; torch {machine['torch']}, transformers "
+        f"{machine['transformers']}"
+    )
     print(f"{'command':<34} {'median s':>9} {'spread':>7} {'x import torch':>15} {'goal':>6}")
     for label, times in seconds.items():
         summary = Summary.of(times)
         goal = f"{GOALS[label]:.1f}x" if label in GOALS else ""
-        print(f"{label:<34} {summary.median:9.2f} {summary.spread:6.0%} "
-              f"{summary.median / torch_import:14.2f}x {goal:>6}")
+        print(
+            f"{label:<34} {summary.median:9.2f} {summary.spread:6.0%} "
+            f"{summary.median / torch_import:14.2f}x {goal:>6}"
+        )
     if "grade" in seconds and "grade --level L6" in seconds:  # L6+ items, real-model's workers
         more = Summary.of(seconds["grade"]).median - Summary.of(seconds["grade --level L6"]).median
-        print(f"the L6+ items' cost (grade - grade --level L6): {more:.2f} s, "
-              f"{more / torch_import:.2f}x import torch (goal: {MODEL_GOAL:.1f}x)")
+        print(
+            f"the L6+ items' cost (grade - grade --level L6): {more:.2f} s, "
+            f"{more / torch_import:.2f}x import torch (goal: {MODEL_GOAL:.1f}x)"
+        )
 
 
 def _settler():
@@ -113,6 +143,7 @@ def _settler():
         if last[0] in ("re-grade in --watch", "save in kata interview"):
             time.sleep(SETTLE_SECONDS)
         last[0] = label
+
     return settle
 
 
@@ -120,8 +151,11 @@ def _runner(argv: list[str], cwd: Path):
     def run() -> None:
         done = subprocess.run(argv, cwd=cwd, capture_output=True)
         if done.returncode != 0:
-            raise SystemExit(f"{' '.join(argv)} exited {done.returncode}:\n{done.stdout.decode()}"
-                             f"{done.stderr.decode()}")
+            raise SystemExit(
+                f"{' '.join(argv)} exited {done.returncode}:\n{done.stdout.decode()}"
+                f"{done.stderr.decode()}"
+            )
+
     return run
 
 
@@ -138,9 +172,13 @@ class _Watch:
         self.saves = 0
 
     def __enter__(self) -> "_Watch":
-        self.process = subprocess.Popen([sys.executable, str(ROOT / "cli.py"), *self.argv],
-                                        cwd=self.file.parent, stdout=self.log.open("w"),
-                                        stderr=subprocess.STDOUT, start_new_session=True)
+        self.process = subprocess.Popen(
+            [sys.executable, str(ROOT / "cli.py"), *self.argv],
+            cwd=self.file.parent,
+            stdout=self.log.open("w"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         self._wait_for_report(1)
         time.sleep(SETTLE_SECONDS)
         return self

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import torch
 
+
 class Unavailable(Exception):
     """This subject cannot run on this machine (a missing optional package, no compiler)."""
 
@@ -46,7 +47,9 @@ def _caches() -> dict:
     caches = {}
     for index in sorted(CPU_CACHES.glob("index*")):
         try:
-            level, kind, size = ((index / name).read_text().strip() for name in ("level", "type", "size"))
+            level, kind, size = (
+                (index / name).read_text().strip() for name in ("level", "type", "size")
+            )
         except OSError:
             continue
         suffix = {"Data": "d", "Instruction": "i"}.get(kind, "")

@@ -75,15 +75,19 @@ class Module:
 def modules() -> dict[str, Module]:
     """The scored modules of mutation_score.toml, by name."""
     table = tomllib.loads(DATA.read_text())["modules"]
-    return {name: Module(name, entry["path"], tuple(entry["tests"]), entry.get("workers", True))
-            for name, entry in table.items()}
+    return {
+        name: Module(name, entry["path"], tuple(entry["tests"]), entry.get("workers", True))
+        for name, entry in table.items()
+    }
 
 
 def verdicts() -> dict[tuple[str, str], str]:
     """(module, mutant's description) -> "equivalent: why", for each survivor read as one."""
-    return {(entry["module"], description): f"equivalent: {entry['why']}"
-            for entry in tomllib.loads(DATA.read_text()).get("equivalent", [])
-            for description in entry["mutants"]}
+    return {
+        (entry["module"], description): f"equivalent: {entry['why']}"
+        for entry in tomllib.loads(DATA.read_text()).get("equivalent", [])
+        for description in entry["mutants"]
+    }
 
 
 def figures() -> dict[str, dict]:
@@ -91,15 +95,37 @@ def figures() -> dict[str, dict]:
     return json.loads(FIGURES.read_text()) if FIGURES.exists() else {}
 
 
-COMPARISONS = {ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt,
-               ast.Eq: ast.NotEq, ast.NotEq: ast.Eq, ast.In: ast.NotIn, ast.NotIn: ast.In,
-               ast.Is: ast.IsNot, ast.IsNot: ast.Is}
+COMPARISONS = {
+    ast.Lt: ast.LtE,
+    ast.LtE: ast.Lt,
+    ast.Gt: ast.GtE,
+    ast.GtE: ast.Gt,
+    ast.Eq: ast.NotEq,
+    ast.NotEq: ast.Eq,
+    ast.In: ast.NotIn,
+    ast.NotIn: ast.In,
+    ast.Is: ast.IsNot,
+    ast.IsNot: ast.Is,
+}
 FLIPS = {ast.Lt: ast.Gt, ast.LtE: ast.GtE, ast.Gt: ast.Lt, ast.GtE: ast.LtE}  # the other way
 COMPLEMENTS = {ast.Lt: ast.GtE, ast.GtE: ast.Lt, ast.LtE: ast.Gt, ast.Gt: ast.LtE}  # its negation
-ARITHMETIC = {ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Div, ast.Div: ast.Mult,
-              ast.FloorDiv: ast.Mult, ast.Mod: ast.FloorDiv, ast.Pow: ast.Mult}
-DTYPES = {"float32": "float64", "float64": "float32", "bfloat16": "float16",
-          "float16": "bfloat16", "int64": "int32", "int32": "int64"}
+ARITHMETIC = {
+    ast.Add: ast.Sub,
+    ast.Sub: ast.Add,
+    ast.Mult: ast.Div,
+    ast.Div: ast.Mult,
+    ast.FloorDiv: ast.Mult,
+    ast.Mod: ast.FloorDiv,
+    ast.Pow: ast.Mult,
+}
+DTYPES = {
+    "float32": "float64",
+    "float64": "float32",
+    "bfloat16": "float16",
+    "float16": "bfloat16",
+    "int64": "int32",
+    "int32": "int64",
+}
 
 
 @dataclass(frozen=True)
@@ -117,8 +143,9 @@ def _text(node: ast.AST) -> str:
 
 
 def _is_text(node: ast.AST) -> bool:
-    return isinstance(node, ast.JoinedStr) or (isinstance(node, ast.Constant)
-                                               and isinstance(node.value, (str, bytes)))
+    return isinstance(node, ast.JoinedStr) or (
+        isinstance(node, ast.Constant) and isinstance(node.value, (str, bytes))
+    )
 
 
 class Mutator(ast.NodeTransformer):
@@ -131,8 +158,9 @@ class Mutator(ast.NodeTransformer):
         self.conditions: set[int] = set()  # ids of the one-operator comparisons that are a
         # whole condition: their complement is the condition's negation, a mutant made already
 
-    def _point(self, node: ast.AST, before: ast.AST, after: ast.AST,
-               edit: str | None = None) -> bool:
+    def _point(
+        self, node: ast.AST, before: ast.AST, after: ast.AST, edit: str | None = None
+    ) -> bool:
         """Count a point (`edit` says what it does, by default "before -> after"); True when it
         is the one to apply."""
         index = len(self.found)
@@ -171,7 +199,7 @@ class Mutator(ast.NodeTransformer):
             for other in (swapped, FLIPS.get(type(op)), complement):
                 if other is None:
                     continue
-                ops = [*node.ops[:i], other(), *node.ops[i + 1:]]
+                ops = [*node.ops[:i], other(), *node.ops[i + 1 :]]
                 mutated = ast.Compare(node.left, ops, node.comparators)
                 if self._point(node, node, mutated):
                     return ast.copy_location(mutated, node)
@@ -194,8 +222,9 @@ class Mutator(ast.NodeTransformer):
         value = node.value
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             return node
-        changes = ([value + 1] if isinstance(value, int) else [value * 2, value / 2] if value
-                   else [1.0])
+        changes = (
+            [value + 1] if isinstance(value, int) else [value * 2, value / 2] if value else [1.0]
+        )
         for changed in changes:
             mutated = ast.Constant(changed)
             if self._point(node, node, mutated):
@@ -207,13 +236,16 @@ class Mutator(ast.NodeTransformer):
         mistakes) loses one entry."""
         self.generic_visit(node)
         table = node.value
-        if (self.scope != ["<module>"] or not isinstance(table, (ast.Tuple, ast.List))
-                or len(table.elts) < 2 or not all(isinstance(e, ast.Call) for e in table.elts)):
+        if (
+            self.scope != ["<module>"]
+            or not isinstance(table, (ast.Tuple, ast.List))
+            or len(table.elts) < 2
+            or not all(isinstance(e, ast.Call) for e in table.elts)
+        ):
             return node
         for i, entry in enumerate(table.elts):
-            mutated = type(table)([*table.elts[:i], *table.elts[i + 1:]], ast.Load())
-            if self._point(entry, table, mutated,
-                           f"{_text(node.targets[0])} drops {_text(entry)}"):
+            mutated = type(table)([*table.elts[:i], *table.elts[i + 1 :]], ast.Load())
+            if self._point(entry, table, mutated, f"{_text(node.targets[0])} drops {_text(entry)}"):
                 node.value = ast.copy_location(mutated, table)
                 return node
         return node
@@ -234,8 +266,9 @@ class Mutator(ast.NodeTransformer):
         for bound in ("lower", "upper"):
             if getattr(node, bound) is None:
                 continue
-            mutated = ast.Slice(**{"lower": node.lower, "upper": node.upper, "step": node.step,
-                                   bound: None})
+            mutated = ast.Slice(
+                **{"lower": node.lower, "upper": node.upper, "step": node.step, bound: None}
+            )
             if self._point(node, node, mutated):
                 return ast.copy_location(mutated, node)
         for start in _moved(node.lower):
@@ -275,13 +308,20 @@ class Mutator(ast.NodeTransformer):
             first, second = args[i], args[i + 1]
             if not _same_kind(first, second):
                 continue
-            mutated = ast.Call(node.func, [*args[:i], second, first, *args[i + 2:]],
-                               node.keywords)
-            if self._point(node, node, mutated,
-                           f"{_text(node.func)}(...) swaps {_text(first)} and {_text(second)}"):
+            mutated = ast.Call(node.func, [*args[:i], second, first, *args[i + 2 :]], node.keywords)
+            if self._point(
+                node,
+                node,
+                mutated,
+                f"{_text(node.func)}(...) swaps {_text(first)} and {_text(second)}",
+            ):
                 return ast.copy_location(mutated, node)
-        if isinstance(node.func, ast.Name) and node.func.id == "range" and args and not any(
-                isinstance(a, ast.Starred) for a in args):
+        if (
+            isinstance(node.func, ast.Name)
+            and node.func.id == "range"
+            and args
+            and not any(isinstance(a, ast.Starred) for a in args)
+        ):
             start, rest = (args[0], args[1:]) if len(args) > 1 else (ast.Constant(0), args)
             starts = _moved(start) + ([ast.Constant(1)] if len(args) == 1 else [])
             for moved in starts:
@@ -345,8 +385,7 @@ class Mutator(ast.NodeTransformer):
 
     def visit_Attribute(self, node: ast.Attribute):
         self.generic_visit(node)
-        if (isinstance(node.value, ast.Name) and node.value.id == "torch"
-                and node.attr in DTYPES):
+        if isinstance(node.value, ast.Name) and node.value.id == "torch" and node.attr in DTYPES:
             mutated = ast.Attribute(node.value, DTYPES[node.attr], node.ctx)
             if self._point(node, node, mutated):
                 return ast.copy_location(mutated, node)
@@ -354,8 +393,9 @@ class Mutator(ast.NodeTransformer):
 
     def visit_Return(self, node: ast.Return):
         self.generic_visit(node)
-        if node.value is None or (isinstance(node.value, ast.Constant)
-                                  and node.value.value is None):
+        if node.value is None or (
+            isinstance(node.value, ast.Constant) and node.value.value is None
+        ):
             return node
         mutated = ast.Return(ast.Constant(None))
         return ast.copy_location(mutated, node) if self._point(node, node, mutated) else node
@@ -370,8 +410,11 @@ def _constant_keys(scope: ast.AST) -> dict[str, list]:
         node = pending.pop(0)
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             continue  # a function of its own
-        if (isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant)
-                and type(node.slice.value) is str):
+        if (
+            isinstance(node, ast.Subscript)
+            and isinstance(node.slice, ast.Constant)
+            and type(node.slice.value) is str
+        ):
             found = keys.setdefault(ast.dump(node.value), [])
             if node.slice.value not in found:
                 found.append(node.slice.value)
@@ -386,8 +429,10 @@ def _moved(start: ast.AST | None) -> list[ast.AST]:
         return []
     if isinstance(start, ast.Constant) and type(start.value) is int:
         return [ast.Constant(start.value - 1)] if start.value > 0 else []
-    return [ast.BinOp(start, ast.Add(), ast.Constant(1)), ast.BinOp(start, ast.Sub(),
-                                                                    ast.Constant(1))]
+    return [
+        ast.BinOp(start, ast.Add(), ast.Constant(1)),
+        ast.BinOp(start, ast.Sub(), ast.Constant(1)),
+    ]
 
 
 def _same_kind(first: ast.AST, second: ast.AST) -> bool:
@@ -409,8 +454,11 @@ def mutants(source: str) -> list[Mutant]:
     for mutant in mutator.found:
         seen[mutant.description] = seen.get(mutant.description, 0) + 1
         count = seen[mutant.description]
-        found.append(Mutant(mutant.index, mutant.line, mutant.description
-                            + (f" #{count}" if count > 1 else "")))
+        found.append(
+            Mutant(
+                mutant.index, mutant.line, mutant.description + (f" #{count}" if count > 1 else "")
+            )
+        )
     return found
 
 
@@ -437,8 +485,15 @@ def run_tests(copy: Path, tests: list[str], timeout: float, workers: bool = True
             import pytest
 
             # A failing example kills the mutant as it is: shrinking it would take minutes.
-            hypothesis.settings.register_profile("mutant", database=None, phases=[
-                hypothesis.Phase.explicit, hypothesis.Phase.reuse, hypothesis.Phase.generate])
+            hypothesis.settings.register_profile(
+                "mutant",
+                database=None,
+                phases=[
+                    hypothesis.Phase.explicit,
+                    hypothesis.Phase.reuse,
+                    hypothesis.Phase.generate,
+                ],
+            )
             hypothesis.settings.load_profile("mutant")
             if not workers:
                 import contextlib
@@ -449,8 +504,22 @@ def run_tests(copy: Path, tests: list[str], timeout: float, workers: bool = True
 
             # no:unraisableexception: its gc.collect at the end, over a heap holding torch, took
             # a quarter of a child's time; it only reports, no verdict reads it
-            code = int(pytest.main(["-q", "-x", "-n0", "-m", QUICK, "-p", "no:cacheprovider",
-                                    "-p", "no:unraisableexception", *tests]))
+            code = int(
+                pytest.main(
+                    [
+                        "-q",
+                        "-x",
+                        "-n0",
+                        "-m",
+                        QUICK,
+                        "-p",
+                        "no:cacheprovider",
+                        "-p",
+                        "no:unraisableexception",
+                        *tests,
+                    ]
+                )
+            )
         finally:
             os._exit(code)
     deadline = time.monotonic() + timeout
@@ -472,16 +541,21 @@ def cpu() -> str:
     return f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
 
 
-def score(module: Module, copy: Path, functions: tuple[str, ...] = (),
-          last: dict | None = None) -> dict | None:
+def score(
+    module: Module, copy: Path, functions: tuple[str, ...] = (), last: dict | None = None
+) -> dict | None:
     """Run every mutant of `module` in `copy` (only those of `functions`, when given; only the
     survivors of its `last` figures, when given: the others stay killed); print the figures and
     each survivor, and return them as mutation_figures.json records them (None: not scored)."""
     target, original = copy / module.path, (ROOT / module.path).read_text()
     tests = list(module.tests)
     every = mutants(original)
-    found = [m for m in every if (not functions or m.description.split(":", 1)[0] in functions)
-             and (last is None or m.description in last["survivors"])]
+    found = [
+        m
+        for m in every
+        if (not functions or m.description.split(":", 1)[0] in functions)
+        and (last is None or m.description in last["survivors"])
+    ]
     missing = [test for test in tests if not (copy / test).exists()]
     if missing:
         print(f"{module.name}: {', '.join(missing)} not found; not scored")
@@ -490,8 +564,10 @@ def score(module: Module, copy: Path, functions: tuple[str, ...] = (),
     try:
         target.write_text(mutated_source(original, None))
         if run_tests(copy, tests, 600.0, module.workers) != "passed":
-            print(f"{module.name}: its tests fail on the unmutated module (written by "
-                  "ast.unparse); not scored")
+            print(
+                f"{module.name}: its tests fail on the unmutated module (written by "
+                "ast.unparse); not scored"
+            )
             return None
         timeout = 3 * (time.monotonic() - began) + 10
         survivors = []
@@ -502,48 +578,62 @@ def score(module: Module, copy: Path, functions: tuple[str, ...] = (),
     finally:
         target.write_text(original)
     read = verdicts()
-    said = {m.description: read.get((module.name, m.description), "not yet read")
-            for m in survivors}
+    said = {
+        m.description: read.get((module.name, m.description), "not yet read") for m in survivors
+    }
     total = len(every) if last is not None else len(found)
     killed = total - len(survivors)
     equivalent = sum(verdict.startswith("equivalent") for verdict in said.values())
     judged = total - equivalent
-    print(f"{module.name}: {total} mutants, {killed} killed, {len(survivors)} survived "
-          f"({equivalent} equivalent): {killed / max(total, 1):.0%} of all, "
-          f"{killed / max(judged, 1):.0%} of the non-equivalent")
+    print(
+        f"{module.name}: {total} mutants, {killed} killed, {len(survivors)} survived "
+        f"({equivalent} equivalent): {killed / max(total, 1):.0%} of all, "
+        f"{killed / max(judged, 1):.0%} of the non-equivalent"
+    )
     for mutant in survivors:
         print(f"  line {mutant.line}: {mutant.description}\n      {said[mutant.description]}")
     sys.stdout.flush()
     minutes = (time.monotonic() - began) / 60 + (last["minutes"] if last is not None else 0)
-    return {"mutants": total, "killed": killed, "equivalent": equivalent,
-            "survivors": said, "scored": time.strftime("%Y-%m-%d"), "cpu": cpu(),
-            "minutes": round(minutes, 1)}
+    return {
+        "mutants": total,
+        "killed": killed,
+        "equivalent": equivalent,
+        "survivors": said,
+        "scored": time.strftime("%Y-%m-%d"),
+        "cpu": cpu(),
+        "minutes": round(minutes, 1),
+    }
 
 
 def record(name: str, figures_: dict) -> None:
     """Write module `name`'s figures into mutation_figures.json, the others kept."""
     kept = figures()
     kept[name] = figures_
-    FIGURES.write_text(json.dumps(dict(sorted(kept.items())), indent=1, ensure_ascii=False)
-                       + "\n")
+    FIGURES.write_text(json.dumps(dict(sorted(kept.items())), indent=1, ensure_ascii=False) + "\n")
     write_table()
 
 
-TABLE_START, TABLE_END = "<!-- figures: benchmarks.mutation_score writes this table -->", \
-    "<!-- end of the figures -->"
+TABLE_START, TABLE_END = (
+    "<!-- figures: benchmarks.mutation_score writes this table -->",
+    "<!-- end of the figures -->",
+)
 
 
 def write_table() -> None:
     """benchmarks/README.md's table of the recorded figures, rewritten between its markers."""
-    rows = ["| module | mutants | killed | survivors: equivalent | survivors: gaps |",
-            "| --- | --- | --- | --- | --- |"]
+    rows = [
+        "| module | mutants | killed | survivors: equivalent | survivors: gaps |",
+        "| --- | --- | --- | --- | --- |",
+    ]
     for name, found in figures().items():
         if found.get("killed") is None:
             rows.append(f"| {name} | {found['mutants']} | not yet scored | | |")
         else:
             gaps = len(found["survivors"]) - found["equivalent"]
-            rows.append(f"| {name} | {found['mutants']} | {found['killed']} | "
-                        f"{found['equivalent']} | {gaps} |")
+            rows.append(
+                f"| {name} | {found['mutants']} | {found['killed']} | "
+                f"{found['equivalent']} | {gaps} |"
+            )
     readme = ROOT / "benchmarks" / "README.md"
     text = readme.read_text()
     head, rest = text.split(TABLE_START, 1)
@@ -554,19 +644,33 @@ def write_table() -> None:
 def main(argv: list[str] | None = None) -> None:
     table = modules()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--module", action="append", choices=sorted(table),
-                        help="a module to mutate (default: every one)")
-    parser.add_argument("--count", action="store_true",
-                        help="print each module's mutant count and run nothing")
-    parser.add_argument("--function", action="append", default=[],
-                        help="score only this function's mutants (repeatable): a check, "
-                             "not recorded")
-    parser.add_argument("--survivors", action="store_true",
-                        help="run only the recorded survivors again (the module unchanged since: "
-                             "its count the recorded one), after tests were added")
-    parser.add_argument("--recount", action="store_true",
-                        help="record the mutant count of each module whose count changed, its "
-                             "figures then not yet scored, and run nothing")
+    parser.add_argument(
+        "--module",
+        action="append",
+        choices=sorted(table),
+        help="a module to mutate (default: every one)",
+    )
+    parser.add_argument(
+        "--count", action="store_true", help="print each module's mutant count and run nothing"
+    )
+    parser.add_argument(
+        "--function",
+        action="append",
+        default=[],
+        help="score only this function's mutants (repeatable): a check, not recorded",
+    )
+    parser.add_argument(
+        "--survivors",
+        action="store_true",
+        help="run only the recorded survivors again (the module unchanged since: "
+        "its count the recorded one), after tests were added",
+    )
+    parser.add_argument(
+        "--recount",
+        action="store_true",
+        help="record the mutant count of each module whose count changed, its "
+        "figures then not yet scored, and run nothing",
+    )
     args = parser.parse_args(argv)
     if args.count or args.recount:
         recorded = figures()
@@ -586,8 +690,11 @@ def main(argv: list[str] | None = None) -> None:
         shutil.copytree(ROOT, copy, ignore=shutil.ignore_patterns(".git", "__pycache__"))
         for name in args.module or table:
             last = figures().get(name) if args.survivors else None
-            if args.survivors and (last is None or last.get("killed") is None or last["mutants"]
-                                   != len(mutants((ROOT / table[name].path).read_text()))):
+            if args.survivors and (
+                last is None
+                or last.get("killed") is None
+                or last["mutants"] != len(mutants((ROOT / table[name].path).read_text()))
+            ):
                 print(f"{name}: changed since its figures (or never scored): score it whole")
                 continue
             scored = score(table[name], copy, tuple(args.function), last)

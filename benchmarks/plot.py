@@ -35,16 +35,32 @@ def save_png(result: BenchResult, path: Path) -> None:
     kinds = {subject: status.spec.kind for subject, status in result.subjects.items()}
     styles = {"floor": "--", "peer": ":"}
     shapes, dtypes = result.settings.shapes, result.settings.dtypes
-    fig, axes = plt.subplots(len(shapes), len(dtypes), squeeze=False, sharex=True,
-                             figsize=(5.5 * len(dtypes), 4 * len(shapes)))
+    fig, axes = plt.subplots(
+        len(shapes),
+        len(dtypes),
+        squeeze=False,
+        sharex=True,
+        figsize=(5.5 * len(dtypes), 4 * len(shapes)),
+    )
     for (shape, dtype), group in groups.items():
         ax = axes[shapes.index(shape)][dtypes.index(dtype)]
         for subject, points in group.items():
             lengths, ms = zip(*points)
-            ax.plot(lengths, ms, styles.get(kinds[subject], "-"), marker="o", markersize=3,
-                    label=subject)
-        ax.set(xscale="log", yscale="log", title=f"{shape}, {dtype}", xlabel="cache length T",
-               ylabel="ms per decode step")
+            ax.plot(
+                lengths,
+                ms,
+                styles.get(kinds[subject], "-"),
+                marker="o",
+                markersize=3,
+                label=subject,
+            )
+        ax.set(
+            xscale="log",
+            yscale="log",
+            title=f"{shape}, {dtype}",
+            xlabel="cache length T",
+            ylabel="ms per decode step",
+        )
         ax.grid(True, which="both", alpha=0.3)
     handles, labels = axes[0][0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 5), fontsize="small")
@@ -79,8 +95,8 @@ def terminal(group: Series, width: int = 60, height: int = 12) -> list[str]:
     for length in sorted({p[0] for p in points}):
         label = str(length)
         start = min(column(length), width - len(label))
-        if set(axis[max(start - 1, 0): start + len(label) + 1]) == {" "}:  # no overlap
-            axis[start:start + len(label)] = label
+        if set(axis[max(start - 1, 0) : start + len(label) + 1]) == {" "}:  # no overlap
+            axis[start : start + len(label)] = label
     lines.append(" " * (pad + 2) + "".join(axis).rstrip() + "  T")
     legend = [f"{marker} {subject}" for marker, subject in zip(MARKERS, group)] + ["* several"]
     line = ""

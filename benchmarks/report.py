@@ -20,16 +20,23 @@ from benchmarks.subjects import BLOCK_SIZE, SHAPES, capacity_for
 from benchmarks.timing import Summary
 from graders.worker.wire import DTYPES
 
-RATIOS = {"bare": "bare", "read": "read", "hf_static": "hf-static", "hf_dynamic": "hf-dynamic",
-          "bare_window": "bare-window"}
+RATIOS = {
+    "bare": "bare",
+    "read": "read",
+    "hf_static": "hf-static",
+    "hf_dynamic": "hf-dynamic",
+    "bare_window": "bare-window",
+}
 SHOWN_RATIOS = ("bare", "read", "hf_static")  # the table's columns; the JSON has every ratio
 MIB = 1 << 20
 UNICODE = {"times": "×", "plus_minus": "±", "none": "—"}
 ASCII = {"times": "x", "plus_minus": "+-", "none": "-"}  # for terminals that cannot show the above
 NOISE_MARK = "~"
-NOISE_LEGEND = (f"{NOISE_MARK} within the noise: the quartiles of this time overlap those of the "
-                "reference (the ratio is 1x as far as this run can tell), or those of the row "
-                "above or below (which of the two is faster is noise)")
+NOISE_LEGEND = (
+    f"{NOISE_MARK} within the noise: the quartiles of this time overlap those of the "
+    "reference (the ratio is 1x as far as this run can tell), or those of the row "
+    "above or below (which of the two is faster is noise)"
+)
 
 
 def ratios(result: BenchResult, cell_index: int, subject: str) -> dict[str, float | None]:
@@ -67,7 +74,7 @@ def noisy_ratios(result: BenchResult, cell_index: int, order: list[str]) -> set[
     timed = [(subject, summary) for subject, summary in timed if summary is not None]
     marked = set()
     for row, (subject, summary) in enumerate(timed):
-        neighbours = [other for _, other in timed[max(row - 1, 0):row] + timed[row + 1:row + 2]]
+        neighbours = [other for _, other in timed[max(row - 1, 0) : row] + timed[row + 1 : row + 2]]
         beside = any(within_noise(summary, other) for other in neighbours)
         for key, reference in RATIOS.items():
             theirs = result.at(cell_index, reference)
@@ -93,28 +100,44 @@ def to_json(result: BenchResult) -> dict:
                 continue
             summary = found.summary
             results[subject.id] = {
-                "ms": {"median": summary.median * 1e3, "q1": summary.q1 * 1e3,
-                       "q3": summary.q3 * 1e3, "min": summary.min * 1e3},
+                "ms": {
+                    "median": summary.median * 1e3,
+                    "q1": summary.q1 * 1e3,
+                    "q3": summary.q3 * 1e3,
+                    "min": summary.min * 1e3,
+                },
                 "held_bytes": found.held_bytes,
                 "ratios": ratios(result, index, subject.id),
             }
             if subject.id in WINDOWED:
                 results[subject.id]["slots_held"] = slots_held(result, index, subject.id)
-        cells.append({"shape": cell.shape, "dtype": cell.dtype, "length": cell.length,
-                      "capacity": capacity_for(cell.length, steps), "results": results})
+        cells.append(
+            {
+                "shape": cell.shape,
+                "dtype": cell.dtype,
+                "length": cell.length,
+                "capacity": capacity_for(cell.length, steps),
+                "results": results,
+            }
+        )
     return {
         "kata_bench": 1,
         "machine": result.machine,
         "settings": {
-            "lengths": settings.lengths, "dtypes": settings.dtypes,
+            "lengths": settings.lengths,
+            "dtypes": settings.dtypes,
             "shapes": {name: vars(SHAPES[name]) for name in settings.shapes},
-            "warmup": settings.warmup, "reps": settings.reps, "timeout_seconds": settings.timeout,
+            "warmup": settings.warmup,
+            "reps": settings.reps,
+            "timeout_seconds": settings.timeout,
             "window": settings.window,
             "paged_block_size": BLOCK_SIZE,
             "capacity": "the next power of two above length + warmup + reps",
         },
-        "subjects": [{**vars(status.spec), "status": status.status, "message": status.message}
-                     for status in result.subjects.values()],
+        "subjects": [
+            {**vars(status.spec), "status": status.status, "message": status.message}
+            for status in result.subjects.values()
+        ],
         "cells": cells,
     }
 
@@ -122,11 +145,15 @@ def to_json(result: BenchResult) -> dict:
 def render(result: BenchResult, console: Console) -> None:
     """A table per shape and dtype: ms/step at each length, then ratios and memory at the longest."""
     machine = result.machine
-    console.print(Text(f"{machine.get('cpu', '?')}, {machine.get('logical_cpus', '?')} logical CPUs, "
-                       f"{machine.get('torch_threads', '?')} torch threads, torch "
-                       f"{machine.get('torch', '?')}; caches "
-                       + (", ".join(f"{k} {v}" for k, v in machine.get("caches", {}).items()) or "?"),
-                       style="dim"))
+    console.print(
+        Text(
+            f"{machine.get('cpu', '?')}, {machine.get('logical_cpus', '?')} logical CPUs, "
+            f"{machine.get('torch_threads', '?')} torch threads, torch "
+            f"{machine.get('torch', '?')}; caches "
+            + (", ".join(f"{k} {v}" for k, v in machine.get("caches", {}).items()) or "?"),
+            style="dim",
+        )
+    )
     settings = result.settings
     symbols = UNICODE if console.encoding.lower().startswith("utf") else ASCII
     noisy = False
@@ -141,8 +168,13 @@ def render(result: BenchResult, console: Console) -> None:
     if noisy:
         console.print(Text(NOISE_LEGEND, style="dim"))
     problems = [(s.spec.id, s.message) for s in result.subjects.values() if s.status != "ok"]
-    problems += sorted({(subject, f"{m.error} ({settings.cells[i]})")
-                        for (i, subject), m in result.measurements.items() if m.error})
+    problems += sorted(
+        {
+            (subject, f"{m.error} ({settings.cells[i]})")
+            for (i, subject), m in result.measurements.items()
+            if m.error
+        }
+    )
     for subject, message in problems:
         console.print(Text(f"{subject}: {message}", style="yellow"))
 
@@ -150,13 +182,18 @@ def render(result: BenchResult, console: Console) -> None:
 def _table(result: BenchResult, shape: str, dtype: str, symbols: dict) -> tuple[Table, bool]:
     """The table of one shape and dtype, and whether a ratio in it is marked NOISE_MARK."""
     settings = result.settings
-    indices = {cell.length: i for i, cell in enumerate(settings.cells)
-               if (cell.shape, cell.dtype) == (shape, dtype)}
+    indices = {
+        cell.length: i
+        for i, cell in enumerate(settings.cells)
+        if (cell.shape, cell.dtype) == (shape, dtype)
+    }
     longest = max(indices)
     s = SHAPES[shape]
-    table = Table(title=f"{shape}, {dtype}: B={s.batch}, Hq={s.q_heads}, Hkv={s.kv_heads}, "
-                        f"D={s.head_dim}; ms per decode step (median {symbols['plus_minus']}half IQR)",
-                  title_justify="left")
+    table = Table(
+        title=f"{shape}, {dtype}: B={s.batch}, Hq={s.q_heads}, Hkv={s.kv_heads}, "
+        f"D={s.head_dim}; ms per decode step (median {symbols['plus_minus']}half IQR)",
+        title_justify="left",
+    )
     table.add_column("subject")
     for length in indices:
         table.add_column(f"T={length}", justify="right")
@@ -174,12 +211,18 @@ def _table(result: BenchResult, shape: str, dtype: str, symbols: dict) -> tuple[
                 row.append(Text(none if found is None else "error", style="yellow"))
             else:
                 summary = found.summary
-                row.append(Text(f"{summary.median * 1e3:.3f} {symbols['plus_minus']}"
-                                f"{summary.spread:.0%}"))
+                row.append(
+                    Text(f"{summary.median * 1e3:.3f} {symbols['plus_minus']}{summary.spread:.0%}")
+                )
         at_longest = ratios(result, indices[longest], subject)
-        row += [Text(none if at_longest[key] is None else
-                     f"{NOISE_MARK if (subject, key) in noisy else ''}{at_longest[key]:.2f}")
-                for key in SHOWN_RATIOS]
+        row += [
+            Text(
+                none
+                if at_longest[key] is None
+                else f"{NOISE_MARK if (subject, key) in noisy else ''}{at_longest[key]:.2f}"
+            )
+            for key in SHOWN_RATIOS
+        ]
         found = result.measurements.get((indices[longest], subject))
         held = found.held_bytes if found and not found.error else None
         row.append(Text(none if held is None else f"{held / MIB:.1f}"))
@@ -191,12 +234,18 @@ def _window_table(result: BenchResult, shape: str, dtype: str, symbols: dict) ->
     """The windowed subjects of one shape and dtype: ms per step at each T, and at the longest T
     the step over bare attention of W positions and the slots held, beside W + t - 1 (t = 1)."""
     settings = result.settings
-    indices = {cell.length: i for i, cell in enumerate(settings.cells)
-               if (cell.shape, cell.dtype) == (shape, dtype)}
+    indices = {
+        cell.length: i
+        for i, cell in enumerate(settings.cells)
+        if (cell.shape, cell.dtype) == (shape, dtype)
+    }
     longest = max(indices)
     times, none = symbols["times"], symbols["none"]
-    table = Table(title=f"{shape}, {dtype}: sliding window W={settings.window}; ms per decode "
-                        f"step (median {symbols['plus_minus']}half IQR)", title_justify="left")
+    table = Table(
+        title=f"{shape}, {dtype}: sliding window W={settings.window}; ms per decode "
+        f"step (median {symbols['plus_minus']}half IQR)",
+        title_justify="left",
+    )
     table.add_column("subject")
     for length in indices:
         table.add_column(f"T={length}", justify="right")
@@ -209,12 +258,19 @@ def _window_table(result: BenchResult, shape: str, dtype: str, symbols: dict) ->
             if found is None or found.error:
                 row.append(Text(none if found is None else "error", style="yellow"))
             else:
-                row.append(Text(f"{found.summary.median * 1e3:.3f} {symbols['plus_minus']}"
-                                f"{found.summary.spread:.0%}"))
+                row.append(
+                    Text(
+                        f"{found.summary.median * 1e3:.3f} {symbols['plus_minus']}"
+                        f"{found.summary.spread:.0%}"
+                    )
+                )
         ratio = ratios(result, indices[longest], subject)["bare_window"]
         slots = slots_held(result, indices[longest], subject)
-        row += [Text(none if ratio is None else f"{ratio:.2f}"),
-                Text(none if slots is None else str(slots)), Text(str(settings.window))]
+        row += [
+            Text(none if ratio is None else f"{ratio:.2f}"),
+            Text(none if slots is None else str(slots)),
+            Text(str(settings.window)),
+        ]
         table.add_row(*row)
     return table
 
@@ -223,13 +279,17 @@ def _window_summary(result: BenchResult, shape: str, dtype: str, symbols: dict) 
     """One line: the windowed step at the longest T against bare attention over W positions, and
     its slots against W + t - 1, on the CPU named."""
     settings = result.settings
-    index = max((i for i, cell in enumerate(settings.cells) if (cell.shape, cell.dtype) == (shape, dtype)),
-                key=lambda i: settings.cells[i].length)
+    index = max(
+        (i for i, cell in enumerate(settings.cells) if (cell.shape, cell.dtype) == (shape, dtype)),
+        key=lambda i: settings.cells[i].length,
+    )
     ratio = ratios(result, index, "window")["bare_window"]
     slots = slots_held(result, index, "window")
     if ratio is None or slots is None:
         return f"window: not measured at {settings.cells[index]}"
-    return (f"window W={settings.window} at T={settings.cells[index].length} on "
-            f"{result.machine.get('cpu', '?')}: {ratio:.2f}{symbols['times']} bare attention over "
-            f"{min(settings.window, settings.cells[index].length)} positions, {slots} slots held "
-            f"(W + t - 1 = {settings.window} for single tokens)")
+    return (
+        f"window W={settings.window} at T={settings.cells[index].length} on "
+        f"{result.machine.get('cpu', '?')}: {ratio:.2f}{symbols['times']} bare attention over "
+        f"{min(settings.window, settings.cells[index].length)} positions, {slots} slots held "
+        f"(W + t - 1 = {settings.window} for single tokens)"
+    )

@@ -76,11 +76,21 @@ def subjects(folder: Path) -> list[Subject]:
 
 # Wrong implementations of tests/wrong whose items depend on no other's: together, a file
 # whose items fail for many different reasons (each its own cause).
-MANY_REASONS = ("batch-not-checked", "dtype-not-checked", "softmax-batch-max",
-                "reset-keeps-capacity", "release-does-nothing", "capacity-request-ignored",
-                "caches-queries", "gqa-head-mapping-modulo", "fork-shares-storage",
-                "reorder-keys-only", "softmax-in-cache-dtype", "grows-by-8-slots",
-                "writes-padding")
+MANY_REASONS = (
+    "batch-not-checked",
+    "dtype-not-checked",
+    "softmax-batch-max",
+    "reset-keeps-capacity",
+    "release-does-nothing",
+    "capacity-request-ignored",
+    "caches-queries",
+    "gqa-head-mapping-modulo",
+    "fork-shares-storage",
+    "reorder-keys-only",
+    "softmax-in-cache-dtype",
+    "grows-by-8-slots",
+    "writes-padding",
+)
 
 
 def many_reasons():
@@ -90,9 +100,12 @@ def many_reasons():
     from tests.wrong import everything
 
     chosen = [w.implementation for w in everything() if w.name in MANY_REASONS]
-    return Mutant("many-reasons", "the mistakes of " + ", ".join(MANY_REASONS),
-                  replace=tuple(r for m in chosen for r in m.replace),
-                  functions={k: v for m in chosen for k, v in m.functions.items()})
+    return Mutant(
+        "many-reasons",
+        "the mistakes of " + ", ".join(MANY_REASONS),
+        replace=tuple(r for m in chosen for r in m.replace),
+        functions={k: v for m in chosen for k, v in m.functions.items()},
+    )
 
 
 def _grade(subject: Subject) -> GradeResult:
@@ -111,15 +124,22 @@ def main() -> int:
         results = graded(chosen)
     counts = {s.name: len(report_lines(results[s.name])) for s in chosen}
     one_bug = [counts[s.name] for s in chosen if s.one_bug]
-    print(f"{len(one_bug)} files with one bug, at {WIDTH} columns: median "
-          f"{statistics.median(one_bug):g} lines, max {max(one_bug)}")
-    over = [(s.name, counts[s.name]) for s in chosen
-            if counts[s.name] > (REPORT_LINES_ONE_BUG if s.one_bug else SCREEN_LINES)]
+    print(
+        f"{len(one_bug)} files with one bug, at {WIDTH} columns: median "
+        f"{statistics.median(one_bug):g} lines, max {max(one_bug)}"
+    )
+    over = [
+        (s.name, counts[s.name])
+        for s in chosen
+        if counts[s.name] > (REPORT_LINES_ONE_BUG if s.one_bug else SCREEN_LINES)
+    ]
     for s in chosen:
         if not s.one_bug:
             print(f"{s.name}: {counts[s.name]} lines (bound {SCREEN_LINES})")
-    print(f"over the bound ({REPORT_LINES_ONE_BUG} for one bug, {SCREEN_LINES} otherwise): "
-          + (", ".join(f"{name} ({n})" for name, n in over) or "none"))
+    print(
+        f"over the bound ({REPORT_LINES_ONE_BUG} for one bug, {SCREEN_LINES} otherwise): "
+        + (", ".join(f"{name} ({n})" for name, n in over) or "none")
+    )
     return 1 if over else 0
 
 

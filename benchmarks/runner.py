@@ -64,11 +64,23 @@ def _load_subjects(specs: list[dict], send) -> dict:
         try:
             builders[spec["id"]] = _builder(spec)
         except Unavailable as exc:
-            send({"event": "subject", "subject": spec["id"], "status": "unavailable",
-                  "message": str(exc)})
+            send(
+                {
+                    "event": "subject",
+                    "subject": spec["id"],
+                    "status": "unavailable",
+                    "message": str(exc),
+                }
+            )
         except BaseException as exc:  # noqa: BLE001 - SyntaxError, SystemExit, anything
-            send({"event": "subject", "subject": spec["id"], "status": "failed",
-                  "message": f"does not load: {_describe(exc)}"})
+            send(
+                {
+                    "event": "subject",
+                    "subject": spec["id"],
+                    "status": "failed",
+                    "message": f"does not load: {_describe(exc)}",
+                }
+            )
         else:
             send({"event": "subject", "subject": spec["id"], "status": "ok"})
     return builders
@@ -101,8 +113,9 @@ def _run_cell(index: int, plan: dict, builders: dict, send) -> None:
     cell = plan["cells"][index]
     shape, dtype = subjects.SHAPES[cell["shape"]], wire.DTYPES[cell["dtype"]]
     steps = plan["warmup"] + plan["reps"]
-    history = subjects.History.random(shape, dtype, cell["length"],
-                                      subjects.capacity_for(cell["length"], steps), plan["window"])
+    history = subjects.History.random(
+        shape, dtype, cell["length"], subjects.capacity_for(cell["length"], steps), plan["window"]
+    )
     expected = {}  # (appended tokens, windowed) -> float64 output: 1 token after a cache's first
     # step, 0 for the floors
     steppers, errors = {}, {}
@@ -132,17 +145,27 @@ def _run_cell(index: int, plan: dict, builders: dict, send) -> None:
                     step()
                 except BaseException as exc:  # noqa: BLE001
                     errors[name] = _describe(exc)
+
         return call
 
-    seconds = timing.interleaved({name: guarded(name) for name in steppers}, plan["reps"],
-                                 before=lambda name: send({"event": "call", "cell": index,
-                                                           "subject": name}))
+    seconds = timing.interleaved(
+        {name: guarded(name) for name in steppers},
+        plan["reps"],
+        before=lambda name: send({"event": "call", "cell": index, "subject": name}),
+    )
     for name in builders:
         if name in errors:
             send({"event": "result", "cell": index, "subject": name, "error": errors[name]})
         else:
-            send({"event": "result", "cell": index, "subject": name, "seconds": seconds[name],
-                  "held_bytes": steppers[name].held_bytes()})
+            send(
+                {
+                    "event": "result",
+                    "cell": index,
+                    "subject": name,
+                    "seconds": seconds[name],
+                    "held_bytes": steppers[name].held_bytes(),
+                }
+            )
 
 
 def _check(out, expected, history, stepper) -> str | None:
@@ -163,8 +186,10 @@ def _check(out, expected, history, stepper) -> str | None:
         ok = bool(close(out, expected, TOLERANCE[history.keys.dtype]).all())
     if ok:
         return None
-    return (f"wrong output: max abs error {error.max().item():.2e} against float64 attention "
-            f"({history.keys.dtype}); not timed")
+    return (
+        f"wrong output: max abs error {error.max().item():.2e} against float64 attention "
+        f"({history.keys.dtype}); not timed"
+    )
 
 
 def _describe(exc: BaseException) -> str:

@@ -32,10 +32,17 @@ from rich.console import Console
 ROOT = Path(__file__).resolve().parent.parent
 SEED = 4242
 WIDTH = 100
-TRACK_OF_SOLUTION = {"kv_cache.py": "dense", "concat_kv_cache.py": "dense",
-                     "paged_kv_cache.py": "serving", "scheduler.py": "batching"}
-IMPLEMENTATION = {"dense": "kv_cache.py", "serving": "paged_kv_cache.py",
-                  "batching": "scheduler.py"}
+TRACK_OF_SOLUTION = {
+    "kv_cache.py": "dense",
+    "concat_kv_cache.py": "dense",
+    "paged_kv_cache.py": "serving",
+    "scheduler.py": "batching",
+}
+IMPLEMENTATION = {
+    "dense": "kv_cache.py",
+    "serving": "paged_kv_cache.py",
+    "batching": "scheduler.py",
+}
 
 
 @dataclass(frozen=True)
@@ -55,15 +62,31 @@ def subjects() -> list[Subject]:
     tests = (ROOT / "solutions" / "test_kv_cache.py").read_text()
     for path in sorted((ROOT / "solutions").glob("*.py")):
         if path.name in TRACK_OF_SOLUTION:
-            found.append(Subject(f"solutions.{path.stem}", TRACK_OF_SOLUTION[path.name],
-                                 path.read_text(), tests if path.name == "kv_cache.py" else None))
+            found.append(
+                Subject(
+                    f"solutions.{path.stem}",
+                    TRACK_OF_SOLUTION[path.name],
+                    path.read_text(),
+                    tests if path.name == "kv_cache.py" else None,
+                )
+            )
     folder = ROOT / "tests" / "implementations"
     for path in sorted(folder.rglob("*.py")):
         relative = path.relative_to(folder)
-        track = ("batching" if relative.parts[0] == "batching"
-                 else "serving" if path.name.startswith("paged_") else "dense")
-        found.append(Subject("implementations." + ".".join(relative.with_suffix("").parts),
-                             track, path.read_text()))
+        track = (
+            "batching"
+            if relative.parts[0] == "batching"
+            else "serving"
+            if path.name.startswith("paged_")
+            else "dense"
+        )
+        found.append(
+            Subject(
+                "implementations." + ".".join(relative.with_suffix("").parts),
+                track,
+                path.read_text(),
+            )
+        )
     sys.path.insert(0, str(ROOT))
     from graders.shared.mutation import Mutant
     from tests.wrong import everything
@@ -80,8 +103,9 @@ def normalise(text: str, folder: Path) -> str:
     text = text.replace(str(folder.resolve()), "<TMP>").replace(str(folder), "<TMP>")
     text = re.sub(r"/tmp/[\w./-]+", "<TMP-PATH>", text)
     text = re.sub(r"\b\d+(\.\d+)?\s?(ms|s)\b", "<T>", text)  # durations
-    text = re.sub(r'"(duration|elapsed|seconds|time|started|ended|date)": [^,\n}]+',
-                  r'"\1": <T>', text)
+    text = re.sub(
+        r'"(duration|elapsed|seconds|time|started|ended|date)": [^,\n}]+', r'"\1": <T>', text
+    )
     return re.sub(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[.\d]*(Z|[+-]\d\d:?\d\d)?", "<DATE>", text)
 
 
@@ -98,13 +122,22 @@ def grade_one(subject: Subject, hidden: bool, out: Path) -> float:
         if subject.tests is not None:
             (folder / "test_kv_cache.py").write_text(subject.tests)
         report = folder / "report.json"
-        argv = ["grade", str(implementation), "--track", subject.track, "--json", str(report),
-                "--sandbox", "process"]
+        argv = [
+            "grade",
+            str(implementation),
+            "--track",
+            subject.track,
+            "--json",
+            str(report),
+            "--sandbox",
+            "process",
+        ]
         if hidden:
             argv += ["--hidden", "--seed", str(SEED)]
         streams = {False: io.StringIO(), True: io.StringIO()}
-        cli._console = lambda stderr=False: Console(file=streams[stderr], width=WIDTH,
-                                                    highlight=False)
+        cli._console = lambda stderr=False: Console(
+            file=streams[stderr], width=WIDTH, highlight=False
+        )
         start, here = time.perf_counter(), os.getcwd()
         os.chdir(folder)  # as `kata grade` is run in the candidate's folder
         try:
@@ -115,8 +148,10 @@ def grade_one(subject: Subject, hidden: bool, out: Path) -> float:
             os.chdir(here)
         seconds = time.perf_counter() - start
         json_text = report.read_text() if report.is_file() else "(no report)\n"
-        terminal = (f"exit {code}\n--- stdout\n{streams[False].getvalue()}\n--- stderr\n"
-                    f"{streams[True].getvalue()}")
+        terminal = (
+            f"exit {code}\n--- stdout\n{streams[False].getvalue()}\n--- stderr\n"
+            f"{streams[True].getvalue()}"
+        )
         (out / f"{subject.name}.{kind}.json").write_text(normalise(json_text, folder))
         (out / f"{subject.name}.{kind}.txt").write_text(normalise(terminal, folder))
     return seconds
@@ -130,14 +165,20 @@ def run(out: Path, only: str | None) -> int:
     from graders.judge.workers import warm_workers
 
     out.mkdir(parents=True, exist_ok=True)
-    jobs = [(s, hidden) for s in subjects() if only is None or only in s.name
-            for hidden in (False, True)
-            if not (out / f"{s.name}.{'hidden' if hidden else 'public'}.txt").is_file()]
+    jobs = [
+        (s, hidden)
+        for s in subjects()
+        if only is None or only in s.name
+        for hidden in (False, True)
+        if not (out / f"{s.name}.{'hidden' if hidden else 'public'}.txt").is_file()
+    ]
     start = time.perf_counter()
     with warm_workers():
         seconds = [grade_one(*job, out) for job in jobs]
-    print(f"{len(jobs)} grades into {out}: "
-          f"{time.perf_counter() - start:.0f} s on the clock, {sum(seconds):.0f} s of grades")
+    print(
+        f"{len(jobs)} grades into {out}: "
+        f"{time.perf_counter() - start:.0f} s on the clock, {sum(seconds):.0f} s of grades"
+    )
     return 0
 
 
@@ -153,13 +194,21 @@ def compare(before: Path, after: Path) -> int:
             same += 1
         else:
             differ.append(name)
-            sys.stdout.writelines(difflib.unified_diff(
-                a.read_text().splitlines(True), b.read_text().splitlines(True),
-                str(a), str(b), n=1))
+            sys.stdout.writelines(
+                difflib.unified_diff(
+                    a.read_text().splitlines(True),
+                    b.read_text().splitlines(True),
+                    str(a),
+                    str(b),
+                    n=1,
+                )
+            )
     reports = len(names) // 2
-    print(f"{len(names)} files ({reports} reports: JSON and terminal text): {same} equal, "
-          f"{len(differ)} differ, {len(missing)} only on one side"
-          + (f": {', '.join(missing)}" if missing else ""))
+    print(
+        f"{len(names)} files ({reports} reports: JSON and terminal text): {same} equal, "
+        f"{len(differ)} differ, {len(missing)} only on one side"
+        + (f": {', '.join(missing)}" if missing else "")
+    )
     return 1 if differ or missing else 0
 
 

@@ -57,7 +57,7 @@ def main() -> None:
         kv.append(full, keys.clone(), values.clone())
         windowed = kv.KVCache(window=WINDOW)
         for p in range(LONG):
-            kv.append(windowed, keys[:, :, p:p + 1], values[:, :, p:p + 1])
+            kv.append(windowed, keys[:, :, p : p + 1], values[:, :, p : p + 1])
 
         def full_step():
             kv.append(full, drafts_k[:, :, :1], drafts_v[:, :, :1])
@@ -67,30 +67,45 @@ def main() -> None:
             kv.append(windowed, drafts_k[:, :, :1], drafts_v[:, :, :1])
             kv.attend(windowed, query)
 
-        calls = {"decode": decode_one, "verify": verify_chunk, "full": full_step,
-                 "window": window_step}
+        calls = {
+            "decode": decode_one,
+            "verify": verify_chunk,
+            "full": full_step,
+            "window": window_step,
+        }
         for call in calls.values():
             call()
-        ms = {name: timing.Summary.of(seconds).median * 1e3
-              for name, seconds in timing.interleaved(calls, REPS).items()}
+        ms = {
+            name: timing.Summary.of(seconds).median * 1e3
+            for name, seconds in timing.interleaved(calls, REPS).items()
+        }
         rollback_us = _truncate_seconds(kv, cache, drafts_k, drafts_v, back) * 1e6
-        unmasked = _unmasked_error(keys[:, :, :PREFIX], values[:, :, :PREFIX], drafts_k, drafts_v,
-                                   chunk_query)
+        unmasked = _unmasked_error(
+            keys[:, :, :PREFIX], values[:, :, :PREFIX], drafts_k, drafts_v, chunk_query
+        )
         full_bytes, window_bytes = storage_bytes(full), storage_bytes(windowed)
 
     facts = machine.facts()
     print(f"{facts['cpu']}, {facts['torch_threads']} torch threads, torch {facts['torch']}")
-    print(f"T={PREFIX}, k={DRAFTS} drafts: one decode step {ms['decode']:.3f} ms; verifying "
-          f"the {DRAFTS} in one chunk {ms['verify']:.3f} ms ({ms['verify'] / ms['decode']:.2f}x "
-          f"one step, against {DRAFTS}x decoded one by one)")
-    print(f"rolling the {DRAFTS} drafts back (truncate): {rollback_us:.0f} us, "
-          f"{rollback_us / (ms['decode'] * 1e3):.0%} of a decode step; nothing copied")
-    print(f"a chunk without its causal mask: query 0 of {DRAFTS} sees {DRAFTS - 1} later "
-          f"positions, max abs error {unmasked:.2e} against float64 attention")
-    print(f"T={LONG}: full cache step {ms['full']:.3f} ms, {full_bytes / 2**20:.0f} MiB held; "
-          f"window W={WINDOW} step {ms['window']:.3f} ms "
-          f"({ms['full'] / ms['window']:.1f}x faster), {window_bytes / 2**20:.0f} MiB held "
-          f"({full_bytes / window_bytes:.0f}x less)")
+    print(
+        f"T={PREFIX}, k={DRAFTS} drafts: one decode step {ms['decode']:.3f} ms; verifying "
+        f"the {DRAFTS} in one chunk {ms['verify']:.3f} ms ({ms['verify'] / ms['decode']:.2f}x "
+        f"one step, against {DRAFTS}x decoded one by one)"
+    )
+    print(
+        f"rolling the {DRAFTS} drafts back (truncate): {rollback_us:.0f} us, "
+        f"{rollback_us / (ms['decode'] * 1e3):.0%} of a decode step; nothing copied"
+    )
+    print(
+        f"a chunk without its causal mask: query 0 of {DRAFTS} sees {DRAFTS - 1} later "
+        f"positions, max abs error {unmasked:.2e} against float64 attention"
+    )
+    print(
+        f"T={LONG}: full cache step {ms['full']:.3f} ms, {full_bytes / 2**20:.0f} MiB held; "
+        f"window W={WINDOW} step {ms['window']:.3f} ms "
+        f"({ms['full'] / ms['window']:.1f}x faster), {window_bytes / 2**20:.0f} MiB held "
+        f"({full_bytes / window_bytes:.0f}x less)"
+    )
 
 
 def _truncate_seconds(kv, cache, drafts_k, drafts_v, back) -> float:

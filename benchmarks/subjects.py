@@ -76,16 +76,30 @@ class History:
     window: int  # W of the windowed subjects: the newest query sees the last W positions
 
     @classmethod
-    def random(cls, shape: Shape, dtype: torch.dtype, length: int, capacity: int, window: int,
-               seed: int = 0):
+    def random(
+        cls,
+        shape: Shape,
+        dtype: torch.dtype,
+        length: int,
+        capacity: int,
+        window: int,
+        seed: int = 0,
+    ):
         gen = torch.Generator().manual_seed(seed)
         b, hkv, d = shape.batch, shape.kv_heads, shape.head_dim
 
         def normal(*size):
             return torch.randn(*size, generator=gen).to(dtype)
 
-        return cls(normal(b, hkv, length, d), normal(b, hkv, length, d), normal(b, hkv, 1, d),
-                   normal(b, hkv, 1, d), normal(b, shape.q_heads, 1, d), capacity, window)
+        return cls(
+            normal(b, hkv, length, d),
+            normal(b, hkv, length, d),
+            normal(b, hkv, 1, d),
+            normal(b, hkv, 1, d),
+            normal(b, shape.q_heads, 1, d),
+            capacity,
+            window,
+        )
 
     def expected(self, appended: int, windowed: bool = False) -> Tensor:
         """The query's attention over the history and `appended` copies of the new token (over
@@ -94,10 +108,15 @@ class History:
         keys = torch.cat([self.keys] + [self.new_key] * appended, dim=2).double()  # [B, Hkv, T', D]
         values = torch.cat([self.values] + [self.new_value] * appended, dim=2).double()
         if windowed:
-            keys, values = keys[:, :, -self.window:], values[:, :, -self.window:]  # [B, Hkv, W, D]
+            keys, values = (
+                keys[:, :, -self.window :],
+                values[:, :, -self.window :],
+            )  # [B, Hkv, W, D]
         b, q_heads, _, d = self.query.shape
         q = self.query.double().reshape(b, keys.shape[1], -1, d)  # [B, Hkv, G, D]: h -> h // G
-        weights = torch.softmax(q @ keys.transpose(-1, -2) / math.sqrt(d), dim=-1)  # [B, Hkv, G, T']
+        weights = torch.softmax(
+            q @ keys.transpose(-1, -2) / math.sqrt(d), dim=-1
+        )  # [B, Hkv, G, T']
         return (weights @ values).reshape(b, q_heads, 1, d)
 
 
@@ -138,16 +157,23 @@ def bare_attention(query: Tensor, keys: Tensor, values: Tensor) -> Tensor:
 
 def bare(history: History) -> Stepper:
     keys, values = history.keys.clone(), history.values.clone()  # contiguous [B, Hkv, T, D]
-    return Stepper(lambda: bare_attention(history.query, keys, values),
-                   lambda: storage_bytes((keys, values)), appends=False)
+    return Stepper(
+        lambda: bare_attention(history.query, keys, values),
+        lambda: storage_bytes((keys, values)),
+        appends=False,
+    )
 
 
 def bare_window(history: History) -> Stepper:
     """Bare attention over the history's last W positions: the floor of a windowed step."""
-    keys = history.keys[:, :, -history.window:].clone()  # contiguous [B, Hkv, min(T, W), D]
-    values = history.values[:, :, -history.window:].clone()
-    return Stepper(lambda: bare_attention(history.query, keys, values),
-                   lambda: storage_bytes((keys, values)), appends=False, windowed=True)
+    keys = history.keys[:, :, -history.window :].clone()  # contiguous [B, Hkv, min(T, W), D]
+    values = history.values[:, :, -history.window :].clone()
+    return Stepper(
+        lambda: bare_attention(history.query, keys, values),
+        lambda: storage_bytes((keys, values)),
+        appends=False,
+        windowed=True,
+    )
 
 
 def read_bound(history: History) -> Stepper:
@@ -171,8 +197,10 @@ def contract_cache(module, quantize: str | None = None) -> Callable[[History], S
         return lambda history: _paged(module, history, quantize)
     if all(hasattr(module, name) for name in ("KVCache", "append", "attend")):
         return lambda history: _dense(module, history)
-    raise ValueError("the file has neither the dense contract (KVCache, append, attend) "
-                     "nor the serving one (PagedKVCache)")
+    raise ValueError(
+        "the file has neither the dense contract (KVCache, append, attend) "
+        "nor the serving one (PagedKVCache)"
+    )
 
 
 def _dense(module, history: History) -> Stepper:
@@ -193,7 +221,7 @@ def windowed(module) -> Callable[[History], Stepper]:
     def build(history: History) -> Stepper:
         cache = module.KVCache(window=history.window)
         for p in range(history.keys.shape[2]):
-            module.append(cache, history.keys[:, :, p:p + 1], history.values[:, :, p:p + 1])
+            module.append(cache, history.keys[:, :, p : p + 1], history.values[:, :, p : p + 1])
 
         def step():
             module.append(cache, history.new_key, history.new_value)
@@ -220,8 +248,9 @@ def _filled_pool(module, history: History, quantize: str | None):
     batch, kv_heads, _, head_dim = history.keys.shape
     blocks = batch * -(-history.capacity // BLOCK_SIZE)  # each sequence may fill its capacity
     options = {"quantize": quantize} if quantize else {}
-    cache = module.PagedKVCache(blocks, BLOCK_SIZE, kv_heads, head_dim, dtype=history.keys.dtype,
-                                **options)
+    cache = module.PagedKVCache(
+        blocks, BLOCK_SIZE, kv_heads, head_dim, dtype=history.keys.dtype, **options
+    )
     sequences = list(range(batch))
     for b in sequences:
         cache.add(b)
@@ -276,8 +305,9 @@ def fused_paged(module, quantize: str | None) -> Callable[[History], Stepper]:
     return paged_with(module, compiled_paged_attention(), quantize)
 
 
-def paged_with(module, attention, quantize: str | None,
-               scratch: bool = False) -> Callable[[History], Stepper]:
+def paged_with(
+    module, attention, quantize: str | None, scratch: bool = False
+) -> Callable[[History], Stepper]:
     """The paged cache of `module` (int8 pools with `quantize`), attended by `attention(query,
     k_pool, v_pool, k_scale, v_scale, blocks, lengths)` on its pools, with the cache's
     `_scratch` after them if `scratch` (what its `attend` does once the query is validated)."""
@@ -294,8 +324,16 @@ def paged_with(module, attention, quantize: str | None,
             blocks = torch.tensor([table + [0] * (width - len(table)) for table in tables])
             lengths = torch.tensor([cache.length(b) for b in sequences])
             kept = (cache._scratch,) if scratch else ()
-            return attention(history.query, cache.k_pool, cache.v_pool, cache.k_scale,
-                             cache.v_scale, blocks, lengths, *kept)
+            return attention(
+                history.query,
+                cache.k_pool,
+                cache.v_pool,
+                cache.k_scale,
+                cache.v_scale,
+                blocks,
+                lengths,
+                *kept,
+            )
 
         return Stepper(step, lambda: storage_bytes(cache), quantized=quantize is not None)
 
@@ -312,8 +350,9 @@ def hugging_face(kind: str) -> Callable[[History], Stepper]:
         import transformers
         from transformers.integrations.sdpa_attention import sdpa_attention_forward
     except ImportError as exc:
-        raise Unavailable(f"transformers is not installed ({exc.name}): "
-                          "pip install 'kvkata[bench]'") from None
+        raise Unavailable(
+            f"transformers is not installed ({exc.name}): pip install 'kvkata[bench]'"
+        ) from None
     transformers.logging.set_verbosity_error()
 
     class Attention(torch.nn.Module):
@@ -331,8 +370,12 @@ def hugging_face(kind: str) -> Callable[[History], Stepper]:
             cache = transformers.DynamicCache()
         else:
             config = transformers.LlamaConfig(
-                num_hidden_layers=1, num_attention_heads=q_heads, num_key_value_heads=kv_heads,
-                head_dim=head_dim, hidden_size=q_heads * head_dim)
+                num_hidden_layers=1,
+                num_attention_heads=q_heads,
+                num_key_value_heads=kv_heads,
+                head_dim=head_dim,
+                hidden_size=q_heads * head_dim,
+            )
             cache = transformers.StaticCache(config=config, max_cache_len=history.capacity)
         cache.update(history.keys.clone(), history.values.clone(), 0)
         slots = torch.arange(history.capacity)
@@ -345,8 +388,9 @@ def hugging_face(kind: str) -> Callable[[History], Stepper]:
             # every slot, masked past the newest position ([1, 1, 1, capacity], True = attend).
             mask = None if kind == "dynamic" else (slots <= position)[None, None, None, :]
             position += 1
-            out, _ = sdpa_attention_forward(layer, history.query, keys, values, mask,
-                                            scaling=head_dim ** -0.5, is_causal=False)
+            out, _ = sdpa_attention_forward(
+                layer, history.query, keys, values, mask, scaling=head_dim**-0.5, is_causal=False
+            )
             return out.transpose(1, 2)  # HF returns [B, 1, Hq, D]
 
         return Stepper(step, lambda: storage_bytes(cache))

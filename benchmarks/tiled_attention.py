@@ -42,8 +42,8 @@ def tiled_attention(query: Tensor, keys: Tensor, values: Tensor, lengths: Tensor
     q = query.reshape(batch, kv_heads, q_heads // kv_heads, head_dim).float()  # [B, Hkv, G, D]
     scores = q.new_empty(*q.shape[:3], length)  # [B, Hkv, G, T] float32
     for start in range(0, length, tile_size):  # float32 scores from a float32 copy of one tile
-        tile = keys[:, :, start:start + tile_size].float()  # [B, Hkv, tile_size, D]
-        scores[..., start:start + tile_size] = q @ tile.transpose(-1, -2)
+        tile = keys[:, :, start : start + tile_size].float()  # [B, Hkv, tile_size, D]
+        scores[..., start : start + tile_size] = q @ tile.transpose(-1, -2)
     scores /= math.sqrt(head_dim)
     past_end = torch.arange(length, device=keys.device) >= lengths[:, None]  # [B, T]
     scores = scores.masked_fill(past_end[:, None, None, :], float("-inf"))
@@ -51,5 +51,8 @@ def tiled_attention(query: Tensor, keys: Tensor, values: Tensor, lengths: Tensor
     weights = weights.masked_fill((lengths == 0)[:, None, None, None], 0.0)  # no NaN for length 0
     out = q.new_zeros(q.shape)  # [B, Hkv, G, D] float32
     for start in range(0, length, tile_size):
-        out += weights[..., start:start + tile_size] @ values[:, :, start:start + tile_size].float()
+        out += (
+            weights[..., start : start + tile_size]
+            @ values[:, :, start : start + tile_size].float()
+        )
     return out.reshape(batch, q_heads, 1, head_dim).to(query.dtype)

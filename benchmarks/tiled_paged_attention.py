@@ -43,9 +43,16 @@ import torch
 from torch import Tensor
 
 
-def tiled_paged_attention(query: Tensor, k_pool: Tensor, v_pool: Tensor, k_scale: Tensor | None,
-                          v_scale: Tensor | None, blocks: Tensor, lengths: Tensor,
-                          scratch) -> Tensor:
+def tiled_paged_attention(
+    query: Tensor,
+    k_pool: Tensor,
+    v_pool: Tensor,
+    k_scale: Tensor | None,
+    v_scale: Tensor | None,
+    blocks: Tensor,
+    lengths: Tensor,
+    scratch,
+) -> Tensor:
     """The serving contract's attend, as math only: row i of query [N, Hq, 1, D] over the first
     lengths[i] positions held by the blocks blocks[i] ([N, W] block ids in position order, a
     short table padded with any block id), pools [num_blocks, Hkv, bs, D]. An int8 pool comes
@@ -70,16 +77,16 @@ def tiled_paged_attention(query: Tensor, k_pool: Tensor, v_pool: Tensor, k_scale
     def tile(pool: Tensor, w: int) -> Tensor:
         """Blocks w .. w + tile_blocks - 1 of every row, [N, tw, Hkv, bs, D] float32, in a tile
         buffer: the next tile overwrites it."""
-        ids = blocks[:, w:w + tile_blocks].flatten()  # [N * tw]
-        x = gathered[:len(ids)]  # [N * tw, Hkv, bs, D]
+        ids = blocks[:, w : w + tile_blocks].flatten()  # [N * tw]
+        x = gathered[: len(ids)]  # [N * tw, Hkv, bs, D]
         torch.index_select(pool.flatten(1), 0, ids, out=x.flatten(1))  # a block a row
         if upcast is not None:
-            x = upcast[:len(ids)].copy_(x)
+            x = upcast[: len(ids)].copy_(x)
         return x.view(n, -1, *pool.shape[1:])
 
     scores = q.new_empty(n, width, kv_heads, groups, bs)  # [N, W, Hkv, G, bs] float32
     for w in range(0, width, tile_blocks):
-        torch.matmul(q, tile(k_pool, w).transpose(-1, -2), out=scores[:, w:w + tile_blocks])
+        torch.matmul(q, tile(k_pool, w).transpose(-1, -2), out=scores[:, w : w + tile_blocks])
     scores /= math.sqrt(head_dim)
     if k_scale is not None:  # int8: q · (s * k) = s * (q · k)
         scores *= k_scale.index_select(0, blocks.flatten()).view(n, width, kv_heads, 1, bs)
@@ -99,6 +106,6 @@ def tiled_paged_attention(query: Tensor, k_pool: Tensor, v_pool: Tensor, k_scale
     for w in range(0, width, tile_blocks):
         values = tile(v_pool, w)
         if w + tile_blocks > first_stale:  # 0 * NaN would be NaN
-            values.masked_fill_(past_end[:, w:w + tile_blocks].transpose(-1, -2), 0.0)
-        out += (weights[:, w:w + tile_blocks] @ values).sum(dim=1)  # each block's share, summed
+            values.masked_fill_(past_end[:, w : w + tile_blocks].transpose(-1, -2), 0.0)
+        out += (weights[:, w : w + tile_blocks] @ values).sum(dim=1)  # each block's share, summed
     return out.reshape(n, q_heads, 1, head_dim).to(query.dtype)

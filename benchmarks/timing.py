@@ -36,8 +36,11 @@ class Summary:
         return (self.q3 - self.q1) / (2 * self.median)
 
 
-def interleaved(calls: dict[str, Callable[[], object]], reps: int,
-                before: Callable[[str], None] = lambda name: None) -> dict[str, list[float]]:
+def interleaved(
+    calls: dict[str, Callable[[], object]],
+    reps: int,
+    before: Callable[[str], None] = lambda name: None,
+) -> dict[str, list[float]]:
     """Seconds each call took, `reps` times each, interleaved and rotated; `before(name)` runs
     ahead of each call, outside the timed span."""
     names = list(calls)

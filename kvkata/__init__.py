@@ -26,8 +26,10 @@ __all__ = ["Grade", "grade"]
 
 DETAILS = ("quiet", "brief", "default", "verbose")  # as graders.formats.report.render takes them
 NOTEBOOK_WIDTH = 100  # columns of the report in a notebook (rich's Jupyter default is 115)
-_HTML = ('<pre style="white-space:pre;overflow-x:auto;line-height:normal;'
-         "font-family:Menlo,'DejaVu Sans Mono',consolas,'Courier New',monospace\">{code}</pre>\n")
+_HTML = (
+    '<pre style="white-space:pre;overflow-x:auto;line-height:normal;'
+    "font-family:Menlo,'DejaVu Sans Mono',consolas,'Courier New',monospace\">{code}</pre>\n"
+)
 
 
 class Grade:
@@ -74,8 +76,15 @@ class Grade:
 
         from graders.formats import report
 
-        console = Console(file=io.StringIO(), record=True, width=width, force_terminal=True,
-                          force_jupyter=False, color_system="truecolor", highlight=False)
+        console = Console(
+            file=io.StringIO(),
+            record=True,
+            width=width,
+            force_terminal=True,
+            force_jupyter=False,
+            color_system="truecolor",
+            highlight=False,
+        )
         report.render(self.result, console, self.detail, self.command)
         return console
 
@@ -90,24 +99,39 @@ class Grade:
         """What Jupyter shows: the report in HTML with the terminal's colours, and as text."""
         console = self._rendered(NOTEBOOK_WIDTH)
         text = console.export_text(clear=False)
-        return {"text/plain": text,
-                "text/html": console.export_html(inline_styles=True, code_format=_HTML)}
+        return {
+            "text/plain": text,
+            "text/html": console.export_html(inline_styles=True, code_format=_HTML),
+        }
 
     def __str__(self) -> str:
         return self._rendered(NOTEBOOK_WIDTH).export_text()
 
     def __repr__(self) -> str:
         level = "partial" if self.level is None else self.level
-        return (f"<kvkata.Grade {self.result.implementation}: {level}, "
-                f"{self.score:g}/{self.max_score:g} points>")
+        return (
+            f"<kvkata.Grade {self.result.implementation}: {level}, "
+            f"{self.score:g}/{self.max_score:g} points>"
+        )
 
 
-def grade(path: str | os.PathLike | None = None, *, tests: str | os.PathLike | None = None,
-          track: str = "dense", hidden: bool = False, seed: int | None = None,
-          graders: str | os.PathLike | None = None, items: list[str] | None = None,
-          level: str | None = None, exitfirst: bool = False, timeout: float = DEFAULT_TIMEOUT,
-          import_timeout: float = DEFAULT_IMPORT_TIMEOUT, sandbox: str = "auto", memory: float = 4.0,
-          detail: str = "default") -> Grade:
+def grade(
+    path: str | os.PathLike | None = None,
+    *,
+    tests: str | os.PathLike | None = None,
+    track: str = "dense",
+    hidden: bool = False,
+    seed: int | None = None,
+    graders: str | os.PathLike | None = None,
+    items: list[str] | None = None,
+    level: str | None = None,
+    exitfirst: bool = False,
+    timeout: float = DEFAULT_TIMEOUT,
+    import_timeout: float = DEFAULT_IMPORT_TIMEOUT,
+    sandbox: str = "auto",
+    memory: float = 4.0,
+    detail: str = "default",
+) -> Grade:
     """Grade `path` as `kata grade PATH` does, and return the Grade (which shows the report).
 
     Paths are relative to the current folder. `path` None grades what `kata grade` grades
@@ -139,7 +163,8 @@ def grade(path: str | os.PathLike | None = None, *, tests: str | os.PathLike | N
         raise ValueError(f"track: {exc.args[0]}") from None
     cwd = Path.cwd()
     implementation, tests_path = target.grade_target(
-        cwd, None if path is None else Path(path), None if tests is None else Path(tests), chosen)
+        cwd, None if path is None else Path(path), None if tests is None else Path(tests), chosen
+    )
     items = [items] if isinstance(items, str) else items
     target.check_selection(chosen, items or [], level)
     if (seed is not None or graders is not None) and not hidden:
@@ -154,11 +179,20 @@ def grade(path: str | os.PathLike | None = None, *, tests: str | os.PathLike | N
         if not extra.is_dir():
             raise FileNotFoundError(f"graders: {extra} is not a folder")
 
-    request = GradeRequest(implementation, tests_path, track=chosen, hidden=hidden,
-                           extra_graders=extra, seed=seed,
-                           only=frozenset(items) if items else None, up_to=level,
-                           exitfirst=exitfirst, timeout=timeout, import_timeout=import_timeout,
-                           sandbox=Sandbox(mode=sandbox, memory=int(memory * GIB)))
+    request = GradeRequest(
+        implementation,
+        tests_path,
+        track=chosen,
+        hidden=hidden,
+        extra_graders=extra,
+        seed=seed,
+        only=frozenset(items) if items else None,
+        up_to=level,
+        exitfirst=exitfirst,
+        timeout=timeout,
+        import_timeout=import_timeout,
+        sandbox=Sandbox(mode=sandbox, memory=int(memory * GIB)),
+    )
     threads = torch.get_num_threads()
     try:
         result = judge(request, GradeWorkers.start(request))

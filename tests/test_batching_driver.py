@@ -15,20 +15,27 @@ from graders.batching.reference import Request, Scheduled
 from graders.worker import wire
 from graders.worker.batching import ENTRIES_PER_SEQ, ID_CHARS, MESSAGE_CHARS, drive
 
-CONFIG = {"num_blocks": 6, "block_size": 4, "max_num_seqs": 2, "max_batched_tokens": 64,
-          "prefix_caching": False}  # num_blocks differs from max_num_seqs (a swapped key shows)
-LOAD = {"config": CONFIG,
-        "requests": [{"id": "a", "prompt": [1, 2, 3], "max_new_tokens": 2, "eos": None,
-                      "arrival": 0}],
-        "oracle": {"a": [7, 8]}}
+CONFIG = {
+    "num_blocks": 6,
+    "block_size": 4,
+    "max_num_seqs": 2,
+    "max_batched_tokens": 64,
+    "prefix_caching": False,
+}  # num_blocks differs from max_num_seqs (a swapped key shows)
+LOAD = {
+    "config": CONFIG,
+    "requests": [{"id": "a", "prompt": [1, 2, 3], "max_new_tokens": 2, "eos": None, "arrival": 0}],
+    "oracle": {"a": [7, 8]},
+}
 
 
 class Scripted:
     """Schedules "a" whole, then decodes it; `batch(step, entries)`, `finished(step, ids)` and
     `free` may replace what it returns."""
 
-    def __init__(self, num_blocks, block_size, max_num_seqs, max_batched_tokens, *,
-                 prefix_caching=False):
+    def __init__(
+        self, num_blocks, block_size, max_num_seqs, max_batched_tokens, *, prefix_caching=False
+    ):
         self.step, self.done, self.free = -1, False, num_blocks
         self.added = []
 
@@ -63,6 +70,7 @@ class Scripted:
 def driven(batch=None, finished=None, cls=Scripted, max_steps=10) -> dict:
     """The drive of a Scripted whose step-`n` batch is `batch(n, entries)`, its finished ids
     `finished(n, ids)`."""
+
     class Changed(cls):
         pass
 
@@ -99,8 +107,12 @@ def test_a_batch_of_exactly_the_most_entries_is_recorded():
 
 def test_a_batch_of_one_entry_more_than_the_most_ends_the_drive():
     trace = driven(lambda step, entries: entries + [Scheduled("z", 0, 1, ())] * MOST)
-    assert returned(trace) == ("schedule", 0, f"schedule() returned {MOST + 1} entries, more "
-                               f"than {ENTRIES_PER_SEQ} x max_num_seqs ({MOST})")
+    assert returned(trace) == (
+        "schedule",
+        0,
+        f"schedule() returned {MOST + 1} entries, more "
+        f"than {ENTRIES_PER_SEQ} x max_num_seqs ({MOST})",
+    )
     assert trace["steps"] == []  # the step that broke it is in the error alone
 
 
@@ -117,8 +129,11 @@ def test_a_batch_that_is_not_a_list_ends_the_drive_naming_its_type(value, kind):
 def test_an_entry_s_error_names_its_step_and_its_index_in_the_batch(at):
     bad = [Scheduled("z", 0, 1, ())] * 2 + [Scheduled(7, 0, 1, ())]
     trace = driven(lambda step, entries: entries + bad if step == at else entries)
-    assert returned(trace) == ("schedule", at, "schedule()'s entry 3 has a seq_id of an int, "
-                               "not a str")
+    assert returned(trace) == (
+        "schedule",
+        at,
+        "schedule()'s entry 3 has a seq_id of an int, not a str",
+    )
 
 
 def test_an_entry_whose_field_raises_is_the_scheduler_s_exception():
@@ -132,17 +147,31 @@ def test_an_entry_whose_field_raises_is_the_scheduler_s_exception():
     trace = driven(lambda step, entries: [Exploding()])
     error = trace["error"]
     assert (error["call"], error["step"], error["kind"], error["type"], error["message"]) == (
-        "schedule", 0, "raised", "ZeroDivisionError", "no start")
+        "schedule",
+        0,
+        "raised",
+        "ZeroDivisionError",
+        "no start",
+    )
 
 
-@pytest.mark.parametrize("table, words", [
-    ([0, 1], None), ((0,) * CONFIG["num_blocks"], None),
-    ((0,) * (CONFIG["num_blocks"] + 1), f"a block_table of {CONFIG['num_blocks'] + 1} blocks, "
-                                        f"more than the pool's {CONFIG['num_blocks']}"),
-    ({0: 1}, "a block_table of a dict, not a tuple"), (None, "a block_table of None, not a tuple"),
-    ((0, "1"), "a block_table holding a str, not only ints"),
-    ((0, 2**63), "a block_table holding an int out of int64's range, not only ints"),
-], ids=["list", "the-pool", "past-the-pool", "dict", "none", "str", "huge"])
+@pytest.mark.parametrize(
+    "table, words",
+    [
+        ([0, 1], None),
+        ((0,) * CONFIG["num_blocks"], None),
+        (
+            (0,) * (CONFIG["num_blocks"] + 1),
+            f"a block_table of {CONFIG['num_blocks'] + 1} blocks, "
+            f"more than the pool's {CONFIG['num_blocks']}",
+        ),
+        ({0: 1}, "a block_table of a dict, not a tuple"),
+        (None, "a block_table of None, not a tuple"),
+        ((0, "1"), "a block_table holding a str, not only ints"),
+        ((0, 2**63), "a block_table holding an int out of int64's range, not only ints"),
+    ],
+    ids=["list", "the-pool", "past-the-pool", "dict", "none", "str", "huge"],
+)
 def test_a_block_table_is_a_tuple_of_at_most_num_blocks_ints(table, words):
     trace = driven(lambda step, entries: [Scheduled("a", 0, 3, table)] if step == 0 else entries)
     if words is None:
@@ -151,15 +180,26 @@ def test_a_block_table_is_a_tuple_of_at_most_num_blocks_ints(table, words):
         assert returned(trace) == ("schedule", 0, f"schedule()'s entry 0 has {words}")
 
 
-@pytest.mark.parametrize("value, ok", [(2**63 - 1, True), (2**63, False), (-2**63, True),
-                                       (-2**63 - 1, False), (3.0, False), (True, False)])
+@pytest.mark.parametrize(
+    "value, ok",
+    [
+        (2**63 - 1, True),
+        (2**63, False),
+        (-(2**63), True),
+        (-(2**63) - 1, False),
+        (3.0, False),
+        (True, False),
+    ],
+)
 def test_a_start_or_tokens_is_an_int_of_int64_s_range(value, ok):
     for field in ("start", "tokens"):
         entry = {"seq_id": "a", "start": 0, "tokens": 3, "block_table": (0,), field: value}
         trace = driven(lambda step, entries: [Scheduled(**entry)] if step == 0 else entries)
         if ok:
-            assert trace["error"] is None and trace["steps"][0]["batch"][0][
-                ("start", "tokens").index(field) + 1] == value
+            assert (
+                trace["error"] is None
+                and trace["steps"][0]["batch"][0][("start", "tokens").index(field) + 1] == value
+            )
         else:
             assert returned(trace)[:2] == ("schedule", 0)
             assert f"has a {field} of " in returned(trace)[2]
@@ -167,8 +207,10 @@ def test_a_start_or_tokens_is_an_int_of_int64_s_range(value, ok):
 
 def test_an_id_is_recorded_cut_to_id_chars():
     long_id = "q" * (ID_CHARS + 50)
-    trace = driven(lambda step, entries: [Scheduled(long_id, 0, 1, ())] + entries,
-                   lambda step, ids: [long_id] + ids)
+    trace = driven(
+        lambda step, entries: [Scheduled(long_id, 0, 1, ())] + entries,
+        lambda step, ids: [long_id] + ids,
+    )
     assert trace["steps"][0]["batch"][0][0] == "q" * ID_CHARS
     assert trace["steps"][0]["finished"] == ["q" * ID_CHARS]
 
@@ -176,18 +218,24 @@ def test_an_id_is_recorded_cut_to_id_chars():
 # --- update's finished ids ---
 
 
-@pytest.mark.parametrize("value, words", [
-    (None, "update() returned None, not a list"), ("a", "update() returned a str, not a list"),
-    (["a", "b"], "update() returned 2 finished ids, more than the workload's 1 requests"),
-    ([b"a"], "update() returned a finished id of a bytes, not a str"),
-], ids=["none", "str", "too-many", "bytes"])
+@pytest.mark.parametrize(
+    "value, words",
+    [
+        (None, "update() returned None, not a list"),
+        ("a", "update() returned a str, not a list"),
+        (["a", "b"], "update() returned 2 finished ids, more than the workload's 1 requests"),
+        ([b"a"], "update() returned a finished id of a bytes, not a str"),
+    ],
+    ids=["none", "str", "too-many", "bytes"],
+)
 def test_finished_ids_are_a_list_of_at_most_the_workload_s_requests(value, words):
     trace = driven(finished=lambda step, ids: value)
     assert returned(trace) == ("update", 0, words)
 
 
-@pytest.mark.parametrize("value", [("a",), {"a"}, frozenset({"a"})], ids=["tuple", "set",
-                                                                          "frozenset"])
+@pytest.mark.parametrize(
+    "value", [("a",), {"a"}, frozenset({"a"})], ids=["tuple", "set", "frozenset"]
+)
 def test_finished_ids_of_any_collection_the_contract_allows_are_recorded(value):
     trace = driven(finished=lambda step, ids: value if step == 1 else ids)
     assert trace["error"] is None and trace["steps"][1]["finished"] == ["a"]
@@ -201,8 +249,7 @@ def test_has_work_that_is_not_a_bool_ends_the_drive():
         def has_work(self):
             return "yes"
 
-    assert returned(driven(cls=Maybe)) == ("has_work", 0, "has_work() returned a str, not a "
-                                                          "bool")
+    assert returned(driven(cls=Maybe)) == ("has_work", 0, "has_work() returned a str, not a bool")
 
 
 # --- the scheduler's exceptions: their type, message and traceback cut to the caps ---
@@ -243,8 +290,10 @@ def test_a_keyboard_interrupt_is_not_the_scheduler_s_error():
 
 
 def test_system_exit_is_the_scheduler_s_error():
-    assert (raising(SystemExit(3))["type"], raising(SystemExit(3))["kind"]) == ("SystemExit",
-                                                                              "raised")
+    assert (raising(SystemExit(3))["type"], raising(SystemExit(3))["kind"]) == (
+        "SystemExit",
+        "raised",
+    )
 
 
 # --- the loop: idle time, stalls, max_steps, num_free_blocks not written yet ---
@@ -305,30 +354,47 @@ def test_an_entry_without_a_field_is_not_a_scheduled():
         seq_id, start, block_table = "a", 0, ()
 
     assert returned(driven(lambda step, entries: [Partial()])) == (
-        "schedule", 0, "schedule()'s entry 0 is a Partial without a tokens, not a Scheduled")
+        "schedule",
+        0,
+        "schedule()'s entry 0 is a Partial without a tokens, not a Scheduled",
+    )
 
 
 def test_a_start_out_of_int64_s_range_is_named_so():
     trace = driven(lambda step, entries: [Scheduled("a", 2**63, 3, (0,))])
-    assert returned(trace)[2] == ("schedule()'s entry 0 has a start of an int out of int64's "
-                                  "range, not an int of int64's range")
+    assert returned(trace)[2] == (
+        "schedule()'s entry 0 has a start of an int out of int64's "
+        "range, not an int of int64's range"
+    )
 
 
 # --- what a batch produces: the oracle's next token, once a step, for an entry up to the
 # last known token ---
 
 
-@pytest.mark.parametrize("entries, produced", [
-    ([("a", 0, 3)], {"a": 7}),
-    ([("a", 0, 2)], {}),                      # short of the last known token
-    ([("a", 1, 2)], {"a": 7}),                # a chunk ending at it
-    ([("a", -1, 4)], {}),                     # a start before the sequence
-    ([("a", 3, 0)], {}),                      # no token computed
-    ([("z", 0, 3)], {}),                      # a request never added
-    ([("a", 0, 3), ("a", 2, 1)], {"a": 7}),   # once a step
-    ([("z", 0, 1), ("a", 0, 3)], {"a": 7}),
-], ids=["prefill", "short", "chunk", "negative-start", "no-tokens", "unknown", "twice",
-        "after-another"])
+@pytest.mark.parametrize(
+    "entries, produced",
+    [
+        ([("a", 0, 3)], {"a": 7}),
+        ([("a", 0, 2)], {}),  # short of the last known token
+        ([("a", 1, 2)], {"a": 7}),  # a chunk ending at it
+        ([("a", -1, 4)], {}),  # a start before the sequence
+        ([("a", 3, 0)], {}),  # no token computed
+        ([("z", 0, 3)], {}),  # a request never added
+        ([("a", 0, 3), ("a", 2, 1)], {"a": 7}),  # once a step
+        ([("z", 0, 1), ("a", 0, 3)], {"a": 7}),
+    ],
+    ids=[
+        "prefill",
+        "short",
+        "chunk",
+        "negative-start",
+        "no-tokens",
+        "unknown",
+        "twice",
+        "after-another",
+    ],
+)
 def test_an_entry_produces_only_when_it_computes_up_to_the_last_known_token(entries, produced):
     batch = [Scheduled(s, start, tokens, (0,)) for s, start, tokens in entries]
     trace = driven(lambda step, entries_: batch if step == 0 else entries_)
@@ -355,15 +421,19 @@ def test_an_exception_whose_message_cannot_be_read_is_recorded_so():
 
     error = raising(Loud())
     assert (error["type"], error["message"]) == (
-        "Loud", "<the exception's message could not be read>")
+        "Loud",
+        "<the exception's message could not be read>",
+    )
 
 
 # --- the requests: added in arrival order (ties in the workload's order), as given ---
 
 
 def test_requests_are_added_in_arrival_order_ties_in_the_workload_s_order():
-    requests = [{"id": i, "prompt": [1, 2], "max_new_tokens": 1, "eos": None, "arrival": t}
-                for i, t in (("a", 2), ("c", 0), ("b", 0))]
+    requests = [
+        {"id": i, "prompt": [1, 2], "max_new_tokens": 1, "eos": None, "arrival": t}
+        for i, t in (("a", 2), ("c", 0), ("b", 0))
+    ]
     load = {"config": CONFIG, "requests": requests, "oracle": {"a": [7], "b": [8], "c": [9]}}
 
     class Nothing(Scripted):
@@ -391,8 +461,11 @@ def test_num_free_blocks_that_is_not_an_int_ends_the_drive():
     class Plenty(Scripted):
         num_free_blocks = "plenty"
 
-    assert returned(driven(cls=Plenty)) == ("num_free_blocks", 0, "num_free_blocks is a str, "
-                                                                  "not an int")
+    assert returned(driven(cls=Plenty)) == (
+        "num_free_blocks",
+        0,
+        "num_free_blocks is a str, not an int",
+    )
 
 
 def test_the_caps_are_the_documented_ones():

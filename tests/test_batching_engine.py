@@ -35,8 +35,9 @@ class Tiny:
     blocks the running work needs are not free, the most recently arrived running sequence is
     preempted (recompute) and nothing starts that step."""
 
-    def __init__(self, num_blocks, block_size, max_num_seqs, max_batched_tokens, *,
-                 prefix_caching=False):
+    def __init__(
+        self, num_blocks, block_size, max_num_seqs, max_batched_tokens, *, prefix_caching=False
+    ):
         self.bs, self.seqs_cap, self.budget = block_size, max_num_seqs, max_batched_tokens
         self.free = list(range(num_blocks))
         self.waiting, self.running, self.last = [], [], {}
@@ -49,8 +50,7 @@ class Tiny:
         return bool(self.waiting or self.running)
 
     def add(self, request):
-        self.waiting.append({"r": request, "tokens": list(request.prompt), "done": 0,
-                             "table": []})
+        self.waiting.append({"r": request, "tokens": list(request.prompt), "done": 0, "table": []})
 
     def _need(self, seq, n):
         return max(0, -(-(seq["done"] + n) // self.bs) - len(seq["table"]))
@@ -106,8 +106,18 @@ class Scripted:
     num_free_blocks: the blocks outside the latest tables of unfinished requests, plus
     `off[(step, "schedule" | "update")]`."""
 
-    def __init__(self, script, off, finish, num_blocks, block_size, max_num_seqs,
-                 max_batched_tokens, *, prefix_caching=False):
+    def __init__(
+        self,
+        script,
+        off,
+        finish,
+        num_blocks,
+        block_size,
+        max_num_seqs,
+        max_batched_tokens,
+        *,
+        prefix_caching=False,
+    ):
         self.script, self.off, self.finish, self.num_blocks = script, off, finish, num_blocks
         self.requests, self.outputs, self.tables = {}, {}, {}
         self.step, self.phase = 0, "schedule"
@@ -156,9 +166,12 @@ def decoder():
 
 def build(decoder, config, *specs, seed=1):
     """A workload of (id, prompt length or tokens, max_new_tokens, arrival) specs."""
-    return workloads._build(decoder, torch.Generator().manual_seed(seed), {
-        "num_blocks": 8, "block_size": 4, "max_num_seqs": 2, "max_batched_tokens": 8, **config},
-        [{"id": i, "prompt": p, "max_new_tokens": m, "arrival": a} for i, p, m, a in specs])
+    return workloads._build(
+        decoder,
+        torch.Generator().manual_seed(seed),
+        {"num_blocks": 8, "block_size": 4, "max_num_seqs": 2, "max_batched_tokens": 8, **config},
+        [{"id": i, "prompt": p, "max_new_tokens": m, "arrival": a} for i, p, m, a in specs],
+    )
 
 
 def run(workload, new_scheduler, max_steps=200):
@@ -170,11 +183,21 @@ def run(workload, new_scheduler, max_steps=200):
 def fake(config=None, *requests):
     """A workload of made-up oracles (the driver never runs the model): (id, prompt length,
     max_new_tokens, arrival); each request produces 100, 101, ... ."""
-    return {"config": {"num_blocks": 16, "block_size": 4, "max_num_seqs": 4,
-                       "max_batched_tokens": 16, "prefix_caching": False, **(config or {})},
-            "requests": [{"id": i, "prompt": list(range(p)), "max_new_tokens": m, "eos": None,
-                          "arrival": a} for i, p, m, a in requests],
-            "oracle": {i: list(range(100, 100 + m)) for i, _, m, _ in requests}}
+    return {
+        "config": {
+            "num_blocks": 16,
+            "block_size": 4,
+            "max_num_seqs": 4,
+            "max_batched_tokens": 16,
+            "prefix_caching": False,
+            **(config or {}),
+        },
+        "requests": [
+            {"id": i, "prompt": list(range(p)), "max_new_tokens": m, "eos": None, "arrival": a}
+            for i, p, m, a in requests
+        ],
+        "oracle": {i: list(range(100, 100 + m)) for i, _, m, _ in requests},
+    }
 
 
 # --- the driver ---
@@ -186,8 +209,14 @@ def test_the_driver_records_each_step_as_plain_data():
     assert trace["error"] is None and trace["stalled"] is False
     assert trace["adds"] == [{"id": "a", "at": 0}, {"id": "b", "at": 1}]
     first, second = trace["steps"][:2]
-    assert first == {"at": 0, "batch": [["a", 0, 5, [0, 1]]], "free_after_schedule": 14,
-                     "produced": {"a": 100}, "finished": [], "free_after_update": 14}
+    assert first == {
+        "at": 0,
+        "batch": [["a", 0, 5, [0, 1]]],
+        "free_after_schedule": 14,
+        "produced": {"a": 100},
+        "finished": [],
+        "free_after_update": 14,
+    }
     assert second["batch"] == [["a", 5, 1, [0, 1]], ["b", 0, 2, [2]]]
     assert second["produced"] == {"a": 101, "b": 100} and second["finished"] == ["b"]
     assert trace["steps"][-1]["finished"] == ["a"]
@@ -221,7 +250,12 @@ def test_an_exception_ends_the_drive_and_is_recorded_with_its_step():
     trace = drive(Raises, fake({}, ("a", 2, 5, 0)), 50, request_type=Request)
     error = trace["error"]
     assert (error["call"], error["step"], error["kind"], error["type"], error["message"]) == (
-        "schedule", 2, "raised", "IndexError", "pop from empty list")
+        "schedule",
+        2,
+        "raised",
+        "IndexError",
+        "pop from empty list",
+    )
     assert "Raises" not in error["message"] and "raise IndexError" in error["traceback"]
     assert len(trace["steps"]) == 2  # the step that raised is in the error alone
 
@@ -242,8 +276,9 @@ class IntIds(Tiny):
 
 class HugeTable(Tiny):
     def schedule(self):
-        return [Scheduled(e.seq_id, e.start, e.tokens, tuple(range(10**6)))
-                for e in super().schedule()]
+        return [
+            Scheduled(e.seq_id, e.start, e.tokens, tuple(range(10**6))) for e in super().schedule()
+        ]
 
 
 class HostileText(Tiny):
@@ -251,6 +286,7 @@ class HostileText(Tiny):
         class Loud(Exception):
             def __str__(self):
                 raise RuntimeError("no message for you")
+
         raise Loud()
 
 
@@ -269,18 +305,27 @@ class BoolFinished(Tiny):
         return [True] if super().update(new_tokens) else []
 
 
-@pytest.mark.parametrize("scheduler, call, kind, words", [
-    (Rejects, "add", "raised", "no room for a"),
-    (BadFree, "num_free_blocks", "returned", "num_free_blocks is a str, not an int"),
-    (IntIds, "schedule", "returned", "entry 0 has a seq_id of an int, not a str"),
-    (HugeTable, "schedule", "returned", "block_table of 1000000 blocks, more than the pool's 16"),
-    (HostileText, "update", "raised", "could not be read"),
-    (HugeStart, "schedule", "returned", "a start of an int out of int64's range"),
-    (Dicts, "schedule", "returned", "entry 0 is a dict without a seq_id, not a Scheduled"),
-    (BoolFinished, "update", "returned", "a finished id of a bool, not a str"),
-])
+@pytest.mark.parametrize(
+    "scheduler, call, kind, words",
+    [
+        (Rejects, "add", "raised", "no room for a"),
+        (BadFree, "num_free_blocks", "returned", "num_free_blocks is a str, not an int"),
+        (IntIds, "schedule", "returned", "entry 0 has a seq_id of an int, not a str"),
+        (
+            HugeTable,
+            "schedule",
+            "returned",
+            "block_table of 1000000 blocks, more than the pool's 16",
+        ),
+        (HostileText, "update", "raised", "could not be read"),
+        (HugeStart, "schedule", "returned", "a start of an int out of int64's range"),
+        (Dicts, "schedule", "returned", "entry 0 is a dict without a seq_id, not a Scheduled"),
+        (BoolFinished, "update", "returned", "a finished id of a bool, not a str"),
+    ],
+)
 def test_what_the_contract_does_not_allow_ends_the_drive_with_a_recorded_error(
-        scheduler, call, kind, words):
+    scheduler, call, kind, words
+):
     trace = drive(scheduler, fake({}, ("a", 2, 1, 0)), 50, request_type=Request)
     assert trace["error"]["call"] == call and trace["error"]["kind"] == kind
     assert words in trace["error"]["message"]
@@ -312,27 +357,35 @@ def test_a_scheduler_that_never_ends_stops_at_max_steps():
 
 def test_decoding_together_equals_decoding_alone(decoder):
     g = torch.Generator().manual_seed(5)
-    requests = [(torch.randint(0, model.VOCAB, (n,), generator=g).tolist(), m, None)
-                for n, m in ((1, 12), (9, 3), (40, 20), (4, 1))]
+    requests = [
+        (torch.randint(0, model.VOCAB, (n,), generator=g).tolist(), m, None)
+        for n, m in ((1, 12), (9, 3), (40, 20), (4, 1))
+    ]
     together = model.decode_together(decoder, requests)
     for (prompt, most, _), (tokens, margin) in zip(requests, together):
         assert tokens == model.greedy_alone(decoder, prompt, most) and len(tokens) == most
         assert margin > workloads.MIN_MARGIN
     alone = model.greedy_alone(decoder, requests[2][0], 20)
     eos = alone[5]
-    assert model.greedy_alone(decoder, requests[2][0], 20, eos) == alone[:alone.index(eos) + 1]
+    assert model.greedy_alone(decoder, requests[2][0], 20, eos) == alone[: alone.index(eos) + 1]
 
 
 def test_the_runner_reproduces_greedy_decoding_alone_through_chunks_and_preemption(decoder):
-    load = build(decoder, {"num_blocks": 7, "max_num_seqs": 3, "max_batched_tokens": 6},
-                 ("a", 9, 12, 0), ("b", 5, 10, 0), ("c", 3, 8, 1))
+    load = build(
+        decoder,
+        {"num_blocks": 7, "max_num_seqs": 3, "max_batched_tokens": 6},
+        ("a", 9, 12, 0),
+        ("b", 5, 10, 0),
+        ("c", 3, 8, 1),
+    )
     trace, found = run(load, Tiny)
     assert found.first == {} and not trace["stalled"] and trace["error"] is None
     entries = [e for step in trace["steps"] for e in step["batch"]]
     assert any(e[0] == "a" and 0 < e[2] < 9 and e[1] == 0 for e in entries)  # a chunk
     assert found.prompt_tokens_computed > 17  # a preempted prompt computed again
-    runner = model.PagedRunner(decoder, 7, 4, {r["id"]: r["prompt"] + load["oracle"][r["id"]]
-                                               for r in load["requests"]})
+    runner = model.PagedRunner(
+        decoder, 7, 4, {r["id"]: r["prompt"] + load["oracle"][r["id"]] for r in load["requests"]}
+    )
     produced = {r["id"]: [] for r in load["requests"]}
     for step in drive_trace(trace, load, 200).steps:
         tokens, misread = runner.step(list(step.batch))
@@ -345,13 +398,15 @@ def test_the_runner_reproduces_greedy_decoding_alone_through_chunks_and_preempti
 
 def test_a_table_pointing_at_a_freed_and_reused_block_is_a_misread(decoder):
     load = build(decoder, {}, ("a", 4, 2, 0), ("b", 4, 1, 1))
-    script = [[("a", 0, 4, (0,))],
-              [("b", 0, 4, (0,))],                  # a left out: its block 0 reused by b
-              [("a", 4, 1, (0, 1))]]                # a comes back to block 0, not recomputing
+    script = [
+        [("a", 0, 4, (0,))],
+        [("b", 0, 4, (0,))],  # a left out: its block 0 reused by b
+        [("a", 4, 1, (0, 1))],
+    ]  # a comes back to block 0, not recomputing
     _, found = run(load, scripted(script))
     assert found.first["batch-equivalence"].message == (
-        "step 2: request 'a', position 0 read block 0 slot 0, which holds position 0 of request "
-        "'b'")
+        "step 2: request 'a', position 0 read block 0 slot 0, which holds position 0 of request 'b'"
+    )
 
 
 def test_a_table_pointing_at_another_requests_block_is_a_misread(decoder):
@@ -359,8 +414,8 @@ def test_a_table_pointing_at_another_requests_block_is_a_misread(decoder):
     script = [[("a", 0, 8, (0, 1))], [("b", 4, 4, (1, 2))]]  # b's first block is a's second
     _, found = run(load, scripted(script))
     assert found.first["batch-equivalence"].message == (
-        "step 1: request 'b', position 0 read block 1 slot 0, which holds position 4 of request "
-        "'a'")
+        "step 1: request 'b', position 0 read block 1 slot 0, which holds position 4 of request 'a'"
+    )
     assert "prefix-caching" not in found.first  # other tokens: not a prefix cache's mistake
 
 
@@ -368,20 +423,28 @@ def test_a_position_never_written_is_a_misread(decoder):
     load = build(decoder, {}, ("a", 6, 1, 0))
     _, found = run(load, scripted([[("a", 2, 4, (0, 1))]]))
     assert found.first["batch-equivalence"].message == (
-        "step 0: request 'a', position 0 read block 0 slot 0, which was never written")
+        "step 0: request 'a', position 0 read block 0 slot 0, which was never written"
+    )
 
 
 def test_a_block_shared_across_different_prefixes_is_a_misread_and_a_prefix_finding(decoder):
     g = torch.Generator().manual_seed(9)
     p, q, r = (torch.randint(0, model.VOCAB, (4,), generator=g).tolist() for _ in range(3))
-    load = build(decoder, {"prefix_caching": True, "max_batched_tokens": 16},
-                 ("a", p + q + [1], 1, 0), ("b", r + q + [2], 1, 1))
-    script = [[("a", 0, 9, (0, 1, 2))],
-              [("b", 0, 4, (3,))],
-              [("b", 8, 1, (3, 1, 4))]]  # b's second block: a's, the same tokens after p
+    load = build(
+        decoder,
+        {"prefix_caching": True, "max_batched_tokens": 16},
+        ("a", p + q + [1], 1, 0),
+        ("b", r + q + [2], 1, 1),
+    )
+    script = [
+        [("a", 0, 9, (0, 1, 2))],
+        [("b", 0, 4, (3,))],
+        [("b", 8, 1, (3, 1, 4))],
+    ]  # b's second block: a's, the same tokens after p
     _, found = run(load, scripted(script))
-    expected = ("step 2: request 'b', position 4 read block 1 slot 0, which holds position 4 of "
-                "request 'a'")
+    expected = (
+        "step 2: request 'b', position 4 read block 1 slot 0, which holds position 4 of request 'a'"
+    )
     assert found.first["batch-equivalence"].message == expected
     assert found.first["prefix-caching"].message.startswith(expected + ": the same token")
 
@@ -397,30 +460,60 @@ def test_the_correct_script_has_no_finding(decoder):
     assert found.first == {} and found.steps == 2 and found.tokens_computed == 7
 
 
-@pytest.mark.parametrize("config, step0, message", [
-    ({"max_num_seqs": 1}, None, "step 0: 2 sequences scheduled, more than max_num_seqs (1)"),
-    ({"max_batched_tokens": 4}, None,
-     "step 0: 5 tokens scheduled, more than max_batched_tokens (4)"),
-    ({}, [("a", 0, 3, (8,)), ("b", 0, 2, (1,))],
-     "step 0: the block table of 'a' holds block 8, not in range(num_blocks=8)"),
-    ({}, [("a", 0, 3, (0,)), ("b", 0, 2, ())],
-     "step 0: the block table of 'b', 0 blocks, covers 0 positions, fewer than start + tokens "
-     "= 2"),
-    ({}, [("a", 0, 3, (0,)), ("b", 0, 2, (0,))],
-     "step 0: block 0 is written by 'a' and 'b' in one step"),
-    ({}, [("a", 0, 3, (0,)), ("b", 0, 2, (1, 0))],
-     "step 0: block 0, written by 'a' this step, is also in the table of 'b': a block is "
-     "shared only from the step after the one that computed it"),
-    ({}, [("a", 0, 4, (0,)), ("b", 0, 2, (1,))],
-     "step 0: 'a' computes positions 0..3, past the 3 tokens known (start + tokens never "
-     "exceeds them)"),
-    ({}, [("a", 0, 3, (0,)), ("zz", 0, 2, (1,))],
-     "step 0: it schedules 'zz', which is no request of the workload"),
-    ({}, [("a", 0, 3, (0,)), ("a", 0, 3, (1,))],
-     "step 0: request 'a' is scheduled twice in one step"),
-    ({}, [("a", 0, 0, (0,)), ("b", 0, 2, (1,))],
-     "step 0: 'a' is scheduled with start 0 and tokens 0"),
-])
+@pytest.mark.parametrize(
+    "config, step0, message",
+    [
+        ({"max_num_seqs": 1}, None, "step 0: 2 sequences scheduled, more than max_num_seqs (1)"),
+        (
+            {"max_batched_tokens": 4},
+            None,
+            "step 0: 5 tokens scheduled, more than max_batched_tokens (4)",
+        ),
+        (
+            {},
+            [("a", 0, 3, (8,)), ("b", 0, 2, (1,))],
+            "step 0: the block table of 'a' holds block 8, not in range(num_blocks=8)",
+        ),
+        (
+            {},
+            [("a", 0, 3, (0,)), ("b", 0, 2, ())],
+            "step 0: the block table of 'b', 0 blocks, covers 0 positions, fewer than start + tokens "
+            "= 2",
+        ),
+        (
+            {},
+            [("a", 0, 3, (0,)), ("b", 0, 2, (0,))],
+            "step 0: block 0 is written by 'a' and 'b' in one step",
+        ),
+        (
+            {},
+            [("a", 0, 3, (0,)), ("b", 0, 2, (1, 0))],
+            "step 0: block 0, written by 'a' this step, is also in the table of 'b': a block is "
+            "shared only from the step after the one that computed it",
+        ),
+        (
+            {},
+            [("a", 0, 4, (0,)), ("b", 0, 2, (1,))],
+            "step 0: 'a' computes positions 0..3, past the 3 tokens known (start + tokens never "
+            "exceeds them)",
+        ),
+        (
+            {},
+            [("a", 0, 3, (0,)), ("zz", 0, 2, (1,))],
+            "step 0: it schedules 'zz', which is no request of the workload",
+        ),
+        (
+            {},
+            [("a", 0, 3, (0,)), ("a", 0, 3, (1,))],
+            "step 0: request 'a' is scheduled twice in one step",
+        ),
+        (
+            {},
+            [("a", 0, 0, (0,)), ("b", 0, 2, (1,))],
+            "step 0: 'a' is scheduled with start 0 and tokens 0",
+        ),
+    ],
+)
 def test_each_budget_broken_once_is_named_at_its_step(decoder, config, step0, message):
     script = [step0 or CORRECT[0], *CORRECT[1:]]
     _, found = run(build(decoder, config, *TWO), scripted(script))
@@ -440,7 +533,8 @@ def test_more_running_than_max_num_seqs_breaks_the_budgets(decoder):
     script = [CORRECT[0], [("a", 3, 1, (0,)), ("c", 0, 2, (2,))], [("b", 2, 1, (1,))]]
     _, found = run(load, scripted(script))
     assert found.first["budgets"].message == (
-        "step 1: 3 sequences running, more than max_num_seqs (2)")
+        "step 1: 3 sequences running, more than max_num_seqs (2)"
+    )
 
 
 def test_num_free_blocks_off_by_one_is_named_at_its_step(decoder):
@@ -448,7 +542,8 @@ def test_num_free_blocks_off_by_one_is_named_at_its_step(decoder):
     _, found = run(build(decoder, {}, *TWO), scripted(CORRECT, off))
     assert found.first["block-accounting"].message == (
         "step 1: num_free_blocks after update() is 7; the blocks in the running sequences' "
-        "tables leave 8 of 8 free")
+        "tables leave 8 of 8 free"
+    )
     assert set(found.first) == {"block-accounting"}
 
 
@@ -459,17 +554,21 @@ def test_update_returning_a_request_too_early_or_too_late_or_unknown_is_named(de
     load = build(decoder, {}, *TWO)
     _, early = run(load, scripted(CORRECT, finish={0: ["a"]}))
     assert early.first["batch-equivalence"].message == (
-        "step 0: update() returned 'a' finished after 1 of the 2 tokens it produces alone")
+        "step 0: update() returned 'a' finished after 1 of the 2 tokens it produces alone"
+    )
     _, late = run(load, scripted(CORRECT, finish={1: ["b"]}))
     assert late.first["batch-equivalence"].message == (
         "step 1: request 'a' produced its max_new_tokens (2) but update() did not return it "
-        "finished")
+        "finished"
+    )
     assert late.first["block-accounting"].message == (  # a's block: the scheduler holds it
         "at the end: num_free_blocks is 7 of 8 once every request is done: every block is free "
-        "at the end")
+        "at the end"
+    )
     _, unknown = run(load, scripted(CORRECT, finish={1: ["a", "zz"]}))
     assert unknown.first["batch-equivalence"].message == (
-        "step 1: update() returned 'zz' finished, which is no running request")
+        "step 1: update() returned 'zz' finished, which is no running request"
+    )
 
 
 THREE = (("a", 3, 3, 0), ("b", 2, 3, 0), ("c", 2, 3, 0))
@@ -478,69 +577,81 @@ ALL_START = [("a", 0, 3, (0,)), ("b", 0, 2, (1,)), ("c", 0, 2, (2,))]
 
 def test_preempting_other_than_the_most_recently_arrived_is_named(decoder):
     load = build(decoder, {"max_num_seqs": 3, "max_batched_tokens": 16}, *THREE)
-    script = [ALL_START,
-              [("b", 2, 1, (1,)), ("c", 2, 1, (2,))],  # a, the oldest, left out
-              [("b", 3, 1, (1,)), ("c", 3, 1, (2,))],
-              [("a", 0, 4, (0, 3))],                   # a recomputes: it was preempted
-              [("a", 4, 1, (0, 3))]]
+    script = [
+        ALL_START,
+        [("b", 2, 1, (1,)), ("c", 2, 1, (2,))],  # a, the oldest, left out
+        [("b", 3, 1, (1,)), ("c", 3, 1, (2,))],
+        [("a", 0, 4, (0, 3))],  # a recomputes: it was preempted
+        [("a", 4, 1, (0, 3))],
+    ]
     _, found = run(load, scripted(script))
     assert found.first["preemption"].message == (
         "step 1: request 'a' was preempted while 'b', which arrived later, kept running: the "
-        "victim is the most recently arrived running sequence")
+        "victim is the most recently arrived running sequence"
+    )
 
 
 def test_a_request_starting_in_a_step_that_preempted_is_named(decoder):
-    load = build(decoder, {"max_num_seqs": 3, "max_batched_tokens": 16}, *THREE,
-                 ("d", 2, 1, 1))
-    script = [ALL_START,
-              [("a", 3, 1, (0,)), ("b", 2, 1, (1,)), ("d", 0, 2, (3,))],  # c preempted
-              [("a", 4, 1, (0, 4)), ("b", 3, 1, (1,))],
-              [("c", 0, 3, (2,))], [("c", 3, 1, (2,))]]
+    load = build(decoder, {"max_num_seqs": 3, "max_batched_tokens": 16}, *THREE, ("d", 2, 1, 1))
+    script = [
+        ALL_START,
+        [("a", 3, 1, (0,)), ("b", 2, 1, (1,)), ("d", 0, 2, (3,))],  # c preempted
+        [("a", 4, 1, (0, 4)), ("b", 3, 1, (1,))],
+        [("c", 0, 3, (2,))],
+        [("c", 3, 1, (2,))],
+    ]
     _, found = run(load, scripted(script))
     assert found.first["preemption"].message == (
         "step 1: request 'd' started in a step that preempted 'c': no waiting request starts "
-        "in a step that preempted")
+        "in a step that preempted"
+    )
 
 
 def test_a_running_decode_left_out_for_a_prefill_is_named(decoder):
     load = build(decoder, {"max_batched_tokens": 16}, ("a", 3, 2, 0), ("b", 6, 1, 1))
-    script = [[("a", 0, 3, (0,))],
-              [("b", 0, 6, (1, 2))],   # a's decode waits, though it is running
-              [("a", 3, 1, (0,))]]
+    script = [
+        [("a", 0, 3, (0,))],
+        [("b", 0, 6, (1, 2))],  # a's decode waits, though it is running
+        [("a", 3, 1, (0,))],
+    ]
     _, found = run(load, scripted(script))
     assert found.first["chunked-prefill"].message == (
         "step 1: running request 'a' was ready to decode but not scheduled, while a prefill "
-        "was: every running decode runs every step, before any prefill")
+        "was: every running decode runs every step, before any prefill"
+    )
 
 
 def test_a_running_prefill_left_out_while_a_new_request_starts_is_named(decoder):
     load = build(decoder, {}, ("a", 12, 1, 0), ("b", 3, 1, 1))
-    script = [[("a", 0, 8, (0, 1))],
-              [("b", 0, 3, (2,))],         # a, half prefilled, waits while b starts
-              [("a", 8, 4, (0, 1, 3))]]    # and goes on where it stopped: no preemption
+    script = [
+        [("a", 0, 8, (0, 1))],
+        [("b", 0, 3, (2,))],  # a, half prefilled, waits while b starts
+        [("a", 8, 4, (0, 1, 3))],
+    ]  # and goes on where it stopped: no preemption
     _, found = run(load, scripted(script))
     assert found.first["chunked-prefill"].message == (
         "step 1: running request 'a' had 4 tokens left to prefill but was not scheduled, while "
-        "'b' started: running prefills continue before any waiting request starts")
+        "'b' started: running prefills continue before any waiting request starts"
+    )
     assert found.passed("preemption") and found.passed("batch-equivalence")
 
 
 def test_a_head_of_the_queue_left_waiting_with_room_to_start_is_named(decoder):
     load = build(decoder, {"max_batched_tokens": 16}, ("a", 3, 3, 0), ("b", 2, 1, 0))
-    script = [[("a", 0, 3, (0,))], [("a", 3, 1, (0,))], [("a", 4, 1, (0, 1)),
-                                                          ("b", 0, 2, (2,))]]
+    script = [[("a", 0, 3, (0,))], [("a", 3, 1, (0,))], [("a", 4, 1, (0, 1)), ("b", 0, 2, (2,))]]
     _, found = run(load, scripted(script))
     assert found.first["fcfs"].message == (
         "step 0: request 'b', the head of the waiting queue, did not start though 1 sequence "
-        "slots, 13 tokens and 7 free blocks were left")
+        "slots, 13 tokens and 7 free blocks were left"
+    )
 
 
 def test_a_request_started_before_an_earlier_one_still_waiting_is_named(decoder):
     load = build(decoder, {"max_num_seqs": 1}, ("a", 3, 1, 0), ("b", 2, 1, 0))
     _, found = run(load, scripted([[("b", 0, 2, (1,))], [("a", 0, 3, (0,))]]))
     assert found.first["fcfs"].message == (
-        "step 0: request 'b' started while 'a', ahead of it in the waiting queue, was still "
-        "waiting")
+        "step 0: request 'b' started while 'a', ahead of it in the waiting queue, was still waiting"
+    )
 
 
 def test_a_stall_is_named_and_leaves_outputs_incomplete(decoder):
@@ -548,24 +659,30 @@ def test_a_stall_is_named_and_leaves_outputs_incomplete(decoder):
     _, found = run(load, scripted([[("a", 0, 3, (0,))], [("a", 3, 1, (0,))], []]))
     assert found.stalled
     assert found.first["preemption"].message == (
-        "step 2: schedule() returned nothing while has_work() was true: the scheduler stalls")
+        "step 2: schedule() returned nothing while has_work() was true: the scheduler stalls"
+    )
     assert found.first["chunked-prefill"].message == (
         "step 2: the prompt of request 'long', 9 tokens, longer than max_batched_tokens (4), "
-        "never started: it is computed in chunks over several steps")
+        "never started: it is computed in chunks over several steps"
+    )
     assert found.first["batch-equivalence"].message == (
         "at the end: request 'long' produced 0 of the 1 tokens it produces alone when the "
-        "scheduler stalled")
+        "scheduler stalled"
+    )
 
 
-CACHED = [[("b", 0, 2, (2,)), ("a", 0, 8, (0, 1))],
-          [("b", 2, 1, (2,))],          # a left out: preempted, or waiting with its blocks
-          [("a", 8, 1, (0, 1, 3))],     # back at 8: its two full blocks were cached
-          [("a", 9, 1, (0, 1, 3))]]
+CACHED = [
+    [("b", 0, 2, (2,)), ("a", 0, 8, (0, 1))],
+    [("b", 2, 1, (2,))],  # a left out: preempted, or waiting with its blocks
+    [("a", 8, 1, (0, 1, 3))],  # back at 8: its two full blocks were cached
+    [("a", 9, 1, (0, 1, 3))],
+]
 
 
 def test_a_comeback_on_cached_blocks_is_read_by_the_free_count(decoder):
-    load = build(decoder, {"prefix_caching": True, "max_batched_tokens": 16},
-                 ("b", 2, 2, 0), ("a", 8, 3, 0))
+    load = build(
+        decoder, {"prefix_caching": True, "max_batched_tokens": 16}, ("b", 2, 2, 0), ("a", 8, 3, 0)
+    )
     released = {(1, "schedule"): 2, (1, "update"): 2}  # the scheduler let a's blocks go
     _, found = run(load, scripted(CACHED, off=released))
     assert found.first == {}
@@ -578,26 +695,41 @@ def test_a_comeback_on_cached_blocks_is_read_by_the_free_count(decoder):
 
 def test_the_public_workloads_are_fixed_and_every_oracle_is_a_decoding_alone(decoder):
     public = workloads.public()
-    assert [kind for kind, _ in public] == ["staggered", "mixed", "preemption", "long-prompt",
-                                            "shared-prefix"]
+    assert [kind for kind, _ in public] == [
+        "staggered",
+        "mixed",
+        "preemption",
+        "long-prompt",
+        "shared-prefix",
+    ]
     assert public == workloads.public()
     kind, load = public[0]
     for r in load["requests"][:3]:
         assert load["oracle"][r["id"]] == model.greedy_alone(
-            decoder, r["prompt"], r["max_new_tokens"], r["eos"])
-    assert any(r["eos"] is not None and len(load["oracle"][r["id"]]) < r["max_new_tokens"]
-               for r in load["requests"])
+            decoder, r["prompt"], r["max_new_tokens"], r["eos"]
+        )
+    assert any(
+        r["eos"] is not None and len(load["oracle"][r["id"]]) < r["max_new_tokens"]
+        for r in load["requests"]
+    )
 
 
 @pytest.mark.parametrize("draw", ["public", pytest.param("hidden", marks=pytest.mark.slow)])
 def test_the_reference_scheduler_breaks_no_rule_and_batching_beats_static(draw):
-    drawn = (workloads.public() if draw == "public"
-             else [(kind, load) for kind, _, load in workloads.hidden(20261202)])
+    drawn = (
+        workloads.public()
+        if draw == "public"
+        else [(kind, load) for kind, _, load in workloads.hidden(20261202)]
+    )
     for kind, load in drawn:
         _, found = run(load, ReferenceScheduler, workloads.max_steps(load))
         assert found.first == {}, (kind, found.first)
-        static = drive(lambda **c: ReferenceScheduler(**c, static=True), load,
-                       workloads.max_steps(load), request_type=Request)
+        static = drive(
+            lambda **c: ReferenceScheduler(**c, static=True),
+            load,
+            workloads.max_steps(load),
+            request_type=Request,
+        )
         assert found.steps < len(static["steps"]), kind
         if kind == "mixed":
             assert found.steps <= 0.7 * len(static["steps"])
@@ -610,8 +742,11 @@ def test_the_reference_scheduler_breaks_no_rule_and_batching_beats_static(draw):
 
 def test_a_trace_is_replayed_alike_twice():
     kind, load = workloads.public()[0]
-    trace = drive_trace(drive(Tiny, load, workloads.max_steps(load), request_type=Request),
-                        load, workloads.max_steps(load))
+    trace = drive_trace(
+        drive(Tiny, load, workloads.max_steps(load), request_type=Request),
+        load,
+        workloads.max_steps(load),
+    )
     first = replay.replay(load, copy.deepcopy(trace))
     assert replay.replay(load, trace) == first
 
@@ -626,16 +761,22 @@ def test_every_hidden_draw_keeps_its_kinds_property(seed):
     assert drawn == workloads.hidden(seed) and drawn != workloads.hidden(seed + 1)
     for kind, _, load in drawn:
         _, found = run(load, ReferenceScheduler, workloads.max_steps(load))
-        static = drive(lambda **c: ReferenceScheduler(**c, static=True), load,
-                       workloads.max_steps(load), request_type=Request)
+        static = drive(
+            lambda **c: ReferenceScheduler(**c, static=True),
+            load,
+            workloads.max_steps(load),
+            request_type=Request,
+        )
         prompts = sum(len(r["prompt"]) for r in load["requests"])
         if kind == "preemption":
             assert found.preemptions > 0 and found.prompt_tokens_computed > prompts
         if kind == "mixed":
             assert found.steps <= 0.7 * len(static["steps"])
         if kind == "long-prompt":
-            assert max(len(r["prompt"]) for r in load["requests"]) > 2 * load["config"][
-                "max_batched_tokens"]
+            assert (
+                max(len(r["prompt"]) for r in load["requests"])
+                > 2 * load["config"]["max_batched_tokens"]
+            )
         if kind == "shared-prefix":
             assert found.prompt_tokens_computed == workloads.unshared_prompt_tokens(load) < prompts
 
@@ -646,4 +787,5 @@ def test_a_restart_in_the_step_that_left_its_blocks_is_a_preemption_finding(deco
     _, found = run(load, scripted(script))
     assert found.first["preemption"].message == (
         "step 1: request 'a' was preempted and restarted in the same step: no waiting request "
-        "starts in a step that preempted")
+        "starts in a step that preempted"
+    )

@@ -18,17 +18,30 @@ from graders.shared import hidden_cases
 from graders.shared.plans import CandidateError, CandidateTimeout, Fail, NotAttempted
 from graders.worker.batching import DriveError, Trace
 
-LOAD = {"config": {"num_blocks": 8, "block_size": 4, "max_num_seqs": 2, "max_batched_tokens": 4,
-                   "prefix_caching": False},
-        "requests": [{"id": "a", "prompt": [1, 2, 3, 4, 5, 6], "max_new_tokens": 2, "eos": None,
-                      "arrival": 0},
-                     {"id": "b", "prompt": [4, 5], "max_new_tokens": 1, "eos": None,
-                      "arrival": 1}],
-        "oracle": {"a": [7, 8], "b": [9]}}
+LOAD = {
+    "config": {
+        "num_blocks": 8,
+        "block_size": 4,
+        "max_num_seqs": 2,
+        "max_batched_tokens": 4,
+        "prefix_caching": False,
+    },
+    "requests": [
+        {"id": "a", "prompt": [1, 2, 3, 4, 5, 6], "max_new_tokens": 2, "eos": None, "arrival": 0},
+        {"id": "b", "prompt": [4, 5], "max_new_tokens": 1, "eos": None, "arrival": 1},
+    ],
+    "oracle": {"a": [7, 8], "b": [9]},
+}
 
 
-def error(call="update", step=3, kind="raised", type_="ValueError", message="no",
-          traceback='  File "/home/me/scheduler.py", line 9, in update\n    raise ValueError\n'):
+def error(
+    call="update",
+    step=3,
+    kind="raised",
+    type_="ValueError",
+    message="no",
+    traceback='  File "/home/me/scheduler.py", line 9, in update\n    raise ValueError\n',
+):
     return DriveError(call, step, kind, type_, message, traceback)
 
 
@@ -46,10 +59,15 @@ def test_runs_without_an_error_settle_to_nothing():
 def test_a_scheduler_s_exception_is_an_error_naming_the_case_step_call_and_line():
     with pytest.raises(CandidateError) as raised:
         grading.settle([run_of(), run_of(error(), "the second workload")])
-    assert str(raised.value) == ("the second workload, step 3: `update` raised ValueError: no "
-                                 '(File "/home/me/scheduler.py", line 9, in update)')
-    assert raised.value.signature == ("ValueError", "no",
-                                      ' (File "/home/me/scheduler.py", line 9, in update)')
+    assert str(raised.value) == (
+        "the second workload, step 3: `update` raised ValueError: no "
+        '(File "/home/me/scheduler.py", line 9, in update)'
+    )
+    assert raised.value.signature == (
+        "ValueError",
+        "no",
+        ' (File "/home/me/scheduler.py", line 9, in update)',
+    )
 
 
 def test_the_first_run_s_error_is_the_one_raised():
@@ -64,8 +82,10 @@ def test_a_value_outside_the_contract_fails_naming_the_case_and_step():
     assert str(failed.value) == "the tiny workload, step 2: schedule() returned None, not a list"
 
 
-@pytest.mark.parametrize("call, named", [("init", "`Scheduler(...)`"), ("add", "`add`"),
-                                         ("num_free_blocks", "`num_free_blocks`")])
+@pytest.mark.parametrize(
+    "call, named",
+    [("init", "`Scheduler(...)`"), ("add", "`add`"), ("num_free_blocks", "`num_free_blocks`")],
+)
 def test_not_implemented_is_not_attempted_naming_the_call(call, named):
     with pytest.raises(NotAttempted) as stopped:
         grading.settle([run_of(error(call, 0, type_="NotImplementedError"))])
@@ -96,8 +116,10 @@ def test_first_fails_with_the_first_run_s_finding_of_the_rule():
 def test_first_names_a_likely_mistake_when_it_knows_the_kind():
     with pytest.raises(Fail) as failed:
         grading.first([found("budgets")], "budgets", {"leak": "a table never freed"})
-    assert str(failed.value) == "the tiny workload: step 4: a leak. Likely mistake: a table " \
-                                "never freed"
+    assert (
+        str(failed.value) == "the tiny workload: step 4: a leak. Likely mistake: a table "
+        "never freed"
+    )
     with pytest.raises(Fail) as failed:
         grading.first([found("budgets")], "budgets", {"other": "no"})
     assert str(failed.value) == "the tiny workload: step 4: a leak"
@@ -127,8 +149,7 @@ class Candidate:
 
 def test_runs_drive_once_a_grade_public_and_hidden_apart(drives):
     candidate = Candidate()
-    assert grading.runs(candidate, False) == grading.runs(candidate, False) == [
-        "run of seed None"]
+    assert grading.runs(candidate, False) == grading.runs(candidate, False) == ["run of seed None"]
     with hidden_cases.run_seed(100):
         assert grading.runs(candidate, True) == [f"run of seed {100 + grading.HIDDEN_SEED}"]
         grading.runs(candidate, True)
@@ -137,8 +158,9 @@ def test_runs_drive_once_a_grade_public_and_hidden_apart(drives):
     assert drives[-1] is None and len(drives) == 3  # another candidate drives again
 
 
-@pytest.mark.parametrize("stops", [CandidateError("it broke"), CandidateTimeout("it hung"),
-                                   NotAttempted("a stub")])
+@pytest.mark.parametrize(
+    "stops", [CandidateError("it broke"), CandidateTimeout("it hung"), NotAttempted("a stub")]
+)
 def test_what_stopped_the_worker_is_raised_for_every_item_and_asked_once(drives, stops):
     candidate = Candidate(stops)
     for _ in range(3):
@@ -170,9 +192,14 @@ class Driving:
         from graders.worker.batching import drive
 
         self.plans.append(copy.deepcopy(plan.ops))
-        return [drive_trace(drive(ReferenceScheduler, op["workload"], op["max_steps"],
-                                  request_type=Request), op["workload"], op["max_steps"])
-                for op in plan.ops]
+        return [
+            drive_trace(
+                drive(ReferenceScheduler, op["workload"], op["max_steps"], request_type=Request),
+                op["workload"],
+                op["max_steps"],
+            )
+            for op in plan.ops
+        ]
 
 
 def test_drive_sends_one_plan_naming_each_public_case(monkeypatch):
@@ -181,13 +208,18 @@ def test_drive_sends_one_plan_naming_each_public_case(monkeypatch):
     monkeypatch.setattr(workloads, "public", lambda: [("tiny", LOAD), ("wider", other)])
     candidate = Driving()
     runs = grading._drive(candidate, None)
-    assert len(candidate.plans) == 1 and [op["op"] for op in candidate.plans[0]] == [
-        "drive_scheduler"] * 2
-    assert [(r.kind, r.case) for r in runs] == [("tiny", "the tiny workload"),
-                                                 ("wider", "the wider workload")]
+    assert (
+        len(candidate.plans) == 1
+        and [op["op"] for op in candidate.plans[0]] == ["drive_scheduler"] * 2
+    )
+    assert [(r.kind, r.case) for r in runs] == [
+        ("tiny", "the tiny workload"),
+        ("wider", "the wider workload"),
+    ]
     assert [r.workload for r in runs] == [LOAD, other]
-    figures = [grading._figures((None, kind), load) for kind, load in (("tiny", LOAD),
-                                                                       ("wider", other))]
+    figures = [
+        grading._figures((None, kind), load) for kind, load in (("tiny", LOAD), ("wider", other))
+    ]
     assert [op["max_steps"] for op in candidate.plans[0]] == [f.max_steps for f in figures]
     assert [r.reference for r in runs] == figures
     assert runs[0].trace.error is None and runs[0].found.steps == len(runs[0].trace.steps)

@@ -36,8 +36,16 @@ ROOT = Path(__file__).resolve().parent.parent
 SOLUTION = ROOT / "solutions" / "scheduler.py"
 ONE_QUEUE = ROOT / "tests" / "implementations" / "batching" / "one_queue.py"
 STARTER = ROOT / "starter" / "scheduler.py"
-ITEMS = ("batch_equivalence", "budgets", "iteration_level", "preemption", "fcfs",
-         "block_accounting", "chunked_prefill", "prefix_caching")
+ITEMS = (
+    "batch_equivalence",
+    "budgets",
+    "iteration_level",
+    "preemption",
+    "fcfs",
+    "block_accounting",
+    "chunked_prefill",
+    "prefix_caching",
+)
 MODULES = {name: importlib.import_module(f"graders.batching.items.{name}") for name in ITEMS}
 REFERENCE = SimpleNamespace(Request=reference.Request, Scheduler=reference.ReferenceScheduler)
 
@@ -56,8 +64,10 @@ def load(path: Path, source: str | None = None, name: str | None = None):
     spec = importlib.util.spec_from_loader(f"_items_{name or path.stem}", loader=None)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
-    exec(compile(source if source is not None else path.read_text(), str(path), "exec"),
-         module.__dict__)
+    exec(
+        compile(source if source is not None else path.read_text(), str(path), "exec"),
+        module.__dict__,
+    )
     return module
 
 
@@ -72,8 +82,9 @@ class InProcess:
         self.plans += 1
         if self.fails is not None:
             raise self.fails
-        reply = replies.plan_reply({"results": ops.execute(self.module, {"ops": plan.ops})},
-                                   plan.ops)
+        reply = replies.plan_reply(
+            {"results": ops.execute(self.module, {"ops": plan.ops})}, plan.ops
+        )
         return Results(values=[result["ok"] for result in reply["results"]])
 
 
@@ -99,8 +110,11 @@ def verdicts(candidate, hidden: int | None = None) -> dict[str, str]:
 
 @pytest.mark.parametrize("name", ["reference", "solution", "one_queue"])
 def test_correct_schedulers_pass_every_item_with_one_plan_a_grade(name):
-    module = {"reference": lambda: REFERENCE, "solution": lambda: load(SOLUTION),
-              "one_queue": lambda: load(ONE_QUEUE)}[name]()
+    module = {
+        "reference": lambda: REFERENCE,
+        "solution": lambda: load(SOLUTION),
+        "one_queue": lambda: load(ONE_QUEUE),
+    }[name]()
     candidate = InProcess(module)
     assert verdicts(candidate) == dict.fromkeys((m.ITEM for m in MODULES.values()), "pass")
     assert candidate.plans == 1  # eight items, one drive of the five workloads
@@ -112,7 +126,8 @@ def test_correct_schedulers_pass_every_hidden_item(seed):
     for module in (REFERENCE, load(SOLUTION), load(ONE_QUEUE)):
         candidate = InProcess(module)
         assert verdicts(candidate, hidden=seed) == dict.fromkeys(
-            (m.ITEM for m in MODULES.values()), "pass")
+            (m.ITEM for m in MODULES.values()), "pass"
+        )
         assert candidate.plans == 1
 
 
@@ -121,8 +136,7 @@ def test_each_wrong_scheduler_fails_exactly_its_items(wrong):
     found = verdicts(InProcess(load(SOLUTION, wrong.mutant.source(), wrong.name)))
     failed = {item for item, verdict in found.items() if verdict != "pass"}
     assert failed == set(wrong.fails), found
-    assert all(verdict.startswith("Fail: ") for item, verdict in found.items()
-               if item in failed)
+    assert all(verdict.startswith("Fail: ") for item, verdict in found.items() if item in failed)
 
 
 def test_every_hidden_grader_catches_a_wrong_scheduler_and_none_fails_unrelated_items():
@@ -131,8 +145,9 @@ def test_every_hidden_grader_catches_a_wrong_scheduler_and_none_fails_unrelated_
     every batching item's hidden cases."""
     caught = set()
     for wrong in SCHEDULERS:
-        found = verdicts(InProcess(load(SOLUTION, wrong.mutant.source(), wrong.name)),
-                         hidden=SUITE_SEED)
+        found = verdicts(
+            InProcess(load(SOLUTION, wrong.mutant.source(), wrong.name)), hidden=SUITE_SEED
+        )
         failed = {item for item, verdict in found.items() if verdict != "pass"}
         assert failed and failed <= set(wrong.fails), (wrong.name, found)
         caught |= failed
@@ -154,7 +169,8 @@ def test_a_scheduler_without_num_free_blocks_is_graded_on_the_rest():
 
     found = verdicts(InProcess(SimpleNamespace(Request=solution.Request, Scheduler=NoCount)))
     assert found.pop("block-accounting") == (
-        "NotAttempted: `num_free_blocks` still raises NotImplementedError")
+        "NotAttempted: `num_free_blocks` still raises NotImplementedError"
+    )
     assert set(found.values()) == {"pass"}
 
 
@@ -186,25 +202,38 @@ def test_a_returned_value_outside_the_contract_fails_every_item():
 
     class IntTables(solution.Scheduler):
         def schedule(self):
-            return [solution.Scheduled(e.seq_id, e.start, e.tokens, [float(b) for b in
-                                                                      e.block_table])
-                    for e in super().schedule()]
+            return [
+                solution.Scheduled(e.seq_id, e.start, e.tokens, [float(b) for b in e.block_table])
+                for e in super().schedule()
+            ]
 
     found = verdicts(InProcess(SimpleNamespace(Request=solution.Request, Scheduler=IntTables)))
     assert set(found.values()) == {
         "Fail: the staggered workload, step 0: schedule()'s entry 0 has a block_table holding "
-        "a float, not only ints"}
+        "a float, not only ints"
+    }
 
 
 def test_iteration_level_prints_the_three_figures_of_the_mixed_workload():
     with pytest.raises(Fail) as failed:
-        MODULES["iteration_level"].grade(InProcess(load(SOLUTION, [
-            w for w in SCHEDULERS if w.name == "static-batching"][0].mutant.source(), "static")))
-    assert str(failed.value).startswith("the staggered workload: 79 steps, more than 1.1x the "
-                                        "reference scheduler's 45 (static batching: 79)")
+        MODULES["iteration_level"].grade(
+            InProcess(
+                load(
+                    SOLUTION,
+                    [w for w in SCHEDULERS if w.name == "static-batching"][0].mutant.source(),
+                    "static",
+                )
+            )
+        )
+    assert str(failed.value).startswith(
+        "the staggered workload: 79 steps, more than 1.1x the "
+        "reference scheduler's 45 (static batching: 79)"
+    )
     message = MODULES["iteration_level"].grade(InProcess(REFERENCE))
-    assert message.startswith("the mixed workload: 91 steps, the reference scheduler 91, static "
-                              "batching 160 (0.57x static)")
+    assert message.startswith(
+        "the mixed workload: 91 steps, the reference scheduler 91, static "
+        "batching 160 (0.57x static)"
+    )
 
 
 def test_prefix_caching_names_a_cache_dropped_when_its_last_holder_finishes():
@@ -223,14 +252,16 @@ def test_prefix_caching_names_a_cache_dropped_when_its_last_holder_finishes():
             return finished
 
     with pytest.raises(Fail) as failed:
-        MODULES["prefix_caching"].grade(InProcess(SimpleNamespace(Request=solution.Request,
-                                                                  Scheduler=Forgets)))
+        MODULES["prefix_caching"].grade(
+            InProcess(SimpleNamespace(Request=solution.Request, Scheduler=Forgets))
+        )
     assert str(failed.value) == (
         "the shared-prefix workload: 131 prompt tokens computed, the reference scheduler 107 "
         "(107 of the 203 are unshared); request 'late' computed 29 where the reference computes "
         "5: it started when nothing else was running, and the blocks it begins with were cached, "
         "held by no one. Likely mistake: what becomes of a cached block when its last holder "
-        "finishes")
+        "finishes"
+    )
 
 
 # --- the reply schema ---
@@ -260,25 +291,49 @@ def forged(change):
     return str(malformed.value)
 
 
-@pytest.mark.parametrize("change, words", [
-    (lambda t: t["steps"][3]["produced"].update({"s0": 1}),
-     "step 3's produced tokens are not those the driver gives"),
-    (lambda t: t["steps"][0]["batch"][0].__setitem__(1, True), "start is bool True"),
-    (lambda t: t["steps"][0]["batch"][0].__setitem__(3, list(range(65))),
-     "a table of 65 blocks, more than the driver records"),
-    (lambda t: t["steps"][0]["batch"][0].__setitem__(0, "x" * 101), "has an entry of list"),
-    (lambda t: t["steps"][0]["batch"].extend([["s0", 0, 1, []]] * 16),
-     "holds 17 entries, more than the driver records"),
-    (lambda t: t["steps"][2].__setitem__("at", 0), "is at int 0, not after 1"),
-    (lambda t: t["adds"].reverse(), "where the driver adds the workload's requests in arrival"),
-    (lambda t: t["steps"][1].__setitem__("free_after_update", "62"), "free_after_update is str"),
-    (lambda t: t["steps"][1].__setitem__("free_after_update", 2**64), "out of range"),
-    (lambda t: t.__setitem__("stalled", 1), "stalled is int 1"),
-    (lambda t: t.__setitem__("error", {"call": "exec", "step": 0, "kind": "raised", "type": "",
-                                       "message": "", "traceback": ""}), "error is dict"),
-    (lambda t: t["steps"].extend([t["steps"][-1]] * 200), "at most 200 are driven"),
-    (lambda t: t.__setitem__("extra", 1), "unexpected keys"),
-])
+@pytest.mark.parametrize(
+    "change, words",
+    [
+        (
+            lambda t: t["steps"][3]["produced"].update({"s0": 1}),
+            "step 3's produced tokens are not those the driver gives",
+        ),
+        (lambda t: t["steps"][0]["batch"][0].__setitem__(1, True), "start is bool True"),
+        (
+            lambda t: t["steps"][0]["batch"][0].__setitem__(3, list(range(65))),
+            "a table of 65 blocks, more than the driver records",
+        ),
+        (lambda t: t["steps"][0]["batch"][0].__setitem__(0, "x" * 101), "has an entry of list"),
+        (
+            lambda t: t["steps"][0]["batch"].extend([["s0", 0, 1, []]] * 16),
+            "holds 17 entries, more than the driver records",
+        ),
+        (lambda t: t["steps"][2].__setitem__("at", 0), "is at int 0, not after 1"),
+        (lambda t: t["adds"].reverse(), "where the driver adds the workload's requests in arrival"),
+        (
+            lambda t: t["steps"][1].__setitem__("free_after_update", "62"),
+            "free_after_update is str",
+        ),
+        (lambda t: t["steps"][1].__setitem__("free_after_update", 2**64), "out of range"),
+        (lambda t: t.__setitem__("stalled", 1), "stalled is int 1"),
+        (
+            lambda t: t.__setitem__(
+                "error",
+                {
+                    "call": "exec",
+                    "step": 0,
+                    "kind": "raised",
+                    "type": "",
+                    "message": "",
+                    "traceback": "",
+                },
+            ),
+            "error is dict",
+        ),
+        (lambda t: t["steps"].extend([t["steps"][-1]] * 200), "at most 200 are driven"),
+        (lambda t: t.__setitem__("extra", 1), "unexpected keys"),
+    ],
+)
 def test_a_forged_or_oversized_trace_is_malformed(change, words):
     assert words in forged(change)
 
@@ -298,11 +353,15 @@ def test_the_schema_clips_an_error_of_the_candidates():
 def test_the_reference_figures_are_the_replays_own():
     kind, load_ = workloads.public()[-1]
     figures = grading._figures(("test", kind), load_)
-    trace = drive(reference.ReferenceScheduler, load_, figures.max_steps,
-                  request_type=reference.Request)
+    trace = drive(
+        reference.ReferenceScheduler, load_, figures.max_steps, request_type=reference.Request
+    )
     found = grading.replay(load_, replies.drive_trace(trace, load_, figures.max_steps))
     assert (figures.steps, figures.prompt_tokens, figures.prompt_tokens_computed) == (
-        found.steps, found.prompt_tokens, found.prompt_tokens_computed)
+        found.steps,
+        found.prompt_tokens,
+        found.prompt_tokens_computed,
+    )
 
 
 # --- through real workers ---
@@ -311,8 +370,7 @@ def test_the_reference_figures_are_the_replays_own():
 @pytest.mark.slow
 def test_kata_grades_the_solution_and_the_starter_on_the_batching_track():
     solved = grade(SOLUTION, track="batching", hidden=True, seed=5)
-    assert [(i.id, i.status) for i in solved.items] == [(m.ITEM, "pass") for m in
-                                                         MODULES.values()]
+    assert [(i.id, i.status) for i in solved.items] == [(m.ITEM, "pass") for m in MODULES.values()]
     assert solved.score == 100
     untouched = grade(STARTER, track="batching")
     assert {i.status for i in untouched.items} == {"not_attempted"}
@@ -320,8 +378,9 @@ def test_kata_grades_the_solution_and_the_starter_on_the_batching_track():
 
 @pytest.mark.slow
 def test_a_scheduler_that_forges_its_produced_tokens_gets_a_malformed_reply(hostile_file):
-    path = hostile_file("forges_produced_tokens", "scheduler.py",
-                        SOLUTION=repr(SOLUTION.read_text()))
+    path = hostile_file(
+        "forges_produced_tokens", "scheduler.py", SOLUTION=repr(SOLUTION.read_text())
+    )
     result = grade(path, track="batching", only={"batch-equivalence"})
     item = result.items[0]
     assert item.status == "error"
@@ -342,8 +401,12 @@ def test_a_scheduler_that_floods_its_batch_fails_on_the_drivers_cap(hostile_file
     path = hostile_file("floods_its_batch", "scheduler.py", SOLUTION=repr(SOLUTION.read_text()))
     result = grade(path, track="batching", only={"budgets", "fcfs"})
     assert [(i.status, i.message) for i in result.items] == [
-        ("fail", "the staggered workload, step 0: schedule() returned 1000000 entries, more than "
-                 "4 x max_num_seqs (16)")] * 2
+        (
+            "fail",
+            "the staggered workload, step 0: schedule() returned 1000000 entries, more than "
+            "4 x max_num_seqs (16)",
+        )
+    ] * 2
 
 
 def chaos(rng):
@@ -351,8 +414,9 @@ def chaos(rng):
     tables out of range, finishes at random, free counts at random."""
 
     class Chaos:
-        def __init__(self, num_blocks, block_size, max_num_seqs, max_batched_tokens, *,
-                     prefix_caching=False):
+        def __init__(
+            self, num_blocks, block_size, max_num_seqs, max_batched_tokens, *, prefix_caching=False
+        ):
             self.blocks, self.ids, self.calls = num_blocks, [], 0
 
         @property
@@ -367,11 +431,15 @@ def chaos(rng):
             return self.calls < 60
 
         def schedule(self):
-            return [reference.Scheduled(rng.choice(self.ids + ["zz"]), rng.randint(-2, 40),
-                                        rng.randint(-1, 40),
-                                        tuple(rng.randint(-1, self.blocks)
-                                              for _ in range(rng.randint(0, 12))))
-                    for _ in range(rng.randint(0, 5))]
+            return [
+                reference.Scheduled(
+                    rng.choice(self.ids + ["zz"]),
+                    rng.randint(-2, 40),
+                    rng.randint(-1, 40),
+                    tuple(rng.randint(-1, self.blocks) for _ in range(rng.randint(0, 12))),
+                )
+                for _ in range(rng.randint(0, 5))
+            ]
 
         def update(self, new_tokens):
             return [seq_id for seq_id in self.ids if rng.random() < 0.05]

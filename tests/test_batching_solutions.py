@@ -46,17 +46,21 @@ def load(path: Path, source: str | None = None, name: str | None = None):
     spec = importlib.util.spec_from_loader(f"_batching_{name or path.stem}", loader=None)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
-    exec(compile(source if source is not None else path.read_text(), str(path), "exec"),
-         module.__dict__)
+    exec(
+        compile(source if source is not None else path.read_text(), str(path), "exec"),
+        module.__dict__,
+    )
     return module
 
 
 REFERENCE = SimpleNamespace(Request=reference.Request, Scheduler=reference.ReferenceScheduler)
-STATIC = SimpleNamespace(Request=reference.Request,
-                         Scheduler=partial(reference.ReferenceScheduler, static=True))
+STATIC = SimpleNamespace(
+    Request=reference.Request, Scheduler=partial(reference.ReferenceScheduler, static=True)
+)
 
 
 # --- workloads: plain data, as the design's driver takes them (oracle tokens made up) ---
+
 
 def workload(config: dict, requests: list[dict], seed: int = 0) -> dict:
     """`requests` without oracles get one: random tokens (1..63, never eos) up to
@@ -65,19 +69,28 @@ def workload(config: dict, requests: list[dict], seed: int = 0) -> dict:
     oracle = {}
     for r in requests:
         length = r.pop("alone", r["max_new_tokens"])
-        tokens = [rng.choice([t for t in range(1, 64) if t != r.get("eos")])
-                  for _ in range(length)]
+        tokens = [rng.choice([t for t in range(1, 64) if t != r.get("eos")]) for _ in range(length)]
         if length < r["max_new_tokens"]:
             tokens[-1] = r["eos"]
         oracle[r["id"]] = tokens
-    full = {"num_blocks": 16, "block_size": 4, "max_num_seqs": 4, "max_batched_tokens": 16,
-            "prefix_caching": False} | config
+    full = {
+        "num_blocks": 16,
+        "block_size": 4,
+        "max_num_seqs": 4,
+        "max_batched_tokens": 16,
+        "prefix_caching": False,
+    } | config
     return {"config": full, "requests": requests, "oracle": oracle}
 
 
 def request(id, prompt, max_new_tokens, arrival=0, eos=None, alone=None) -> dict:
-    r = {"id": id, "prompt": list(prompt), "max_new_tokens": max_new_tokens, "eos": eos,
-         "arrival": arrival}
+    r = {
+        "id": id,
+        "prompt": list(prompt),
+        "max_new_tokens": max_new_tokens,
+        "eos": eos,
+        "arrival": arrival,
+    }
     if alone is not None:
         r["alone"] = alone
     return r
@@ -95,15 +108,32 @@ def mixed(seed: int, prefix_caching: bool = False, num_blocks: int = 24) -> dict
         if prefix_caching and i % 2:
             prompt = system + prompt[:8]
         new = rng.randint(1, 30)
-        requests.append(request(f"r{i}", prompt, new, arrival=rng.randint(0, 20) * (i > 0),
-                                eos=0, alone=rng.randint(1, new) if i % 3 == 0 else new))
+        requests.append(
+            request(
+                f"r{i}",
+                prompt,
+                new,
+                arrival=rng.randint(0, 20) * (i > 0),
+                eos=0,
+                alone=rng.randint(1, new) if i % 3 == 0 else new,
+            )
+        )
     requests.sort(key=lambda r: r["arrival"])
-    return workload({"num_blocks": num_blocks, "block_size": 4, "max_num_seqs": 4,
-                     "max_batched_tokens": 24, "prefix_caching": prefix_caching},
-                    requests, seed)
+    return workload(
+        {
+            "num_blocks": num_blocks,
+            "block_size": 4,
+            "max_num_seqs": 4,
+            "max_batched_tokens": 24,
+            "prefix_caching": prefix_caching,
+        },
+        requests,
+        seed,
+    )
 
 
 # --- the driver (graders.worker.batching) and a ledger of this file's ---
+
 
 def run(module, load_: dict, max_steps: int = 600) -> dict:
     """The trace of `module`'s Scheduler over `load_`, driven as the judge drives it."""
@@ -127,18 +157,21 @@ def violations(trace: dict, load_: dict) -> list[str]:
         # A preempted sequence's latest table is stale until it runs again: the free count lies
         # between what the live tables hold and what this step's unfinished sequences hold.
         low = config["num_blocks"] - ledger.held()
-        high = config["num_blocks"] - len({b for e in batch if e.seq_id not in step["finished"]
-                                           for b in e.block_table})
+        high = config["num_blocks"] - len(
+            {b for e in batch if e.seq_id not in step["finished"] for b in e.block_table}
+        )
         if not low <= step["free_after_update"] <= high:
-            found.append(f"step {n}: block accounting: num_free_blocks "
-                         f"{step['free_after_update']}, not in {low}..{high}")
+            found.append(
+                f"step {n}: block accounting: num_free_blocks "
+                f"{step['free_after_update']}, not in {low}..{high}"
+            )
     if trace["error"] or trace["stalled"]:
         found.append(f"end: error {trace['error']}, stalled {trace['stalled']}")
     elif trace["steps"] and trace["steps"][-1]["free_after_update"] != config["num_blocks"]:
         found.append(f"end: block accounting: {trace['steps'][-1]['free_after_update']} free")
     prompt_lengths = {r["id"]: len(r["prompt"]) for r in load_["requests"]}
     for i, tokens in oracle.items():
-        if known[i][prompt_lengths[i]:] != tokens:
+        if known[i][prompt_lengths[i] :] != tokens:
             found.append(f"end: {i} did not produce its {len(tokens)} tokens")
     return found
 
@@ -164,14 +197,16 @@ class Ledger:
                 found.append(f"budgets: {e.seq_id} computes {e.start}+{e.tokens}")
                 continue
             if len(e.block_table) * bs < e.start + e.tokens or any(
-                    not 0 <= b < config["num_blocks"] for b in e.block_table):
+                not 0 <= b < config["num_blocks"] for b in e.block_table
+            ):
                 found.append(f"budgets: {e.seq_id}'s table {e.block_table}")
                 continue
             for p in range(e.start):
                 held = self.slots.get((e.block_table[p // bs], p % bs))
-                if held != tuple(known[e.seq_id][:p + 1]):
-                    found.append(f"equivalence: {e.seq_id} position {p} reads a slot of another "
-                                 "prefix")
+                if held != tuple(known[e.seq_id][: p + 1]):
+                    found.append(
+                        f"equivalence: {e.seq_id} position {p} reads a slot of another prefix"
+                    )
                     break
             for b in {e.block_table[p // bs] for p in range(e.start, e.start + e.tokens)}:
                 if b in writers:
@@ -180,13 +215,14 @@ class Ledger:
         for e in batch:
             for other in batch:
                 if other is not e and any(writers.get(b) == e.seq_id for b in other.block_table):
-                    found.append(f"budgets: {other.seq_id}'s table holds a block {e.seq_id} "
-                                 "writes")
+                    found.append(f"budgets: {other.seq_id}'s table holds a block {e.seq_id} writes")
         for e in batch:
-            if e.start + e.tokens <= len(known[e.seq_id]) and \
-                    len(e.block_table) * bs >= e.start + e.tokens:
+            if (
+                e.start + e.tokens <= len(known[e.seq_id])
+                and len(e.block_table) * bs >= e.start + e.tokens
+            ):
                 for p in range(e.start, e.start + e.tokens):
-                    self.slots[(e.block_table[p // bs], p % bs)] = tuple(known[e.seq_id][:p + 1])
+                    self.slots[(e.block_table[p // bs], p % bs)] = tuple(known[e.seq_id][: p + 1])
         return found
 
     def finish(self, ids) -> None:
@@ -203,17 +239,23 @@ def canonical(trace: dict) -> list[tuple]:
     steps = []
     for s in trace["steps"]:
         names: dict[int, int] = {}
-        batch = tuple((i, start, n, tuple(names.setdefault(b, len(names)) for b in table))
-                      for i, start, n, table in s["batch"])
-        steps.append((s["at"], batch, tuple(s["finished"]), s["free_after_schedule"],
-                      s["free_after_update"]))
+        batch = tuple(
+            (i, start, n, tuple(names.setdefault(b, len(names)) for b in table))
+            for i, start, n, table in s["batch"]
+        )
+        steps.append(
+            (s["at"], batch, tuple(s["finished"]), s["free_after_schedule"], s["free_after_update"])
+        )
     return steps
 
 
 # --- the correct schedulers ---
 
-CORRECT = {"reference": lambda: REFERENCE, "solution": lambda: load(SOLUTION),
-           "one_queue": lambda: load(ONE_QUEUE)}
+CORRECT = {
+    "reference": lambda: REFERENCE,
+    "solution": lambda: load(SOLUTION),
+    "one_queue": lambda: load(ONE_QUEUE),
+}
 MIXED = [(seed, caching) for seed in range(4) for caching in (False, True)]
 
 
@@ -248,57 +290,128 @@ SCRIPTED = {
     # Decode first (A's 1 before B's chunk at step 1), B's prompt in chunks of what is left,
     # C kept out by max_num_seqs until A and B finish.
     "decode-first": (
-        workload({"num_blocks": 6, "block_size": 4, "max_num_seqs": 2, "max_batched_tokens": 8},
-                 [request("A", range(1, 6), 3), request("B", range(10, 20), 2),
-                  request("C", range(30, 33), 2, arrival=1)]),
-        [[("A", 0, 5), ("B", 0, 3)], [("A", 5, 1), ("B", 3, 7)], [("A", 6, 1), ("B", 10, 1)],
-         [("C", 0, 3)], [("C", 3, 1)]]),
+        workload(
+            {"num_blocks": 6, "block_size": 4, "max_num_seqs": 2, "max_batched_tokens": 8},
+            [
+                request("A", range(1, 6), 3),
+                request("B", range(10, 20), 2),
+                request("C", range(30, 33), 2, arrival=1),
+            ],
+        ),
+        [
+            [("A", 0, 5), ("B", 0, 3)],
+            [("A", 5, 1), ("B", 3, 7)],
+            [("A", 6, 1), ("B", 10, 1)],
+            [("C", 0, 3)],
+            [("C", 3, 1)],
+        ],
+    ),
     # A decodes at every step while B's 30-token prompt goes through in chunks.
     "decodes-go-on": (
-        workload({"num_blocks": 16, "block_size": 4, "max_num_seqs": 2, "max_batched_tokens": 8},
-                 [request("A", [1, 2], 4), request("B", range(1, 31), 1, arrival=1)]),
-        [[("A", 0, 2)], [("A", 2, 1), ("B", 0, 7)], [("A", 3, 1), ("B", 7, 7)],
-         [("A", 4, 1), ("B", 14, 7)], [("B", 21, 8)], [("B", 29, 1)]]),
+        workload(
+            {"num_blocks": 16, "block_size": 4, "max_num_seqs": 2, "max_batched_tokens": 8},
+            [request("A", [1, 2], 4), request("B", range(1, 31), 1, arrival=1)],
+        ),
+        [
+            [("A", 0, 2)],
+            [("A", 2, 1), ("B", 0, 7)],
+            [("A", 3, 1), ("B", 7, 7)],
+            [("A", 4, 1), ("B", 14, 7)],
+            [("B", 21, 8)],
+            [("B", 29, 1)],
+        ],
+    ),
     # B (3 blocks) does not fit the one free block; C (1 block) would, but waits behind B.
     "head-of-line": (
-        workload({"num_blocks": 6, "block_size": 4, "max_num_seqs": 3, "max_batched_tokens": 64},
-                 [request("A", range(1, 17), 5), request("B", range(1, 13), 1, arrival=1),
-                  request("C", [5, 6], 1, arrival=1)]),
-        [[("A", 0, 16)], [("A", 16, 1)], [("A", 17, 1)], [("A", 18, 1)], [("A", 19, 1)],
-         [("B", 0, 12), ("C", 0, 2)]]),
+        workload(
+            {"num_blocks": 6, "block_size": 4, "max_num_seqs": 3, "max_batched_tokens": 64},
+            [
+                request("A", range(1, 17), 5),
+                request("B", range(1, 13), 1, arrival=1),
+                request("C", [5, 6], 1, arrival=1),
+            ],
+        ),
+        [
+            [("A", 0, 16)],
+            [("A", 16, 1)],
+            [("A", 17, 1)],
+            [("A", 18, 1)],
+            [("A", 19, 1)],
+            [("B", 0, 12), ("C", 0, 2)],
+        ],
+    ),
     # At step 2 A needs a third block: B, the newest, is preempted; D, arrived then, does not
     # start in that step, and then waits behind B, which recomputes its prompt and 2 tokens.
     "preemption": (
-        workload({"num_blocks": 4, "block_size": 2, "max_num_seqs": 2, "max_batched_tokens": 8},
-                 [request("A", range(1, 4), 4), request("B", range(10, 13), 3),
-                  request("D", [7], 1, arrival=2)]),
-        [[("A", 0, 3), ("B", 0, 3)], [("A", 3, 1), ("B", 3, 1)], [("A", 4, 1)], [("A", 5, 1)],
-         [("B", 0, 5), ("D", 0, 1)]]),
+        workload(
+            {"num_blocks": 4, "block_size": 2, "max_num_seqs": 2, "max_batched_tokens": 8},
+            [
+                request("A", range(1, 4), 4),
+                request("B", range(10, 13), 3),
+                request("D", [7], 1, arrival=2),
+            ],
+        ),
+        [
+            [("A", 0, 3), ("B", 0, 3)],
+            [("A", 3, 1), ("B", 3, 1)],
+            [("A", 4, 1)],
+            [("A", 5, 1)],
+            [("B", 0, 5), ("D", 0, 1)],
+        ],
+    ),
     # C computes S beside A (shared only from the step after); B, a step later, starts after
     # S's two blocks; D begins with S's second block's tokens after no prefix: no hit.
     "prefix": (
-        workload({"num_blocks": 16, "block_size": 4, "max_num_seqs": 4, "max_batched_tokens": 64,
-                  "prefix_caching": True},
-                 [request("A", S + [20], 2), request("C", S + [21], 2),
-                  request("B", S + [22], 2, arrival=1), request("D", S[4:] + [23], 2, arrival=1)]),
-        [[("A", 0, 9), ("C", 0, 9)], [("A", 9, 1), ("C", 9, 1), ("B", 8, 1), ("D", 0, 5)],
-         [("B", 9, 1), ("D", 5, 1)]]),
+        workload(
+            {
+                "num_blocks": 16,
+                "block_size": 4,
+                "max_num_seqs": 4,
+                "max_batched_tokens": 64,
+                "prefix_caching": True,
+            },
+            [
+                request("A", S + [20], 2),
+                request("C", S + [21], 2),
+                request("B", S + [22], 2, arrival=1),
+                request("D", S[4:] + [23], 2, arrival=1),
+            ],
+        ),
+        [
+            [("A", 0, 9), ("C", 0, 9)],
+            [("A", 9, 1), ("C", 9, 1), ("B", 8, 1), ("D", 0, 5)],
+            [("B", 9, 1), ("D", 5, 1)],
+        ],
+    ),
     # 4 blocks, all cached after A and B. C's block evicts the least recently released: A's
     # tail (released before its head). D still finds B's two blocks, F finds A's head.
     "lru": (
-        workload({"num_blocks": 4, "block_size": 4, "max_num_seqs": 1, "max_batched_tokens": 64,
-                  "prefix_caching": True},
-                 [request("A", S, 1), request("B", range(11, 19), 1, arrival=1),
-                  request("C", [40, 41, 42], 1, arrival=2),
-                  request("D", [*range(11, 19), 50], 1, arrival=3),
-                  request("F", S + [51], 1, arrival=4)]),
-        [[("A", 0, 8)], [("B", 0, 8)], [("C", 0, 3)], [("D", 8, 1)], [("F", 4, 5)]]),
+        workload(
+            {
+                "num_blocks": 4,
+                "block_size": 4,
+                "max_num_seqs": 1,
+                "max_batched_tokens": 64,
+                "prefix_caching": True,
+            },
+            [
+                request("A", S, 1),
+                request("B", range(11, 19), 1, arrival=1),
+                request("C", [40, 41, 42], 1, arrival=2),
+                request("D", [*range(11, 19), 50], 1, arrival=3),
+                request("F", S + [51], 1, arrival=4),
+            ],
+        ),
+        [[("A", 0, 8)], [("B", 0, 8)], [("C", 0, 3)], [("D", 8, 1)], [("F", 4, 5)]],
+    ),
 }
 
 
 def batches(trace: dict) -> list[list[tuple]]:
-    return [[(seq_id, start, tokens) for seq_id, start, tokens, _ in step["batch"]]
-            for step in trace["steps"]]
+    return [
+        [(seq_id, start, tokens) for seq_id, start, tokens, _ in step["batch"]]
+        for step in trace["steps"]
+    ]
 
 
 @pytest.mark.parametrize("name", CORRECT)
@@ -315,13 +428,19 @@ def test_add_and_update_refuse_what_the_contract_refuses(name):
     module = CORRECT[name]()
     scheduler = module.Scheduler(4, 4, 2, 8)
     scheduler.add(module.Request("a", (1, 2), 3))
-    for bad in (module.Request("a", (3,), 1), module.Request("b", (), 1),
-                module.Request("c", (1,), 0), module.Request("d", tuple(range(16)), 2)):
+    for bad in (
+        module.Request("a", (3,), 1),
+        module.Request("b", (), 1),
+        module.Request("c", (1,), 0),
+        module.Request("d", tuple(range(16)), 2),
+    ):
         with pytest.raises(ValueError):
             scheduler.add(bad)
     scheduler.add(module.Request("e", tuple(range(16)), 1))  # 16 positions: exactly the pool
-    assert [(e.seq_id, e.start, e.tokens) for e in scheduler.schedule()] == [("a", 0, 2),
-                                                                             ("e", 0, 6)]
+    assert [(e.seq_id, e.start, e.tokens) for e in scheduler.schedule()] == [
+        ("a", 0, 2),
+        ("e", 0, 6),
+    ]
     with pytest.raises(KeyError):
         scheduler.update({"z": 5})
     assert scheduler.update({"a": 7}) == []
@@ -352,28 +471,43 @@ def test_prefix_caching_computes_fewer_prompt_tokens_on_a_shared_prefix():
     for seed in range(4):
         shared = mixed(seed, prefix_caching=True)
         uncached = shared | {"config": shared["config"] | {"prefix_caching": False}}
-        computed = [sum(tokens for step in run(REFERENCE, load_)["steps"]
-                        for _, _, tokens, _ in step["batch"]) for load_ in (shared, uncached)]
+        computed = [
+            sum(
+                tokens
+                for step in run(REFERENCE, load_)["steps"]
+                for _, _, tokens, _ in step["batch"]
+            )
+            for load_ in (shared, uncached)
+        ]
         assert computed[0] < 0.85 * computed[1], computed
 
 
 # --- the starter ---
 
+
 def test_the_starter_is_the_contract_stubbed():
     starter = load(STARTER)
-    for cls, fields in ((starter.Request, ["id", "prompt", "max_new_tokens", "eos"]),
-                        (starter.Scheduled, ["seq_id", "start", "tokens", "block_table"])):
+    for cls, fields in (
+        (starter.Request, ["id", "prompt", "max_new_tokens", "eos"]),
+        (starter.Scheduled, ["seq_id", "start", "tokens", "block_table"]),
+    ):
         assert list(cls.__dataclass_fields__) == fields
         assert cls.__dataclass_params__.frozen
     for module in (reference, load(SOLUTION), load(ONE_QUEUE)):
         for cls in ("Request", "Scheduled"):
-            assert getattr(module, cls).__dataclass_fields__.keys() == \
-                getattr(starter, cls).__dataclass_fields__.keys()
+            assert (
+                getattr(module, cls).__dataclass_fields__.keys()
+                == getattr(starter, cls).__dataclass_fields__.keys()
+            )
         assert module.Request("x", (1,), 1).eos is None
     scheduler = starter.Scheduler(4, 4, 2, 8, prefix_caching=True)
-    for call in (lambda: scheduler.add(starter.Request("a", (1,), 1)), scheduler.schedule,
-                 lambda: scheduler.update({}), scheduler.has_work,
-                 lambda: scheduler.num_free_blocks):
+    for call in (
+        lambda: scheduler.add(starter.Request("a", (1,), 1)),
+        scheduler.schedule,
+        lambda: scheduler.update({}),
+        scheduler.has_work,
+        lambda: scheduler.num_free_blocks,
+    ):
         with pytest.raises(NotImplementedError):
             call()
     trace = run(starter, SCRIPTED["decode-first"][0])
@@ -382,8 +516,16 @@ def test_the_starter_is_the_contract_stubbed():
 
 # --- the wrong schedulers ---
 
-BATCHING_ITEMS = {"batch-equivalence", "budgets", "iteration-level", "preemption", "fcfs",
-                  "block-accounting", "chunked-prefill", "prefix-caching"}
+BATCHING_ITEMS = {
+    "batch-equivalence",
+    "budgets",
+    "iteration-level",
+    "preemption",
+    "fcfs",
+    "block-accounting",
+    "chunked-prefill",
+    "prefix-caching",
+}
 
 
 def _mutant(name: str):
@@ -463,8 +605,9 @@ def test_the_mutants_find_their_place_in_the_code_alone(tmp_path):
     stripped = tmp_path / "scheduler.py"
     stripped.write_text(strip_prose(SOLUTION.read_text()))
     for wrong in SCHEDULERS:
-        again = Mutant(wrong.name, wrong.mutant.description, replace=wrong.mutant.replace,
-                       base=stripped)
+        again = Mutant(
+            wrong.name, wrong.mutant.description, replace=wrong.mutant.replace, base=stripped
+        )
         assert again.source() == wrong.mutant.source(), wrong.name
 
 
@@ -476,12 +619,18 @@ def test_kata_solution_scheduler_prints_the_solution():
 
 def test_the_starters_examples_are_what_the_reference_does():
     """Each step of the starter's two worked examples, as the reference runs them."""
-    examples = [SCRIPTED["decode-first"][0], workload(
-        {"num_blocks": 4, "block_size": 2, "max_num_seqs": 2, "max_batched_tokens": 8},
-        [request("A", range(1, 4), 4), request("B", range(10, 13), 3)])]
+    examples = [
+        SCRIPTED["decode-first"][0],
+        workload(
+            {"num_blocks": 4, "block_size": 2, "max_num_seqs": 2, "max_batched_tokens": 8},
+            [request("A", range(1, 4), 4), request("B", range(10, 13), 3)],
+        ),
+    ]
     doc = " ".join(STARTER.read_text().split())
     for load_ in examples:
         for n, step in enumerate(run(REFERENCE, load_)["steps"]):
-            shown = "   ".join(f"{seq_id}: {start}+{tokens} [{' '.join(map(str, table))}]"
-                               for seq_id, start, tokens, table in step["batch"])
+            shown = "   ".join(
+                f"{seq_id}: {start}+{tokens} [{' '.join(map(str, table))}]"
+                for seq_id, start, tokens, table in step["batch"]
+            )
             assert f"{n} {' '.join(shown.split())} " in doc, shown

@@ -17,8 +17,14 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from benchmarks import plot, report
-from benchmarks.bench import (BUNDLED_IDS, BenchResult, Measurement, Settings, SubjectSpec,
-                              SubjectStatus)
+from benchmarks.bench import (
+    BUNDLED_IDS,
+    BenchResult,
+    Measurement,
+    Settings,
+    SubjectSpec,
+    SubjectStatus,
+)
 from benchmarks.timing import Summary
 from cli import app
 from graders.dense.mistakes import MISTAKES
@@ -26,8 +32,20 @@ from graders.shared.mutation import REFERENCE
 
 ROOT = Path(__file__).resolve().parent.parent
 runner = CliRunner()
-TINY = ["--lengths", "16,40", "--dtypes", "float32,bfloat16", "--shapes", "mha,gqa",
-        "--warmup", "1", "--reps", "3", "--window", "8"]  # a window both lengths wrap
+TINY = [
+    "--lengths",
+    "16,40",
+    "--dtypes",
+    "float32,bfloat16",
+    "--shapes",
+    "mha,gqa",
+    "--warmup",
+    "1",
+    "--reps",
+    "3",
+    "--window",
+    "8",
+]  # a window both lengths wrap
 COMPILED = {"fused", "fused-paged", "fused-paged-int8"}  # compiling has a test of its own
 WITHOUT_COMPILED = ",".join(i for i in BUNDLED_IDS if i not in COMPILED)
 
@@ -43,8 +61,19 @@ def transformers_installed() -> bool:
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("bench")
-    result = runner.invoke(app, ["bench", *TINY, "--subjects", WITHOUT_COMPILED,
-                                 "--json", str(out / "bench.json"), "--plot", str(out / "bench.png")])
+    result = runner.invoke(
+        app,
+        [
+            "bench",
+            *TINY,
+            "--subjects",
+            WITHOUT_COMPILED,
+            "--json",
+            str(out / "bench.json"),
+            "--plot",
+            str(out / "bench.png"),
+        ],
+    )
     return result, json.loads((out / "bench.json").read_text()), out
 
 
@@ -81,8 +110,12 @@ def test_ratios_are_each_median_over_the_reference_median(tiny_run):
     for cell in report["cells"]:
         results = cell["results"]
         for subject, figures in results.items():
-            for key, reference in (("bare", "bare"), ("read", "read"), ("hf_static", "hf-static"),
-                                   ("bare_window", "bare-window")):
+            for key, reference in (
+                ("bare", "bare"),
+                ("read", "read"),
+                ("hf_static", "hf-static"),
+                ("bare_window", "bare-window"),
+            ):
                 ratio = figures["ratios"][key]
                 if reference not in results:
                     assert ratio is None
@@ -94,7 +127,11 @@ def test_ratios_are_each_median_over_the_reference_median(tiny_run):
 @pytest.mark.slow
 def test_memory_held_follows_the_storage_each_design_keeps(tiny_run):
     _, report, _ = tiny_run
-    cell = next(c for c in report["cells"] if (c["shape"], c["dtype"], c["length"]) == ("mha", "float32", 40))
+    cell = next(
+        c
+        for c in report["cells"]
+        if (c["shape"], c["dtype"], c["length"]) == ("mha", "float32", 40)
+    )
     held = {subject: figures["held_bytes"] for subject, figures in cell["results"].items()}
     slot = 8 * 128 * 4 * 2  # one position of K and V: 8 heads x 128 dims x 4 bytes, twice
     assert held["bare"] == held["read"] == 40 * slot
@@ -127,8 +164,13 @@ def test_the_json_says_what_machine_and_settings_made_the_figures(tiny_run):
     assert {"cpu", "logical_cpus", "torch_threads", "torch", "python", "caches"} <= set(machine)
     assert machine["torch_threads"] >= 1 and machine["torch"]
     assert report["settings"]["lengths"] == [16, 40]
-    assert report["settings"]["shapes"]["gqa"] == {"name": "gqa", "batch": 1, "q_heads": 32,
-                                                  "kv_heads": 8, "head_dim": 128}
+    assert report["settings"]["shapes"]["gqa"] == {
+        "name": "gqa",
+        "batch": 1,
+        "q_heads": 32,
+        "kv_heads": 8,
+        "head_dim": 128,
+    }
 
 
 @pytest.mark.slow
@@ -141,7 +183,7 @@ def test_a_png_is_written_when_matplotlib_is_installed(tiny_run):
 def test_without_a_png_the_plot_is_drawn_in_text():
     lines = plot.terminal({"concat": [(256, 1.0), (1024, 4.0)], "bare": [(256, 0.1), (1024, 0.4)]})
     axis = next(i for i, line in enumerate(lines) if "+---" in line)
-    grid, labels, legend = lines[:axis], lines[axis + 1], "\n".join(lines[axis + 2:])
+    grid, labels, legend = lines[:axis], lines[axis + 1], "\n".join(lines[axis + 2 :])
     assert grid[0].lstrip().startswith("4 ms |") and grid[-1].startswith("0.1 ms |")
     assert [row.count("a") for row in grid].count(1) == 2, "one marker per measured point"
     assert [row.count("b") for row in grid].count(1) == 2
@@ -153,21 +195,29 @@ def test_without_a_png_the_plot_is_drawn_in_text():
 def timed(**medians: float) -> BenchResult:
     """A bench of one cell (mha, float32, T=16) whose subjects, in this order, took their
     median in seconds, with quartiles 10% either side (repetitions of 0.9, 1 and 1.1 times it)."""
-    specs = [SubjectSpec(name, "floor" if name == "bare" else "solution", name, "contract")
-             for name in medians]
-    result = BenchResult(Settings([16], ["float32"], ["mha"], specs),
-                         subjects={spec.id: SubjectStatus(spec) for spec in specs})
+    specs = [
+        SubjectSpec(name, "floor" if name == "bare" else "solution", name, "contract")
+        for name in medians
+    ]
+    result = BenchResult(
+        Settings([16], ["float32"], ["mha"], specs),
+        subjects={spec.id: SubjectStatus(spec) for spec in specs},
+    )
     for name, median in medians.items():
         result.measurements[(0, name)] = Measurement(seconds=[0.9 * median, median, 1.1 * median])
     return result
 
 
 def test_the_window_line_names_the_cpu_the_ratio_to_bare_attention_over_w_and_the_slots():
-    specs = [SubjectSpec("window", "solution", "window", "windowed"),
-             SubjectSpec("bare-window", "floor", "bare-window", "bare-window")]
-    result = BenchResult(Settings([1024, 16384], ["float32"], ["mha"], specs, window=1024),
-                         machine={"cpu": "Some CPU"},
-                         subjects={spec.id: SubjectStatus(spec) for spec in specs})
+    specs = [
+        SubjectSpec("window", "solution", "window", "windowed"),
+        SubjectSpec("bare-window", "floor", "bare-window", "bare-window"),
+    ]
+    result = BenchResult(
+        Settings([1024, 16384], ["float32"], ["mha"], specs, window=1024),
+        machine={"cpu": "Some CPU"},
+        subjects={spec.id: SubjectStatus(spec) for spec in specs},
+    )
     slot = 2 * 8 * 128 * 4  # K and V of one position: 8 KV heads x 128 dims x 4 bytes
     for cell, (window, floor) in enumerate([(1.1e-3, 1e-3), (1.15e-3, 1e-3)]):
         result.measurements[(cell, "window")] = Measurement([window] * 3, 1024 * slot + 16)
@@ -175,8 +225,10 @@ def test_the_window_line_names_the_cpu_the_ratio_to_bare_attention_over_w_and_th
     out = io.StringIO()
     report.render(result, Console(file=out, width=200, color_system=None))
     text = " ".join(out.getvalue().split())
-    assert ("window W=1024 at T=16384 on Some CPU: 1.15× bare attention over 1024 positions, "
-            "1024 slots held (W + t - 1 = 1024 for single tokens)") in text
+    assert (
+        "window W=1024 at T=16384 on Some CPU: 1.15× bare attention over 1024 positions, "
+        "1024 slots held (W + t - 1 = 1024 for single tokens)"
+    ) in text
     assert report.slots_held(result, 1, "window") == 1024  # its lengths' bytes rounded away
 
 
@@ -189,13 +241,16 @@ def test_a_ratio_within_the_noise_of_1x_or_of_its_neighbour_is_marked():
     result = timed(fast=0.5, bare=1.0, near=1.05, slow=3.0, slower=3.2, far=10.0)
     assert report.noisy_ratios(result, 0, list(result.subjects)) == {
         ("near", "bare"),  # its quartiles overlap bare's: 1x as far as the run can tell
-        ("slow", "bare"), ("slower", "bare"),  # each other's neighbours, 3.0 and 3.2 overlap
+        ("slow", "bare"),
+        ("slower", "bare"),  # each other's neighbours, 3.0 and 3.2 overlap
     }
 
 
-@pytest.mark.parametrize("medians, marked", [
-    ({"preallocated": 1.05, "bare": 1.0}, True), ({"preallocated": 3.0, "bare": 1.0}, False)],
-    ids=["within-the-noise", "clear"])
+@pytest.mark.parametrize(
+    "medians, marked",
+    [({"preallocated": 1.05, "bare": 1.0}, True), ({"preallocated": 3.0, "bare": 1.0}, False)],
+    ids=["within-the-noise", "clear"],
+)
 def test_the_table_marks_a_noisy_ratio_and_the_legend_says_what_the_mark_means(medians, marked):
     console = Console(width=200, record=True, file=io.StringIO())
     report.render(timed(**medians), console)
@@ -207,14 +262,33 @@ def test_the_table_marks_a_noisy_ratio_and_the_legend_says_what_the_mark_means(m
 
 
 @pytest.mark.slow
-def test_the_fused_paths_are_measured_where_torch_compile_works_and_said_unavailable_elsewhere(tmp_path):
+def test_the_fused_paths_are_measured_where_torch_compile_works_and_said_unavailable_elsewhere(
+    tmp_path,
+):
     """fused-paged's float32 graph is compiled by its check; the bench compiles the int8 one. At
     T=40 the steps stay within 3 blocks: one compilation each, not a second for a new width."""
     out = tmp_path / "bench.json"
     measured = ["fused", "fused-paged-int8"]
-    result = runner.invoke(app, ["bench", "--lengths", "40", "--dtypes", "float32", "--shapes", "gqa",
-                                 "--warmup", "1", "--reps", "2", "--subjects",
-                                 ",".join([*measured, "paged-int8", "read"]), "--json", str(out)])
+    result = runner.invoke(
+        app,
+        [
+            "bench",
+            "--lengths",
+            "40",
+            "--dtypes",
+            "float32",
+            "--shapes",
+            "gqa",
+            "--warmup",
+            "1",
+            "--reps",
+            "2",
+            "--subjects",
+            ",".join([*measured, "paged-int8", "read"]),
+            "--json",
+            str(out),
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert "gqa, float32: ms per step against T" in result.output  # no --plot: the text plot
     report = json.loads(out.read_text())
@@ -230,18 +304,46 @@ def test_the_fused_paths_are_measured_where_torch_compile_works_and_said_unavail
 
 @pytest.mark.slow
 def test_a_failing_candidate_costs_only_its_own_row(tmp_path, hostile_file):
-    hostile = ("hangs_in_attend", "hangs_at_import", "segfaults", "exits_the_process", "import_error")
+    hostile = (
+        "hangs_in_attend",
+        "hangs_at_import",
+        "segfaults",
+        "exits_the_process",
+        "import_error",
+    )
     for name in hostile:
         hostile_file(name, filename=f"{name}.py")
     no_scale = next(m for m in MISTAKES if m.name == "no-scale")
     (tmp_path / "no_scale.py").write_text(no_scale.source())
     candidates = [tmp_path / f"{name}.py" for name in (*hostile, "no_scale")]
-    candidates += [ROOT / "tests/implementations/sdpa.py", ROOT / "tests/implementations/paged_heap.py"]
+    candidates += [
+        ROOT / "tests/implementations/sdpa.py",
+        ROOT / "tests/implementations/paged_heap.py",
+    ]
     out = tmp_path / "bench.json"
-    result = runner.invoke(app, ["bench", *map(str, candidates), "--lengths", "16,24",
-                                 "--dtypes", "float32", "--shapes", "mha", "--warmup", "1",
-                                 "--reps", "2", "--subjects", "bare", "--timeout", "3",
-                                 "--json", str(out)])
+    result = runner.invoke(
+        app,
+        [
+            "bench",
+            *map(str, candidates),
+            "--lengths",
+            "16,24",
+            "--dtypes",
+            "float32",
+            "--shapes",
+            "mha",
+            "--warmup",
+            "1",
+            "--reps",
+            "2",
+            "--subjects",
+            "bare",
+            "--timeout",
+            "3",
+            "--json",
+            str(out),
+        ],
+    )
     assert result.exit_code == 1, result.output
     report = json.loads(out.read_text())
     subjects = {s["id"]: s for s in report["subjects"]}
@@ -264,9 +366,26 @@ def test_a_failing_candidate_costs_only_its_own_row(tmp_path, hostile_file):
 def test_in_a_workspace_the_candidates_own_file_is_measured(tmp_path, monkeypatch):
     shutil.copy(REFERENCE, tmp_path / "kv_cache.py")
     monkeypatch.chdir(tmp_path)
-    result = runner.invoke(app, ["bench", "--lengths", "16", "--dtypes", "float32", "--shapes", "mha",
-                                 "--warmup", "1", "--reps", "2", "--subjects", "bare",
-                                 "--json", "bench.json"])
+    result = runner.invoke(
+        app,
+        [
+            "bench",
+            "--lengths",
+            "16",
+            "--dtypes",
+            "float32",
+            "--shapes",
+            "mha",
+            "--warmup",
+            "1",
+            "--reps",
+            "2",
+            "--subjects",
+            "bare",
+            "--json",
+            "bench.json",
+        ],
+    )
     assert result.exit_code == 0, result.output
     report = json.loads((tmp_path / "bench.json").read_text())
     assert [s["id"] for s in report["subjects"]] == ["bare", "kv_cache"]
@@ -276,23 +395,52 @@ def test_in_a_workspace_the_candidates_own_file_is_measured(tmp_path, monkeypatc
 @pytest.mark.slow
 def test_the_output_stays_readable_in_an_ascii_terminal_without_colour():
     env = dict(os.environ, PYTHONIOENCODING="ascii", NO_COLOR="1")
-    done = subprocess.run([sys.executable, str(ROOT / "cli.py"), "bench", "--lengths", "16",
-                           "--dtypes", "float32", "--shapes", "mha", "--subjects", "preallocated,bare",
-                           "--warmup", "1", "--reps", "2"], capture_output=True, env=env, cwd=ROOT)
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "cli.py"),
+            "bench",
+            "--lengths",
+            "16",
+            "--dtypes",
+            "float32",
+            "--shapes",
+            "mha",
+            "--subjects",
+            "preallocated,bare",
+            "--warmup",
+            "1",
+            "--reps",
+            "2",
+        ],
+        capture_output=True,
+        env=env,
+        cwd=ROOT,
+    )
     assert done.returncode == 0, done.stderr.decode()
     text = done.stdout.decode("ascii")  # raises if anything is not ASCII
     assert "x bare" in text and "+-" in text and "\x1b[" not in text
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--lengths", "abc"], "--lengths"),
-    (["--lengths", "0"], "--lengths"),
-    (["--subjects", "nope"], "no subject 'nope'"),
-    (["--dtypes", "int8"], "no dtype 'int8'"),
-    (["--shapes", "mqa"], "no shape 'mqa'"),
-    (["missing.py"], "does not exist"),
-], ids=["lengths-not-numbers", "length-zero", "unknown-subject", "unknown-dtype",
-        "unknown-shape", "missing-file"])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--lengths", "abc"], "--lengths"),
+        (["--lengths", "0"], "--lengths"),
+        (["--subjects", "nope"], "no subject 'nope'"),
+        (["--dtypes", "int8"], "no dtype 'int8'"),
+        (["--shapes", "mqa"], "no shape 'mqa'"),
+        (["missing.py"], "does not exist"),
+    ],
+    ids=[
+        "lengths-not-numbers",
+        "length-zero",
+        "unknown-subject",
+        "unknown-dtype",
+        "unknown-shape",
+        "missing-file",
+    ],
+)
 def test_usage_errors_exit_2_with_one_line(args, message):
     result = runner.invoke(app, ["bench", *args])
     assert result.exit_code == 2

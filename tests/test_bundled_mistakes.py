@@ -21,9 +21,17 @@ from graders.shared import mutation
 from graders.shared.mutation import REFERENCE, MutationError, strip_prose
 
 MODEL_TESTS = mutation.SOLUTIONS / "test_kv_cache.py"
-NAMES = ("no-scale", "scale-by-head-dim", "softmax-wrong-axis", "values-are-keys",
-         "attends-over-capacity", "drops-newest", "causal-mask-on-newest",
-         "overwrites-first-slot", "appends-on-heads")
+NAMES = (
+    "no-scale",
+    "scale-by-head-dim",
+    "softmax-wrong-axis",
+    "values-are-keys",
+    "attends-over-capacity",
+    "drops-newest",
+    "causal-mask-on-newest",
+    "overwrites-first-slot",
+    "appends-on-heads",
+)
 B, H, D, STEPS = 2, 2, 8, 5  # ordinary inputs: a few rows, equal lengths, MHA, a token a step
 
 
@@ -52,6 +60,7 @@ def outcome(source: str) -> tuple:
 def test_the_shape_only_mistakes_are_those_whose_output_shape_changes():
     """SHAPE_MISTAKES caps nothing it should not: a mistake is in it exactly when its outputs on
     ordinary inputs have another shape than the reference's (or it raises)."""
+
     def shape(result: tuple):
         return result if result[0] == "error" else torch.tensor(result[1]).shape
 
@@ -75,19 +84,23 @@ def test_the_unparsed_reference_is_laid_out_otherwise(unparsed):
     assert "(q.float() @ keys.float().transpose(-1, -2)) / math.sqrt" not in text
     assert "keys, values = cache.keys, cache.values" not in text
     with pytest.raises(MutationError):  # a text edit anchored on the old layout breaks
-        mutation.Mutant("text", "", replace=(("keys, values = cache.keys, cache.values", ""),),
-                        base=unparsed / "kv_cache.py").source()
+        mutation.Mutant(
+            "text",
+            "",
+            replace=(("keys, values = cache.keys, cache.values", ""),),
+            base=unparsed / "kv_cache.py",
+        ).source()
 
 
 @pytest.mark.parametrize("mistake", MISTAKES, ids=[m.name for m in MISTAKES])
-def test_every_mistake_builds_on_the_unparsed_reference_and_differs(mistake, unparsed,
-                                                                    monkeypatch):
+def test_every_mistake_builds_on_the_unparsed_reference_and_differs(mistake, unparsed, monkeypatch):
     source = mistake.source()
     monkeypatch.setattr(mutation, "REFERENCE", unparsed / "kv_cache.py")
     reformatted = mistake.source()
     compile(reformatted, mistake.name, "exec")
-    assert ast.dump(ast.parse(reformatted)) == ast.dump(ast.parse(source)), \
+    assert ast.dump(ast.parse(reformatted)) == ast.dump(ast.parse(source)), (
         "the mistake is another on the unparsed reference"
+    )
     reference = strip_prose((unparsed / "kv_cache.py").read_text())
     assert ast.dump(ast.parse(reformatted)) != ast.dump(ast.parse(reference))
 
@@ -143,8 +156,15 @@ def a_file_that_misses(mistake: mutation.Mutant) -> str:
     """A test file that catches every bundled mistake whose outcome differs from both the
     reference's and `mistake`'s, and passes on those two."""
     allowed = [outcome(REFERENCE.read_text()), outcome(mistake.source())]
-    return TESTS_THAT_MISS.format(name=mistake.name, allowed=allowed, steps=STEPS, b=B, h=H, d=D,
-                                  slug=mistake.name.replace("-", "_"))
+    return TESTS_THAT_MISS.format(
+        name=mistake.name,
+        allowed=allowed,
+        steps=STEPS,
+        b=B,
+        h=H,
+        d=D,
+        slug=mistake.name.replace("-", "_"),
+    )
 
 
 @pytest.mark.slow
@@ -155,7 +175,9 @@ def test_every_mistake_is_needed_to_fail_a_test_file_that_misses_it(mistake, tmp
     result = grade(REFERENCE, tests, only={"own-tests"})
     (item,) = result.items
     assert item.status == "fail", item.message
-    assert f"pass on 1 of {len(MISTAKES)} bundled wrong implementations: missed " \
-           f"{mistake.description}; caught " in item.message, item.message
+    assert (
+        f"pass on 1 of {len(MISTAKES)} bundled wrong implementations: missed "
+        f"{mistake.description}; caught " in item.message
+    ), item.message
     caught = item.message.rsplit("; caught ", 1)[1].split(", ")
     assert caught == [m.name for m in MISTAKES if m is not mistake]

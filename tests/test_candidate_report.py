@@ -24,16 +24,20 @@ from graders.shared.tracks import DENSE
 COMMAND = "kata grade solutions/concat_kv_cache.py --tests solutions/test_kv_cache.py"
 # As long as the real ones: a pass explains itself in a few lines, prealloc's failure in ten.
 PASSED = "{id}: every case within 1e-05 + 1e-04*|expected| of the float64 reference; " * 4
-PREALLOC = ("256 single-token appends to KVCache() (B=2, 2 kv heads, head_dim 128): 128 "
-            "reallocations in the last 128 appends (appends that allocated at least 1/4 of the "
-            "bytes of the K+V held); all appends allocated 129.0x the 1 MiB the cache holds at "
-            "the end; the largest allocations: 2 x float32 [2, 2, 256, 128] (512 KiB each), 2 x "
-            "float32 [2, 2, 255, 128] (510 KiB each): the storage is copied into a new one at "
-            "every append, O(n^2) bytes for n tokens. Likely mistake: how append makes room for "
-            "new positions")
-LOW_PRECISION = ("bf16 cache, prefix 7 of 12: attend's output differs from the float64 "
-                 "reference by 0.41 at row 1, head 3 (tolerance 3e-02 + 3e-02*|expected|): "
-                 "the softmax ran in bfloat16; compute the logits and the softmax in float32")
+PREALLOC = (
+    "256 single-token appends to KVCache() (B=2, 2 kv heads, head_dim 128): 128 "
+    "reallocations in the last 128 appends (appends that allocated at least 1/4 of the "
+    "bytes of the K+V held); all appends allocated 129.0x the 1 MiB the cache holds at "
+    "the end; the largest allocations: 2 x float32 [2, 2, 256, 128] (512 KiB each), 2 x "
+    "float32 [2, 2, 255, 128] (510 KiB each): the storage is copied into a new one at "
+    "every append, O(n^2) bytes for n tokens. Likely mistake: how append makes room for "
+    "new positions"
+)
+LOW_PRECISION = (
+    "bf16 cache, prefix 7 of 12: attend's output differs from the float64 "
+    "reference by 0.41 at row 1, head 3 (tolerance 3e-02 + 3e-02*|expected|): "
+    "the softmax ran in bfloat16; compute the logits and the softmax in float32"
+)
 CONCAT_TELL = PREALLOC.split("; the largest")[0]
 FAILING = {"prealloc": PREALLOC, "low-precision": LOW_PRECISION}
 WIDTHS = [80, 120]
@@ -47,26 +51,50 @@ def concat(failing: tuple[str, ...] = ("prealloc",), **changes) -> GradeResult:
     for item in load().track(DENSE):
         fails = item.id in failing
         if item.level == PLUS:  # not started: an item of L4-L6 fails (the judge's gate)
-            items.append(ItemResult(item.id, item.level, "not_attempted", 0.0, item.points,
-                                    BEFORE_PLUS))
+            items.append(
+                ItemResult(item.id, item.level, "not_attempted", 0.0, item.points, BEFORE_PLUS)
+            )
             continue
-        items.append(ItemResult(item.id, item.level, "fail" if fails else "pass",
-                                0.0 if fails else item.points, item.points,
-                                FAILING[item.id] if fails else PASSED.format(id=item.id)))
-    tells = [TellResult(t.id, t.id == "concat-every-step",
-                        CONCAT_TELL if t.id == "concat-every-step" else f"{t.id} is clear")
-             for t in load().tells]
-    result = GradeResult("solutions/concat_kv_cache.py", "L5", items, tells, False,
-                         isolation="bwrap")
+        items.append(
+            ItemResult(
+                item.id,
+                item.level,
+                "fail" if fails else "pass",
+                0.0 if fails else item.points,
+                item.points,
+                FAILING[item.id] if fails else PASSED.format(id=item.id),
+            )
+        )
+    tells = [
+        TellResult(
+            t.id,
+            t.id == "concat-every-step",
+            CONCAT_TELL if t.id == "concat-every-step" else f"{t.id} is clear",
+        )
+        for t in load().tells
+    ]
+    result = GradeResult(
+        "solutions/concat_kv_cache.py", "L5", items, tells, False, isolation="bwrap"
+    )
     return replace(result, **changes)
 
 
-def rendered(result: GradeResult, detail: str = "default", width: int = 80,
-             terminal: bool = False, first: set[str] = frozenset()) -> tuple[str, str]:
+def rendered(
+    result: GradeResult,
+    detail: str = "default",
+    width: int = 80,
+    terminal: bool = False,
+    first: set[str] = frozenset(),
+) -> tuple[str, str]:
     """(the text shown, what was written to the stream: with colour codes in a terminal)."""
     stream = io.StringIO()
-    console = Console(width=width, file=stream, record=True, force_terminal=terminal,
-                      color_system="standard" if terminal else None)
+    console = Console(
+        width=width,
+        file=stream,
+        record=True,
+        force_terminal=terminal,
+        color_system="standard" if terminal else None,
+    )
     render(result, console, detail, COMMAND, first)
     return console.export_text(), stream.getvalue()
 
@@ -84,15 +112,15 @@ def is_command(line: str) -> bool:
 def closing_lines(text: str) -> list[str]:
     """The lines after the report's last rule: the closing block."""
     lines = text.rstrip("\n").splitlines()
-    return lines[max(n for n, line in enumerate(lines) if set(line) == {"─"}) + 1:]
+    return lines[max(n for n, line in enumerate(lines) if set(line) == {"─"}) + 1 :]
 
 
 @pytest.mark.parametrize("terminal", TERMINAL, ids=["terminal", "pipe"])
 @pytest.mark.parametrize("width", WIDTHS)
-@pytest.mark.parametrize("failing", [("prealloc",), ("low-precision", "prealloc")],
-                         ids=["one-failing", "two-failing"])
-def test_the_default_report_fits_a_screen_and_shows_every_failure_in_full(width, terminal,
-                                                                          failing):
+@pytest.mark.parametrize(
+    "failing", [("prealloc",), ("low-precision", "prealloc")], ids=["one-failing", "two-failing"]
+)
+def test_the_default_report_fits_a_screen_and_shows_every_failure_in_full(width, terminal, failing):
     result = concat(failing)
     text, written = rendered(result, width=width, terminal=terminal)
     lines = text.rstrip("\n").splitlines()
@@ -105,11 +133,13 @@ def test_the_default_report_fits_a_screen_and_shows_every_failure_in_full(width,
     assert len(lines) <= limit, text
     assert max(len(line) for line in lines if not is_command(line)) <= width
     assert ("\x1b[" in written) is terminal, "colour in a terminal, plain text in a pipe"
-    levels = flat("\n".join(lines[:lines.index(next(l for l in lines if "FAIL" in l))]))
+    levels = flat("\n".join(lines[: lines.index(next(l for l in lines if "FAIL" in l))]))
     for level in ("L4", "L5", "L6"):
         items = [i for i in result.items if i.level == level]
         others = [i.id for i in items if i.status != "pass"]
-        said = levels.split(f"{level} ", 1)[1].split(" L", 1)[0].removesuffix(";")  # "; L6+ not started"
+        said = (
+            levels.split(f"{level} ", 1)[1].split(" L", 1)[0].removesuffix(";")
+        )  # "; L6+ not started"
         assert said.endswith(f"all pass but {', '.join(others)}" if others else "all pass"), said
     assert "PASS" not in text and "every case within" not in text, "passes are named, for -v"
     for item_id in failing:
@@ -122,10 +152,12 @@ def test_the_default_report_fits_a_screen_and_shows_every_failure_in_full(width,
 def test_the_closing_block_names_the_level_the_failing_ids_and_the_next_command(width, terminal):
     text, _ = rendered(concat(("low-precision", "prealloc")), width=width, terminal=terminal)
     closing = flat("\n".join(closing_lines(text)))
-    assert closing == ("Level: L5 Score: 88/100 isolation: bwrap "
-                       "Not passing: 2 items, 2 causes: low-precision, prealloc "
-                       f"Next: kata hint low-precision, or grade it alone: {COMMAND} --item "
-                       "low-precision"), closing
+    assert closing == (
+        "Level: L5 Score: 88/100 isolation: bwrap "
+        "Not passing: 2 items, 2 causes: low-precision, prealloc "
+        f"Next: kata hint low-precision, or grade it alone: {COMMAND} --item "
+        "low-precision"
+    ), closing
     assert closing_lines(text)[-1] == f"{COMMAND} --item low-precision", "whole, on its own"
     assert text.index("low-precision") < text.index("prealloc"), "the rubric's order"
 
@@ -135,15 +167,20 @@ def test_the_tells_detected_are_shown_whole_and_the_others_in_one_line():
     tells = [line for line in text.splitlines() if "tell" in line.lower()]
     assert [line.split(":")[0] for line in tells] == ["Down-level tell DETECTED", "Other tells"]
     # prealloc's message, above, holds the tell's evidence: said once, there
-    assert ("Down-level tell DETECTED: concat-every-step (caps the level at L5): what prealloc "
-            "found, above") in flat(text) and flat(text).count(CONCAT_TELL) == 1
+    assert (
+        "Down-level tell DETECTED: concat-every-step (caps the level at L5): what prealloc "
+        "found, above"
+    ) in flat(text) and flat(text).count(CONCAT_TELL) == 1
     alone = concat(failing=())
-    assert ("Down-level tell DETECTED: concat-every-step (caps the level at L5): "
-            f"{CONCAT_TELL}") in flat(rendered(alone)[0]), "whole when no item above gave it"
+    assert (
+        f"Down-level tell DETECTED: concat-every-step (caps the level at L5): {CONCAT_TELL}"
+    ) in flat(rendered(alone)[0]), "whole when no item above gave it"
     assert "Other tells: clear (caches-q, recomputes-projections, shape-only-tests)" in text
     clean = concat(failing=(), tells=[TellResult(t.id, False, "") for t in load().tells])
-    assert ("Down-level tells: none detected; clear (caches-q, recomputes-projections, "
-            "shape-only-tests, concat-every-step)") in flat(rendered(clean)[0])
+    assert (
+        "Down-level tells: none detected; clear (caches-q, recomputes-projections, "
+        "shape-only-tests, concat-every-step)"
+    ) in flat(rendered(clean)[0])
 
 
 @pytest.mark.parametrize("width", WIDTHS)
@@ -157,7 +194,8 @@ def test_verbose_explains_every_item_and_quiet_prints_the_closing_block_alone(wi
     assert len(verbose.splitlines()) > 2 * len(default.splitlines())
     # -q names every item that does not pass; the default report's closing, its causes
     assert [l for l in quiet.splitlines() if "Not passing" not in l] == [
-        l for l in closing_lines(default) if "Not passing" not in l]
+        l for l in closing_lines(default) if "Not passing" not in l
+    ]
     assert "Not passing: prealloc" in quiet
     assert quiet.startswith("Level: L5") and len(quiet.splitlines()) <= 4
 
@@ -166,8 +204,9 @@ def test_the_interviewers_checklist_is_for_hidden_runs():
     prompt = load().interviewer[0].prompt[:40]
     for detail in ("default", "verbose", "quiet"):
         assert prompt not in flat(rendered(concat(), detail)[0]), detail
-    hidden = concat(hidden=True, seed=42, similarity=[{"solution": "solutions/kv_cache.py",
-                                                       "fraction": 0.5}])
+    hidden = concat(
+        hidden=True, seed=42, similarity=[{"solution": "solutions/kv_cache.py", "fraction": 0.5}]
+    )
     text, _ = rendered(hidden)
     assert prompt in flat(text) and PASSED.format(id="gqa")[:60] in flat(text), "the full form"
     closing = flat("\n".join(closing_lines(text)))
@@ -186,14 +225,24 @@ def test_after_a_partial_run_that_passes_the_next_command_grades_every_item():
 
 
 def test_items_not_run_say_why_once_at_the_end_without_hints():
-    items = [ItemResult(i.id, i.level, "error", 0.0, i.points, "not run: the file does not import",
-                        "the file does not import: SyntaxError: invalid syntax (kv_cache.py, line 3)")
-             for i in load().track(DENSE)]
+    items = [
+        ItemResult(
+            i.id,
+            i.level,
+            "error",
+            0.0,
+            i.points,
+            "not run: the file does not import",
+            "the file does not import: SyntaxError: invalid syntax (kv_cache.py, line 3)",
+        )
+        for i in load().track(DENSE)
+    ]
     text, _ = rendered(concat(items=items))
     assert flat(text).count("SyntaxError") == 1 and "hint:" not in text
     assert flat("\n".join(closing_lines(text))).endswith(
         f"Items not run ({len(items)}): the file does not import: SyntaxError: invalid syntax "
-        f"(kv_cache.py, line 3) Next: fix that, then: {COMMAND}")
+        f"(kv_cache.py, line 3) Next: fix that, then: {COMMAND}"
+    )
 
 
 def test_ff_shows_the_causes_of_the_items_graded_first_first():
@@ -207,8 +256,11 @@ def test_ff_shows_the_items_graded_first_ahead_of_the_levels_in_verbose():
     text, _ = rendered(concat(("low-precision", "prealloc")), "verbose", first=first)
     lines = text.splitlines()
     assert lines[0].startswith("Graded first: did not pass last time  (0/12 points)"), lines[0]
-    ahead = [line.split()[1] for line in lines[1:] if line.startswith("  ")
-             and line.split()[0] in ("PASS", "FAIL")][:2]
+    ahead = [
+        line.split()[1]
+        for line in lines[1:]
+        if line.startswith("  ") and line.split()[0] in ("PASS", "FAIL")
+    ][:2]
     assert ahead == ["low-precision", "prealloc"], "graded first, shown first, rubric order"
     for item_id in first:
         assert len(re.findall(rf"^  \w+ +{item_id} ", text, re.M)) == 1, "shown once"
@@ -225,7 +277,8 @@ def test_next_never_suggests_the_command_just_run():
     two = concat(("prealloc",), partial=True, level=None)
     two = replace(two, items=[i for i in two.items if i.id in ("prealloc", "gqa")])
     assert flat(rendered(two)[0]).endswith(
-        f"Next: kata hint prealloc, or grade it alone: {COMMAND} --item prealloc")
+        f"Next: kata hint prealloc, or grade it alone: {COMMAND} --item prealloc"
+    )
 
 
 @pytest.mark.parametrize("width", WIDTHS)
@@ -233,8 +286,9 @@ def test_verbose_wraps_each_explanation_under_its_item_across_the_width(width):
     text, _ = rendered(concat(), "verbose", width)
     lines = text.splitlines()
     assert max(len(line) for line in lines if not is_command(line)) <= width
-    assert not any("│" in line for line in lines if "PASS" in line or "FAIL" in line), \
+    assert not any("│" in line for line in lines if "PASS" in line or "FAIL" in line), (
         "no table: an item is a line, its explanation under it"
+    )
     explained = [n for n, line in enumerate(lines) if re.match(r"  (PASS|FAIL) ", line)]
     for n in explained:
         assert lines[n + 1].startswith(" " * 4) and len(lines[n + 1]) > width // 2, lines[n + 1]
@@ -253,8 +307,9 @@ def test_kata_grade_ff_reports_the_items_that_failed_last_time_first(tmp_path, m
     monkeypatch.chdir(tmp_path)
     record(tmp_path / "kv_cache.py", concat(("prealloc",)))
     stand_in(monkeypatch, lambda request, on_item: concat(("prealloc",)))
-    output = CliRunner().invoke(cli.app, ["grade", "kv_cache.py", "--ff"],
-                                env={"COLUMNS": "80"}).output
+    output = (
+        CliRunner().invoke(cli.app, ["grade", "kv_cache.py", "--ff"], env={"COLUMNS": "80"}).output
+    )
     lines = output.splitlines()
     assert lines[1] == "--failed-first: grading prealloc first, which did not pass last time"
     causes = [line.split() for line in lines if line.startswith("  FAIL")]

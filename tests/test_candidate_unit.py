@@ -22,7 +22,17 @@ import torch
 from graders.judge.candidate import Candidate
 
 from graders.judge.workers import Reply
-from graders.shared.plans import (CandidateError, CandidateTimeout, Fail, NotAttempted, Plan, Raised, Results, Tell, tensor)
+from graders.shared.plans import (
+    CandidateError,
+    CandidateTimeout,
+    Fail,
+    NotAttempted,
+    Plan,
+    Raised,
+    Results,
+    Tell,
+    tensor,
+)
 from graders.shared.untrusted import MAX_QUOTE
 from graders.worker.limits import Limits
 from graders.worker.wire import Opaque
@@ -48,11 +58,24 @@ def done(*results: dict) -> Reply:
     return Reply("done", {"results": list(results)})
 
 
-def raised(type_: str = "ValueError", message: str = "bad shape", *, cache=None,
-           traceback: str = "", lineage=("ValueError", "Exception")) -> dict:
+def raised(
+    type_: str = "ValueError",
+    message: str = "bad shape",
+    *,
+    cache=None,
+    traceback: str = "",
+    lineage=("ValueError", "Exception"),
+) -> dict:
     """One operation's result when the candidate's code raised (as graders.judge.replies passes it)."""
-    return {"raised": {"type": type_, "message": message, "lineage": list(lineage),
-                       "traceback": traceback, "cache": cache}}
+    return {
+        "raised": {
+            "type": type_,
+            "message": message,
+            "lineage": list(lineage),
+            "traceback": traceback,
+            "cache": cache,
+        }
+    }
 
 
 def run(plan: Plan, reply: Reply, limits: Limits = Limits()) -> Results:
@@ -90,46 +113,87 @@ def test_each_builder_adds_one_operation_without_its_none_fields_and_returns_its
     counts = torch.tensor([1, 2])  # [batch]
     weights = {"wq": x}
     indices = [
-        plan.new(), plan.new("d", capacity=8),
+        plan.new(),
+        plan.new("d", capacity=8),
         plan.append("c", x, x, counts, may_raise=True, return_inputs=True, measure=True),
         plan.append("c", x, x),
-        plan.attend("c", x, may_raise=True, return_inputs=True), plan.attend("c", x),
-        plan.state(), plan.state("d", ("keys",)), plan.reset(), plan.reset("d"),
-        plan.release("c", 1), plan.layer("l", weights, 4, 2, 8, 10000.0),
-        plan.decode_step("l", "c", x, counts), plan.decode_step("l", "c", x),
+        plan.attend("c", x, may_raise=True, return_inputs=True),
+        plan.attend("c", x),
+        plan.state(),
+        plan.state("d", ("keys",)),
+        plan.reset(),
+        plan.reset("d"),
+        plan.release("c", 1),
+        plan.layer("l", weights, 4, 2, 8, 10000.0),
+        plan.decode_step("l", "c", x, counts),
+        plan.decode_step("l", "c", x),
         plan.inventory("c", {"p": 1}),
-        plan.paged_new("p", 16, 4, dtype="bfloat16", heads=2), plan.paged_new("q", 16),
-        plan.call("p", "allocate", 3, may_raise=True), plan.call("p", "free"),
-        plan.get("p", "num_free_blocks"), plan.reorder("c", [1, 0]), plan.fork("c", "e"),
+        plan.paged_new("p", 16, 4, dtype="bfloat16", heads=2),
+        plan.paged_new("q", 16),
+        plan.call("p", "allocate", 3, may_raise=True),
+        plan.call("p", "free"),
+        plan.get("p", "num_free_blocks"),
+        plan.reorder("c", [1, 0]),
+        plan.fork("c", "e"),
         plan.beam_search(weights, [1, 2], 3, 4, 4, 2, 8, 10000.0),
     ]
     assert indices == list(range(len(plan.ops)))
     assert plan.ops == [
-        {"op": "new", "cache": "c"}, {"op": "new", "cache": "d", "capacity": 8},
-        {"op": "append", "cache": "c", "key": x, "value": x, "counts": counts, "may_raise": True,
-         "return_inputs": True, "measure": True},
+        {"op": "new", "cache": "c"},
+        {"op": "new", "cache": "d", "capacity": 8},
+        {
+            "op": "append",
+            "cache": "c",
+            "key": x,
+            "value": x,
+            "counts": counts,
+            "may_raise": True,
+            "return_inputs": True,
+            "measure": True,
+        },
         {"op": "append", "cache": "c", "key": x, "value": x},
         {"op": "attend", "cache": "c", "query": x, "may_raise": True, "return_inputs": True},
         {"op": "attend", "cache": "c", "query": x},
         {"op": "state", "cache": "c", "names": ["keys", "values", "lengths", "capacity"]},
         {"op": "state", "cache": "d", "names": ["keys"]},
-        {"op": "reset", "cache": "c"}, {"op": "reset", "cache": "d"},
+        {"op": "reset", "cache": "c"},
+        {"op": "reset", "cache": "d"},
         {"op": "release", "cache": "c", "index": 1},
-        {"op": "layer", "layer": "l", "weights": weights, "n_heads": 4, "n_kv_heads": 2,
-         "head_dim": 8, "rope_base": 10000.0},
+        {
+            "op": "layer",
+            "layer": "l",
+            "weights": weights,
+            "n_heads": 4,
+            "n_kv_heads": 2,
+            "head_dim": 8,
+            "rope_base": 10000.0,
+        },
         {"op": "decode_step", "layer": "l", "cache": "c", "x": x, "counts": counts},
         {"op": "decode_step", "layer": "l", "cache": "c", "x": x},
         {"op": "inventory", "cache": "c", "probes": {"p": 1}},
-        {"op": "paged_new", "obj": "p", "args": [16, 4],
-         "kwargs": {"heads": 2, "dtype": "bfloat16"}},
+        {
+            "op": "paged_new",
+            "obj": "p",
+            "args": [16, 4],
+            "kwargs": {"heads": 2, "dtype": "bfloat16"},
+        },
         {"op": "paged_new", "obj": "q", "args": [16], "kwargs": {}},
         {"op": "call", "obj": "p", "method": "allocate", "args": [3], "may_raise": True},
         {"op": "call", "obj": "p", "method": "free", "args": []},
         {"op": "get", "obj": "p", "attr": "num_free_blocks"},
         {"op": "reorder", "cache": "c", "beam_idx": [1, 0]},
         {"op": "fork", "cache": "c", "into": "e"},
-        {"op": "beam_search", "weights": weights, "prompt": [1, 2], "beams": 3, "steps": 4,
-         "n_heads": 4, "n_kv_heads": 2, "head_dim": 8, "rope_base": 10000.0},
+        {
+            "op": "beam_search",
+            "weights": weights,
+            "prompt": [1, 2],
+            "beams": 3,
+            "steps": 4,
+            "n_heads": 4,
+            "n_kv_heads": 2,
+            "head_dim": 8,
+            "rope_base": 10000.0,
+        },
     ]
 
 
@@ -159,13 +223,21 @@ def test_results_hold_each_operation_value_its_inputs_after_and_raised_where_it_
     plan.attend("c", key(1), return_inputs=True)
     plan.append("c", key(1), key(1), may_raise=True)
     inputs = {"query": key(1)}
-    results = run(plan, done({"ok": None}, {"ok": 7, "inputs_after": inputs},
-                             raised("IndexError", "out of range",
-                                    lineage=("IndexError", "LookupError", "Exception"))))
+    results = run(
+        plan,
+        done(
+            {"ok": None},
+            {"ok": 7, "inputs_after": inputs},
+            raised(
+                "IndexError", "out of range", lineage=("IndexError", "LookupError", "Exception")
+            ),
+        ),
+    )
     assert results[0] is None and results[1] == 7
     assert results.inputs_after(1) is inputs and results.inputs_after(0) is None
-    assert results[2] == Raised("IndexError", "out of range",
-                                ("IndexError", "LookupError", "Exception"))
+    assert results[2] == Raised(
+        "IndexError", "out of range", ("IndexError", "LookupError", "Exception")
+    )
     assert results[2].is_a("LookupError") and not results[2].is_a("ValueError")
 
 
@@ -226,22 +298,26 @@ def test_a_missing_name_is_an_error_with_the_worker_message():
 
 
 def test_a_reached_limit_is_an_error_even_where_the_operation_may_raise():
-    error = error_of(append_plan(may_raise=True), raised("MemoryError", "out of memory"),
-                     Limits(memory=1 << 30))
+    error = error_of(
+        append_plan(may_raise=True), raised("MemoryError", "out of memory"), Limits(memory=1 << 30)
+    )
     assert str(error).startswith("memory limit of 1 GiB reached: ")
     assert "`append` raised MemoryError" in str(error)
 
 
 def test_an_exception_where_none_may_be_raised_names_the_call_and_the_candidate_line():
-    traceback = "\n".join([
-        "Traceback (most recent call last):",
-        '  File "/opt/kata/graders/worker/ops.py", line 90, in run',
-        '  File "/tmp/work/kv_cache.py", line 12, in append',
-        "    self._grow()",
-        f"  {CANDIDATE_FRAME}",
-        '  File "/usr/lib/python3.11/site-packages/torch/_ops.py", line 5, in cat',
-        '  File "/usr/local/lib/python3.11/copy.py", line 7, in copy',
-        "ValueError: bad shape"])
+    traceback = "\n".join(
+        [
+            "Traceback (most recent call last):",
+            '  File "/opt/kata/graders/worker/ops.py", line 90, in run',
+            '  File "/tmp/work/kv_cache.py", line 12, in append',
+            "    self._grow()",
+            f"  {CANDIDATE_FRAME}",
+            '  File "/usr/lib/python3.11/site-packages/torch/_ops.py", line 5, in cat',
+            '  File "/usr/local/lib/python3.11/copy.py", line 7, in copy',
+            "ValueError: bad shape",
+        ]
+    )
     error = error_of(append_plan(), raised(traceback=traceback))
     assert str(error).startswith("`append` of 4 positions raised ValueError: bad shape")
     assert str(error).endswith(f" ({CANDIDATE_FRAME})")
@@ -304,7 +380,8 @@ def test_a_call_without_a_key_is_named_by_its_operation_or_method_alone():
     call = Plan()
     call.call("p", "allocate", 3)
     assert words(call, {"lengths": [1], "capacity": 1}).startswith(
-        "`allocate` at lengths [1], capacity 1 raised ValueError")
+        "`allocate` at lengths [1], capacity 1 raised ValueError"
+    )
 
 
 def test_a_noncontiguous_key_counts_its_positions_and_a_key_of_other_rank_none():
@@ -325,11 +402,18 @@ def test_more_than_eight_lengths_show_the_first_eight():
     assert "at lengths [10, 11, 12, 13, 14, 15, 16, 17, ...] raised" in nine
 
 
-@pytest.mark.parametrize("cache", [
-    {"lengths": ["2047"], "capacity": "2048"}, {"lengths": [], "capacity": "4"},
-    {"lengths": [True], "capacity": 2048.0}, {"lengths": (2047,), "capacity": True},
-    ["lengths", "capacity"], None,
-], ids=["strings", "empty", "bool-and-float", "tuple-and-bool", "not-a-dict", "none"])
+@pytest.mark.parametrize(
+    "cache",
+    [
+        {"lengths": ["2047"], "capacity": "2048"},
+        {"lengths": [], "capacity": "4"},
+        {"lengths": [True], "capacity": 2048.0},
+        {"lengths": (2047,), "capacity": True},
+        ["lengths", "capacity"],
+        None,
+    ],
+    ids=["strings", "empty", "bool-and-float", "tuple-and-bool", "not-a-dict", "none"],
+)
 def test_a_cache_state_that_is_not_a_list_of_ints_and_an_int_is_left_out(cache):
     message = words(append_plan(), cache)
     assert message.startswith("`append` of 4 positions raised ValueError: bad shape")
@@ -388,12 +472,20 @@ def test_section_8s_operations_and_a_name_of_it_the_file_lacks_is_not_attempted(
     NotWritten (a file without section 8) is L6+ not attempted, not an error."""
     plan = Plan()
     x, lengths = torch.ones(2, 2, 3, 4), torch.tensor([1, 0])
-    assert [plan.new("w", window=4), plan.attend_chunk("w", x, may_raise=True),
-            plan.truncate("w", lengths, may_raise=True), plan.truncate("w", lengths)] == [0, 1, 2, 3]
-    assert plan.ops == [{"op": "new", "cache": "w", "window": 4},
-                        {"op": "attend_chunk", "cache": "w", "query": x, "may_raise": True},
-                        {"op": "truncate", "cache": "w", "lengths": lengths, "may_raise": True},
-                        {"op": "truncate", "cache": "w", "lengths": lengths}]
+    assert [
+        plan.new("w", window=4),
+        plan.attend_chunk("w", x, may_raise=True),
+        plan.truncate("w", lengths, may_raise=True),
+        plan.truncate("w", lengths),
+    ] == [0, 1, 2, 3]
+    assert plan.ops == [
+        {"op": "new", "cache": "w", "window": 4},
+        {"op": "attend_chunk", "cache": "w", "query": x, "may_raise": True},
+        {"op": "truncate", "cache": "w", "lengths": lengths, "may_raise": True},
+        {"op": "truncate", "cache": "w", "lengths": lengths},
+    ]
     with pytest.raises(NotAttempted, match="defines no `truncate`"):
-        run(append_plan(may_raise=True),
-            done(raised("NotWritten", "the file defines no `truncate` (contract section 8, L6+)")))
+        run(
+            append_plan(may_raise=True),
+            done(raised("NotWritten", "the file defines no `truncate` (contract section 8, L6+)")),
+        )

@@ -24,7 +24,8 @@ def test_a_draw_met_again_is_the_same_as_drawing_again(dtype):
         got = cases.randn(g, 2, 3, 5, dtype=dtype, scale=0.5)
         assert got.dtype == dtype and torch.equal(got, want), f"attempt {attempt}"
         assert torch.equal(torch.randn(4, generator=g), torch.randn(4, generator=g_want)), (
-            f"attempt {attempt}: the generator is not where the draw leaves it")
+            f"attempt {attempt}: the generator is not where the draw leaves it"
+        )
 
 
 def test_each_draw_of_a_sequence_is_its_own():
@@ -45,11 +46,16 @@ def test_draws_past_the_bound_are_forgotten_least_recently_used_first(monkeypatc
     monkeypatch.setattr(cases, "_kept", type(cases._kept)())
     monkeypatch.setattr(cases, "_kept_bytes", 0)
     state = len(cases.generator(0).get_state().numpy().tobytes())
-    monkeypatch.setattr(cases, "KEPT_BYTES", 2 * (1024 * 8 + 2 * state))  # two draws of 1024 float64
+    monkeypatch.setattr(
+        cases, "KEPT_BYTES", 2 * (1024 * 8 + 2 * state)
+    )  # two draws of 1024 float64
     for seed in [0, 1, 0, 2]:  # 0 met again, so 1 is the least recently used when 2 comes
         cases.randn(cases.generator(seed), 1024, dtype=torch.float64)
-    kept = {seed for seed in range(3)
-            if any(key[0] == cases.generator(seed).get_state().numpy().tobytes() for key in cases._kept)}
+    kept = {
+        seed
+        for seed in range(3)
+        if any(key[0] == cases.generator(seed).get_state().numpy().tobytes() for key in cases._kept)
+    }
     assert kept == {0, 2}, kept
     want, _ = drawn_directly(0, 1024, dtype=torch.float64)
     assert torch.equal(cases.randn(cases.generator(0), 1024, dtype=torch.float64), want)

@@ -32,10 +32,15 @@ PRIVATE = ROOT / "docs" / "examples" / "private_graders"
 runner = CliRunner()
 
 FIXED_MASK_BUFFER = Mutant(
-    "mask-buffer-of-1024", "attend takes positions from a 1024-slot buffer built once",
-    replace=(("torch.arange(keys.shape[2], device=keys.device) >=",
-              "POSITIONS[: keys.shape[2]] >="),
-             ("import math\n", "import math\n\nimport torch as _torch\n\nPOSITIONS = _torch.arange(1024)\n")),
+    "mask-buffer-of-1024",
+    "attend takes positions from a 1024-slot buffer built once",
+    replace=(
+        ("torch.arange(keys.shape[2], device=keys.device) >=", "POSITIONS[: keys.shape[2]] >="),
+        (
+            "import math\n",
+            "import math\n\nimport torch as _torch\n\nPOSITIONS = _torch.arange(1024)\n",
+        ),
+    ),
 )
 
 
@@ -50,14 +55,21 @@ def test_a_candidate_goes_from_init_to_a_graded_workspace(tmp_path, monkeypatch)
     result = runner.invoke(app, ["init", str(workspace)])
     assert result.exit_code == 0, result.output
     assert sorted(p.name for p in workspace.iterdir()) == [
-        ".gitignore", "README.md", "kv_cache.py", "paged_kv_cache.py", "scheduler.py",
-        "test_kv_cache.py"]
+        ".gitignore",
+        "README.md",
+        "kv_cache.py",
+        "paged_kv_cache.py",
+        "scheduler.py",
+        "test_kv_cache.py",
+    ]
     monkeypatch.chdir(workspace)
     code, data = report(["grade", "--item", "append-time-dim", "--item", "own-tests"], tmp_path)
     assert code == 1
     assert Path(data["implementation"]) == workspace / "kv_cache.py"
     assert {i["id"]: i["status"] for i in data["items"]} == {
-        "append-time-dim": "not_attempted", "own-tests": "not_attempted"}
+        "append-time-dim": "not_attempted",
+        "own-tests": "not_attempted",
+    }
     assert runner.invoke(app, ["init", str(workspace)]).exit_code == 2, "init never overwrites work"
 
 
@@ -72,17 +84,29 @@ def test_exitfirst_stops_at_the_first_item_that_does_not_pass(tmp_path):
     assert code == 1 and len(data["items"]) == 1
 
 
-@pytest.mark.parametrize("args, says", [
-    (["grade", str(REFERENCE), "--item", "no-such-item"], "no rubric item"),
-    (["grade", str(REFERENCE), "--level", "L9"], "no level"),
-    (["grade", str(REFERENCE), "--graders", str(PRIVATE)], "use it with --hidden"),
-    (["grade", str(REFERENCE), "--format", "xml"], "choose 'kata' or 'gradescope'"),
-    (["hint", "no-such-item"], "valid ids"),
-    (["solution", "nope"], "choose one of"),
-    (["grade-all", "no/such/dir"], "is not a folder"),
-    (["grade", str(REFERENCE), "--level", "L5", "--item", "gqa"], "choose no item"),
-], ids=["item", "level", "graders-without-hidden", "format", "hint", "solution", "grade-all",
-        "selects-nothing"])
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["grade", str(REFERENCE), "--item", "no-such-item"], "no rubric item"),
+        (["grade", str(REFERENCE), "--level", "L9"], "no level"),
+        (["grade", str(REFERENCE), "--graders", str(PRIVATE)], "use it with --hidden"),
+        (["grade", str(REFERENCE), "--format", "xml"], "choose 'kata' or 'gradescope'"),
+        (["hint", "no-such-item"], "valid ids"),
+        (["solution", "nope"], "choose one of"),
+        (["grade-all", "no/such/dir"], "is not a folder"),
+        (["grade", str(REFERENCE), "--level", "L5", "--item", "gqa"], "choose no item"),
+    ],
+    ids=[
+        "item",
+        "level",
+        "graders-without-hidden",
+        "format",
+        "hint",
+        "solution",
+        "grade-all",
+        "selects-nothing",
+    ],
+)
 def test_bad_input_exits_2_with_one_line(args, says):
     result = runner.invoke(app, args)
     assert result.exit_code == 2, result.output
@@ -98,7 +122,9 @@ def test_hints_come_one_step_at_a_time():
 
 
 def test_a_failed_item_names_its_hint_command(tmp_path):
-    result = runner.invoke(app, ["grade", str(ROOT / "starter" / "kv_cache.py"), "--item", "attend-shape"])
+    result = runner.invoke(
+        app, ["grade", str(ROOT / "starter" / "kv_cache.py"), "--item", "attend-shape"]
+    )
     assert "kata hint attend-shape" in result.output
 
 
@@ -111,8 +137,15 @@ def test_rubric_and_solutions_print():
 
 
 def test_private_graders_run_as_hidden_cases(tmp_path):
-    args = ["--item", "prefix-equivalence", "--hidden", "--graders", str(PRIVATE),
-            "--sandbox", "process"]
+    args = [
+        "--item",
+        "prefix-equivalence",
+        "--hidden",
+        "--graders",
+        str(PRIVATE),
+        "--sandbox",
+        "process",
+    ]
     code, data = report(["grade", str(REFERENCE), *args], tmp_path)
     assert code == 0 and data["hidden"] is True
     mutant = tmp_path / "kv_cache.py"
@@ -126,8 +159,23 @@ def test_private_graders_run_as_hidden_cases(tmp_path):
 
 def test_interviewer_formats_are_written(tmp_path):
     md, xml, gs = tmp_path / "card.md", tmp_path / "junit.xml", tmp_path / "results.json"
-    result = runner.invoke(app, ["grade", str(REFERENCE), "--level", "L4", "--markdown", str(md),
-                                 "--junit", str(xml), "--format", "gradescope", "--json", str(gs)])
+    result = runner.invoke(
+        app,
+        [
+            "grade",
+            str(REFERENCE),
+            "--level",
+            "L4",
+            "--markdown",
+            str(md),
+            "--junit",
+            str(xml),
+            "--format",
+            "gradescope",
+            "--json",
+            str(gs),
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert "append-time-dim" in md.read_text()
     assert ET.parse(xml).getroot().tag == "testsuites"
@@ -183,8 +231,10 @@ def test_watch_grades_each_save_with_workers_started_after_the_last_report(monke
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(bwrap_problem() is not None,  # the staged copies are bubblewrap's
-                    reason=f"bubblewrap cannot run here: {bwrap_problem()}")
+@pytest.mark.skipif(
+    bwrap_problem() is not None,  # the staged copies are bubblewrap's
+    reason=f"bubblewrap cannot run here: {bwrap_problem()}",
+)
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
 def test_a_watch_killed_or_left_by_its_terminal_leaves_nothing(tmp_path, signum):
     """`kill` or a closed terminal ends `kata grade --watch` (once the grade under way, here the
@@ -195,11 +245,17 @@ def test_a_watch_killed_or_left_by_its_terminal_leaves_nothing(tmp_path, signum)
     log = tmp_path / "watch.log"
     watching = subprocess.Popen(
         [sys.executable, str(ROOT / "cli.py"), "grade", "kv_cache.py", "--level", "L4", "--watch"],
-        cwd=tmp_path, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True,
-        env=dict(os.environ, TMPDIR=str(tmp_path / "tmp")))
+        cwd=tmp_path,
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        env=dict(os.environ, TMPDIR=str(tmp_path / "tmp")),
+    )
     try:
         deadline = time.monotonic() + 120
-        while "isolation:" not in log.read_text() or not list((tmp_path / "tmp").glob("kata-staged-*")):
+        while "isolation:" not in log.read_text() or not list(
+            (tmp_path / "tmp").glob("kata-staged-*")
+        ):
             assert watching.poll() is None and time.monotonic() < deadline, log.read_text()
             time.sleep(0.1)
         watching.send_signal(signum)
@@ -218,8 +274,19 @@ def test_grade_all_grades_every_submission(tmp_path):
         (tmp_path / "in" / name).mkdir(parents=True)
     shutil.copy(REFERENCE, tmp_path / "in" / "alice" / "kv_cache.py")
     (tmp_path / "in" / "bob" / "kv_cache.py").write_text("def attend(:\n")
-    result = runner.invoke(app, ["grade-all", str(tmp_path / "in"), "--out", str(tmp_path / "out"),
-                                 "--jobs", "2", "--sandbox", "process"])
+    result = runner.invoke(
+        app,
+        [
+            "grade-all",
+            str(tmp_path / "in"),
+            "--out",
+            str(tmp_path / "out"),
+            "--jobs",
+            "2",
+            "--sandbox",
+            "process",
+        ],
+    )
     assert result.exit_code == 0, result.output
     summary = (tmp_path / "out" / "summary.md").read_text()
     assert "alice" in summary and "bob" in summary
@@ -233,14 +300,34 @@ def test_grade_all_grades_a_batch_of_paged_caches_with_the_serving_items_alone(t
     shutil.copy(ROOT / "solutions" / "paged_kv_cache.py", tmp_path / "in" / "alice")
     shutil.copy(ROOT / "starter" / "paged_kv_cache.py", tmp_path / "in" / "bob")
     shutil.copy(REFERENCE, tmp_path / "in" / "bob" / "kv_cache.py")  # not the serving track's
-    result = runner.invoke(app, ["grade-all", str(tmp_path / "in"), "--track", "serving",
-                                 "--out", str(tmp_path / "out"), "--sandbox", "process"])
+    result = runner.invoke(
+        app,
+        [
+            "grade-all",
+            str(tmp_path / "in"),
+            "--track",
+            "serving",
+            "--out",
+            str(tmp_path / "out"),
+            "--sandbox",
+            "process",
+        ],
+    )
     assert result.exit_code == 0, result.output
     with (tmp_path / "out" / "summary.csv").open(newline="") as f:
         rows = {row["submission"]: row for row in csv.DictReader(f)}
     serving = [i.id for i in load().track(SERVING)]
-    assert list(rows["alice"]) == ["submission", "level", "score", "max_score", *serving,
-                                   "tells", "similarity", "seed", "error"]
+    assert list(rows["alice"]) == [
+        "submission",
+        "level",
+        "score",
+        "max_score",
+        *serving,
+        "tells",
+        "similarity",
+        "seed",
+        "error",
+    ]
     assert rows["alice"]["level"] == "serving" and {rows["alice"][i] for i in serving} == {"pass"}
     assert rows["bob"]["level"] == "none" and {rows["bob"][i] for i in serving} == {"not_attempted"}
     empty = runner.invoke(app, ["grade-all", str(tmp_path / "out"), "--track", "serving"])
@@ -248,13 +335,15 @@ def test_grade_all_grades_a_batch_of_paged_caches_with_the_serving_items_alone(t
 
 
 def test_the_serving_track_is_graded_as_its_own_track(tmp_path):
-    code, data = report(["grade", str(ROOT / "solutions" / "paged_kv_cache.py"), "--track", "serving"],
-                        tmp_path)
+    code, data = report(
+        ["grade", str(ROOT / "solutions" / "paged_kv_cache.py"), "--track", "serving"], tmp_path
+    )
     assert code == 0 and data["level"] == "serving" and data["tells"] == []
     assert {i["level"] for i in data["items"]} == {"serving"}
     assert data["score"] == data["max_score"] == 100
-    code, data = report(["grade", "--track", "serving", str(ROOT / "starter" / "paged_kv_cache.py")],
-                        tmp_path)
+    code, data = report(
+        ["grade", "--track", "serving", str(ROOT / "starter" / "paged_kv_cache.py")], tmp_path
+    )
     assert code == 1 and data["level"] == "none"
     assert "serving track" in runner.invoke(app, ["rubric"]).output
 
@@ -266,8 +355,12 @@ def test_reports_stay_readable_in_an_ascii_terminal_without_colour():
     import sys
 
     env = dict(os.environ, PYTHONIOENCODING="ascii", NO_COLOR="1")
-    done = subprocess.run([sys.executable, str(ROOT / "cli.py"), "grade", str(REFERENCE),
-                           "--level", "L4"], capture_output=True, env=env, cwd=ROOT)
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "cli.py"), "grade", str(REFERENCE), "--level", "L4"],
+        capture_output=True,
+        env=env,
+        cwd=ROOT,
+    )
     assert done.returncode == 0, done.stderr.decode()
     text = done.stdout.decode("ascii")  # raises if anything is not ASCII
     assert "Partial run: items append-time-dim, attend-shape pass" in text and "\x1b[" not in text
@@ -276,8 +369,9 @@ def test_reports_stay_readable_in_an_ascii_terminal_without_colour():
 # --- grade-all on a folder an attacker prepared ------------------------------------------------
 
 SECRET = "kata-secret-b52c07"
-_spec = importlib.util.spec_from_file_location("submissions_tree",
-                                               ROOT / "tests" / "hostile" / "submissions_tree.py")
+_spec = importlib.util.spec_from_file_location(
+    "submissions_tree", ROOT / "tests" / "hostile" / "submissions_tree.py"
+)
 TREE = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(TREE)
 
@@ -285,33 +379,58 @@ _spec.loader.exec_module(TREE)
 @pytest.mark.slow
 def test_grade_all_on_a_hostile_tree_leaks_no_secret_and_writes_only_data(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    graded = TREE.build(tmp_path / "subs", tmp_path / "outside",
-                        (ROOT / "starter" / "kv_cache.py").read_text(), SECRET)
+    graded = TREE.build(
+        tmp_path / "subs",
+        tmp_path / "outside",
+        (ROOT / "starter" / "kv_cache.py").read_text(),
+        SECRET,
+    )
     outside_before = sorted(p.relative_to(tmp_path) for p in (tmp_path / "outside").rglob("*"))
-    done = runner.invoke(app, ["grade-all", "subs", "--out", "out", "--jobs", "2",
-                               "--sandbox", "process", "--timeout", "5"])
+    done = runner.invoke(
+        app,
+        [
+            "grade-all",
+            "subs",
+            "--out",
+            "out",
+            "--jobs",
+            "2",
+            "--sandbox",
+            "process",
+            "--timeout",
+            "5",
+        ],
+    )
     assert done.exit_code == 0, done.output
     files = {name: (tmp_path / "out" / name).read_bytes() for name in ("summary.csv", "summary.md")}
     for text in (done.output, *(content.decode() for content in files.values())):
         assert SECRET not in text
         assert "\x1b" not in text and "\x07" not in text
-    assert sorted(p.relative_to(tmp_path) for p in (tmp_path / "outside").rglob("*")) == \
-        outside_before, "nothing was written outside"
+    assert (
+        sorted(p.relative_to(tmp_path) for p in (tmp_path / "outside").rglob("*")) == outside_before
+    ), "nothing was written outside"
     with (tmp_path / "out" / "summary.csv").open(newline="") as f:
         rows = list(csv.DictReader(f))
     assert len(rows) == len(graded) + len(TREE.SKIPPED)
-    assert not [cell for row in rows for cell in row.values()
-                if cell.startswith(("=", "+", "-", "@", "\t", "\r"))]
+    assert not [
+        cell
+        for row in rows
+        for cell in row.values()
+        if cell.startswith(("=", "+", "-", "@", "\t", "\r"))
+    ]
     levels = {row["submission"]: row["level"] for row in rows}
     assert levels["not-utf8-\\xff\\xfe"] == levels["plain"] == levels["alias"] == "below L4"
     for name, reason in TREE.SKIPPED.items():
         assert levels[name] == "" and reason in next(
-            row["error"] for row in rows if row["submission"] == name)
-        assert any(line.startswith(name[:15]) and "not graded" in line
-                   for line in done.output.splitlines()), f"{name} is not listed as skipped"
+            row["error"] for row in rows if row["submission"] == name
+        )
+        assert any(
+            line.startswith(name[:15]) and "not graded" in line for line in done.output.splitlines()
+        ), f"{name} is not listed as skipped"
     assert max(len(line) for line in done.output.splitlines()) <= 80
-    assert done.output.splitlines()[-1] == ("wrote out/summary.csv and out/summary.md "
-                                            "(the full table)")
+    assert done.output.splitlines()[-1] == (
+        "wrote out/summary.csv and out/summary.md (the full table)"
+    )
 
 
 def test_grade_all_checks_out_before_it_grades_anything(tmp_path, monkeypatch):
@@ -321,8 +440,11 @@ def test_grade_all_checks_out_before_it_grades_anything(tmp_path, monkeypatch):
     shutil.copy(REFERENCE, tmp_path / "in" / "alice" / "kv_cache.py")
     done = runner.invoke(app, ["grade-all", "in", "--out", "/proc/nope", "--sandbox", "process"])
     assert done.exit_code == 2, done.output
-    assert done.output.splitlines() == [line for line in done.output.splitlines()
-                                        if line.startswith("kata: error: --out: cannot write in")]
+    assert done.output.splitlines() == [
+        line
+        for line in done.output.splitlines()
+        if line.startswith("kata: error: --out: cannot write in")
+    ]
     assert len(done.output.strip().splitlines()) == 1
 
 
@@ -340,12 +462,12 @@ def test_an_interrupted_batch_keeps_the_grades_it_finished(tmp_path, monkeypatch
         return finished
 
     stand_in(monkeypatch, grade)
-    done = runner.invoke(app, ["grade-all", "in", "--out", "out", "--jobs", "1",
-                               "--sandbox", "process"])
+    done = runner.invoke(
+        app, ["grade-all", "in", "--out", "out", "--jobs", "1", "--sandbox", "process"]
+    )
     assert isinstance(done.exception, KeyboardInterrupt) or done.exit_code != 0
     with (tmp_path / "out" / "summary.csv").open(newline="") as f:
-        assert [(row["submission"], row["level"]) for row in csv.DictReader(f)] == [
-            ("alice", "L6")]
+        assert [(row["submission"], row["level"]) for row in csv.DictReader(f)] == [("alice", "L6")]
     assert "`alice` | L6" in (tmp_path / "out" / "summary.md").read_text()
 
 
@@ -360,8 +482,9 @@ def test_a_tree_where_everything_is_skipped_exits_2_saying_why(tmp_path, monkeyp
     assert SECRET not in done.output and not (tmp_path / "summary.csv").exists()
 
 
-def test_a_summary_that_can_no_longer_be_written_ends_the_batch_with_one_line(tmp_path,
-                                                                               monkeypatch):
+def test_a_summary_that_can_no_longer_be_written_ends_the_batch_with_one_line(
+    tmp_path, monkeypatch
+):
     import errno
 
     monkeypatch.chdir(tmp_path)
@@ -375,5 +498,6 @@ def test_a_summary_that_can_no_longer_be_written_ends_the_batch_with_one_line(tm
     monkeypatch.setattr(batch, "write_summary", disk_full)
     done = runner.invoke(app, ["grade-all", "in", "--out", "out", "--sandbox", "process"])
     assert done.exit_code == 2, done.output
-    assert done.output.strip() == ("kata: error: --out: cannot write the summary: No space left "
-                                   "on device")
+    assert done.output.strip() == (
+        "kata: error: --out: cannot write the summary: No space left on device"
+    )

@@ -5,8 +5,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from graders.shared.compare import (TOLERANCE, Tolerance, close, first_divergence, require_close,
-                              require_shape)
+from graders.shared.compare import (
+    TOLERANCE,
+    Tolerance,
+    close,
+    first_divergence,
+    require_close,
+    require_shape,
+)
 from graders.shared.plans import Fail
 
 TOL = Tolerance(atol=1e-3, rtol=1e-2)
@@ -25,7 +31,7 @@ def test_close_is_atol_plus_rtol_times_the_expected_value():
 
 
 def test_an_error_exactly_at_the_bound_is_close():
-    tol = Tolerance(atol=2.0 ** -10, rtol=2.0 ** -7)  # powers of two: every sum below is exact
+    tol = Tolerance(atol=2.0**-10, rtol=2.0**-7)  # powers of two: every sum below is exact
     expected = torch.tensor([0.0, 4.0, -8.0], dtype=torch.float64)
     bound = tol.atol + tol.rtol * expected.abs()
     assert close(expected + bound, expected, tol).all()
@@ -73,8 +79,7 @@ def test_require_close_fails_with_the_case_the_place_and_the_tolerance():
     got = [e.clone() for e in expected]
     got[2][0, 1, 0, 0] += 1.0
     with pytest.raises(Fail) as failure:
-        require_close(got, expected, TOL, case="B=2, MHA", step_name="prefix length",
-                      first_step=1)
+        require_close(got, expected, TOL, case="B=2, MHA", step_name="prefix length", first_step=1)
     message = str(failure.value)
     assert message.startswith("B=2, MHA: first differs at prefix length 3, row 0, head 1")
     assert str(TOL) in message and "Likely mistake" not in message
@@ -84,9 +89,13 @@ def test_require_close_names_the_likely_mistake_whose_outputs_match():
     expected = outputs()
     unscaled = [e * 2.0 for e in expected]
     with pytest.raises(Fail, match=r"Likely mistake: no 1/sqrt\(D\) scale$"):
-        require_close(unscaled, expected, TOL, case="c",
-                      likely={"values are keys": [e * 3.0 for e in expected],
-                              "no 1/sqrt(D) scale": unscaled})
+        require_close(
+            unscaled,
+            expected,
+            TOL,
+            case="c",
+            likely={"values are keys": [e * 3.0 for e in expected], "no 1/sqrt(D) scale": unscaled},
+        )
     require_close(expected, expected, TOL, case="c", likely={"anything": unscaled})
 
 
@@ -100,10 +109,12 @@ def test_a_non_finite_output_where_the_reference_is_finite_is_said_in_words():
     with pytest.raises(Fail) as failure:
         require_close(got, expected, TOL, case="ragged rows", likely={"anything": got})
     message = str(failure.value)
-    assert message == ("ragged rows: non-finite output (NaN) where the float64 reference is "
-                       "finite, first at step 1, row 1, head 2: uninitialized or stale cache "
-                       "slots likely reached attention (e.g. a row read past its length: a "
-                       "masked slot gets weight 0, and 0 * NaN = NaN)")
+    assert message == (
+        "ragged rows: non-finite output (NaN) where the float64 reference is "
+        "finite, first at step 1, row 1, head 2: uninitialized or stale cache "
+        "slots likely reached attention (e.g. a row read past its length: a "
+        "masked slot gets weight 0, and 0 * NaN = NaN)"
+    )
     with pytest.raises(Fail, match=r"head 2: the scores overflowed$"):
         require_close(got, expected, TOL, case="c", nonfinite_cause="the scores overflowed")
 

@@ -22,11 +22,16 @@ pytestmark = pytest.mark.slow  # whole grades: `pytest -m "not slow"` is the qui
 ROOT = Path(__file__).resolve().parent.parent
 MODEL_TESTS = ROOT / "solutions" / "test_kv_cache.py"
 IMPLEMENTATIONS = ROOT / "tests" / "implementations"
-CORRECT = [ROOT / "solutions" / "kv_cache.py",
-           *sorted(p for p in IMPLEMENTATIONS.glob("*.py") if not p.name.startswith("paged_"))]
+CORRECT = [
+    ROOT / "solutions" / "kv_cache.py",
+    *sorted(p for p in IMPLEMENTATIONS.glob("*.py") if not p.name.startswith("paged_")),
+]
 BASELINE = ROOT / "solutions" / "concat_kv_cache.py"
 SECTION_8 = {ROOT / "solutions" / "kv_cache.py", IMPLEMENTATIONS / "window_slice.py"}  # L6+
-CORRECT_PAGED = [ROOT / "solutions" / "paged_kv_cache.py", *sorted(IMPLEMENTATIONS.glob("paged_*.py"))]
+CORRECT_PAGED = [
+    ROOT / "solutions" / "paged_kv_cache.py",
+    *sorted(IMPLEMENTATIONS.glob("paged_*.py")),
+]
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +42,9 @@ def graded() -> dict[Path, GradeResult]:
 
 
 def _not_passed(result: GradeResult) -> str:
-    return "\n".join(f"  {i.id}: {i.status}: {i.message}" for i in result.items if i.status != "pass")
+    return "\n".join(
+        f"  {i.id}: {i.status}: {i.message}" for i in result.items if i.status != "pass"
+    )
 
 
 @pytest.mark.parametrize("path", CORRECT, ids=[p.stem for p in CORRECT])
@@ -59,7 +66,9 @@ def test_correct_designs_pass_everything_and_reach_l6(path, graded):
 
 def test_the_concat_baseline_fails_only_prealloc_and_shows_concat_every_step(graded):
     result = graded[BASELINE]
-    assert {i.id for i in result.reported if i.status != "pass"} == {"prealloc"}, _not_passed(result)
+    assert {i.id for i in result.reported if i.status != "pass"} == {"prealloc"}, _not_passed(
+        result
+    )
     assert not result.plus_started  # it has no section 8, and does not reach L6 anyway
     assert [t.id for t in result.tells if t.detected] == ["concat-every-step"]
     assert result.level == "L5"
@@ -110,12 +119,16 @@ def test_code_under_torch_compile_is_graded_as_it_runs_eagerly(tmp_path):
     compiled function would compile again and a correct file would time out (module_bthd.py
     compiles its attention, as gpt-fast does). This attend answers zeros only when traced."""
     path = tmp_path / "kv_cache.py"
-    path.write_text(REFERENCE.read_text() + (
-        "\n\n_eager_attend = attend\n\n\n"
-        "@torch.compile(backend='eager')\n"
-        "def attend(cache, query):\n"
-        "    if torch.compiler.is_compiling():  # true only while torch.compile traces\n"
-        "        return torch.zeros_like(query)\n"
-        "    return _eager_attend(cache, query)\n"))
+    path.write_text(
+        REFERENCE.read_text()
+        + (
+            "\n\n_eager_attend = attend\n\n\n"
+            "@torch.compile(backend='eager')\n"
+            "def attend(cache, query):\n"
+            "    if torch.compiler.is_compiling():  # true only while torch.compile traces\n"
+            "        return torch.zeros_like(query)\n"
+            "    return _eager_attend(cache, query)\n"
+        )
+    )
     (item,) = grade(path, only={"prefix-equivalence"}).items
     assert item.status == "pass", item.message

@@ -15,8 +15,17 @@ from graders.dense.disguise import disguise
 from graders.dense.mistakes import MISTAKES
 from graders.shared.mutation import REFERENCE
 
-CONTRACT = ("KVCache", "append", "attend", "reset", "release", "reorder", "fork", "apply_rope",
-            "decode_step")
+CONTRACT = (
+    "KVCache",
+    "append",
+    "attend",
+    "reset",
+    "release",
+    "reorder",
+    "fork",
+    "apply_rope",
+    "decode_step",
+)
 
 
 def load(source: str) -> types.ModuleType:
@@ -64,17 +73,28 @@ def test_the_disguise_computes_exactly_what_the_reference_does(seed):
     for module in (load(REFERENCE.read_text()), load(disguise(REFERENCE.read_text(), seed))):
         g = torch.Generator().manual_seed(1)
         cache = module.KVCache()
-        module.append(cache, torch.randn(3, 2, 5, 8, generator=g),
-                      torch.randn(3, 2, 5, 8, generator=g), torch.tensor([5, 2, 0]))
+        module.append(
+            cache,
+            torch.randn(3, 2, 5, 8, generator=g),
+            torch.randn(3, 2, 5, 8, generator=g),
+            torch.tensor([5, 2, 0]),
+        )
         query = torch.randn(3, 4, 1, 8, generator=g)  # GQA: 4 query heads on 2 kv heads
         first = module.attend(cache, query)
         module.release(cache, 1)
         module.reorder(cache, torch.tensor([0, 0, 2]))
         branch = module.fork(cache)
         torch.manual_seed(2)  # the same weights for both
-        layer = types.SimpleNamespace(n_heads=4, n_kv_heads=2, head_dim=8, rope_base=10000.0,
-                                      **{w: torch.nn.Linear(32, out, bias=False) for w, out in
-                                         (("wq", 32), ("wk", 16), ("wv", 16), ("wo", 32))})
+        layer = types.SimpleNamespace(
+            n_heads=4,
+            n_kv_heads=2,
+            head_dim=8,
+            rope_base=10000.0,
+            **{
+                w: torch.nn.Linear(32, out, bias=False)
+                for w, out in (("wq", 32), ("wk", 16), ("wv", 16), ("wo", 32))
+            },
+        )
         step = module.decode_step(layer, branch, torch.randn(3, 1, 32, generator=g))
         outputs.append((first, module.attend(cache, query), step, branch.lengths))
     for ours, theirs in zip(*outputs):
@@ -98,7 +118,7 @@ def test_what_could_change_the_meaning_is_left_as_written():
     """Names a nested scope or a global statement shares, builtins and module names a
     comprehension could shadow, attributes a string names, and definitions whose decorators
     name each other keep their names and order."""
-    source = textwrap.dedent('''\
+    source = textwrap.dedent("""\
         import functools
         _count = 0
 
@@ -130,7 +150,7 @@ def test_what_could_change_the_meaning_is_left_as_written():
         @functools.wraps(one)
         def two():
             return 2
-    ''')
+    """)
     rewritten = disguise(source, 3)
     module = load(rewritten)
     assert module.outer([]) == 0 and module.bumps() == 1 and module.shadows([4]) == [4]

@@ -39,19 +39,36 @@ PRIVATE_ITEM = "reset"  # the bundled private grader fails it for everyone (hidd
 HOSTILE = Path(__file__).parent / "hostile"
 runner = CliRunner()
 SEED = 11
-ASSIGNMENT = Assignment(track="dense", hidden=True, seed=SEED, torch="2.13.0",
-                        private_graders=False)
+ASSIGNMENT = Assignment(
+    track="dense", hidden=True, seed=SEED, torch="2.13.0", private_graders=False
+)
 
 # Gradescope's autograder specification, results.json: the top level may hold `score` (optional
 # when the tests give scores), `execution_time`, `output`, `visibility`, `stdout_visibility`,
 # `extra_data`, `tests` and `leaderboard`; each test `score`, `max_score`, `status` ("passed"
 # or "failed"), `name`, `number`, `output`, `tags`, `visibility` (below), `extra_data`.
 VISIBILITIES = {"hidden", "after_due_date", "after_published", "visible"}
-TOP_LEVEL = {"score": (int, float), "execution_time": (int, float), "output": str,
-             "visibility": str, "stdout_visibility": str, "extra_data": dict, "tests": list,
-             "leaderboard": list}
-TEST_FIELDS = {"score": (int, float), "max_score": (int, float), "status": str, "name": str,
-               "number": str, "output": str, "tags": list, "visibility": str, "extra_data": dict}
+TOP_LEVEL = {
+    "score": (int, float),
+    "execution_time": (int, float),
+    "output": str,
+    "visibility": str,
+    "stdout_visibility": str,
+    "extra_data": dict,
+    "tests": list,
+    "leaderboard": list,
+}
+TEST_FIELDS = {
+    "score": (int, float),
+    "max_score": (int, float),
+    "status": str,
+    "name": str,
+    "number": str,
+    "output": str,
+    "tags": list,
+    "visibility": str,
+    "extra_data": dict,
+}
 # What this kata promises beyond the schema's optional fields: the issue's list.
 REQUIRED_TOP = {"score", "execution_time", "output", "tests"}
 REQUIRED_TEST = {"name", "score", "max_score", "status", "output", "visibility"}
@@ -85,26 +102,29 @@ def core_items(track=DENSE) -> int:
 
 def rubric_points(track=DENSE) -> float:
     """The points of L4 to L6 (or of a track beside the levels): L6+'s are outside the 100."""
-    return sum(item.points for item in rubric_data.load().track(track)
-               if item.level != rubric_data.PLUS)
+    return sum(
+        item.points for item in rubric_data.load().track(track) if item.level != rubric_data.PLUS
+    )
 
 
 # --- finding the submitted file ---------------------------------------------------------------
+
 
 def test_the_tracks_file_is_found_with_its_tests_beside_it(tmp_path):
     (tmp_path / "notes.py").write_text("")
     (tmp_path / "kv_cache.py").write_text("")
     (tmp_path / "test_kv_cache.py").write_text("")
     assert autograder.find_submission(tmp_path, DENSE) == (
-        tmp_path / "kv_cache.py", tmp_path / "test_kv_cache.py")
+        tmp_path / "kv_cache.py",
+        tmp_path / "test_kv_cache.py",
+    )
 
 
 def test_the_only_py_file_is_graded_whatever_its_name_and_in_a_subfolder(tmp_path):
     (tmp_path / "repo").mkdir()
     (tmp_path / "repo" / "my_cache.py").write_text("")
     (tmp_path / "README.md").write_text("")
-    assert autograder.find_submission(tmp_path, DENSE) == (tmp_path / "repo" / "my_cache.py",
-                                                           None)
+    assert autograder.find_submission(tmp_path, DENSE) == (tmp_path / "repo" / "my_cache.py", None)
 
 
 def test_no_file_and_two_files_are_not_graded_with_a_message(tmp_path):
@@ -136,29 +156,44 @@ def test_the_serving_track_looks_for_its_own_file(tmp_path):
 
 # --- results.json ------------------------------------------------------------------------------
 
+
 def test_an_ungraded_submission_fails_every_item_with_its_points_and_the_reason():
     results = autograder.ungraded(DENSE, "No kv_cache.py was submitted.", "process")
     check_gradescope_schema(results)
     assert results["score"] == 0
     assert [t["name"].split()[1].rstrip(":") for t in results["tests"]] == [
-        item.id for item in rubric_data.load().track(DENSE) if item.level != rubric_data.PLUS]
+        item.id for item in rubric_data.load().track(DENSE) if item.level != rubric_data.PLUS
+    ]
     assert {t["status"] for t in results["tests"]} == {"failed"}
     assert sum(t["max_score"] for t in results["tests"]) == rubric_points() == 100
-    assert all(t["output"] == "Not graded: No kv_cache.py was submitted."
-               for t in results["tests"])
+    assert all(t["output"] == "Not graded: No kv_cache.py was submitted." for t in results["tests"])
     assert "Isolation: process" in results["output"]
 
 
 def grade_results(score: float, status: str) -> dict:
     """A results.json as `kata grade --format gradescope` writes it, two items."""
-    return {"score": score, "output": f"Level reached: {'L4' if score else 'below L4'}",
-            "visibility": "visible", "stdout_visibility": "hidden",
-            "extra_data": {"max_score": 4.0, "level": None, "partial": False},
-            "tests": [{"name": f"L4 {i}: t", "number": str(n), "score": score / 2,
-                       "max_score": 2.0, "status": status, "output": "m", "visibility": v,
-                       "tags": ["L4"]}
-                      for n, (i, v) in enumerate([("append-time-dim", "visible"),
-                                                  ("attend-shape", "visible")], start=1)]}
+    return {
+        "score": score,
+        "output": f"Level reached: {'L4' if score else 'below L4'}",
+        "visibility": "visible",
+        "stdout_visibility": "hidden",
+        "extra_data": {"max_score": 4.0, "level": None, "partial": False},
+        "tests": [
+            {
+                "name": f"L4 {i}: t",
+                "number": str(n),
+                "score": score / 2,
+                "max_score": 2.0,
+                "status": status,
+                "output": "m",
+                "visibility": v,
+                "tags": ["L4"],
+            }
+            for n, (i, v) in enumerate(
+                [("append-time-dim", "visible"), ("attend-shape", "visible")], start=1
+            )
+        ],
+    }
 
 
 def test_a_hidden_assignment_shows_public_feedback_at_once_and_the_grade_when_published():
@@ -173,10 +208,12 @@ def test_a_hidden_assignment_shows_public_feedback_at_once_and_the_grade_when_pu
     assert merged["visibility"] == "after_published"
     feedback, graded, summary = merged["tests"][:2], merged["tests"][2:4], merged["tests"][4]
     assert [(t["visibility"], t["status"], t["score"], t["max_score"]) for t in feedback] == [
-        ("visible", "passed", 0.0, 0.0)] * 2
+        ("visible", "passed", 0.0, 0.0)
+    ] * 2
     assert all(t["name"].endswith("(public cases)") for t in feedback)
     assert [(t["visibility"], t["status"], t["max_score"]) for t in graded] == [
-        ("after_published", "failed", 2.0)] * 2
+        ("after_published", "failed", 2.0)
+    ] * 2
     assert summary["visibility"] == "after_published" and f"seed {SEED}" in summary["name"]
     assert summary["status"] == "failed", "the hidden grade has items that do not pass"
     assert "below L4" not in merged["output"], "the hidden level shows only when published"
@@ -191,24 +228,40 @@ def test_a_public_assignment_is_its_grade_visible_with_the_isolation_said():
     assert autograder.ISOLATION_LINES["process"] in merged["output"]
 
 
-@pytest.mark.parametrize("command, says", [
-    ("sys.exit(4)", "ended with exit code 4"),
-    ("sys.exit(0)", "wrote no results"),
-    ("open('results.json', 'w').write(FORGED); sys.exit(2)", "ended with exit code 2"),
-], ids=["kata-broke", "no-file", "a-file-it-did-not-make"])
+@pytest.mark.parametrize(
+    "command, says",
+    [
+        ("sys.exit(4)", "ended with exit code 4"),
+        ("sys.exit(0)", "wrote no results"),
+        ("open('results.json', 'w').write(FORGED); sys.exit(2)", "ended with exit code 2"),
+    ],
+    ids=["kata-broke", "no-file", "a-file-it-did-not-make"],
+)
 def test_a_grade_that_writes_no_results_is_a_failure_said_in_results_json(
-        command, says, tmp_path, monkeypatch, capsys):
+    command, says, tmp_path, monkeypatch, capsys
+):
     """run_autograder takes a grade's results only from a grade that graded (exit 0 or 1) and
     wrote them; else results.json says what failed, score 0, and the exit code is 1. A file in
     the grade's folder after a grade that failed (a forger's, say) is never taken."""
     forged = json.dumps({"score": 100.0, "output": "forged", "tests": []})
-    monkeypatch.setattr(autograder, "KATA_COMMAND",
-                        f"import sys; sys.stdin.readline(); FORGED = {forged!r}; {command}")
+    monkeypatch.setattr(
+        autograder,
+        "KATA_COMMAND",
+        f"import sys; sys.stdin.readline(); FORGED = {forged!r}; {command}",
+    )
     for folder in ("source", "submission"):
         (tmp_path / folder).mkdir()
-    (tmp_path / "source" / gradescope.SETTINGS).write_text(json.dumps(
-        {"track": "dense", "hidden": False, "seed": None, "torch": "2.13.0",
-         "private_graders": False}))
+    (tmp_path / "source" / gradescope.SETTINGS).write_text(
+        json.dumps(
+            {
+                "track": "dense",
+                "hidden": False,
+                "seed": None,
+                "torch": "2.13.0",
+                "private_graders": False,
+            }
+        )
+    )
     (tmp_path / "submission" / "kv_cache.py").write_text("")
     assert autograder.run(tmp_path) == 1
     results = json.loads((tmp_path / "results" / "results.json").read_text())
@@ -222,6 +275,7 @@ def test_a_grade_that_writes_no_results_is_a_failure_said_in_results_json(
 
 # --- the bundle ---------------------------------------------------------------------------------
 
+
 def test_the_bundle_holds_the_scripts_the_wheel_the_settings_and_the_private_graders(tmp_path):
     wheel = tmp_path / "kvkata-0.1.0-py3-none-any.whl"
     wheel.write_bytes(b"a wheel")
@@ -232,15 +286,23 @@ def test_the_bundle_holds_the_scripts_the_wheel_the_settings_and_the_private_gra
     out = tmp_path / "bundle.zip"
     gradescope.export(out, Assignment("serving", True, 5, "2.13.0", True), private, wheel)
     bundle = zipfile.ZipFile(out)
-    assert sorted(bundle.namelist()) == ["assignment.json", "graders/my_grader.py",
-                                         "kvkata-0.1.0-py3-none-any.whl", "run_autograder",
-                                         "setup.sh"]
+    assert sorted(bundle.namelist()) == [
+        "assignment.json",
+        "graders/my_grader.py",
+        "kvkata-0.1.0-py3-none-any.whl",
+        "run_autograder",
+        "setup.sh",
+    ]
     modes = {i.filename: stat.S_IMODE(i.external_attr >> 16) for i in bundle.infolist()}
     assert modes["setup.sh"] == modes["run_autograder"] == 0o755
     assert modes["assignment.json"] == 0o644
     assert json.loads(bundle.read("assignment.json")) == {
-        "track": "serving", "hidden": True, "seed": 5, "torch": "2.13.0",
-        "private_graders": True}
+        "track": "serving",
+        "hidden": True,
+        "seed": 5,
+        "torch": "2.13.0",
+        "private_graders": True,
+    }
     setup = bundle.read("setup.sh").decode()
     assert '"torch==2.13.0"' in setup and '"$here"/kvkata-0.1.0-py3-none-any.whl' in setup
     assert "@" not in setup.replace("$@", "") and "@" not in bundle.read("run_autograder").decode()
@@ -250,17 +312,21 @@ def test_the_bundle_holds_the_scripts_the_wheel_the_settings_and_the_private_gra
         assert checked.returncode == 0, checked.stderr
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["out.txt"], "the bundle is a zip"),
-    (["out.zip", "--seed", "3"], "--seed chooses the hidden cases"),
-    (["out.zip", "--fresh-seeds"], "--fresh-seeds chooses the hidden cases"),
-    (["out.zip", "--hidden", "--fresh-seeds", "--seed", "3"], "choose one"),
-    (["out.zip", "--graders", "."], "--graders adds hidden graders"),
-    (["out.zip", "--track", "nope"], "--track: no track 'nope'"),
-    (["out.zip", "--wheel", "missing.whl"], "is not a wheel file"),
-])
-def test_export_gradescope_usage_errors_are_one_line_and_exit_2(argv, message, tmp_path,
-                                                               monkeypatch):
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["out.txt"], "the bundle is a zip"),
+        (["out.zip", "--seed", "3"], "--seed chooses the hidden cases"),
+        (["out.zip", "--fresh-seeds"], "--fresh-seeds chooses the hidden cases"),
+        (["out.zip", "--hidden", "--fresh-seeds", "--seed", "3"], "choose one"),
+        (["out.zip", "--graders", "."], "--graders adds hidden graders"),
+        (["out.zip", "--track", "nope"], "--track: no track 'nope'"),
+        (["out.zip", "--wheel", "missing.whl"], "is not a wheel file"),
+    ],
+)
+def test_export_gradescope_usage_errors_are_one_line_and_exit_2(
+    argv, message, tmp_path, monkeypatch
+):
     monkeypatch.chdir(tmp_path)
     done = runner.invoke(app, ["export", "gradescope", *argv])
     assert done.exit_code == 2, done.output
@@ -269,6 +335,7 @@ def test_export_gradescope_usage_errors_are_one_line_and_exit_2(argv, message, t
 
 
 # --- the GitHub Actions workflow ------------------------------------------------------------------
+
 
 def test_the_workflow_grades_on_push_with_the_public_cases_and_publishes_the_reports(tmp_path):
     done = runner.invoke(app, ["export", "github-action", str(tmp_path), "--track", "serving"])
@@ -279,8 +346,13 @@ def test_the_workflow_grades_on_push_with_the_public_cases_and_publishes_the_rep
     assert flow["permissions"] == {"contents": "read"}
     steps = flow["jobs"]["grade"]["steps"]
     assert [s.get("uses", s.get("name")) for s in steps] == [
-        "actions/checkout@v4", "actions/setup-python@v5", "Install the kata",
-        "Grade paged_kv_cache.py", "Job summary", "actions/upload-artifact@v4"]
+        "actions/checkout@v4",
+        "actions/setup-python@v5",
+        "Install the kata",
+        "Grade paged_kv_cache.py",
+        "Job summary",
+        "actions/upload-artifact@v4",
+    ]
     assert steps[3]["run"].startswith("kata grade paged_kv_cache.py --track serving")
     assert steps[4]["if"] == steps[5]["if"] == "always()"
     assert steps[5]["with"]["path"].split() == list(github_action.REPORTS)
@@ -295,15 +367,24 @@ def test_the_workflows_steps_run_here_in_a_students_workspace(tmp_path):
     assert runner.invoke(app, ["init", str(workspace)]).exit_code == 0
     assert runner.invoke(app, ["export", "github-action", str(workspace)]).exit_code == 0
     steps = yaml.safe_load((workspace / github_action.WORKFLOW).read_text())["jobs"]["grade"][
-        "steps"]
+        "steps"
+    ]
     summary = tmp_path / "step_summary.md"
-    env = {**os.environ, "GITHUB_STEP_SUMMARY": str(summary),
-           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    env = {
+        **os.environ,
+        "GITHUB_STEP_SUMMARY": str(summary),
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+    }
     codes = {}
     for step in steps:
         if "run" in step and step["name"] != github_action.INSTALL_STEP:
-            done = subprocess.run(["bash", "-e", "-c", step["run"]], cwd=workspace, env=env,
-                                  capture_output=True, text=True)
+            done = subprocess.run(
+                ["bash", "-e", "-c", step["run"]],
+                cwd=workspace,
+                env=env,
+                capture_output=True,
+                text=True,
+            )
             codes[step["name"]] = done.returncode
     assert codes == {"Grade kv_cache.py": 1, "Job summary": 0}
     assert all((workspace / name).is_file() for name in github_action.REPORTS)
@@ -312,6 +393,7 @@ def test_the_workflows_steps_run_here_in_a_students_workspace(tmp_path):
 
 
 # --- as Gradescope runs it ------------------------------------------------------------------------
+
 
 def jail_argv() -> list[str]:
     """bubblewrap arguments for a root of this machine's read-only folders (/ itself stays a
@@ -346,10 +428,24 @@ def bundle(tmp_path_factory) -> Path:
     (folder / "private").mkdir()
     (folder / "private" / "fails_everyone.py").write_text(PRIVATE_GRADER)
     out = folder / "kata.zip"
-    done = subprocess.run([sys.executable, "-c", "from cli import main; main()", "export",
-                           "gradescope", str(out), "--hidden", "--seed", str(SEED),
-                           "--graders", str(folder / "private")],
-                          cwd=ROOT, capture_output=True, text=True)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from cli import main; main()",
+            "export",
+            "gradescope",
+            str(out),
+            "--hidden",
+            "--seed",
+            str(SEED),
+            "--graders",
+            str(folder / "private"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"seed {SEED}, private graders" in done.stdout
     return out
@@ -368,8 +464,12 @@ def venv(bundle, tmp_path_factory):
     folder = readable / "kvkata"
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env["PATH"] = f"/usr/local/bin:/usr/bin:/bin:{env['PATH']}"
-    done = subprocess.run(["bash", str(source / "setup.sh")], capture_output=True, text=True,
-                          env={**env, "KVKATA_VENV": str(folder), "KVKATA_TORCH_INDEX": ""})
+    done = subprocess.run(
+        ["bash", str(source / "setup.sh")],
+        capture_output=True,
+        text=True,
+        env={**env, "KVKATA_VENV": str(folder), "KVKATA_TORCH_INDEX": ""},
+    )
     try:
         assert done.returncode == 0, done.stdout + done.stderr
         assert "apt-get" not in done.stdout, "a system step ran though it was satisfied"
@@ -398,9 +498,22 @@ def autograde(bundle, venv, tmp_path):
             (root / "submission" / name).write_text(text)
         masked = [] if bwrap else ["--ro-bind", "/dev/null", "/usr/bin/bwrap"]
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-        done = subprocess.run([*jail_argv(), *masked, "--bind", str(root), "/autograder",
-                               sys.executable, "-c", AFTER_THE_RUN], capture_output=True,
-                              text=True, env={**env, "KVKATA_VENV": str(venv)}, timeout=300)
+        done = subprocess.run(
+            [
+                *jail_argv(),
+                *masked,
+                "--bind",
+                str(root),
+                "/autograder",
+                sys.executable,
+                "-c",
+                AFTER_THE_RUN,
+            ],
+            capture_output=True,
+            text=True,
+            env={**env, "KVKATA_VENV": str(venv)},
+            timeout=300,
+        )
         results = root / "results" / "results.json"
         return (json.loads(results.read_text()) if results.is_file() else None), root, done
 
@@ -441,15 +554,19 @@ def test_a_correct_submission_passes_all_but_the_private_case_shown_when_publish
     own, reading a copy of its files: its tests list their folder, as pytest does): every
     public item passes; the hidden grade passes every item but the one the bundled private
     grader fails, which shows its message there alone."""
-    results, _, done = autograde({"kv_cache.py": (ROOT / "solutions/kv_cache.py").read_text(),
-                                  "test_kv_cache.py":
-                                      (ROOT / "solutions/test_kv_cache.py").read_text()},
-                                 bwrap=False)
+    results, _, done = autograde(
+        {
+            "kv_cache.py": (ROOT / "solutions/kv_cache.py").read_text(),
+            "test_kv_cache.py": (ROOT / "solutions/test_kv_cache.py").read_text(),
+        },
+        bwrap=False,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     check_gradescope_schema(results)
     private_points = rubric_data.load().item(PRIVATE_ITEM).points
     assert results["score"] == 100 - private_points, [
-        (t["name"], t["output"]) for t in results["tests"] if t["status"] == "failed"]
+        (t["name"], t["output"]) for t in results["tests"] if t["status"] == "failed"
+    ]
     public, hidden = by_visibility(results, "visible"), by_visibility(results, "after_published")
     assert len(public) == len(rubric_data.load().track(DENSE))  # L6+ included: it reached L6
     assert {t["status"] for t in public} == {"passed"}
@@ -457,7 +574,8 @@ def test_a_correct_submission_passes_all_but_the_private_case_shown_when_publish
     assert len(hidden) == core_items() + 1  # the private case fails an L4 item: L6+ not started
     *items_hidden, summary = hidden
     assert [t["name"].split()[1] for t in items_hidden if t["status"] == "failed"] == [
-        f"{PRIVATE_ITEM}:"]
+        f"{PRIVATE_ITEM}:"
+    ]
     assert summary["status"] == "failed" and "Level reached: L4" in summary["output"]
     assert sum(t["max_score"] for t in hidden) == 100
     assert "the course's own case fails everyone" in str(hidden)
@@ -475,9 +593,10 @@ def test_the_untouched_starter_fails_every_item_as_not_attempted_in_bubblewrap(a
     assert "Isolation: bubblewrap" in results["output"]
     assert results["score"] == 0
     assert {t["status"] for t in results["tests"][:-1]} == {"failed"}
-    assert all("still raises NotImplementedError" in t["output"]
-               or "\n\nno test file: " in t["output"] for t in results["tests"][:-1]), [
-        t["output"][:80] for t in results["tests"]]
+    assert all(
+        "still raises NotImplementedError" in t["output"] or "\n\nno test file: " in t["output"]
+        for t in results["tests"][:-1]
+    ), [t["output"][:80] for t in results["tests"]]
 
 
 @pytest.mark.slow
@@ -502,10 +621,11 @@ def test_a_submission_forging_its_results_in_a_container_without_bubblewrap(auto
 # --- the attacks of a submission on its own grade (issue 40) ----------------------------------
 
 AS_ROOT = pytest.mark.skipif(
-    os.geteuid() != 0, reason="the process fallback runs the submission as a user of its own "
-    "only where run_autograder is root, as in Gradescope's container: run the test as root")
-IN_BOTH_MODES = [pytest.param(False, id="process", marks=AS_ROOT),
-                 pytest.param(True, id="bwrap")]
+    os.geteuid() != 0,
+    reason="the process fallback runs the submission as a user of its own "
+    "only where run_autograder is root, as in Gradescope's container: run the test as root",
+)
+IN_BOTH_MODES = [pytest.param(False, id="process", marks=AS_ROOT), pytest.param(True, id="bwrap")]
 
 
 def left_after(root: Path) -> list[dict]:
@@ -607,12 +727,12 @@ def test_a_file_that_does_not_import_is_a_graded_failure_with_its_error(autograd
     assert results["score"] == 0
     assert {t["status"] for t in results["tests"][:-1]} == {"failed"}
     assert all("SyntaxError" in t["output"] for t in results["tests"][:-1]), [
-        t["output"][:80] for t in results["tests"]]
+        t["output"][:80] for t in results["tests"]
+    ]
 
 
 @pytest.mark.slow
-def test_a_grade_past_its_time_is_stopped_with_its_processes_and_not_graded(tmp_path,
-                                                                            monkeypatch):
+def test_a_grade_past_its_time_is_stopped_with_its_processes_and_not_graded(tmp_path, monkeypatch):
     """GRADE_SECONDS is the backstop: the grade's whole session is killed, and the submission
     is told so (a graded result, not an autograder failure)."""
     monkeypatch.setattr(autograder, "GRADE_SECONDS", 0.5)
@@ -622,8 +742,11 @@ def test_a_grade_past_its_time_is_stopped_with_its_processes_and_not_graded(tmp_
     with pytest.raises(autograder.NotGraded, match=r"did not finish within 0\.5 s"):
         autograder.grade(implementation, None, ASSIGNMENT, tmp_path, "bwrap", hidden=False)
     time.sleep(0.5)
-    left = [pid for pid in set(os.listdir("/proc")) - before
-            if pid.isdigit() and "kvkata-submission" in working_folder(pid)]
+    left = [
+        pid
+        for pid in set(os.listdir("/proc")) - before
+        if pid.isdigit() and "kvkata-submission" in working_folder(pid)
+    ]
     assert left == [], "a process of the stopped grade is still running"
 
 

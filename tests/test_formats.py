@@ -37,21 +37,41 @@ from graders.worker import wire
 ROOT = Path(__file__).resolve().parent.parent
 
 ITEMS = [
-    ItemResult("append-time-dim", "L4", "pass", 5.0, 5.0, "within 1e-05 + 1e-04*|expected| of *it*"),
-    ItemResult("attend-shape", "L4", "fail", 0.0, 5.0,
-               "got [B, 1, D] | wanted [B, Hq, 1, D]\nsecond line\r\nthird a\\|b `x` <b>&amp;"),
-    ItemResult("prefix-equivalence", "L5", "error", 0.0, 8.0,
-               "raised RuntimeError: boom\nstderr: \x00\x1b[31mred\x1b[0m"),
+    ItemResult(
+        "append-time-dim", "L4", "pass", 5.0, 5.0, "within 1e-05 + 1e-04*|expected| of *it*"
+    ),
+    ItemResult(
+        "attend-shape",
+        "L4",
+        "fail",
+        0.0,
+        5.0,
+        "got [B, 1, D] | wanted [B, Hq, 1, D]\nsecond line\r\nthird a\\|b `x` <b>&amp;",
+    ),
+    ItemResult(
+        "prefix-equivalence",
+        "L5",
+        "error",
+        0.0,
+        8.0,
+        "raised RuntimeError: boom\nstderr: \x00\x1b[31mred\x1b[0m",
+    ),
     ItemResult("validate-shapes", "L5", "timeout", 0.0, 5.0, "did not answer in 10 s"),
-    ItemResult("validate-dtype-device", "L5", "pass", 4.0, 4.0, "5 mismatches raised; " + "x" * 300),
+    ItemResult(
+        "validate-dtype-device", "L5", "pass", 4.0, 4.0, "5 mismatches raised; " + "x" * 300
+    ),
     ItemResult("reset", "L5", "not_attempted", 0.0, 4.0, "reset still raises NotImplementedError"),
     ItemResult("gqa", "L6", "pass", 6.0, 6.0, "4 head layouts"),
 ]
 TELLS = [
     TellResult("caches-q", False, "no queries found in the cache"),
     TellResult("concat-every-step", True, "append allocated <all> storage | every step"),
-    TellResult("shape-only-tests", False, "not checked: the item that looks for it did not run",
-               checked=False),
+    TellResult(
+        "shape-only-tests",
+        False,
+        "not checked: the item that looks for it did not run",
+        checked=False,
+    ),
 ]
 NOT_IMPORTING = "the file does not import: SyntaxError: expected ':' (kv_cache.py, line 3)"
 
@@ -65,10 +85,22 @@ def made(hidden: bool = False, **changes) -> GradeResult:
 
 def not_importing() -> GradeResult:
     """A grade whose worker could not import the file: every item not run, no tell checked."""
-    items = [dataclasses.replace(i, status="error", points=0.0, message="not run: the file does "
-                                 "not import", unavailable=NOT_IMPORTING) for i in ITEMS]
-    tells = [TellResult(t.id, False, "not checked: the item that looks for it did not run",
-                        checked=False) for t in TELLS]
+    items = [
+        dataclasses.replace(
+            i,
+            status="error",
+            points=0.0,
+            message="not run: the file does not import",
+            unavailable=NOT_IMPORTING,
+        )
+        for i in ITEMS
+    ]
+    tells = [
+        TellResult(
+            t.id, False, "not checked: the item that looks for it did not run", checked=False
+        )
+        for t in TELLS
+    ]
     return made(items=items, tells=tells)
 
 
@@ -82,11 +114,15 @@ def shown(result: GradeResult, tmp_path: Path) -> dict[str, str]:
     """The text of each output people read: the terminal report, the scorecard, and the top of
     Gradescope's results."""
     write_markdown(result, tmp_path / "scorecard.md")
-    return {"report": terminal(result), "scorecard": (tmp_path / "scorecard.md").read_text(),
-            "gradescope": to_gradescope(result)["output"]}
+    return {
+        "report": terminal(result),
+        "scorecard": (tmp_path / "scorecard.md").read_text(),
+        "gradescope": to_gradescope(result)["output"],
+    }
 
 
 # --- Markdown scorecard -------------------------------------------------------------------------
+
 
 def cells(row: str) -> list[str]:
     """A GFM table row's cells: split at pipes that no backslash escapes."""
@@ -124,7 +160,7 @@ def code_spans(markdown: str) -> tuple[str, list[str]]:
             outside.append(fence.group())
             at += len(fence.group())
             continue
-        body = markdown[at + len(fence.group()):end.start()]
+        body = markdown[at + len(fence.group()) : end.start()]
         spans.append(body[1:-1] if body.startswith(" ") and body.endswith(" ") else body)
         outside.append("\0")
         at = end.end()
@@ -169,8 +205,11 @@ def test_scorecard_tables_keep_one_row_per_item_whatever_the_message(scorecard):
     for item in ITEMS:
         shown = quoted(body[item.id][4])
         lead = lead_of.get(item.id, item.id)
-        said = (item.message if lead == item.id  # under another cause: what it saw
-                else f"under {lead}: {evidence(item.message)}")
+        said = (
+            item.message
+            if lead == item.id  # under another cause: what it saw
+            else f"under {lead}: {evidence(item.message)}"
+        )
         if len(item.message) > PASS_REASON_CHARS and item.status == "pass":
             assert len(shown) == PASS_REASON_CHARS and shown.endswith("…")
         else:  # a pipe after an odd run of backslashes shows one more (markdown_code)
@@ -205,16 +244,51 @@ def test_scorecard_has_every_interviewer_prompt_and_a_decision_line_to_fill(scor
 # --- Gradescope results.json --------------------------------------------------------------------
 
 VISIBILITIES = {"hidden", "after_due_date", "after_published", "visible"}
-TOP_KEYS = {"score", "execution_time", "output", "output_format", "test_output_format",
-            "test_name_format", "visibility", "stdout_visibility", "extra_data", "tests",
-            "leaderboard"}
-TEST_KEYS = {"score", "max_score", "status", "name", "name_format", "number", "output",
-             "output_format", "tags", "visibility", "extra_data"}
+TOP_KEYS = {
+    "score",
+    "execution_time",
+    "output",
+    "output_format",
+    "test_output_format",
+    "test_name_format",
+    "visibility",
+    "stdout_visibility",
+    "extra_data",
+    "tests",
+    "leaderboard",
+}
+TEST_KEYS = {
+    "score",
+    "max_score",
+    "status",
+    "name",
+    "name_format",
+    "number",
+    "output",
+    "output_format",
+    "tags",
+    "visibility",
+    "extra_data",
+}
 NUMBER = (int, float)
-TOP_REQUIRED = {"score": NUMBER, "output": str, "visibility": str, "stdout_visibility": str,
-                "extra_data": dict, "tests": list}
-TEST_REQUIRED = {"name": str, "number": str, "score": NUMBER, "max_score": NUMBER, "status": str,
-                 "output": str, "visibility": str, "tags": list}
+TOP_REQUIRED = {
+    "score": NUMBER,
+    "output": str,
+    "visibility": str,
+    "stdout_visibility": str,
+    "extra_data": dict,
+    "tests": list,
+}
+TEST_REQUIRED = {
+    "name": str,
+    "number": str,
+    "score": NUMBER,
+    "max_score": NUMBER,
+    "status": str,
+    "output": str,
+    "visibility": str,
+    "tags": list,
+}
 
 
 def gradescope_errors(results: dict) -> list[str]:
@@ -237,8 +311,11 @@ def gradescope_errors(results: dict) -> list[str]:
 
 
 def _typed(obj: dict, required: dict, where: str) -> list[str]:
-    return [f"{where}: {key} missing or not {kind}" for key, kind in required.items()
-            if not isinstance(obj.get(key), kind) or isinstance(obj.get(key), bool)]
+    return [
+        f"{where}: {key} missing or not {kind}"
+        for key, kind in required.items()
+        if not isinstance(obj.get(key), kind) or isinstance(obj.get(key), bool)
+    ]
 
 
 @pytest.mark.parametrize("hidden", [False, True])
@@ -246,7 +323,9 @@ def test_gradescope_results_follow_the_spec(hidden):
     results = json.loads(json.dumps(to_gradescope(made(hidden))))
     assert gradescope_errors(results) == []
     assert sum(t["score"] for t in results["tests"]) == results["score"] == 15.0
-    assert sum(t["max_score"] for t in results["tests"]) == results["extra_data"]["max_score"] == 37.0
+    assert (
+        sum(t["max_score"] for t in results["tests"]) == results["extra_data"]["max_score"] == 37.0
+    )
     assert results["visibility"] == "visible" and results["stdout_visibility"] == "hidden"
     expected = "after_published" if hidden else "visible"
     assert {t["visibility"] for t in results["tests"]} == {expected}
@@ -270,8 +349,9 @@ def test_gradescope_tests_name_number_and_explain_each_item():
             cause, message = test["output"].split("\n\n", 1)
             assert cause.startswith(f"Cause: {'this item' if lead == item.id else lead}")
             assert "\n" not in cause
-            assert message.startswith(quote(item.message if lead == item.id
-                                            else evidence(item.message)))
+            assert message.startswith(
+                quote(item.message if lead == item.id else evidence(item.message))
+            )
         assert (info.hints[0] in test["output"]) == (lead == item.id), "the lead's hint only"
 
 
@@ -280,8 +360,22 @@ def test_gradescope_tests_name_number_and_explain_each_item():
 # Jenkins xunit plugin, junit-10.xsd: each element's attributes, required ones, and children.
 ATTRIBUTES = {
     "testsuites": {"name", "time", "tests", "failures", "errors"},
-    "testsuite": {"name", "tests", "failures", "errors", "group", "time", "skipped", "timestamp",
-                  "hostname", "id", "package", "file", "log", "url"},
+    "testsuite": {
+        "name",
+        "tests",
+        "failures",
+        "errors",
+        "group",
+        "time",
+        "skipped",
+        "timestamp",
+        "hostname",
+        "id",
+        "package",
+        "file",
+        "log",
+        "url",
+    },
     "properties": set(),
     "property": {"name", "value"},
     "testcase": {"name", "time", "classname", "group"},
@@ -291,14 +385,26 @@ ATTRIBUTES = {
     "system-out": set(),
     "system-err": set(),
 }
-REQUIRED = {"testsuite": {"name", "tests", "failures", "errors"}, "property": {"name", "value"},
-            "testcase": {"name"}}
+REQUIRED = {
+    "testsuite": {"name", "tests", "failures", "errors"},
+    "property": {"name", "value"},
+    "testcase": {"name"},
+}
 CHILDREN = {
     "testsuites": {"testsuite"},
     "testsuite": {"testsuite", "properties", "testcase", "system-out", "system-err"},
     "properties": {"property"},
-    "testcase": {"skipped", "error", "failure", "rerunFailure", "rerunError", "flakyFailure",
-                 "flakyError", "system-out", "system-err"},
+    "testcase": {
+        "skipped",
+        "error",
+        "failure",
+        "rerunFailure",
+        "rerunError",
+        "flakyFailure",
+        "flakyError",
+        "system-out",
+        "system-err",
+    },
 }
 SUREFIRE_TIME = re.compile(r"(([0-9]{0,3},)*[0-9]{3}|[0-9]{0,3})*(\.[0-9]*)?")
 
@@ -307,12 +413,17 @@ def junit_errors(root: ET.Element) -> list[str]:
     errors = [] if root.tag in ("testsuites", "testsuite") else [f"root {root.tag}"]
     for parent in root.iter():
         attrs = set(parent.attrib)
-        errors += [f"{parent.tag}@{a} not allowed" for a in attrs - ATTRIBUTES.get(parent.tag, set())]
+        errors += [
+            f"{parent.tag}@{a} not allowed" for a in attrs - ATTRIBUTES.get(parent.tag, set())
+        ]
         errors += [f"{parent.tag}@{a} missing" for a in REQUIRED.get(parent.tag, set()) - attrs]
         if "time" in attrs and not SUREFIRE_TIME.fullmatch(parent.get("time")):
             errors.append(f"{parent.tag}@time {parent.get('time')!r}")
-        errors += [f"<{child.tag}> in <{parent.tag}>" for child in parent
-                   if child.tag not in CHILDREN.get(parent.tag, set())]
+        errors += [
+            f"<{child.tag}> in <{parent.tag}>"
+            for child in parent
+            if child.tag not in CHILDREN.get(parent.tag, set())
+        ]
     return errors
 
 
@@ -336,7 +447,11 @@ def test_junit_parses_follows_the_schema_and_counts_right(tmp_path, hidden):
     assert suites[0].get("skipped") == counted(cases, "skipped") == "0"
     props = {p.get("name"): p.get("value") for p in suites[0].iter("property")}
     assert props["implementation"] == "candidates/kv_cache.py" and props["level"] == "below L4"
-    assert (props["score"], props["max_score"], props["hidden"]) == ("15", "37", str(hidden).lower())
+    assert (props["score"], props["max_score"], props["hidden"]) == (
+        "15",
+        "37",
+        str(hidden).lower(),
+    )
     assert "tell.concat-every-step" in props and "tell.caches-q" not in props
 
 
@@ -346,8 +461,13 @@ def test_junit_testcases_map_each_status(tmp_path):
     path = tmp_path / "junit.xml"
     write_junit(made(hidden=False), path)
     cases = ET.parse(path).getroot().iter("testcase")
-    expected = {"pass": None, "fail": ("failure", "fail"), "error": ("error", "error"),
-                "timeout": ("error", "timeout"), "not_attempted": ("failure", "not_attempted")}
+    expected = {
+        "pass": None,
+        "fail": ("failure", "fail"),
+        "error": ("error", "error"),
+        "timeout": ("error", "timeout"),
+        "not_attempted": ("failure", "not_attempted"),
+    }
     for item, case in zip(ITEMS, cases, strict=True):
         assert (case.get("classname"), case.get("name")) == (f"kvkata.{item.level}", item.id)
         outcome = list(case)
@@ -367,8 +487,9 @@ PARTIAL = {"level": None, "partial": True, "items": ITEMS[:2]}
 
 def test_a_partial_run_says_which_items_pass_and_shows_no_level(tmp_path):
     for output, text in shown(made(**PARTIAL), tmp_path).items():
-        assert ("Partial run: item append-time-dim passes; item attend-shape does not pass"
-                in text), f"{output}:\n{text}"
+        assert (
+            "Partial run: item append-time-dim passes; item attend-shape does not pass" in text
+        ), f"{output}:\n{text}"
         assert not re.search(r"Level( reached)?:", text), f"{output} shows a level:\n{text}"
 
 
@@ -389,36 +510,57 @@ def test_junit_and_gradescope_of_a_partial_run_carry_no_level(tmp_path):
     assert results["extra_data"]["level"] is None and results["extra_data"]["partial"] is True
 
 
-@pytest.mark.parametrize("statuses, says", [
-    (["pass"], "item a passes"),
-    (["pass", "pass"], "items a, b pass"),
-    (["pass", "fail", "timeout"], "item a passes; items b, c do not pass"),
-    (["fail"] * 5, "5 items do not pass"),
-], ids=["one", "two", "mixed", "a-count-past-four"])
+@pytest.mark.parametrize(
+    "statuses, says",
+    [
+        (["pass"], "item a passes"),
+        (["pass", "pass"], "items a, b pass"),
+        (["pass", "fail", "timeout"], "item a passes; items b, c do not pass"),
+        (["fail"] * 5, "5 items do not pass"),
+    ],
+    ids=["one", "two", "mixed", "a-count-past-four"],
+)
 def test_partial_verdict_names_what_passes_and_what_does_not(statuses, says):
     items = [ItemResult(chr(ord("a") + n), "L4", s, 0.0, 1.0, "") for n, s in enumerate(statuses)]
     assert partial_verdict(items) == says
 
 
-@pytest.mark.parametrize("reached, detected, level, capped_by", [
-    ("L6", ["concat-every-step"], "L5", ["concat-every-step"]),
-    ("L6", ["caches-q", "concat-every-step"], "L4", ["caches-q"]),
-    ("L4", ["concat-every-step"], "L4", []),
-    (None, ["caches-q"], "below L4", []),
-], ids=["lowered", "the-lowest-cap-wins", "cap-above-the-level", "no-level-reached"])
+@pytest.mark.parametrize(
+    "reached, detected, level, capped_by",
+    [
+        ("L6", ["concat-every-step"], "L5", ["concat-every-step"]),
+        ("L6", ["caches-q", "concat-every-step"], "L4", ["caches-q"]),
+        ("L4", ["concat-every-step"], "L4", []),
+        (None, ["caches-q"], "below L4", []),
+    ],
+    ids=["lowered", "the-lowest-cap-wins", "cap-above-the-level", "no-level-reached"],
+)
 def test_the_level_names_only_the_tells_that_lowered_it(reached, detected, level, capped_by):
     rubric = load()
     top = rubric.levels.index(reached) if reached else -1
-    items = [ItemResult(i.id, i.level, "pass" if rubric.levels.index(i.level) <= top else "fail",
-                        0.0, i.points, "") for i in rubric.track(DENSE)]
+    items = [
+        ItemResult(
+            i.id,
+            i.level,
+            "pass" if rubric.levels.index(i.level) <= top else "fail",
+            0.0,
+            i.points,
+            "",
+        )
+        for i in rubric.track(DENSE)
+    ]
     tells = [TellResult(t.id, t.id in detected, "") for t in rubric.tells]
     assert level_of(DENSE, items, tells) == (level, capped_by)
 
 
-@pytest.mark.parametrize("level, capped_by, says", [
-    ("L5", ["concat-every-step"], "capped at L5 by concat-every-step"),
-    ("L4", [], None),
-], ids=["lowered", "not-lowered"])
+@pytest.mark.parametrize(
+    "level, capped_by, says",
+    [
+        ("L5", ["concat-every-step"], "capped at L5 by concat-every-step"),
+        ("L4", [], None),
+    ],
+    ids=["lowered", "not-lowered"],
+)
 def test_a_cap_shows_only_when_it_lowered_the_level(tmp_path, level, capped_by, says):
     for output, text in shown(made(level=level, capped_by=capped_by), tmp_path).items():
         if says:
@@ -432,8 +574,10 @@ def test_a_tell_no_item_looked_for_is_not_checked_rather_than_clear(tmp_path):
     for output in ("verbose", "scorecard"):
         lines = [line for line in texts[output].splitlines() if "shape-only-tests" in line]
         assert lines and all("not checked" in line and "clear" not in line for line in lines), lines
-    assert ("Other tells: clear (caches-q); not checked (shape-only-tests: no item that looks for "
-            "it ran)") in " ".join(texts["report"].split())
+    assert (
+        "Other tells: clear (caches-q); not checked (shape-only-tests: no item that looks for "
+        "it ran)"
+    ) in " ".join(texts["report"].split())
     tell = to_json(made())["tells"][2]
     assert tell["detected"] is False and tell["message"].startswith("not checked")
 
@@ -445,7 +589,9 @@ def test_a_file_that_does_not_import_is_reported_once_and_its_items_say_not_run(
     report = terminal(result)
     assert f"Items not run ({len(ITEMS)}):" in report and "hint:" not in report, report
     assert terminal(result, "verbose").count("not run:") == len(ITEMS), "every item, with -v"
-    assert set(reasons(shown(result, tmp_path)["scorecard"])) == {"not run: the file does not import"}
+    assert set(reasons(shown(result, tmp_path)["scorecard"])) == {
+        "not run: the file does not import"
+    }
     assert {i["message"] for i in to_json(result)["items"]} == {f"not run: {NOT_IMPORTING}"}
 
 
@@ -460,18 +606,27 @@ def test_long_messages_wrap_in_the_report_rather_than_being_cut(status, detail):
     assert token in re.sub(r"[\s│]", "", text), "a word longer than the column folds, whole"
 
 
-@pytest.mark.parametrize("opaque, says", [
-    (wire.Opaque("float32", (2, 3), "cpu", "kv_cache.Agreeable"),
-     "a float32 tensor [2, 3] of type kv_cache.Agreeable (a torch.Tensor subclass)"),
-    (wire.Opaque("float32", (2, 3), "meta", "torch.Tensor"), "a float32 tensor [2, 3] on meta"),
-], ids=["subclass", "other-device"])
+@pytest.mark.parametrize(
+    "opaque, says",
+    [
+        (
+            wire.Opaque("float32", (2, 3), "cpu", "kv_cache.Agreeable"),
+            "a float32 tensor [2, 3] of type kv_cache.Agreeable (a torch.Tensor subclass)",
+        ),
+        (wire.Opaque("float32", (2, 3), "meta", "torch.Tensor"), "a float32 tensor [2, 3] on meta"),
+    ],
+    ids=["subclass", "other-device"],
+)
 def test_a_tensor_that_arrived_without_data_is_named_once(opaque, says):
     with pytest.raises(Fail) as caught:
         tensor(opaque, "attend's output")
-    assert str(caught.value) == f"attend's output is {says}, expected a plain torch.Tensor on the CPU"
+    assert (
+        str(caught.value) == f"attend's output is {says}, expected a plain torch.Tensor on the CPU"
+    )
 
 
 # --- real grades --------------------------------------------------------------------------------
+
 
 def test_a_real_grade_writes_all_three_formats(tmp_path):
     result = grade(ROOT / "solutions/kv_cache.py", only={"append-time-dim", "attend-shape"})
@@ -484,7 +639,10 @@ def test_a_real_grade_writes_all_three_formats(tmp_path):
     assert "`append-time-dim`" in scorecard and "`attend-shape`" in scorecard
     assert "**Partial run: items append-time-dim, attend-shape pass**" in scorecard
     results = json.loads((tmp_path / "results.json").read_text())
-    assert gradescope_errors(results) == [] and results["score"] == results["extra_data"]["max_score"] == 10.0
+    assert (
+        gradescope_errors(results) == []
+        and results["score"] == results["extra_data"]["max_score"] == 10.0
+    )
     root = ET.parse(tmp_path / "junit.xml").getroot()
     assert junit_errors(root) == [] and root.find("testsuite").get("tests") == "2"
 

@@ -18,8 +18,9 @@ def newest_token_attention(query, keys, values, lengths):
     """Row b's output at its last position lengths[b] - 1 of a full causal forward (float64), with
     the query at every position: [B, Hq, 1, D]; zeros for a row of length 0."""
     batch, q_heads, _, head_dim = query.shape
-    full = causal_attention(query.expand(batch, q_heads, keys.shape[2], head_dim), keys, values,
-                            lengths)  # [B, Hq, T, D]
+    full = causal_attention(
+        query.expand(batch, q_heads, keys.shape[2], head_dim), keys, values, lengths
+    )  # [B, Hq, T, D]
     last = (lengths - 1).clamp(min=0)
     out = full[torch.arange(batch), :, last][:, :, None]  # [B, Hq, 1, D]
     return out.masked_fill((lengths == 0)[:, None, None, None], 0.0)

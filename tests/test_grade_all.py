@@ -28,16 +28,25 @@ from graders.shared.rubric import load
 from graders.shared.tracks import DENSE, SERVING
 from graders.workflows import batch
 from tests.grading import stand_in
-from graders.workflows.batch import (Outcome, Skipped, Submission, find_submissions, grade_all,
-                                     survey, terminal_table, write_summary)
+from graders.workflows.batch import (
+    Outcome,
+    Skipped,
+    Submission,
+    find_submissions,
+    grade_all,
+    survey,
+    terminal_table,
+    write_summary,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTIONS = ROOT / "solutions"
 FAST = 2.0  # seconds an import may take: carol's never ends, the others' take far less
 NAMES = ["alice", "bob", "carol", "dave", "team/erin"]
 SECRET = "kata-secret-7e3a19"
-_spec = importlib.util.spec_from_file_location("submissions_tree",
-                                               ROOT / "tests" / "hostile" / "submissions_tree.py")
+_spec = importlib.util.spec_from_file_location(
+    "submissions_tree", ROOT / "tests" / "hostile" / "submissions_tree.py"
+)
 TREE = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(TREE)
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
@@ -74,12 +83,18 @@ def run(root):
     start = time.monotonic()
     # Calls keep the default timeout: under load bob's measured appends (concat, counted by the
     # allocation probe) once took more than 2 s, and his tell went unseen.
-    outcomes = grade_all(find_submissions(root), 2, GradeRequest(root, import_timeout=FAST),
-                         on_done=done.append)
+    outcomes = grade_all(
+        find_submissions(root), 2, GradeRequest(root, import_timeout=FAST), on_done=done.append
+    )
     elapsed = time.monotonic() - start
     write_summary(outcomes, root / "summary.csv", root / "summary.md")
-    return {"outcomes": outcomes, "done": done, "elapsed": elapsed, "csv": root / "summary.csv",
-            "md": root / "summary.md"}
+    return {
+        "outcomes": outcomes,
+        "done": done,
+        "elapsed": elapsed,
+        "csv": root / "summary.csv",
+        "md": root / "summary.md",
+    }
 
 
 def results(run) -> dict:
@@ -173,14 +188,18 @@ def test_every_grade_gets_the_batchs_options(monkeypatch, tmp_path):
 
     seen = []
     stand_in(monkeypatch, lambda request, on_item: seen.append(request))
-    subs = [Submission(n, tmp_path / n / "kv_cache.py", tmp_path / n / "test_kv_cache.py")
-            for n in ("a", "b")]
+    subs = [
+        Submission(n, tmp_path / n / "kv_cache.py", tmp_path / n / "test_kv_cache.py")
+        for n in ("a", "b")
+    ]
     sandbox = Sandbox(mode="process", memory=1 << 30)
-    settings = GradeRequest(tmp_path, hidden=True, timeout=3.0, import_timeout=9.0,
-                            sandbox=sandbox, seed=8)
+    settings = GradeRequest(
+        tmp_path, hidden=True, timeout=3.0, import_timeout=9.0, sandbox=sandbox, seed=8
+    )
     grade_all(subs, 2, settings)
     assert sorted(seen, key=lambda r: r.implementation) == [
-        replace(settings, implementation=s.implementation, tests=s.tests) for s in subs]
+        replace(settings, implementation=s.implementation, tests=s.tests) for s in subs
+    ]
     seen.clear()
     grade_all(subs, 1, GradeRequest(tmp_path, track=SERVING, hidden=True))
     assert [r.track for r in seen] == [SERVING, SERVING]
@@ -188,7 +207,8 @@ def test_every_grade_gets_the_batchs_options(monkeypatch, tmp_path):
 
 
 def test_an_unavailable_sandbox_stops_the_batch_instead_of_failing_each_submission(
-        monkeypatch, tmp_path):
+    monkeypatch, tmp_path
+):
     from graders.judge.isolation import SandboxUnavailable
 
     def no_sandbox(request, on_item):
@@ -202,11 +222,16 @@ def test_an_unavailable_sandbox_stops_the_batch_instead_of_failing_each_submissi
 
 # --- a folder an attacker prepared -----------------------------------------------------------
 
+
 @pytest.fixture
 def tree(tmp_path) -> dict:
     """tests/hostile/submissions_tree.py built in tmp_path/subs, its secrets in tmp_path/outside."""
-    graded = TREE.build(tmp_path / "subs", tmp_path / "outside",
-                        (ROOT / "starter" / "kv_cache.py").read_text(), SECRET)
+    graded = TREE.build(
+        tmp_path / "subs",
+        tmp_path / "outside",
+        (ROOT / "starter" / "kv_cache.py").read_text(),
+        SECRET,
+    )
     return {"root": tmp_path / "subs", "outside": tmp_path / "outside", "graded": graded}
 
 
@@ -224,7 +249,8 @@ def test_survey_grades_nothing_that_resolves_outside_and_says_why_for_each(tree)
     submissions, skipped = _surveyed(tree["root"])
     assert [s.name for s in submissions] == tree["graded"]
     assert {s.name: s.reason.rsplit(" the folder", 1)[0] for s in skipped} == {
-        name: reason.rsplit(" the folder", 1)[0] for name, reason in TREE.SKIPPED.items()}
+        name: reason.rsplit(" the folder", 1)[0] for name, reason in TREE.SKIPPED.items()
+    }
     for submission in submissions:
         real = Path(os.path.realpath(submission.implementation))
         assert real.is_relative_to(os.path.realpath(tree["root"])) and real.is_file()
@@ -247,11 +273,21 @@ def test_a_name_that_is_not_utf8_is_a_submission_like_any_other(tree):
 
 def _result(statuses: dict[str, str], *, similarity=None, messages=None) -> GradeResult:
     levels = {item.id: item.level for item in load().items}
-    items = [ItemResult(i, levels[i], status, 1.0 if status == "pass" else 0.0, 1.0,
-                        (messages or {}).get(i, ""))
-             for i, status in statuses.items()]
-    return GradeResult("kv_cache.py", "L4", items, [TellResult("caches-q", True, "")], True,
-                       similarity=similarity, seed=5)
+    items = [
+        ItemResult(
+            i, levels[i], status, 1.0 if status == "pass" else 0.0, 1.0, (messages or {}).get(i, "")
+        )
+        for i, status in statuses.items()
+    ]
+    return GradeResult(
+        "kv_cache.py",
+        "L4",
+        items,
+        [TellResult("caches-q", True, "")],
+        True,
+        similarity=similarity,
+        seed=5,
+    )
 
 
 def _hostile_outcomes() -> tuple[list[Outcome], list[Skipped]]:
@@ -259,17 +295,28 @@ def _hostile_outcomes() -> tuple[list[Outcome], list[Skipped]]:
     skipped folder: what write_summary and terminal_table get from a batch of the tree."""
     statuses = {item.id: "pass" for item in load().track(DENSE)}
     statuses.update({"own-tests": "not_attempted", "gqa": "fail", "prealloc": "timeout"})
-    result = _result(statuses, messages={"own-tests": "no test file: write test_kv_cache.py"},
-                     similarity=[{"solution": "solutions/concat_kv_cache.py", "fraction": 0.31},
-                                 {"solution": "solutions/kv_cache.py", "fraction": 0.97}])
+    result = _result(
+        statuses,
+        messages={"own-tests": "no test file: write test_kv_cache.py"},
+        similarity=[
+            {"solution": "solutions/concat_kv_cache.py", "fraction": 0.31},
+            {"solution": "solutions/kv_cache.py", "fraction": 0.97},
+        ],
+    )
     names = [*TREE.NAMES, "not-utf8-\udcff\udcfe"]
-    outcomes = [Outcome(Submission(n, Path(n, "kv_cache.py"), None), result, seconds=3.2)
-                for n in names]
-    outcomes.append(Outcome(Submission("broken", Path("broken"), None),
-                            error="grading raised: Traceback\n=cmd|' /C calc'!A0 <img src=x "
-                                  "onerror=alert(1)> \x1b]0;owned\x07"))
-    return outcomes, [Skipped("links-a-secret", "kv_cache.py is a link to a file outside "
-                                                 "the folder graded")]
+    outcomes = [
+        Outcome(Submission(n, Path(n, "kv_cache.py"), None), result, seconds=3.2) for n in names
+    ]
+    outcomes.append(
+        Outcome(
+            Submission("broken", Path("broken"), None),
+            error="grading raised: Traceback\n=cmd|' /C calc'!A0 <img src=x "
+            "onerror=alert(1)> \x1b]0;owned\x07",
+        )
+    )
+    return outcomes, [
+        Skipped("links-a-secret", "kv_cache.py is a link to a file outside the folder graded")
+    ]
 
 
 def test_no_cell_of_the_csv_starts_a_formula_and_the_csv_parses(tmp_path):
@@ -283,7 +330,7 @@ def test_no_cell_of_the_csv_starts_a_formula_and_the_csv_parses(tmp_path):
     assert not [cell for cell in cells if cell.startswith(FORMULA_START)]
     assert not [cell for cell in cells if re.search("[\x00-\x08\x0b-\x1f\x7f]", cell)]
     names = {row[0] for row in rows[1:]}
-    assert "'=HYPERLINK(\"https:evil.example\",\"click me\")" in names
+    assert '\'=HYPERLINK("https:evil.example","click me")' in names
     assert "not-utf8-\\xff\\xfe" in names and "links-a-secret" in names
 
 
@@ -299,9 +346,11 @@ def test_the_markdown_shows_every_name_and_message_as_code_never_markup(tmp_path
         submission = line.removeprefix("| ").split(" | ")[0]
         assert submission.startswith("`") and submission.endswith("`"), line
     assert "<img" not in text.replace("`<img src=x onerror=alert(1)>`", "").replace(
-        "`=cmd\\|' /C calc'!A0 <img src=x onerror=alert(1)> \\x1b]0;owned\\x07`", "")
+        "`=cmd\\|' /C calc'!A0 <img src=x onerror=alert(1)> \\x1b]0;owned\\x07`", ""
+    )
     assert "[link](https:evil.example)" not in text.replace(
-        "`[link](https:evil.example)\\|x\\| cell`", "")
+        "`[link](https:evil.example)\\|x\\| cell`", ""
+    )
 
 
 def test_the_summaries_carry_the_similarity_and_why_own_tests_was_not_attempted(tmp_path):
@@ -319,15 +368,24 @@ def test_the_summaries_carry_the_similarity_and_why_own_tests_was_not_attempted(
 def test_the_terminal_table_fits_80_columns_and_shows_names_printable():
     outcomes, skipped = _hostile_outcomes()
     lines = terminal_table(outcomes, skipped)
-    assert lines[0].split() == ["submission", "level", "score", "not", "passing", "similarity",
-                                "time"]
+    assert lines[0].split() == [
+        "submission",
+        "level",
+        "score",
+        "not",
+        "passing",
+        "similarity",
+        "time",
+    ]
     assert len(lines) == 1 + len(outcomes) + len(skipped)
     assert max(len(line) for line in lines) <= batch.WIDTH
     assert not [line for line in lines if re.search("[\x00-\x08\x0b-\x1f\x7f-\x9f]", line)]
     row = next(line for line in lines if line.startswith("@SUM"))
     assert "L4" in row and "own-tests, gqa +1" in row and "0.97 kv_cache.py" in row and "3s" in row
-    assert any(line.startswith("links-a-secret") and "not graded: kv_cache.py is a link" in line
-               for line in lines)
+    assert any(
+        line.startswith("links-a-secret") and "not graded: kv_cache.py is a link" in line
+        for line in lines
+    )
     assert any(line.startswith("not-utf8-\\xff") for line in lines)
 
 

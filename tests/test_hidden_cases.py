@@ -54,7 +54,11 @@ def test_names_shapes_and_layouts_in_words():
     assert hidden_cases.shape(3, 4) == "B=3, 4 heads"
     assert hidden_cases.shape(1, 0) == "B=1, 0 heads"
     assert [hidden_cases.layout(*heads) for heads in ((4, 4), (4, 1), (8, 2), (1, 1))] == [
-        "MHA", "MQA", "GQA 8/2", "MHA"]
+        "MHA",
+        "MQA",
+        "GQA 8/2",
+        "MHA",
+    ]
 
 
 def test_a_failure_that_names_its_case_fails_unchanged():
@@ -86,8 +90,9 @@ def test_a_timeout_or_a_crash_keeps_its_kind_and_gets_the_case_in_front(kind):
     assert message.startswith(f"{CASE}: ") and message.endswith("within 10 s")
 
 
-@pytest.mark.parametrize("exc", [NotAttempted("attend"), KeyError("the judge's own bug")],
-                         ids=lambda e: type(e).__name__)
+@pytest.mark.parametrize(
+    "exc", [NotAttempted("attend"), KeyError("the judge's own bug")], ids=lambda e: type(e).__name__
+)
 def test_anything_else_passes_through_untouched(exc):
     with pytest.raises(type(exc)) as raised:
         with hidden_cases.labelled(CASE):
@@ -109,5 +114,4 @@ def test_run_returns_the_candidates_results_and_labels_what_its_run_raises():
     with pytest.raises(CandidateTimeout, match=r"^seed 1234 \(B=2, a prompt then chunks\): "):
         hidden_cases.run(Raising(CandidateTimeout("the implementation hung")), plan, CASE)
     with pytest.raises(CandidateError, match=r"^seed 1234 .*: the process .* was killed$"):
-        hidden_cases.run(Raising(CandidateError("the process running it was killed")), plan,
-                         CASE)
+        hidden_cases.run(Raising(CandidateError("the process running it was killed")), plan, CASE)

@@ -95,8 +95,9 @@ def failures(tmp_path_factory) -> list[tuple[str, str, str]]:
 
     def run(job):
         name, path, module, items = job
-        return [(name, item, message)
-                for item, message in _hidden_verdicts(path, module, items).items()]
+        return [
+            (name, item, message) for item, message in _hidden_verdicts(path, module, items).items()
+        ]
 
     with ThreadPoolExecutor(PARALLEL) as pool:
         return [found for found_by_one in pool.map(run, jobs) for found in found_by_one]

@@ -31,10 +31,15 @@ def _squeezed(text: str) -> str:
 def solution_code_lines() -> set[str]:
     """Every line of code (comments and docstrings removed) of the solutions, without whitespace,
     of at least MIN_CODE_LINE characters."""
-    files = [*sorted(bundled.SOLUTIONS.glob("*.py")), bundled.TILED_ATTENTION, bundled.FUSED_ATTENTION,
-             bundled.FUSED_PAGED_ATTENTION]
-    lines = {_squeezed(line) for path in files
-             for line in strip_prose(path.read_text()).splitlines()}
+    files = [
+        *sorted(bundled.SOLUTIONS.glob("*.py")),
+        bundled.TILED_ATTENTION,
+        bundled.FUSED_ATTENTION,
+        bundled.FUSED_PAGED_ATTENTION,
+    ]
+    lines = {
+        _squeezed(line) for path in files for line in strip_prose(path.read_text()).splitlines()
+    }
     return {line for line in lines if len(line) >= MIN_CODE_LINE}
 
 
@@ -51,9 +56,13 @@ def test_every_item_goes_from_a_question_to_the_concept_to_the_shape_of_the_fix(
 def test_no_hint_is_a_line_of_a_solution():
     code = solution_code_lines()
     assert len(code) > 300, "the solutions' code was read"
-    quoted = [(item.id, step, line) for item in load().items
-              for step, text in enumerate(item.hints, 1) for line in code
-              if line in _squeezed(text)]
+    quoted = [
+        (item.id, step, line)
+        for item in load().items
+        for step, text in enumerate(item.hints, 1)
+        for line in code
+        if line in _squeezed(text)
+    ]
     assert quoted == [], "hints must point, never give the code"
 
 
@@ -70,8 +79,12 @@ def test_steps_past_the_end_give_the_last():
 
 def test_the_label_says_which_step_is_the_last_and_when_a_step_past_it_was_asked():
     assert [label(step, 3) for step in (1, 2, 3, 4, 9)] == [
-        "hint 1 of 3", "hint 2 of 3", "hint 3 of 3, the last",
-        "hint 3 of 3, the last (there is no step 4)", "hint 3 of 3, the last (there is no step 9)"]
+        "hint 1 of 3",
+        "hint 2 of 3",
+        "hint 3 of 3, the last",
+        "hint 3 of 3, the last (there is no step 4)",
+        "hint 3 of 3, the last (there is no step 9)",
+    ]
 
 
 def test_kata_hint_past_the_last_step_says_it_gives_the_last_and_offers_no_more():
@@ -79,8 +92,10 @@ def test_kata_hint_past_the_last_step_says_it_gives_the_last_and_offers_no_more(
     done = CliRunner().invoke(app, ["hint", "prefix-equivalence", "--step", "9"])
     assert done.exit_code == 0, done.output
     shown = " ".join(done.output.split())
-    assert shown == (f"prefix-equivalence, hint {steps} of {steps}, the last (there is no step "
-                     f"9): {' '.join(last.split())}")
+    assert shown == (
+        f"prefix-equivalence, hint {steps} of {steps}, the last (there is no step "
+        f"9): {' '.join(last.split())}"
+    )
     within = CliRunner().invoke(app, ["hint", "prefix-equivalence", "--step", str(steps - 1)])
     assert f"more: kata hint prefix-equivalence --step {steps}" in within.output
 

@@ -25,12 +25,19 @@ pytestmark = pytest.mark.slow  # whole grades through the CLI
 
 ROOT = Path(__file__).resolve().parent.parent
 # Each hostile file, and what of its attack the JSON shows as data (escaped, or cut).
-SHOWN = {"escapes_the_terminal": "\\x1b[2J\\x1b[H", "forges_the_closing_block": "Level: L6",
-         "hides_code_with_bidi": "\\u202e", "links_from_the_scorecard": "](http://evil.example",
-         "sends_lone_surrogates": "lone \\ud800", "fails_import_with_megabytes": "characters cut]",
-         "crashes_with_escapes_on_stderr": "\\x1b]0;pwned\\x07"}
-TERMINALS = {"xterm-colour": {"TERM": "xterm-256color", "FORCE_COLOR": "1"},
-             "dumb-pipe": {"TERM": "dumb"}}
+SHOWN = {
+    "escapes_the_terminal": "\\x1b[2J\\x1b[H",
+    "forges_the_closing_block": "Level: L6",
+    "hides_code_with_bidi": "\\u202e",
+    "links_from_the_scorecard": "](http://evil.example",
+    "sends_lone_surrogates": "lone \\ud800",
+    "fails_import_with_megabytes": "characters cut]",
+    "crashes_with_escapes_on_stderr": "\\x1b]0;pwned\\x07",
+}
+TERMINALS = {
+    "xterm-colour": {"TERM": "xterm-256color", "FORCE_COLOR": "1"},
+    "dumb-pipe": {"TERM": "dumb"},
+}
 FILES = ["--json", "r.json", "--markdown", "card.md", "--junit", "junit.xml"]
 # What rich's live progress writes in a terminal, besides colour codes: the cursor hidden and
 # shown again, its line redrawn, and erased at the end. The kata's own; anything else is a control left unescaped.
@@ -40,9 +47,21 @@ PROGRESS = re.compile(r"\x1b\[\?25[lh]|\r(?:\x1b\[1A)?\x1b\[2K")
 def kata_grade(folder: Path, *args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
     """`kata grade kv_cache.py --item attend-shape ARGS` run in `folder`, its output as bytes."""
     environ = {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "NO_COLOR")}
-    return subprocess.run([sys.executable, str(ROOT / "cli.py"), "grade", "kv_cache.py", "--item",
-                           "attend-shape", *args], cwd=folder, capture_output=True,
-                          env=dict(environ, COLUMNS="80", **env), timeout=300)
+    return subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "cli.py"),
+            "grade",
+            "kv_cache.py",
+            "--item",
+            "attend-shape",
+            *args,
+        ],
+        cwd=folder,
+        capture_output=True,
+        env=dict(environ, COLUMNS="80", **env),
+        timeout=300,
+    )
 
 
 def assert_terminal_safe(stdout: bytes, closing: str = "Partial run: ") -> None:
@@ -73,8 +92,9 @@ def assert_files_safe(folder: Path) -> None:
 
 @pytest.mark.parametrize("terminal", list(TERMINALS))
 @pytest.mark.parametrize("attack", list(SHOWN))
-def test_a_hostile_message_reaches_no_output_as_control_or_markup(attack, terminal, tmp_path,
-                                                                  hostile_file):
+def test_a_hostile_message_reaches_no_output_as_control_or_markup(
+    attack, terminal, tmp_path, hostile_file
+):
     hostile_file(attack)
     done = kata_grade(tmp_path, *FILES, env=TERMINALS[terminal])
     assert done.returncode == 1, done.stderr.decode()
@@ -86,8 +106,9 @@ def test_a_hostile_message_reaches_no_output_as_control_or_markup(attack, termin
     assert item["status"] == "error" and SHOWN[attack] in item["message"], item["message"]
 
 
-def test_a_forged_closing_block_shows_only_indented_under_its_item_even_in_verbose(tmp_path,
-                                                                                  hostile_file):
+def test_a_forged_closing_block_shows_only_indented_under_its_item_even_in_verbose(
+    tmp_path, hostile_file
+):
     hostile_file("forges_the_closing_block")
     done = kata_grade(tmp_path, "-v", env=TERMINALS["xterm-colour"])
     assert_terminal_safe(done.stdout)
@@ -98,8 +119,18 @@ def test_a_forged_closing_block_shows_only_indented_under_its_item_even_in_verbo
 
 def test_a_lone_surrogate_costs_no_file_in_any_format(tmp_path, hostile_file):
     hostile_file("sends_lone_surrogates")
-    done = kata_grade(tmp_path, "--format", "gradescope", "--json", "results.json",
-                      "--markdown", "card.md", "--junit", "junit.xml", env={"TERM": "dumb"})
+    done = kata_grade(
+        tmp_path,
+        "--format",
+        "gradescope",
+        "--json",
+        "results.json",
+        "--markdown",
+        "card.md",
+        "--junit",
+        "junit.xml",
+        env={"TERM": "dumb"},
+    )
     assert done.returncode == 1 and done.stderr == b"", done.stderr.decode()
     results = json.loads((tmp_path / "results.json").read_bytes().decode("utf-8"))
     assert "\\ud800" in results["tests"][0]["output"]

@@ -39,11 +39,50 @@ PAYLOAD_FILE = HOSTILE / "scripts_the_review_page.py"
 TWO_MB = 2 << 20
 UNBROKEN = "x = '" + "A" * 300 + "'"  # a line of code no space breaks: printed, it must wrap
 # Every tag the kata's pages are made of: a tag outside it came from someone else.
-KATA_TAGS = {"html", "head", "meta", "title", "style", "body", "script", "h1", "h2", "h3", "h4",
-             "p", "b", "code", "ul", "ol", "li", "div", "span", "details", "summary", "table",
-             "thead", "tbody", "tr", "th", "td", "pre", "section", "button", "input", "output",
-             "noscript", "a", "svg", "line", "text", "polyline", "polygon", "circle", "g",
-             "title"}
+KATA_TAGS = {
+    "html",
+    "head",
+    "meta",
+    "title",
+    "style",
+    "body",
+    "script",
+    "h1",
+    "h2",
+    "h3",
+    "h4",
+    "p",
+    "b",
+    "code",
+    "ul",
+    "ol",
+    "li",
+    "div",
+    "span",
+    "details",
+    "summary",
+    "table",
+    "thead",
+    "tbody",
+    "tr",
+    "th",
+    "td",
+    "pre",
+    "section",
+    "button",
+    "input",
+    "output",
+    "noscript",
+    "a",
+    "svg",
+    "line",
+    "text",
+    "polyline",
+    "polygon",
+    "circle",
+    "g",
+    "title",
+}
 
 
 def payload_text() -> str:
@@ -96,30 +135,62 @@ def assert_only_the_katas_markup(page: str) -> Parsed:
         if "href" in attrs:
             assert re.fullmatch(r"#snap-\d+|pages/\d{3}\.html", attrs["href"]), attrs
     assert parsed.raw == {"script": [html.SCRIPT], "style": [html.STYLE]}
-    policy = next(a["content"] for t, a in parsed.tags
-                  if t == "meta" and a.get("http-equiv") == "Content-Security-Policy")
+    policy = next(
+        a["content"]
+        for t, a in parsed.tags
+        if t == "meta" and a.get("http-equiv") == "Content-Security-Policy"
+    )
     assert policy == html.POLICY and "unsafe" not in policy
     return parsed
 
 
 # --- the escaper and the builder -------------------------------------------------------------
 
-@pytest.mark.parametrize("raw,shown", [
-    ("<script>", "&lt;script&gt;"), ("a & b", "a &amp; b"), ('"x"', "&quot;x&quot;"),
-    ("'x'", "&#39;x&#39;"), ("&lt;", "&amp;lt;"), ("\x1b[2J", "\\x1b[2J"),
-    ("\u202eevil", "\\u202eevil"), ("lone \ud800", "lone \\ud800"),
-    ("tab\tand\nline", "tab\tand\nline"),
-], ids=["tag", "ampersand", "double-quote", "single-quote", "entity", "escape", "bidi",
-        "surrogate", "tab-newline"])
+
+@pytest.mark.parametrize(
+    "raw,shown",
+    [
+        ("<script>", "&lt;script&gt;"),
+        ("a & b", "a &amp; b"),
+        ('"x"', "&quot;x&quot;"),
+        ("'x'", "&#39;x&#39;"),
+        ("&lt;", "&amp;lt;"),
+        ("\x1b[2J", "\\x1b[2J"),
+        ("\u202eevil", "\\u202eevil"),
+        ("lone \ud800", "lone \\ud800"),
+        ("tab\tand\nline", "tab\tand\nline"),
+    ],
+    ids=[
+        "tag",
+        "ampersand",
+        "double-quote",
+        "single-quote",
+        "entity",
+        "escape",
+        "bidi",
+        "surrogate",
+        "tab-newline",
+    ],
+)
 def test_html_text_leaves_no_markup_and_no_control(raw, shown):
     assert html_text(raw) == shown
 
 
 def test_the_builder_escapes_text_and_attribute_values_and_keeps_its_own_markup():
-    built = el("td", "<b>", el("b", "x"), None, ["a", "<"], cls='c" onclick="x',
-               data_step=3, open=True, hidden=False)
-    assert built == ('<td class="c&quot; onclick=&quot;x" data-step="3" open>&lt;b&gt;<b>x</b>'
-                     "a&lt;</td>")
+    built = el(
+        "td",
+        "<b>",
+        el("b", "x"),
+        None,
+        ["a", "<"],
+        cls='c" onclick="x',
+        data_step=3,
+        open=True,
+        hidden=False,
+    )
+    assert built == (
+        '<td class="c&quot; onclick=&quot;x" data-step="3" open>&lt;b&gt;<b>x</b>a&lt;</td>'
+    )
     assert isinstance(built, Html) and text("<") == "&lt;"
 
 
@@ -135,9 +206,14 @@ def test_the_policy_fetches_nothing_and_names_the_katas_style_and_script_by_hash
 
 # --- sessions --------------------------------------------------------------------------------
 
-def staged_session(workspace: Path, saves: list[tuple[float, str, str | None]],
-                   answers: str | None = None, hints: dict[int, str] | None = None,
-                   minutes: float = 60) -> dict:
+
+def staged_session(
+    workspace: Path,
+    saves: list[tuple[float, str, str | None]],
+    answers: str | None = None,
+    hints: dict[int, str] | None = None,
+    minutes: float = 60,
+) -> dict:
     """A session of `saves` (minute, kv_cache.py, test_kv_cache.py or None to keep it) graded
     by staged_grade, `hints` asked after the saves of those indices, ended 30 s after the last
     save; `answers` as answers.md."""
@@ -168,9 +244,14 @@ def long_session(workspace: Path) -> dict:
     saves = []
     for n in range(40):
         level = ("none", "L4", "L5", "L6")[n // 10]
-        body = "\n".join(solution[:80 + n * (len(solution) - 80) // 39])
-        saves.append((1 + n * 1.45, f'STAGED_UP_TO = "{level}"\n# save {n}\n{body}\n',
-                      f"{tests}\n# edit {n}\n" if n % 4 == 0 else None))
+        body = "\n".join(solution[: 80 + n * (len(solution) - 80) // 39])
+        saves.append(
+            (
+                1 + n * 1.45,
+                f'STAGED_UP_TO = "{level}"\n# save {n}\n{body}\n',
+                f"{tests}\n# edit {n}\n" if n % 4 == 0 else None,
+            )
+        )
     return staged_session(workspace, saves, hints={5: "ragged-batch", 17: "gqa"})
 
 
@@ -180,12 +261,22 @@ def hostile_session(workspace: Path) -> dict:
     as a candidate would, where its schema lets text through: payloads in the final grade's
     messages and its similarity's solution."""
     files = sorted(HOSTILE.glob("*.py"))
-    saves = [(1 + n * 0.5, path.read_text(errors="replace"), None)
-             for n, path in enumerate(files)]
-    saves.append((1 + len(files) * 0.5, f'STAGED_UP_TO = "L4"\n{UNBROKEN}\n'
-                  + PAYLOAD_FILE.read_text(), payload_text()))
-    answers = HOSTILE_ANSWERS.read_text() + "\n" + payload_text() + "\n\n## no-future-mask\n\n" \
-        + payload_text() + "\n"
+    saves = [(1 + n * 0.5, path.read_text(errors="replace"), None) for n, path in enumerate(files)]
+    saves.append(
+        (
+            1 + len(files) * 0.5,
+            f'STAGED_UP_TO = "L4"\n{UNBROKEN}\n' + PAYLOAD_FILE.read_text(),
+            payload_text(),
+        )
+    )
+    answers = (
+        HOSTILE_ANSWERS.read_text()
+        + "\n"
+        + payload_text()
+        + "\n\n## no-future-mask\n\n"
+        + payload_text()
+        + "\n"
+    )
     session = staged_session(workspace, saves, answers=answers, hints={3: "attend-shape"})
     attack = payload_text()
     session["final"]["items"][0]["message"] = attack
@@ -219,8 +310,11 @@ def test_the_session_page_has_only_the_katas_markup_whatever_the_workspace_holds
     for line in payload_text().splitlines():
         assert line in shown  # as text, every character of it
     for path in sorted(HOSTILE.glob("*.py")):
-        lines = [line for line in path.read_text().splitlines() if line.isascii()
-                 and line.isprintable() and line.strip()]
+        lines = [
+            line
+            for line in path.read_text().splitlines()
+            if line.isascii() and line.isprintable() and line.strip()
+        ]
         assert all(line in shown for line in lines[:40]), path.name
 
 
@@ -273,22 +367,31 @@ def provenance_and_badges(page: str) -> tuple[str, list[str]]:
     """The page's provenance block's class, and each save's check badge's title, in order."""
     parsed = Parsed(page)
     block = next(a["class"] for t, a in parsed.tags if "provenance" in a.get("class", ""))
-    checks = [a["title"] for t, a in parsed.tags if t == "span" and "title" in a
-              and a.get("class", "") in ("badge verified", "badge edited", "badge written")]
+    checks = [
+        a["title"]
+        for t, a in parsed.tags
+        if t == "span"
+        and "title" in a
+        and a.get("class", "") in ("badge verified", "badge edited", "badge written")
+    ]
     return block, checks
 
 
 def test_the_page_shows_the_record_as_written_or_each_claim_verified(tmp_path, staged_verify):
     workspace = tmp_path / "ws"
-    staged_session(workspace, [(1, 'STAGED_UP_TO = "L4"\n', None),
-                               (2, 'STAGED_UP_TO = "L5"\n', None)], hints={0: "gqa"})
+    staged_session(
+        workspace,
+        [(1, 'STAGED_UP_TO = "L4"\n', None), (2, 'STAGED_UP_TO = "L5"\n', None)],
+        hints={0: "gqa"},
+    )
     session = verbs.load(workspace)
     written = session_page.page(session, workspace)
     assert_only_the_katas_markup(written)
     assert "Shown as written. " in written and "no snapshot was graded again" in written
     assert provenance_and_badges(written) == ("provenance written", [])
-    honest = session_page.page(session, workspace,
-                               verify.verify(session, workspace, verbs.default_sandbox()))
+    honest = session_page.page(
+        session, workspace, verify.verify(session, workspace, verbs.default_sandbox())
+    )
     assert_only_the_katas_markup(honest)
     assert "<b>Verified: every snapshot graded again" in honest
     assert provenance_and_badges(honest) == ("provenance verified", ["agrees", "agrees"])
@@ -303,20 +406,29 @@ def test_the_page_shows_the_record_as_written_or_each_claim_verified(tmp_path, s
     assert "Shown as written. " in written and written.count(swapped) == 3  # top, save, final
     assert provenance_and_badges(written) == ("provenance edited", [])
     assert 'class="badge edited">EDITED</span>' in written
-    edited = session_page.page(session, workspace,
-                               verify.verify(session, workspace, verbs.default_sandbox()))
+    edited = session_page.page(
+        session, workspace, verify.verify(session, workspace, verbs.default_sandbox())
+    )
     assert_only_the_katas_markup(edited)
     assert "<b>EDITED: this record is not what its snapshots grade: 4 claim(s) disagree" in edited
     block, checks = provenance_and_badges(edited)
     assert block == "provenance edited" and [c.split(" (")[0] for c in checks] == [
-        "DISAGREES", "DISAGREES"]
+        "DISAGREES",
+        "DISAGREES",
+    ]
     assert "level L4, not L6" in checks[0]
-    assert "Graded again at stage L4: L4, 10 points, 2 items pass: DISAGREES (level L4, not " \
+    assert (
+        "Graded again at stage L4: L4, 10 points, 2 items pass: DISAGREES (level L4, not "
         "L6" in edited
-    assert "Graded again with --hidden at seed " in edited and ": below L4, 0 points: " \
-        "DISAGREES (" in edited
-    assert "Stages opened: L5 after save 1, L6 after save 2 | the grades open: L5 after save " \
+    )
+    assert (
+        "Graded again with --hidden at seed " in edited
+        and ": below L4, 0 points: DISAGREES (" in edited
+    )
+    assert (
+        "Stages opened: L5 after save 1, L6 after save 2 | the grades open: L5 after save "
         "1: DISAGREES" in edited
+    )
 
 
 def test_a_verified_page_shows_the_records_strings_as_text(tmp_path, staged_verify):
@@ -349,8 +461,11 @@ def test_a_snapshots_code_marks_the_lines_its_save_wrote(tmp_path):
     workspace = tmp_path / "ws"
     staged_session(workspace, [(1, before, None), (2, after, None)])
     shots = session_page.snapshots(verbs.load(workspace), workspace)
-    lines = [attrs for tag, attrs in Parsed(session_page._file("kv_cache.py", after, shots[1],
-                                                               shots)).tags if tag == "span"]
+    lines = [
+        attrs
+        for tag, attrs in Parsed(session_page._file("kv_cache.py", after, shots[1], shots)).tags
+        if tag == "span"
+    ]
     assert [n for n, attrs in enumerate(lines) if attrs.get("class") == "a"] == [4, 10]
     assert shots[0].changed["kv_cache.py"] == set()  # the first snapshot: nothing before it
 
@@ -391,22 +506,39 @@ def test_the_report_command_writes_the_page(tmp_path, monkeypatch):
     both = CliRunner().invoke(app, ["interview", "report", "ws", "--json", "-", "--html", "-"])
     assert both.exit_code == 2 and both.output == (
         "kata: error: --json and --html both write to standard output (-): give one of them a "
-        "file\n")
+        "file\n"
+    )
 
 
 # --- a grade, and a batch's index ------------------------------------------------------------
+
 
 def hostile_grade(message: str, hidden: bool = True) -> GradeResult:
     """A dense grade where a few items pass and the others fail with `message`, every tell
     detected with it, hidden, with a similarity naming `message` as a solution."""
     rubric = rubric_data.load()
-    items = [ItemResult(i.id, i.level, "pass" if n % 3 == 0 else "fail",
-                        i.points if n % 3 == 0 else 0.0, i.points,
-                        "fine" if n % 3 == 0 else message)
-             for n, i in enumerate(rubric.track(DENSE))]
+    items = [
+        ItemResult(
+            i.id,
+            i.level,
+            "pass" if n % 3 == 0 else "fail",
+            i.points if n % 3 == 0 else 0.0,
+            i.points,
+            "fine" if n % 3 == 0 else message,
+        )
+        for n, i in enumerate(rubric.track(DENSE))
+    ]
     tells = [TellResult(t.id, True, message) for t in rubric.tells]
-    return GradeResult(message, "below L4", items, tells, hidden, isolation="bwrap", seed=7,
-                       similarity=[{"solution": message, "fraction": 0.25}] if hidden else None)
+    return GradeResult(
+        message,
+        "below L4",
+        items,
+        tells,
+        hidden,
+        isolation="bwrap",
+        seed=7,
+        similarity=[{"solution": message, "fraction": 0.25}] if hidden else None,
+    )
 
 
 def test_the_grade_page_shows_failures_first_hints_folded_and_only_the_katas_markup():
@@ -431,18 +563,23 @@ def test_the_grade_page_of_a_public_run_has_no_similarity_or_checklist():
 def test_grade_all_writes_each_grade_a_page_and_an_index_sortable_by_level_and_score(tmp_path):
     attack = payload_text()
     names = ["alice", attack.splitlines()[3], "carol"]
-    submissions = [batch.Submission(name, tmp_path / name / "kv_cache.py", None)
-                   for name in names]
-    results = [hostile_grade(attack, hidden=False),
-               GradeResult("x", "L5", [ItemResult("append-time-dim", "L4", "pass", 5, 5, "ok")],
-                           [], False)]
-    done = [batch.Outcome(submissions[0], results[0], seconds=3.0),
-            batch.Outcome(submissions[1], results[1], seconds=4.0),
-            batch.Outcome(submissions[2], error="grading raised: boom")]
+    submissions = [batch.Submission(name, tmp_path / name / "kv_cache.py", None) for name in names]
+    results = [
+        hostile_grade(attack, hidden=False),
+        GradeResult(
+            "x", "L5", [ItemResult("append-time-dim", "L4", "pass", 5, 5, "ok")], [], False
+        ),
+    ]
+    done = [
+        batch.Outcome(submissions[0], results[0], seconds=3.0),
+        batch.Outcome(submissions[1], results[1], seconds=4.0),
+        batch.Outcome(submissions[2], error="grading raised: boom"),
+    ]
     numbers = {s.name: n for n, s in enumerate(submissions, 1)}
     for n in range(len(done)):
-        grade_all.write_pages(done[n], done[:n + 1], [batch.Skipped("dave", "a link")], tmp_path,
-                              numbers, DENSE)
+        grade_all.write_pages(
+            done[n], done[: n + 1], [batch.Skipped("dave", "a link")], tmp_path, numbers, DENSE
+        )
     index = (tmp_path / "index.html").read_text()
     parsed = assert_only_the_katas_markup(index)
     links = [a["href"] for t, a in parsed.tags if t == "a"]
@@ -452,8 +589,12 @@ def test_grade_all_writes_each_grade_a_page_and_an_index_sortable_by_level_and_s
         assert_only_the_katas_markup((tmp_path / "pages" / name).read_text())
     rows = [a for t, a in parsed.tags if t == "tr" and "data-level" in a]
     by_name = dict(zip(names, (*results, None)))
-    expected = [(str(grade_page.level_rank(by_name[n].level, DENSE)), str(by_name[n].score))
-                if by_name.get(n) else ("-1", "-1") for n in sorted([*names, "dave"])]
+    expected = [
+        (str(grade_page.level_rank(by_name[n].level, DENSE)), str(by_name[n].score))
+        if by_name.get(n)
+        else ("-1", "-1")
+        for n in sorted([*names, "dave"])
+    ]
     assert [(r["data-level"], r["data-score"]) for r in rows] == expected
     assert [th.get("data-sort") for t, th in parsed.tags if t == "th"][1:3] == ["level", "score"]
 

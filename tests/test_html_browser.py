@@ -24,8 +24,14 @@ import pytest
 
 from graders.formats import grade_page
 from graders.interview import page as session_page, session as verbs
-from tests.test_html import (PAYLOAD_FILE, UNBROKEN, hostile_grade, hostile_session,
-                             long_session, payload_text)
+from tests.test_html import (
+    PAYLOAD_FILE,
+    UNBROKEN,
+    hostile_grade,
+    hostile_session,
+    long_session,
+    payload_text,
+)
 from tests.test_safe_formats import HOSTILE as HOSTILE_MESSAGE
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -33,7 +39,8 @@ CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 A4_TEXT_WIDTH = 703  # CSS px inside A4's 210 mm less the page's 2 x 12 mm margins (96 px/inch)
 
 playwright_api = pytest.importorskip(
-    "playwright.sync_api", reason="Playwright is not installed (pip install -e '.[browser]')")
+    "playwright.sync_api", reason="Playwright is not installed (pip install -e '.[browser]')"
+)
 if not os.access(CHROMIUM, os.X_OK):
     pytest.skip("Chromium is not installed (apt-get install chromium)", allow_module_level=True)
 
@@ -71,8 +78,9 @@ def open_file(browser):
     contexts = []
 
     def opened(path: Path, javascript: bool = True, width: int = 1280) -> Opened:
-        context = browser.new_context(java_script_enabled=javascript,
-                                      viewport={"width": width, "height": 900})
+        context = browser.new_context(
+            java_script_enabled=javascript, viewport={"width": width, "height": 900}
+        )
         contexts.append(context)
         page = context.new_page()
         seen = Opened(page)
@@ -112,19 +120,25 @@ def screenshot(page, tmp_path: Path, name: str) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / name
     page.screenshot(path=str(path), full_page=True)
-    width, = struct.unpack(">I", path.read_bytes()[16:20])  # the PNG's IHDR
+    (width,) = struct.unpack(">I", path.read_bytes()[16:20])  # the PNG's IHDR
     assert width == 1280
     return path
 
 
-def test_a_hostile_session_loads_quietly_and_shows_every_payload_as_text(hostile_file,
-                                                                         open_file, tmp_path):
+def test_a_hostile_session_loads_quietly_and_shows_every_payload_as_text(
+    hostile_file, open_file, tmp_path
+):
     opened = open_file(hostile_file)
     opened.assert_quiet(hostile_file)
     page = opened.page
     assert page.evaluate("document.scripts.length") == 1
-    assert page.evaluate("document.querySelectorAll('img, iframe, link, base, object, embed, "
-                         "meta[http-equiv=refresh], [onerror], [onload]').length") == 0
+    assert (
+        page.evaluate(
+            "document.querySelectorAll('img, iframe, link, base, object, embed, "
+            "meta[http-equiv=refresh], [onerror], [onload]').length"
+        )
+        == 0
+    )
     assert page.evaluate("getComputedStyle(document.body).display") == "block"
     page.click("[data-go=next]")  # the second snapshot: answers and files of every kind on it
     shown = page.evaluate("document.body.textContent")
@@ -155,7 +169,9 @@ def test_stepping_shows_each_snapshots_code_and_verdict(long_file, open_file, tm
         now = page.evaluate(shown)
         assert now["ids"] == [f"snap-{n + 1}"]
         assert now["code"][0].split("\n")[:2] == [
-            f'STAGED_UP_TO = "{("none", "L4", "L5", "L6")[n // 10]}"', f"# save {n}"]
+            f'STAGED_UP_TO = "{("none", "L4", "L5", "L6")[n // 10]}"',
+            f"# save {n}",
+        ]
         assert now["passing"] == [event["passing"]]
         assert now["label"].startswith(f"snapshot {n + 1} of {len(saves)}")
     page.keyboard.press("ArrowLeft")
@@ -181,8 +197,9 @@ def test_without_javascript_every_snapshot_is_on_the_page(long_file, open_file):
 def test_printed_on_a4_no_line_of_code_is_cut(hostile_file, open_file):
     page = open_file(hostile_file, width=A4_TEXT_WIDTH).page
     page.emulate_media(media="print")
-    page.evaluate("document.querySelectorAll('section.snapshot').forEach("
-                  "s => s.classList.add('current'))")  # every snapshot laid out, as printed
+    page.evaluate(
+        "document.querySelectorAll('section.snapshot').forEach(s => s.classList.add('current'))"
+    )  # every snapshot laid out, as printed
     overflowing = page.evaluate("""Array.from(document.querySelectorAll('pre, .msg'))
         .filter(e => e.getClientRects().length && e.scrollWidth > e.clientWidth + 1)
         .map(e => e.className + ': ' + e.textContent.slice(0, 60))""")
@@ -206,10 +223,12 @@ def test_a_grade_page_loads_quietly_and_shows_the_payloads_as_text(tmp_path, ope
 def test_the_index_sorts_by_level_and_by_score(tmp_path, open_file):
     from graders.shared.tracks import DENSE
 
-    entries = [grade_page.IndexEntry(name, f"pages/{n:03d}.html", level, score, 100.0)
-               for n, (name, level, score) in enumerate(
-                   [("a", "L5", 60.0), ("b", "below L4", 10.0), ("c", "L6", 100.0),
-                    ("d", "L4", 20.0)], 1)]
+    entries = [
+        grade_page.IndexEntry(name, f"pages/{n:03d}.html", level, score, 100.0)
+        for n, (name, level, score) in enumerate(
+            [("a", "L5", 60.0), ("b", "below L4", 10.0), ("c", "L6", 100.0), ("d", "L4", 20.0)], 1
+        )
+    ]
     path = tmp_path / "index.html"
     path.write_text(grade_page.index_page(entries, DENSE, None))
     opened = open_file(path)
@@ -229,19 +248,21 @@ def test_the_index_sorts_by_level_and_by_score(tmp_path, open_file):
 
 
 @pytest.mark.slow  # one real grade of the hostile file, in a process of its own (about 10 s)
-def test_a_hostile_file_graded_for_real_makes_a_page_where_nothing_of_it_runs(tmp_path,
-                                                                             open_file):
+def test_a_hostile_file_graded_for_real_makes_a_page_where_nothing_of_it_runs(tmp_path, open_file):
     """The grade runs as `kata grade` does, in its own process: a grade in this one would reap
     the children it did not start, Playwright's driver among them."""
     from graders.shared.mutation import REFERENCE
     from tests.conftest import BOOTSTRAP
 
     candidate = tmp_path / "kv_cache.py"
-    candidate.write_text(BOOTSTRAP.format(source=REFERENCE.read_text())
-                         + PAYLOAD_FILE.read_text())
+    candidate.write_text(BOOTSTRAP.format(source=REFERENCE.read_text()) + PAYLOAD_FILE.read_text())
     path = tmp_path / "grade.html"
-    done = subprocess.run([sys.executable, str(ROOT / "cli.py"), "grade", str(candidate),
-                           "--html", str(path)], capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "cli.py"), "grade", str(candidate), "--html", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 1, done.stdout + done.stderr
     opened = open_file(path)
     opened.assert_quiet(path)

@@ -58,17 +58,36 @@ def staged_grade(request, on_item=None):
     """A stand-in for graders.judge.grade.grade (tests.grading.stand_in): the items of levels
     up to the file's `STAGED_UP_TO = "L5"` line pass, the others fail (no such line, or no
     level: none pass)."""
-    implementation, only, hidden, seed = (request.implementation, request.only, request.hidden,
-                                          request.seed)
+    implementation, only, hidden, seed = (
+        request.implementation,
+        request.only,
+        request.hidden,
+        request.seed,
+    )
     found = re.search(r'STAGED_UP_TO = "([\w+]+)"', Path(implementation).read_text())
     levels = rubric_data.load().levels
     up_to = levels.index(found.group(1)) if found and found.group(1) in levels else -1
-    items = [ItemResult(i.id, i.level, *(("pass", i.points) if levels.index(i.level) <= up_to
-                                          else ("fail", 0.0)), i.points, "staged")
-             for i in rubric_data.load().track(DENSE) if only is None or i.id in only]
+    items = [
+        ItemResult(
+            i.id,
+            i.level,
+            *(("pass", i.points) if levels.index(i.level) <= up_to else ("fail", 0.0)),
+            i.points,
+            "staged",
+        )
+        for i in rubric_data.load().track(DENSE)
+        if only is None or i.id in only
+    ]
     reached = None if only is not None else level(DENSE, items, [])[0]
-    return GradeResult(str(implementation), reached, items, [], hidden, partial=only is not None,
-                       seed=seed if hidden else None)
+    return GradeResult(
+        str(implementation),
+        reached,
+        items,
+        [],
+        hidden,
+        partial=only is not None,
+        seed=seed if hidden else None,
+    )
 
 
 @pytest.fixture
@@ -85,15 +104,16 @@ def write_level(workspace: Path, level: str, note: str = "") -> None:
 def later_texts(stage: str) -> list[str]:
     """Lines of the prompts and questions of the stages after `stage`: none may show early."""
     levels = verbs.stages(DENSE)  # the interview's stages, L6+ last
-    later = levels[levels.index(stage) + 1:]
+    later = levels[levels.index(stage) + 1 :]
     texts = [STAGE_PROMPTS[level].splitlines()[0] for level in later]
     return texts + [QUESTIONS[i.id] for i in rubric_data.load().interviewer if i.level in later]
 
 
 def workspace_text(workspace: Path) -> str:
     """Every file under `workspace`, the record and snapshots included, as one text."""
-    return "\n".join(p.read_text(errors="replace") for p in sorted(workspace.rglob("*"))
-                     if p.is_file())
+    return "\n".join(
+        p.read_text(errors="replace") for p in sorted(workspace.rglob("*")) if p.is_file()
+    )
 
 
 def console() -> tuple[Console, object]:
@@ -105,12 +125,25 @@ def console() -> tuple[Console, object]:
 
 # --- the questions ---------------------------------------------------------------------------
 
+
 def test_each_interviewer_item_has_the_contracts_level_a_question_and_a_model_answer():
     levels = {i.id: i.level for i in rubric_data.load().interviewer}
-    assert {k: levels[k] for k in ("why-only-kv", "no-future-mask", "total-still-quadratic",
-                                   "cache-ownership", "serving-memory")} == {
-        "why-only-kv": "L4", "no-future-mask": "L4", "total-still-quadratic": "L5",
-        "cache-ownership": "L5", "serving-memory": "L6"}
+    assert {
+        k: levels[k]
+        for k in (
+            "why-only-kv",
+            "no-future-mask",
+            "total-still-quadratic",
+            "cache-ownership",
+            "serving-memory",
+        )
+    } == {
+        "why-only-kv": "L4",
+        "no-future-mask": "L4",
+        "total-still-quadratic": "L5",
+        "cache-ownership": "L5",
+        "serving-memory": "L6",
+    }
     assert set(QUESTIONS) == set(MODEL_ANSWERS) == set(levels)
     for item_id, answer in MODEL_ANSWERS.items():
         sentences = re.findall(r"[.!?](?:\s|$)", answer)
@@ -138,6 +171,7 @@ def test_the_memory_answers_give_the_llama_8b_figures():
 
 # --- the record and the stages ----------------------------------------------------------------
 
+
 def test_a_session_opens_its_stages_in_order_and_records_every_event(tmp_path, staged):
     clock, ws = Clock(), tmp_path / "ws"
     session, made, resumed = verbs.start(ws, clock=clock)
@@ -156,16 +190,30 @@ def test_a_session_opens_its_stages_in_order_and_records_every_event(tmp_path, s
     third = verbs.save(ws, clock=clock)
     assert third.opened == "L6" and len(third.result.items) == 12
     saved = json.loads((ws / ".kata" / "session.json").read_text())
-    assert list(saved) == ["version", "track", "minutes", "strict", "started", "ended", "stage",
-                           "events", "final"]
+    assert list(saved) == [
+        "version",
+        "track",
+        "minutes",
+        "strict",
+        "started",
+        "ended",
+        "stage",
+        "events",
+        "final",
+    ]
     assert [(e["t"], e["kind"], e.get("stage") or e.get("level")) for e in saved["events"]] == [
-        (30.0, "save", "below L4"), (90.0, "save", "L4"), (90.0, "stage", "L5"),
-        (150.0, "save", "L5"), (150.0, "stage", "L6")]
+        (30.0, "save", "below L4"),
+        (90.0, "save", "L4"),
+        (90.0, "stage", "L5"),
+        (150.0, "save", "L5"),
+        (150.0, "stage", "L6"),
+    ]
     assert saved["stage"] == "L6" and saved["ended"] is None and saved["final"] is None
 
 
 def test_once_l6_passes_an_l6_plus_stage_opens_with_its_prompt_and_section_8s_questions(
-        tmp_path, staged):
+    tmp_path, staged
+):
     clock, ws = Clock(), tmp_path / "ws"
     verbs.start(ws, clock=clock)
     for reached in ("L4", "L5"):
@@ -195,8 +243,9 @@ def test_a_snapshot_is_a_folder_named_by_number_and_the_hash_of_both_files(tmp_p
     verbs.start(ws, clock=clock)
     event = verbs.save(ws, clock=clock).event
     folder = ws / ".kata" / event["snapshot"]
-    implementation, tests = ((ws / name).read_bytes() for name in ("kv_cache.py",
-                                                                   "test_kv_cache.py"))
+    implementation, tests = (
+        (ws / name).read_bytes() for name in ("kv_cache.py", "test_kv_cache.py")
+    )
     assert event["snapshot"] == f"001-{record.content_hash(implementation, tests)}"
     assert (folder / "kv_cache.py").read_bytes() == implementation
     assert (folder / "test_kv_cache.py").read_bytes() == tests
@@ -237,13 +286,21 @@ def test_answers_keep_what_the_candidate_wrote_when_a_stage_adds_questions(tmp_p
     clock, ws = Clock(), tmp_path / "ws"
     verbs.start(ws, clock=clock)
     answers = ws / "answers.md"
-    answers.write_text(answers.read_text().replace(
-        f"_{QUESTIONS['why-only-kv']}_\n", f"_{QUESTIONS['why-only-kv']}_\n\nQ is never reused.\n"))
+    answers.write_text(
+        answers.read_text().replace(
+            f"_{QUESTIONS['why-only-kv']}_\n",
+            f"_{QUESTIONS['why-only-kv']}_\n\nQ is never reused.\n",
+        )
+    )
     write_level(ws, "L4")
     verbs.save(ws, clock=clock)
     text = answers.read_text()
     assert re.findall(r"^## (\S+)$", text, re.M) == [
-        "why-only-kv", "no-future-mask", "total-still-quadratic", "cache-ownership"]
+        "why-only-kv",
+        "no-future-mask",
+        "total-still-quadratic",
+        "cache-ownership",
+    ]
     assert verbs.answers(ws)["why-only-kv"] == "Q is never reused."
     assert verbs.answers(ws)["no-future-mask"] == ""
 
@@ -266,6 +323,7 @@ def test_after_time_up_a_save_is_refused_and_the_session_ends_once(tmp_path, sta
 
 # --- hints and strict sessions ---------------------------------------------------------------
 
+
 def test_every_hint_and_solution_asked_in_a_session_is_recorded(tmp_path):
     clock, ws = Clock(), tmp_path / "ws"
     verbs.start(ws, clock=clock)
@@ -275,7 +333,8 @@ def test_every_hint_and_solution_asked_in_a_session_is_recorded(tmp_path):
     verbs.solution(ws, "preallocated", clock=clock)  # not strict: allowed, and recorded
     assert verbs.load(ws)["events"] == [
         {"t": 42.0, "kind": "hint", "item": "ragged-batch", "step": 2},
-        {"t": 50.0, "kind": "solution", "item": "preallocated"}]
+        {"t": 50.0, "kind": "solution", "item": "preallocated"},
+    ]
     shown = "\n".join(review.lines(verbs.load(ws), ws))
     assert "Solutions read: preallocated at 0m 50s" in shown
     assert "- solution `preallocated` read at 0m 50s" in review.markdown(verbs.load(ws), ws)
@@ -293,7 +352,8 @@ def test_a_strict_session_refuses_hints_and_solutions_and_records_each_refusal(t
         verbs.hint(ws, "no-such-item", 1, clock=clock)
     assert verbs.load(ws)["events"] == [
         {"t": 5.0, "kind": "refused", "what": "hint", "item": "gqa"},
-        {"t": 5.0, "kind": "refused", "what": "solution", "item": "preallocated"}]
+        {"t": 5.0, "kind": "refused", "what": "solution", "item": "preallocated"},
+    ]
 
 
 def test_a_strict_sessions_refusal_through_the_cli(tmp_path, monkeypatch):
@@ -327,8 +387,9 @@ def test_the_verbs_through_the_cli(tmp_path, staged, monkeypatch):
     saved = runner.invoke(app, ["interview", "save", "ws"])
     assert saved.exit_code == 0 and "stage L5 opens" in saved.output
     assert re.search(r"\[\d+m \d\ds left \| stage L5 \| level L4 \| 1 saves\]", saved.output)
-    report = runner.invoke(app, ["interview", "report", "ws", "--markdown", "r.md", "--json",
-                                 "r.json"])
+    report = runner.invoke(
+        app, ["interview", "report", "ws", "--markdown", "r.md", "--json", "r.json"]
+    )
     assert report.exit_code == 0 and "Time to each level" in report.output
     assert "## Time to each level" in (tmp_path / "r.md").read_text()
     assert json.loads((tmp_path / "r.json").read_text())["figures"]["time_to_level"]["L5"] is None
@@ -337,11 +398,18 @@ def test_the_verbs_through_the_cli(tmp_path, staged, monkeypatch):
     assert unknown.exit_code == 2 and unknown.output.strip().count("\n") == 0
 
 
-@pytest.mark.parametrize("words", [["solution", "--readme"], ["solution", "concat"],
-                                   ["solution", "--diff", "concat", "preallocated"],
-                                   ["hint", "gqa", "--step", "3"]])
-def test_no_way_to_see_a_solution_or_hint_in_a_strict_sessions_workspace(tmp_path, monkeypatch,
-                                                                          words):
+@pytest.mark.parametrize(
+    "words",
+    [
+        ["solution", "--readme"],
+        ["solution", "concat"],
+        ["solution", "--diff", "concat", "preallocated"],
+        ["hint", "gqa", "--step", "3"],
+    ],
+)
+def test_no_way_to_see_a_solution_or_hint_in_a_strict_sessions_workspace(
+    tmp_path, monkeypatch, words
+):
     """Every form of `kata solution`, and the last hint, from the workspace or a folder under
     it: refused before anything is shown (exit 1), the refusal recorded; outside, shown."""
     from typer.testing import CliRunner
@@ -359,8 +427,15 @@ def test_no_way_to_see_a_solution_or_hint_in_a_strict_sessions_workspace(tmp_pat
         assert len(refused.output.strip().splitlines()) == 1  # nothing of the solution
     events = verbs.load(ws)["events"]
     assert [(e["kind"], e["what"]) for e in events] == [("refused", words[0])] * 2
-    assert events[0]["item"] == {"--readme": "readme", "concat": "concat", "--diff":
-                                 "concat -> preallocated", "gqa": "gqa"}[words[1]]
+    assert (
+        events[0]["item"]
+        == {
+            "--readme": "readme",
+            "concat": "concat",
+            "--diff": "concat -> preallocated",
+            "gqa": "gqa",
+        }[words[1]]
+    )
     monkeypatch.chdir(tmp_path)  # outside every workspace: shown, nothing recorded
     shown = CliRunner().invoke(app, words)
     assert shown.exit_code == 0 and len(shown.output.splitlines()) > 1
@@ -382,6 +457,7 @@ def test_a_verb_wins_over_a_folder_of_its_name_and_any_other_word_is_a_folder():
 
 # --- the lock ---------------------------------------------------------------------------------
 
+
 def test_a_live_sessions_lock_refuses_another_and_a_dead_ones_is_taken_over(tmp_path):
     ws = tmp_path / "ws"
     verbs.start(ws)
@@ -398,6 +474,7 @@ def test_a_live_sessions_lock_refuses_another_and_a_dead_ones_is_taken_over(tmp_
 
 
 # --- the report and the replay ----------------------------------------------------------------
+
 
 def test_the_report_gives_each_figure_and_the_replay_each_diff(tmp_path, staged):
     clock, ws = Clock(), tmp_path / "ws"
@@ -451,8 +528,10 @@ def test_the_candidates_answers_reach_no_output_as_markup_or_control(tmp_path, s
     answer = page.split("### why-only-kv")[1].split("Model answer:")[0]
     fence = re.search(r"^(`{3,})text$", answer, re.M).group(1)
     assert answer.count(fence) == 2 and "\x1b" not in page  # the candidate's ``` is inside
-    assert json.loads(json.dumps(review.to_json(session, ws)))["answers"][0]["answer"].find(
-        "\x1b") == -1
+    assert (
+        json.loads(json.dumps(review.to_json(session, ws)))["answers"][0]["answer"].find("\x1b")
+        == -1
+    )
 
 
 def test_a_replay_shows_no_control_of_the_candidates_file(tmp_path, staged):
@@ -470,11 +549,13 @@ def test_a_replay_shows_no_control_of_the_candidates_file(tmp_path, staged):
 
 # --- the clock's warnings ---------------------------------------------------------------------
 
+
 def test_the_status_line_warns_under_10_then_2_minutes_left(tmp_path):
     clock, ws = Clock(), tmp_path / "ws"
     session = verbs.start(ws, minutes=15, clock=clock)[0]
-    early, late, last = (commands.status(session, START + (15 - left) * 60)
-                         for left in (11, 9.5, 1.5))
+    early, late, last = (
+        commands.status(session, START + (15 - left) * 60) for left in (11, 9.5, 1.5)
+    )
     assert "under" not in early.plain and early.style == "cyan"
     assert early.plain.startswith("[11m 00s left | stage L4")
     assert late.plain.startswith("[9m 30s left, under 10 minutes! | stage L4")
@@ -482,9 +563,9 @@ def test_the_status_line_warns_under_10_then_2_minutes_left(tmp_path):
     assert (late.style, last.style) == ("bold yellow", "bold red")
     assert "under" not in commands.status(session, START + 15 * 60).plain  # time up: 0m 00s
     short = verbs.start(tmp_path / "short", minutes=5, clock=clock)[0]  # no "under 10" in it
-    assert [commands.status(short, START + (5 - left) * 60).plain.split(" |")[0]
-            for left in (5, 3, 1)] == ["[5m 00s left", "[3m 00s left",
-                                       "[1m 00s left, under 2 minutes!"]
+    assert [
+        commands.status(short, START + (5 - left) * 60).plain.split(" |")[0] for left in (5, 3, 1)
+    ] == ["[5m 00s left", "[3m 00s left", "[1m 00s left, under 2 minutes!"]
 
 
 def test_each_warning_is_printed_once_when_its_time_comes(tmp_path):
@@ -500,8 +581,9 @@ def test_each_warning_is_printed_once_when_its_time_comes(tmp_path):
     assert printed[1] == "" and flat(printed[2].split()) == flat(commands.WARNINGS[600].split())
     assert all(len(line) <= out_console.width for line in printed[2].splitlines())
     assert printed[4] == printed[2]  # not again while it holds
-    assert flat(printed[5].split()) == flat((commands.WARNINGS[600] + " "
-                                             + commands.WARNINGS[120]).split())
+    assert flat(printed[5].split()) == flat(
+        (commands.WARNINGS[600] + " " + commands.WARNINGS[120]).split()
+    )
     assert printed[5] == printed[7]
     assert ticker.time_up(ws, START + 15 * 60) and out.getvalue() == printed[7]
     resumed_console, resumed = console()  # a session resumed with a minute left: the latest
@@ -533,6 +615,7 @@ def test_in_a_terminal_the_status_line_ticks_in_place_with_its_warning(tmp_path)
 
 # --- saves kept warm --------------------------------------------------------------------------
 
+
 def test_an_unchanged_test_file_keeps_its_own_tests_verdict_across_saves(tmp_path, monkeypatch):
     """A save that changes kv_cache.py alone is graded without own-tests and takes the verdict
     the same test file got, with its tell; a change of the test file grades the item again."""
@@ -546,9 +629,13 @@ def test_an_unchanged_test_file_keeps_its_own_tests_verdict_across_saves(tmp_pat
         graded.append(set(only))
         result = staged_grade(request)
         mark = "caught" if b"caught" in Path(request.tests).read_bytes() else "shapes only"
-        return replace(result, tells=[TellResult("caches-q", False, "clear"),
-                                      TellResult("shape-only-tests", mark != "caught", mark,
-                                                 checked="own-tests" in only)])
+        return replace(
+            result,
+            tells=[
+                TellResult("caches-q", False, "clear"),
+                TellResult("shape-only-tests", mark != "caught", mark, checked="own-tests" in only),
+            ],
+        )
 
     stand_in(monkeypatch, grade_with_tells)
     clock, ws, kept = Clock(), tmp_path / "ws", OwnTestsVerdict()
@@ -565,10 +652,13 @@ def test_an_unchanged_test_file_keeps_its_own_tests_verdict_across_saves(tmp_pat
     assert "own-tests" not in graded[-1] and len(graded[-1]) == 22
     own = next(i for i in again.result.items if i.id == "own-tests")
     assert own.status == "pass" and graded_l5.event["snapshot"].startswith("002-")
-    assert own.message == f"as graded at {graded_l5.event['snapshot']} (the test file is " \
+    assert (
+        own.message == f"as graded at {graded_l5.event['snapshot']} (the test file is "
         "unchanged): staged"
+    )
     assert [i.id for i in again.result.items if i.level != "L6+"] == [
-        i.id for i in last.result.items]
+        i.id for i in last.result.items
+    ]
     assert again.event["level"] == "L6" and "own-tests" in again.event["passing"]
     tells = {t.id: t for t in again.result.tells}
     assert tells["shape-only-tests"].checked and tells["shape-only-tests"].message == "caught"
@@ -589,8 +679,11 @@ def test_a_verdict_that_broke_is_not_kept(tmp_path):
         item = ItemResult("own-tests", "L5", status, 0.0, 7.0, "m")
         kept.keep(GradeResult("f", None, [item], [], False), tests, "001-00000000")
         assert kept.covers(tests) == holds, status
-    kept.keep(GradeResult("f", None, [ItemResult("own-tests", "L5", "pass", 7.0, 7.0, "m")], [],
-                          False), tests, "002-00000000")
+    kept.keep(
+        GradeResult("f", None, [ItemResult("own-tests", "L5", "pass", 7.0, 7.0, "m")], [], False),
+        tests,
+        "002-00000000",
+    )
     assert kept.covers(tests)
     kept.keep(GradeResult("f", None, [], [], False), tests, "003-00000000")  # not graded
     assert not kept.covers(tests)
@@ -655,18 +748,20 @@ def test_the_next_workers_keep_an_idle_tests_worker_across_saves(tmp_path, monke
 
 # --- a Ctrl-C during the final grade ----------------------------------------------------------
 
+
 def interrupted_after(count: int):
     """A stand-in for the final grade: `count` items graded (heard of by on_item), then a Ctrl-C
     (KeyboardInterrupt), as a second Ctrl-C during `end` brings."""
+
     def grade(request, on_item=None):
         for item in staged_grade(request).items[:count]:
             on_item(item)
         raise KeyboardInterrupt
+
     return grade
 
 
-def test_a_ctrl_c_during_the_final_grade_ends_the_session_with_what_it_has(tmp_path,
-                                                                            monkeypatch):
+def test_a_ctrl_c_during_the_final_grade_ends_the_session_with_what_it_has(tmp_path, monkeypatch):
     import signal
 
     clock, ws = Clock(), tmp_path / "ws"
@@ -677,8 +772,11 @@ def test_a_ctrl_c_during_the_final_grade_ends_the_session_with_what_it_has(tmp_p
         saved = verbs.save(ws, clock=clock)
     writes = []
     original_save = record.save
-    monkeypatch.setattr(record, "save", lambda w, r: (
-        writes.append(signal.getsignal(signal.SIGINT)), original_save(w, r)))
+    monkeypatch.setattr(
+        record,
+        "save",
+        lambda w, r: (writes.append(signal.getsignal(signal.SIGINT)), original_save(w, r)),
+    )
     stand_in(monkeypatch, interrupted_after(5))
     clock.advance(60)
     with pytest.raises(verbs.Interrupted, match="after 5 of 23 items") as caught:
@@ -690,20 +788,25 @@ def test_a_ctrl_c_during_the_final_grade_ends_the_session_with_what_it_has(tmp_p
     final = ended["final"]
     assert final["partial"] and final["hidden"] and final["level"] is None
     assert [i["id"] for i in final["items"]] == [
-        "append-time-dim", "attend-shape", "prefix-equivalence", "validate-shapes",
-        "validate-dtype-device"]
+        "append-time-dim",
+        "attend-shape",
+        "prefix-equivalence",
+        "validate-shapes",
+        "validate-dtype-device",
+    ]
     assert isinstance(final["seed"], int) and final["isolation"] is None
     assert final["implementation"] == f"{saved.event['snapshot']}/kv_cache.py"
     assert verbs.end(ws, clock=clock) == ended  # ended: idempotent, nothing graded again
     shown = "\n".join(review.lines(ended, ws))
     assert "interrupted (Ctrl-C) after 5 of 23 items, 10/27 points on those; no level" in shown
-    assert (f"kata grade --hidden --seed {final['seed']} "
-            f"{ws / '.kata' / saved.event['snapshot'] / 'kv_cache.py'}") in shown
+    assert (
+        f"kata grade --hidden --seed {final['seed']} "
+        f"{ws / '.kata' / saved.event['snapshot'] / 'kv_cache.py'}"
+    ) in shown
     assert "interrupted (Ctrl-C)" in review.markdown(ended, ws)
 
 
-def test_the_end_verb_interrupted_exits_130_with_the_report_and_no_traceback(tmp_path,
-                                                                             monkeypatch):
+def test_the_end_verb_interrupted_exits_130_with_the_report_and_no_traceback(tmp_path, monkeypatch):
     ws = tmp_path / "ws"
     verbs.start(ws)
     stand_in(monkeypatch, interrupted_after(0))
@@ -716,6 +819,7 @@ def test_the_end_verb_interrupted_exits_130_with_the_report_and_no_traceback(tmp
 
 
 # --- the scripted session, for real -----------------------------------------------------------
+
 
 def wrong_file(name: str) -> str:
     found = next(w for w in everything() if w.name == name)
@@ -750,12 +854,20 @@ def test_a_scripted_session_graded_for_real(tmp_path):
     assert "reset" in l5.event["passing"] and "reset" not in l4.event["passing"]
     assert "gqa" not in {i.id for i in l5.result.items}  # graded before L6 opened
     assert [(e["kind"], e["t"]) for e in session["events"]] == [
-        ("save", 60.0), ("save", 660.0), ("stage", 660.0), ("save", 1560.0), ("stage", 1560.0),
-        ("hint", 1620.0), ("save", 1920.0), ("stage", 1920.0)]
+        ("save", 60.0),
+        ("save", 660.0),
+        ("stage", 660.0),
+        ("save", 1560.0),
+        ("stage", 1560.0),
+        ("hint", 1620.0),
+        ("save", 1920.0),
+        ("stage", 1920.0),
+    ]
     names = [e["snapshot"] for e in session["events"] if e["kind"] == "save"]
     assert [n[:4] for n in names] == ["001-", "002-", "003-", "004-"]
-    assert sorted(p.name for p in (ws / ".kata").iterdir() if record.SNAPSHOT.match(p.name)) \
-        == names
+    assert (
+        sorted(p.name for p in (ws / ".kata").iterdir() if record.SNAPSHOT.match(p.name)) == names
+    )
     final = session["final"]
     # the final grade has L6+ open: the reference passes its items too
     assert final["hidden"] is True and final["level"] == "L6+" and final["score"] == 100.0
@@ -792,21 +904,33 @@ def test_a_kept_own_tests_verdict_is_the_one_the_test_file_got_for_real(tmp_path
     for saved in (ran, took):
         assert saved.result.score == 100.0
     own = [next(i for i in s.result.items if i.id == "own-tests") for s in (ran, took)]
-    assert own[1].message == f"as graded at {ran.event['snapshot']} (the test file is " \
+    assert (
+        own[1].message == f"as graded at {ran.event['snapshot']} (the test file is "
         f"unchanged): {own[0].message}"
+    )
     tells = [{t.id: t for t in s.result.tells}["shape-only-tests"] for s in (ran, took)]
     assert tells[0] == tells[1] and tells[0].checked and not tells[0].detected
-    alone = grade(ws / "kv_cache.py", ws / "test_kv_cache.py", only={"own-tests"},
-                  sandbox=verbs.default_sandbox())
+    alone = grade(
+        ws / "kv_cache.py",
+        ws / "test_kv_cache.py",
+        only={"own-tests"},
+        sandbox=verbs.default_sandbox(),
+    )
     assert tuple(t.id for t in alone.tells if t.checked) == OWN_TESTS_TELLS
 
 
 # --- processes: SIGKILL, two sessions, the pseudo-terminal ------------------------------------
 
+
 def kata(*args: str, cwd: Path) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, str(ROOT / "cli.py"), *args], cwd=cwd,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, "COLUMNS": "100"})
+    return subprocess.Popen(
+        [sys.executable, str(ROOT / "cli.py"), *args],
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "COLUMNS": "100"},
+    )
 
 
 @pytest.mark.slow
@@ -843,7 +967,8 @@ def test_two_sessions_on_one_workspace_are_refused_with_a_line(tmp_path):
         assert second.returncode == 2
         assert output.strip().splitlines() == [
             f"kata: error: another session runs in this workspace (pid {first.pid}): one "
-            "session at a time"]
+            "session at a time"
+        ]
     finally:
         first.kill()
         first.wait()
@@ -856,9 +981,13 @@ class Terminal:
     def __init__(self, ws: Path) -> None:
         self.leader, follower = pty.openpty()
         self.process = subprocess.Popen(
-            [sys.executable, str(ROOT / "cli.py"), "interview", str(ws)], cwd=ws.parent,
-            stdin=follower, stdout=follower, stderr=follower,
-            env={**os.environ, "COLUMNS": "100", "TERM": "xterm"})
+            [sys.executable, str(ROOT / "cli.py"), "interview", str(ws)],
+            cwd=ws.parent,
+            stdin=follower,
+            stdout=follower,
+            stderr=follower,
+            env={**os.environ, "COLUMNS": "100", "TERM": "xterm"},
+        )
         os.close(follower)
         self.seen = ""
 
@@ -918,8 +1047,7 @@ def test_a_second_ctrl_c_during_the_final_grade_ends_the_session_without_a_trace
         terminal.close()
     assert "Traceback" not in terminal.seen and "KeyboardInterrupt" not in terminal.seen
     assert "the final grade was interrupted (Ctrl-C) after" in terminal.seen
-    assert "Final grade (--hidden, seed" in terminal.seen and "kata grade --hidden" in \
-        terminal.seen
+    assert "Final grade (--hidden, seed" in terminal.seen and "kata grade --hidden" in terminal.seen
     session = verbs.load(ws)
     assert session["ended"] is not None and session["final"]["partial"] is True
     assert not (ws / ".kata" / "session.lock").exists()  # the workspace is free again

@@ -41,16 +41,21 @@ COMMAND = typer.main.get_command(app)  # built once: typer takes 0.1 s to build 
 # Each wrong record through `report`; a few through `replay` and `save` too (each verb loads the
 # record the same way: record.load).
 SCHEMA_CASES = [("report", wrong) for wrong in RECORDS["wrong"]] + [
-    (verb, wrong) for verb in ("replay", "save") for wrong in RECORDS["wrong"][:2]
-    + RECORDS["wrong"][-1:]]
+    (verb, wrong)
+    for verb in ("replay", "save")
+    for wrong in RECORDS["wrong"][:2] + RECORDS["wrong"][-1:]
+]
 
 
 def raw_controls(data: bytes | str) -> list[str]:
     """The control characters (C0 but tab and newline, DEL, C1), format characters (bidi
     controls) and lone surrogates in `data` (bytes: decoded as UTF-8, which they must be)."""
     text = data.decode("utf-8") if isinstance(data, bytes) else data
-    return [char for char in text if char not in "\t\n"
-            and unicodedata.category(char) in ("Cc", "Cf", "Cs")]
+    return [
+        char
+        for char in text
+        if char not in "\t\n" and unicodedata.category(char) in ("Cc", "Cf", "Cs")
+    ]
 
 
 def live_markup(markdown: str) -> list[str]:
@@ -133,12 +138,15 @@ def set_field(data: dict, field: str, value) -> None:
 
 # --- the schema -------------------------------------------------------------------------------
 
+
 def test_every_record_a_session_writes_passes_its_schema(base_session, tmp_path, staged):
     assert verbs.load(base_session)["final"]["level"] == "L5"
     clock, ws = Clock(), tmp_path / "strict"
     verbs.start(ws, strict=True, clock=clock)
-    for ask in (lambda: verbs.hint(ws, "gqa", 1, clock=clock),
-                lambda: verbs.solution(ws, "concat -> preallocated", clock=clock)):
+    for ask in (
+        lambda: verbs.hint(ws, "gqa", 1, clock=clock),
+        lambda: verbs.solution(ws, "concat -> preallocated", clock=clock),
+    ):
         with pytest.raises(verbs.Refused):
             ask()
     verbs.start(tmp_path / "open", clock=clock)
@@ -148,23 +156,32 @@ def test_every_record_a_session_writes_passes_its_schema(base_session, tmp_path,
     assert kinds == ["refused", "refused", "solution", "solution", "solution"]
 
 
-@pytest.mark.parametrize(("verb", "wrong"), SCHEMA_CASES, ids=[
-    f"{verb}-{wrong['field']}={wrong['value']!r}"[:48] for verb, wrong in SCHEMA_CASES])
-def test_a_record_that_fails_its_schema_is_one_line_naming_the_field(session_copy, staged, verb,
-                                                                     wrong):
-    value = wrong["value"].replace("@ATTACK@", ATTACK) if isinstance(wrong["value"], str) \
+@pytest.mark.parametrize(
+    ("verb", "wrong"),
+    SCHEMA_CASES,
+    ids=[f"{verb}-{wrong['field']}={wrong['value']!r}"[:48] for verb, wrong in SCHEMA_CASES],
+)
+def test_a_record_that_fails_its_schema_is_one_line_naming_the_field(
+    session_copy, staged, verb, wrong
+):
+    value = (
+        wrong["value"].replace("@ATTACK@", ATTACK)
+        if isinstance(wrong["value"], str)
         else wrong["value"]
+    )
     edit_record(session_copy, lambda data: set_field(data, wrong["field"], value))
     code, shown = kata("interview", verb, "ws", cwd=session_copy.parent)
     text = shown.decode("utf-8")
     assert code == 2 and text.count("\n") == 1 and "Traceback" not in text, text
-    assert text.startswith(f"kata: error: {session_copy / '.kata' / 'session.json'}: "
-                           f"{wrong['field']}: "), text
+    assert text.startswith(
+        f"kata: error: {session_copy / '.kata' / 'session.json'}: {wrong['field']}: "
+    ), text
     assert raw_controls(shown) == []
 
 
 def test_the_schema_takes_its_levels_items_and_stages_from_the_rubric(session_copy, monkeypatch):
     """A level the rubric adds (an L7, with its items) is known to the schema at once."""
+
     def plus(data: dict) -> None:
         data.update(stage="L7")
         data["events"][0].update(level="L7", passing=["tree-attention"])
@@ -175,14 +192,16 @@ def test_the_schema_takes_its_levels_items_and_stages_from_the_rubric(session_co
         verbs.load(session_copy)
     rubric = rubric_data.load()
     item = rubric_data.Item("tree-attention", "L7", 10.0, "a tree of drafts", "", ("?",) * 3)
-    grown = rubric_data.Rubric((*rubric.levels, "L7"), (*rubric.items, item), rubric.tells,
-                               rubric.interviewer)
+    grown = rubric_data.Rubric(
+        (*rubric.levels, "L7"), (*rubric.items, item), rubric.tells, rubric.interviewer
+    )
     monkeypatch.setattr(rubric_data, "load", lambda *_: grown)
     loaded = verbs.load(session_copy)
     assert loaded["stage"] == "L7" and loaded["events"][0]["passing"] == ["tree-attention"]
 
 
 # --- escapes: the record's fields, the snapshots' names, the workspace's path, the errors -----
+
 
 @pytest.mark.parametrize("verb", ["report", "replay", "save"])
 @pytest.mark.parametrize("field", ["events[2].item", "events[2].step", "events[0].snapshot"])
@@ -204,17 +223,23 @@ def test_a_snapshot_folder_named_with_escapes_is_no_snapshot_of_the_record(sessi
     assert verify.unverified(verbs.load(session_copy), session_copy).edited is False
 
 
-def test_a_workspace_path_with_escapes_reaches_no_terminal_or_page_raw(base_session, tmp_path,
-                                                                      staged):
+def test_a_workspace_path_with_escapes_reaches_no_terminal_or_page_raw(
+    base_session, tmp_path, staged
+):
     ws = tmp_path / PATH_ATTACK
     shutil.copytree(base_session, ws)
     edit_record(ws, lambda data: data["final"].update(partial=True, level=None))
-    for args in (["report", PATH_ATTACK, "--markdown", "r.md", "--json", "r.json"],
-                 ["replay", PATH_ATTACK], ["save", PATH_ATTACK]):
+    for args in (
+        ["report", PATH_ATTACK, "--markdown", "r.md", "--json", "r.json"],
+        ["replay", PATH_ATTACK],
+        ["save", PATH_ATTACK],
+    ):
         code, shown = kata("interview", *args, cwd=tmp_path)
         assert raw_controls(shown) == [], (args, shown)
-    assert f"Interview session in {tmp_path}/\\x1b[2J\\x1b]0;owned\\x07" in kata(
-        "interview", "report", PATH_ATTACK, cwd=tmp_path)[1].decode()
+    assert (
+        f"Interview session in {tmp_path}/\\x1b[2J\\x1b]0;owned\\x07"
+        in kata("interview", "report", PATH_ATTACK, cwd=tmp_path)[1].decode()
+    )
     page = (tmp_path / "r.md").read_text()
     assert "Grade the snapshot in full" in page and live_markup(page) == [], live_markup(page)
     assert raw_controls((tmp_path / "r.md").read_bytes()) == []
@@ -224,8 +249,9 @@ def test_a_workspace_path_with_escapes_reaches_no_terminal_or_page_raw(base_sess
         assert code == 2 and shown.decode().count("\n") == 1 and raw_controls(shown) == [], shown
     code, shown = kata("interview", "replay", PATH_ATTACK, "--step", "9", cwd=tmp_path)
     assert code == 2 and shown.decode().startswith("kata: error: no snapshot 9"), shown
-    code, shown = kata("interview", "report", PATH_ATTACK, "--markdown", f"{PATH_ATTACK}/x/r.md",
-                       cwd=tmp_path)
+    code, shown = kata(
+        "interview", "report", PATH_ATTACK, "--markdown", f"{PATH_ATTACK}/x/r.md", cwd=tmp_path
+    )
     assert code == 2 and shown.decode().count("\n") == 1 and raw_controls(shown) == [], shown
 
 
@@ -235,17 +261,19 @@ def test_every_renderer_escapes_every_field_even_past_the_schema(base_session):
     session = json.loads(record.path(base_session).read_text())
     session["events"][0]["snapshot"] = f"001-{ATTACK}"
     session["events"][2].update(item=ATTACK, step=ATTACK)
-    session["events"] += [{"t": 200.0, "kind": "solution", "item": ATTACK},
-                          {"t": 201.0, "kind": "refused", "what": ATTACK, "item": ATTACK}]
+    session["events"] += [
+        {"t": 200.0, "kind": "solution", "item": ATTACK},
+        {"t": 201.0, "kind": "refused", "what": ATTACK, "item": ATTACK},
+    ]
     session["final"]["similarity"] = [{"solution": ATTACK, "fraction": 0.5}]
     session["final"]["items"][0]["id"] = ATTACK
-    terminal = "\n".join([*review.lines(session, base_session),
-                          *review.replay_lines(session, base_session)])
+    terminal = "\n".join(
+        [*review.lines(session, base_session), *review.replay_lines(session, base_session)]
+    )
     page = review.markdown(session, base_session)
     assert raw_controls(terminal) == [] and terminal.count("\\x1b[2J") >= 6
     assert raw_controls(page) == [] and live_markup(page) == [], live_markup(page)
-    assert all(raw_controls(text) == [] for text in strings(review.to_json(session,
-                                                                           base_session)))
+    assert all(raw_controls(text) == [] for text in strings(review.to_json(session, base_session)))
 
 
 def test_the_pngs_labels_are_printable_and_no_mathtext():
@@ -254,21 +282,33 @@ def test_the_pngs_labels_are_printable_and_no_mathtext():
 
 # --- the snapshots against their names, without --verify ------------------------------------
 
-def test_a_snapshot_whose_files_do_not_match_its_name_is_named_without_verify(session_copy,
-                                                                             staged):
+
+def test_a_snapshot_whose_files_do_not_match_its_name_is_named_without_verify(session_copy, staged):
     shown_first = kata("interview", "report", "ws", cwd=session_copy.parent)[1].decode()
     assert shown_first.splitlines()[0].startswith("This report shows the record as written")
     assert "EDITED" not in shown_first
     second = verbs.load(session_copy)["events"][3]["snapshot"]
     (record.folder(session_copy) / second / "kv_cache.py").write_text(REFERENCE.read_text())
-    actual = record.content_hash(REFERENCE.read_bytes(), (
-        record.folder(session_copy) / second / "test_kv_cache.py").read_bytes())
-    code, shown = kata("interview", "report", "ws", "--markdown", "r.md", "--json", "r.json",
-                       cwd=session_copy.parent)
+    actual = record.content_hash(
+        REFERENCE.read_bytes(),
+        (record.folder(session_copy) / second / "test_kv_cache.py").read_bytes(),
+    )
+    code, shown = kata(
+        "interview",
+        "report",
+        "ws",
+        "--markdown",
+        "r.md",
+        "--json",
+        "r.json",
+        cwd=session_copy.parent,
+    )
     lines = shown.decode().splitlines()
     assert code == 0 and lines[0].startswith("This report shows the record as written")
-    assert lines[1] == (f"EDITED: 1 snapshot(s) do not match their names: snapshot {second}'s "
-                        f"files do not match its name: they hash to {actual}.")
+    assert lines[1] == (
+        f"EDITED: 1 snapshot(s) do not match their names: snapshot {second}'s "
+        f"files do not match its name: they hash to {actual}."
+    )
     assert sum(f"EDITED: snapshot {second}'s files" in line for line in lines) == 2  # save, final
     page = (session_copy.parent / "r.md").read_text()
     assert page.startswith("**This report shows the record as written") and "EDITED: 1 snap" in page
@@ -284,6 +324,7 @@ def test_a_snapshot_whose_files_do_not_match_its_name_is_named_without_verify(se
 
 # --- --verify, graded by the stand-in ----------------------------------------------------------
 
+
 def test_verify_sets_each_claim_beside_its_grade(session_copy, staged_verify):
     honest = verify.verify(verbs.load(session_copy), session_copy, verbs.default_sandbox())
     assert not honest.edited and honest.verified and honest.unchecked == 0
@@ -298,11 +339,17 @@ def test_verify_sets_each_claim_beside_its_grade(session_copy, staged_verify):
     assert edited.saves[0].differences[0] == "level L4, not L6"
     assert [s.matches for s in edited.snapshots] == [True, False]
     lines = review.lines(session, session_copy, edited)
-    assert lines[0].startswith("EDITED: this record is not what its snapshots grade: 4 claim(s) "
-                               "disagree with the grades and 1 snapshot(s) do not match")
+    assert lines[0].startswith(
+        "EDITED: this record is not what its snapshots grade: 4 claim(s) "
+        "disagree with the grades and 1 snapshot(s) do not match"
+    )
     assert "Hints asked (the record's word): none" in lines  # deleted: no grade can tell
-    assert any(line.startswith("The record's word (no grade checks it): the time of every "
-                               "event, the hints") for line in lines)
+    assert any(
+        line.startswith(
+            "The record's word (no grade checks it): the time of every event, the hints"
+        )
+        for line in lines
+    )
     final = next(line for line in lines if line.startswith("Final grade"))
     assert "L6, 100/100 points | graded again: below L4, 0 points: DISAGREES" in final
     assert "  L6       1m 00s   DISAGREES: graded again, never" in lines
@@ -310,60 +357,81 @@ def test_verify_sets_each_claim_beside_its_grade(session_copy, staged_verify):
     assert page.startswith("**EDITED: this record is not what its snapshots grade")
     assert page.count("DISAGREES") >= 3
     checked = review.to_json(session, session_copy, edited)["checked"]
-    assert checked["verified"] and checked["edited"] and [s["check"] for s in checked["saves"]] \
-        == ["disagrees", "disagrees"] and checked["final"]["check"] == "disagrees"
+    assert (
+        checked["verified"]
+        and checked["edited"]
+        and [s["check"] for s in checked["saves"]] == ["disagrees", "disagrees"]
+        and checked["final"]["check"] == "disagrees"
+    )
 
 
 def test_a_record_whose_stages_were_edited_disagrees(session_copy, staged_verify):
     edit_record(session_copy, lambda data: data["events"].pop(1))  # L5 never opened, it says
     checked = verify.verify(verbs.load(session_copy), session_copy, verbs.default_sandbox())
     assert checked.stages.verdict == "disagrees"
-    assert checked.stages.claimed == ((2, "L6"),) and checked.stages.graded == ((1, "L5"),
-                                                                              (2, "L6"))
+    assert checked.stages.claimed == ((2, "L6"),) and checked.stages.graded == (
+        (1, "L5"),
+        (2, "L6"),
+    )
     assert checked.edited
 
 
-def test_an_item_the_grade_could_not_judge_leaves_its_claim_unchecked(session_copy,
-                                                                      staged_verify, monkeypatch):
+def test_an_item_the_grade_could_not_judge_leaves_its_claim_unchecked(
+    session_copy, staged_verify, monkeypatch
+):
     def timing_out(request, on_item=None):
         result = staged_grade(request)
-        return replace(result, items=[replace(result.items[0], status="timeout"),
-                                      *result.items[1:]])
+        return replace(
+            result, items=[replace(result.items[0], status="timeout"), *result.items[1:]]
+        )
 
     stand_in(monkeypatch, timing_out)
     checked = verify.verify(verbs.load(session_copy), session_copy, verbs.default_sandbox())
     assert [c.verdict for c in checked.saves] == ["unchecked", "unchecked"]
     assert not checked.edited and checked.unchecked >= 2
-    assert "claim(s) could not be checked" in review.verdict_lines(verbs.load(session_copy),
-                                                                   checked)[1]
+    assert (
+        "claim(s) could not be checked"
+        in review.verdict_lines(verbs.load(session_copy), checked)[1]
+    )
 
 
 def test_report_and_replay_verify_through_the_cli(session_copy, staged_verify):
     EDIT(session_copy, REFERENCE)
-    code, shown = kata("interview", "replay", "ws", "--verify", "--sandbox", "auto",
-                       cwd=session_copy.parent)
+    code, shown = kata(
+        "interview", "replay", "ws", "--verify", "--sandbox", "auto", cwd=session_copy.parent
+    )
     lines = shown.decode().splitlines()
     assert code == 0 and lines[0].startswith("--verify: grading 3 snapshot(s) again")
     assert lines[1].startswith("EDITED: this record is not what its snapshots grade")
     assert sum("graded again at stage" in line and "DISAGREES" in line for line in lines) == 2
-    code, shown = kata("interview", "report", "ws", "--verify", "--sandbox", "auto", "--json",
-                       "r.json", cwd=session_copy.parent)
+    code, shown = kata(
+        "interview",
+        "report",
+        "ws",
+        "--verify",
+        "--sandbox",
+        "auto",
+        "--json",
+        "r.json",
+        cwd=session_copy.parent,
+    )
     checked = json.loads((session_copy.parent / "r.json").read_text())["checked"]
     assert code == 0 and checked["verified"] and checked["edited"]
 
 
-def test_verify_grades_a_strangers_files_only_in_bubblewrap_unless_told(session_copy, staged,
-                                                                        monkeypatch):
+def test_verify_grades_a_strangers_files_only_in_bubblewrap_unless_told(
+    session_copy, staged, monkeypatch
+):
     monkeypatch.setattr("graders.judge.isolation.bwrap_problem", lambda: "no bwrap here")
     code, shown = kata("interview", "report", "ws", "--verify", cwd=session_copy.parent)
     assert code == 2 and shown.decode().count("\n") == 1  # refused before anything runs
     assert "accept the process fallback with --sandbox process" in shown.decode()
-    code, shown = kata("interview", "report", "ws", "--sandbox", "process",
-                       cwd=session_copy.parent)
+    code, shown = kata("interview", "report", "ws", "--sandbox", "process", cwd=session_copy.parent)
     assert code == 2 and "not without --verify" in shown.decode()
 
 
 # --- answers.md in any encoding ----------------------------------------------------------------
+
 
 def test_an_answers_md_that_is_not_utf8_is_data_at_the_save_that_opens_L5(tmp_path, staged):
     ws = tmp_path / "ws"
@@ -378,9 +446,14 @@ def test_an_answers_md_that_is_not_utf8_is_data_at_the_save_that_opens_L5(tmp_pa
     written = (ws / "answers.md").read_bytes()
     assert written.startswith(hostile.rstrip(b"\n"))  # the candidate's bytes, untouched
     assert re.findall(rb"^## (\S+)$", written, re.M) == [
-        b"why-only-kv", b"no-future-mask", b"total-still-quadratic", b"cache-ownership"]
+        b"why-only-kv",
+        b"no-future-mask",
+        b"total-still-quadratic",
+        b"cache-ownership",
+    ]
     assert verbs.load(ws)["stage"] == "L5"
     code, shown = kata("interview", "report", "ws", cwd=tmp_path)
     assert code == 0 and raw_controls(shown) == []
-    assert "Q is used once \\xff\\xfe and never again: caf\\xe9 (latin-1), \\x1b[2J" in \
-        shown.decode()
+    assert (
+        "Q is used once \\xff\\xfe and never again: caf\\xe9 (latin-1), \\x1b[2J" in shown.decode()
+    )

@@ -64,13 +64,14 @@ def test_a_recorded_session_agrees_with_every_grade_of_its_snapshots(recorded, t
     checked = verify.verify(session, ws, Sandbox(mode="auto"))
     assert [c.verdict for c in checked.saves] == ["agrees"] * 3, checked.saves
     assert [c.stage for c in checked.saves] == ["L4", "L5", "L6"]
-    assert checked.stages.verdict == "agrees" and checked.final.verdict == "agrees", \
-        checked.final
+    assert checked.stages.verdict == "agrees" and checked.final.verdict == "agrees", checked.final
     assert not checked.edited and checked.unchecked == 0
 
 
-@pytest.mark.skipif(bwrap_problem() is not None, reason="--verify's default sandbox is "
-                    "bubblewrap, which cannot run here")
+@pytest.mark.skipif(
+    bwrap_problem() is not None,
+    reason="--verify's default sandbox is bubblewrap, which cannot run here",
+)
 def test_a_hand_edited_session_is_named_edited_in_every_format(recorded, tmp_path):
     ws = tmp_path / "ws"
     shutil.copytree(recorded, ws)
@@ -78,9 +79,13 @@ def test_a_hand_edited_session_is_named_edited_in_every_format(recorded, tmp_pat
     last = [e for e in verbs.load(ws)["events"] if e["kind"] == "save"][-1]["snapshot"]
 
     def kata(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, str(ROOT / "cli.py"), "interview", *args],
-                              cwd=tmp_path, capture_output=True, timeout=600,
-                              env={**os.environ, "COLUMNS": "1000"})  # a line each: no wrap
+        return subprocess.run(
+            [sys.executable, str(ROOT / "cli.py"), "interview", *args],
+            cwd=tmp_path,
+            capture_output=True,
+            timeout=600,
+            env={**os.environ, "COLUMNS": "1000"},
+        )  # a line each: no wrap
 
     plain = kata("report", "ws")
     lines = plain.stdout.decode().splitlines()
@@ -92,20 +97,34 @@ def test_a_hand_edited_session_is_named_edited_in_every_format(recorded, tmp_pat
     assert done.returncode == 0 and done.stderr == b"", done.stderr.decode()
     assert raw_controls(done.stdout) == []
     lines = done.stdout.decode().splitlines()
-    assert lines[1].startswith("EDITED: this record is not what its snapshots grade: 3 claim(s) "
-                               "disagree with the grades and 1 snapshot(s) do not match"), lines
+    assert lines[1].startswith(
+        "EDITED: this record is not what its snapshots grade: 3 claim(s) "
+        "disagree with the grades and 1 snapshot(s) do not match"
+    ), lines
     saves = [line for line in lines if line.startswith("  0")]
     assert [("DISAGREES" in line, "EDITED: snapshot" in line) for line in saves] == [
-        (True, False), (True, False), (False, True)]  # the swapped reference grades L6, 100
+        (True, False),
+        (True, False),
+        (False, True),
+    ]  # the swapped reference grades L6, 100
     assert "graded again at stage L4: L4, 10 points, 2 items pass: DISAGREES" in saves[0]
     assert "graded again at stage L5: L5, 60 points, 12 items pass: DISAGREES" in saves[1]
-    assert any(line.startswith("Stages opened: L5 after save 1, L6 after save 2 | the grades "
-                               "open: L5 after save 1, L6 after save 2: agrees") for line in lines)
+    assert any(
+        line.startswith(
+            "Stages opened: L5 after save 1, L6 after save 2 | the grades "
+            "open: L5 after save 1, L6 after save 2: agrees"
+        )
+        for line in lines
+    )
     final = next(line for line in lines if line.startswith("Final grade"))
     # The reference swapped in grades L6, 100/100 as claimed: the swap is named by its hash,
     # and by the share of the bundled solution found in it.
-    assert "L6, 100/100 points | graded again: L6, 100 points: DISAGREES (similarity to " \
-        "solutions/concat_kv_cache.py " in final and "solutions/kv_cache.py 100%, not " in final
+    assert (
+        "L6, 100/100 points | graded again: L6, 100 points: DISAGREES (similarity to "
+        "solutions/concat_kv_cache.py "
+        in final
+        and "solutions/kv_cache.py 100%, not " in final
+    )
     assert f"EDITED: snapshot {last}'s files do not match its name" in final
     assert "Hints asked (the record's word): none" in lines
     assert any(line.startswith("The record's word (no grade checks it)") for line in lines)

@@ -21,16 +21,21 @@ import pytest
 from typer.testing import CliRunner
 
 from cli import app
-from graders.judge.isolation import (PROCESS_FALLBACK_GAPS, PROCESS_FALLBACK_NOTE,
-                                     worker_user_problem)
+from graders.judge.isolation import (
+    PROCESS_FALLBACK_GAPS,
+    PROCESS_FALLBACK_NOTE,
+    worker_user_problem,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 runner = CliRunner()
 
-REFUSAL = ("kata: error: bubblewrap cannot run here (bwrap is not installed), and an "
-           "interviewer's run (--hidden, grade-all) grades a candidate's file only in its "
-           "sandbox: install it (apt-get install bubblewrap), or accept the process fallback "
-           f"with --sandbox process ({PROCESS_FALLBACK_GAPS})")
+REFUSAL = (
+    "kata: error: bubblewrap cannot run here (bwrap is not installed), and an "
+    "interviewer's run (--hidden, grade-all) grades a candidate's file only in its "
+    "sandbox: install it (apt-get install bubblewrap), or accept the process fallback "
+    f"with --sandbox process ({PROCESS_FALLBACK_GAPS})"
+)
 # Whether the process fallback runs the file as the judge's own user, which lets it write the
 # judge's folder; run as a user of its own (a root judge), it cannot.
 RUNS_AS_THE_JUDGE = worker_user_problem() is not None
@@ -69,10 +74,19 @@ def test_without_bubblewrap_an_interviewers_run_refuses_before_the_file_runs(com
 
 
 @pytest.mark.slow
-def test_told_sandbox_process_grade_hidden_runs_and_says_what_the_fallback_does_not_stop(
-        stranger):
-    result = runner.invoke(app, [*INTERVIEWERS_RUNS["grade --hidden"], "--sandbox", "process",
-                                 "--json", "r.json", "--markdown", "card.md"])
+def test_told_sandbox_process_grade_hidden_runs_and_says_what_the_fallback_does_not_stop(stranger):
+    result = runner.invoke(
+        app,
+        [
+            *INTERVIEWERS_RUNS["grade --hidden"],
+            "--sandbox",
+            "process",
+            "--json",
+            "r.json",
+            "--markdown",
+            "card.md",
+        ],
+    )
     assert result.exit_code == 0, result.output
     graded = json.loads(Path("r.json").read_text())
     assert graded["isolation"] == "process" and graded["hidden"] is True
@@ -90,11 +104,23 @@ def test_told_sandbox_process_grade_all_runs(stranger):
 
 
 def test_a_candidates_own_grade_keeps_auto_and_only_its_scorecard_names_the_fallbacks_gaps(
-        stranger):
+    stranger,
+):
     """The terminal's report of a candidate's own grade keeps its closing line (isolation:
     process); a scorecard is an interviewer's page, and says what the fallback let through."""
-    result = runner.invoke(app, ["grade", "in/alice/kv_cache.py", "--item", "attend-shape",
-                                 "--json", "r.json", "--markdown", "card.md"])
+    result = runner.invoke(
+        app,
+        [
+            "grade",
+            "in/alice/kv_cache.py",
+            "--item",
+            "attend-shape",
+            "--json",
+            "r.json",
+            "--markdown",
+            "card.md",
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert json.loads(Path("r.json").read_text())["isolation"] == "process"
     assert "isolation: process" in result.output
@@ -107,7 +133,8 @@ def test_told_sandbox_require_the_refusal_is_the_options_own(stranger):
     assert result.exit_code == 2, result.output
     assert result.output.strip() == (
         "kata: error: --sandbox require: bubblewrap cannot run here (bwrap is not installed); "
-        "install the 'bubblewrap' package (apt-get install bubblewrap)")
+        "install the 'bubblewrap' package (apt-get install bubblewrap)"
+    )
     assert not stranger.exists()
 
 
@@ -131,13 +158,19 @@ def path_without_bwrap(tmp_path) -> str:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("command", list(INTERVIEWERS_RUNS), ids=list(INTERVIEWERS_RUNS))
-def test_kata_without_bwrap_on_its_path_refuses_an_interviewers_run(command, stranger,
-                                                                    path_without_bwrap):
-    done = subprocess.run([sys.executable, str(ROOT / "cli.py"), *INTERVIEWERS_RUNS[command]],
-                          env=dict(os.environ, PATH=path_without_bwrap), capture_output=True,
-                          text=True, timeout=120)
+def test_kata_without_bwrap_on_its_path_refuses_an_interviewers_run(
+    command, stranger, path_without_bwrap
+):
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "cli.py"), *INTERVIEWERS_RUNS[command]],
+        env=dict(os.environ, PATH=path_without_bwrap),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 2, done.stdout + done.stderr
     assert [line for line in done.stderr.splitlines() if line.startswith("kata")] == [
-        line for line in done.stderr.splitlines() if line.strip()], done.stderr
+        line for line in done.stderr.splitlines() if line.strip()
+    ], done.stderr
     assert done.stderr.startswith(REFUSAL), done.stderr
     assert not stranger.exists(), "the stranger's file ran"

@@ -24,8 +24,14 @@ import pytest
 from graders.formats import report
 from graders.judge import isolation
 from tests.grading import grade, request
-from graders.judge.isolation import (KATA, Sandbox, SandboxUnavailable, _children, bwrap_problem,
-                               unseen_beside)
+from graders.judge.isolation import (
+    KATA,
+    Sandbox,
+    SandboxUnavailable,
+    _children,
+    bwrap_problem,
+    unseen_beside,
+)
 from graders.judge.workers import GradeWorkers, Worker
 from graders.shared.mutation import REFERENCE
 
@@ -34,9 +40,16 @@ pytestmark = pytest.mark.slow  # whole grades: `pytest -m "not slow"` is the qui
 FAST = 3.0  # seconds a batch of calls may take where a file hangs on purpose (the fork bomb)
 GIB = 1 << 30
 
-BWRAP = pytest.param("require", id="bwrap", marks=pytest.mark.skipif(
-    bwrap_problem() is not None, reason=f"bubblewrap cannot run here: {bwrap_problem()}"))
+BWRAP = pytest.param(
+    "require",
+    id="bwrap",
+    marks=pytest.mark.skipif(
+        bwrap_problem() is not None, reason=f"bubblewrap cannot run here: {bwrap_problem()}"
+    ),
+)
 PROCESS = pytest.param("process", id="process")
+
+
 def grade_file(path: Path, mode: str, memory: int = 4 * GIB, **kwargs):
     """Grade `path` in sandbox `mode` with the default limit on a batch of calls: a file that
     does not hang takes what it needs (seconds, on a loaded machine), and no more."""
@@ -63,9 +76,12 @@ def processes_with(token: str) -> list[int]:
 def kata_tree() -> dict[str, str]:
     """A hash of every file of the kata a candidate might want to change (not the caches: other
     tests' `kata grade` keeps its record of failures in .kata_cache beside the files it grades)."""
-    files = [p for folder in ("graders", "solutions", "rubric", "starter")
-             for p in (KATA / folder).rglob("*")
-             if p.is_file() and not {"__pycache__", ".kata_cache"} & set(p.parts)]
+    files = [
+        p
+        for folder in ("graders", "solutions", "rubric", "starter")
+        for p in (KATA / folder).rglob("*")
+        if p.is_file() and not {"__pycache__", ".kata_cache"} & set(p.parts)
+    ]
     return {str(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in files + [KATA / "cli.py"]}
 
 
@@ -82,8 +98,9 @@ def token() -> str:
 
 
 @pytest.mark.parametrize("mode", [BWRAP, PROCESS])
-def test_a_double_forked_forger_is_gone_before_the_report_is_written(mode, tmp_path, token,
-                                                                    hostile_file):
+def test_a_double_forked_forger_is_gone_before_the_report_is_written(
+    mode, tmp_path, token, hostile_file
+):
     target = tmp_path / "out.json"
     path = hostile_file("forges_the_report", TARGET=target, TOKEN=token)
     result = grade_file(path, mode, only={"append-time-dim", "attend-shape"})
@@ -99,8 +116,9 @@ def test_a_double_forked_forger_is_gone_before_the_report_is_written(mode, tmp_p
 @pytest.mark.parametrize("mode", [BWRAP])
 def test_a_file_that_rewrites_the_grader_changes_nothing(mode, hostile_file):
     # kata_unchanged checks every file of the kata after the grade
-    result = grade_file(hostile_file("rewrites_the_grader", KATA=KATA), mode,
-                        only={"prefix-equivalence"})
+    result = grade_file(
+        hostile_file("rewrites_the_grader", KATA=KATA), mode, only={"prefix-equivalence"}
+    )
     assert result.items[0].status == "pass"
     assert not (KATA / "graders" / "planted.py").exists()
 
@@ -135,11 +153,14 @@ def test_the_bundled_solution_cannot_be_read_by_path(mode, hostile_file):
 
 
 @pytest.mark.parametrize("mode", [BWRAP, PROCESS])
-@pytest.mark.parametrize("bomb, memory, says", [
-    ("list", GIB, "memory limit of 1 GiB reached"),
-    ("tensor", GIB, "memory limit of 1 GiB reached"),
-    ("reply", 4 * GIB, "more than the 64 MiB a reply may carry"),
-])
+@pytest.mark.parametrize(
+    "bomb, memory, says",
+    [
+        ("list", GIB, "memory limit of 1 GiB reached"),
+        ("tensor", GIB, "memory limit of 1 GiB reached"),
+        ("reply", 4 * GIB, "more than the 64 MiB a reply may carry"),
+    ],
+)
 def test_a_memory_bomb_fails_its_item_and_names_the_limit(mode, bomb, memory, says, hostile_file):
     path = hostile_file("memory_bombs", MODE=bomb)
     result = grade_file(path, mode, memory, only={"append-time-dim", "attend-shape"})
@@ -154,17 +175,23 @@ def test_a_memory_bomb_fails_its_item_and_names_the_limit(mode, bomb, memory, sa
 KEPT_ON_ROOT = isolation.worker_user_problem() if os.getuid() == 0 else None
 
 
-@pytest.mark.parametrize("limit, says", [
-    ("processes", "process limit reached (64 processes)"),
-    ("file", "file size limit of 64 MiB reached"),
-], ids=["processes", "file"])
+@pytest.mark.parametrize(
+    "limit, says",
+    [
+        ("processes", "process limit reached (64 processes)"),
+        ("file", "file size limit of 64 MiB reached"),
+    ],
+    ids=["processes", "file"],
+)
 @pytest.mark.parametrize("mode", [BWRAP, PROCESS])
-def test_a_process_or_file_size_limit_fails_its_item_and_names_the_limit(mode, limit, says,
-                                                                        hostile_file):
+def test_a_process_or_file_size_limit_fails_its_item_and_names_the_limit(
+    mode, limit, says, hostile_file
+):
     if limit == "processes" and mode == "process" and KEPT_ON_ROOT:
         pytest.skip(f"the process limit does not bind root outside bubblewrap ({KEPT_ON_ROOT})")
-    result = grade_file(hostile_file("exhausts_limits", MODE=limit), mode,
-                        only={"append-time-dim", "attend-shape"})
+    result = grade_file(
+        hostile_file("exhausts_limits", MODE=limit), mode, only={"append-time-dim", "attend-shape"}
+    )
     items = {i.id: i for i in result.items}
     assert items["append-time-dim"].status == "pass", "grading goes on past the limit"
     assert items["attend-shape"].status == "error"
@@ -173,28 +200,41 @@ def test_a_process_or_file_size_limit_fails_its_item_and_names_the_limit(mode, l
 
 @pytest.mark.parametrize("mode", [BWRAP])
 def test_the_private_tmp_is_bounded(mode, hostile_file):
-    result = grade_file(hostile_file("exhausts_limits", MODE="disk"), mode,
-                        only={"attend-shape"})
+    result = grade_file(hostile_file("exhausts_limits", MODE="disk"), mode, only={"attend-shape"})
     assert "the private /tmp is full (256 MiB)" in why(result.items[0]), why(result.items[0])
 
 
 @pytest.mark.parametrize("mode", [BWRAP, PROCESS])
 def test_an_output_flood_costs_nothing(mode, hostile_file, tmp_path, monkeypatch):
     judges_tmp = tmp_path / "judges_tmp"  # the judge's temporary files go here, and only this
-    judges_tmp.mkdir()                    # grade's: other tests may run beside this one
+    judges_tmp.mkdir()  # grade's: other tests may run beside this one
     monkeypatch.setattr(tempfile, "tempdir", str(judges_tmp))
-    result = grade_file(hostile_file("floods_output"), mode,
-                        only={"attend-shape", "prefix-equivalence"})
+    result = grade_file(
+        hostile_file("floods_output"), mode, only={"attend-shape", "prefix-equivalence"}
+    )
     assert [i.status for i in result.items] == ["pass", "pass"]
     assert list(judges_tmp.iterdir()) == [], "files left behind"
 
 
-@pytest.mark.parametrize("mode", [BWRAP, pytest.param("process", id="process", marks=pytest.mark.skipif(
-    bool(KEPT_ON_ROOT), reason="the process limit does not bind root: only bubblewrap stops a "
-                               f"fork bomb run as root ({KEPT_ON_ROOT})"))])
+@pytest.mark.parametrize(
+    "mode",
+    [
+        BWRAP,
+        pytest.param(
+            "process",
+            id="process",
+            marks=pytest.mark.skipif(
+                bool(KEPT_ON_ROOT),
+                reason="the process limit does not bind root: only bubblewrap stops a "
+                f"fork bomb run as root ({KEPT_ON_ROOT})",
+            ),
+        ),
+    ],
+)
 def test_a_fork_bomb_is_contained_and_leaves_nothing(mode, token, hostile_file):
-    result = grade_file(hostile_file("fork_bomb", TOKEN=token), mode, timeout=FAST,
-                        only={"attend-shape"})
+    result = grade_file(
+        hostile_file("fork_bomb", TOKEN=token), mode, timeout=FAST, only={"attend-shape"}
+    )
     assert result.items[0].status in ("timeout", "error")
     assert processes_with(token) == [], "fork bomb processes outlived the grade"
 
@@ -207,8 +247,7 @@ def test_network_and_home_are_out_of_reach(mode, tmp_path, token, hostile_file):
         server.bind(("127.0.0.1", 0))
         server.listen()
         server.setblocking(False)
-        path = hostile_file("escapes_outward", PORT=server.getsockname()[1],
-                            HOME=home, TOKEN=token)
+        path = hostile_file("escapes_outward", PORT=server.getsockname()[1], HOME=home, TOKEN=token)
         result = grade_file(path, mode, only={"attend-shape"})
         message = why(result.items[0])
         assert "reached:" in message, message
@@ -243,8 +282,13 @@ def test_the_tests_run_in_a_sandbox_of_their_own_beside_the_implementations(mode
         launched.append([pid for pid in _children(os.getpid()) if pid not in before])
 
     before = set(_children(os.getpid()))
-    result = grade_file(REFERENCE, mode, tests=KATA / "solutions" / "test_kv_cache.py",
-                        only={"own-tests", "prefix-equivalence"}, on_item=on_item)
+    result = grade_file(
+        REFERENCE,
+        mode,
+        tests=KATA / "solutions" / "test_kv_cache.py",
+        only={"own-tests", "prefix-equivalence"},
+        on_item=on_item,
+    )
     assert [i.status for i in result.items] == ["pass", "pass"], result.items
     assert launched and all(len(pids) == 2 for pids in launched), launched
     assert not set(_children(os.getpid())) - before, "a worker outlived the grade"
@@ -265,7 +309,8 @@ def test_workers_started_ahead_read_the_file_as_saved_when_they_go(mode, tmp_pat
 
 @pytest.mark.parametrize("mode", [BWRAP])
 def test_a_worker_started_ahead_sees_its_files_read_only_and_nothing_beside(
-        mode, tmp_path, tmp_path_factory, hostile_file, monkeypatch):
+    mode, tmp_path, tmp_path_factory, hostile_file, monkeypatch
+):
     """In bubblewrap the files are staged: copies of the judge's, bound read-only at their
     paths and rewritten at go(). The sandbox sees what it sees when started at the grade: its
     file, read-only, no sibling (the test file is the tests' sandbox's); the copies are gone
@@ -282,15 +327,19 @@ def test_a_worker_started_ahead_sees_its_files_read_only_and_nothing_beside(
     result = grade_file(path, mode, tests=tests, workers=workers, only={"prefix-equivalence"})
     (item,) = result.items
     assert "saw ['kv_cache.py'], wrote []" in why(item), why(item)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["kv_cache.py", "notes.txt",
-                                                          "test_kv_cache.py"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "kv_cache.py",
+        "notes.txt",
+        "test_kv_cache.py",
+    ]
     assert path.read_text() == source
     assert not list(scratch.iterdir()), "the staged copies outlived their workers"
 
 
 @pytest.mark.parametrize("mode", [BWRAP])
 def test_files_beside_the_graded_ones_are_out_of_sight_and_the_messages_say_where_they_are(
-        mode, tmp_path):
+    mode, tmp_path
+):
     """The contract grades one file and one test file: a sandbox shows each worker its file
     alone, so a helper module beside the implementation, or a conftest.py beside the tests, is
     not there, and the message says it lies beside the file but is not shown."""
@@ -299,44 +348,56 @@ def test_files_beside_the_graded_ones_are_out_of_sight_and_the_messages_say_wher
     (tmp_path / "rope_helpers.py").write_text("def rotate(x):\n    return x\n")
     (item,) = grade_file(path, mode, only={"attend-shape"}).items
     assert item.status == "error"
-    assert why(item).endswith("No module named 'rope_helpers' (line 1). rope_helpers.py lies "
-                              "beside kv_cache.py, but a grade shows kv_cache.py alone (the "
-                              "contract: one file): move what it needs from rope_helpers.py into "
-                              "kv_cache.py"), why(item)
+    assert why(item).endswith(
+        "No module named 'rope_helpers' (line 1). rope_helpers.py lies "
+        "beside kv_cache.py, but a grade shows kv_cache.py alone (the "
+        "contract: one file): move what it needs from rope_helpers.py into "
+        "kv_cache.py"
+    ), why(item)
 
     tests = tmp_path / "test_kv_cache.py"
     tests.write_text("def test_reads_a_fixture_of_conftest(kv):\n    assert kv\n")
     (tmp_path / "conftest.py").write_text(
-        "import pytest\n\n@pytest.fixture\ndef kv():\n    return 1\n")
+        "import pytest\n\n@pytest.fixture\ndef kv():\n    return 1\n"
+    )
     (item,) = grade_file(REFERENCE, mode, tests=tests, only={"own-tests"}).items
     assert item.status == "fail" and "fixture 'kv' not found" in item.message
-    assert item.message.endswith("conftest.py lies beside test_kv_cache.py, but a grade shows "
-                                 "test_kv_cache.py alone (the contract: one file): move what it "
-                                 "needs from conftest.py into test_kv_cache.py"), item.message
+    assert item.message.endswith(
+        "conftest.py lies beside test_kv_cache.py, but a grade shows "
+        "test_kv_cache.py alone (the contract: one file): move what it "
+        "needs from conftest.py into test_kv_cache.py"
+    ), item.message
 
 
-@pytest.mark.parametrize("error, beside", [
-    ("ModuleNotFoundError: No module named 'rope_helpers'", "rope_helpers.py"),
-    ("ModuleNotFoundError: No module named 'tools.rope'", "tools"),
-    ("ModuleNotFoundError: No module named 'numpyx'", None),
-    ("ImportError: cannot import name 'rotate' from 'rope_helpers'", None),
-    ("E       fixture 'kv' not found", "conftest.py"),
-], ids=["module", "package", "nothing-beside", "not-a-missing-module", "fixture"])
+@pytest.mark.parametrize(
+    "error, beside",
+    [
+        ("ModuleNotFoundError: No module named 'rope_helpers'", "rope_helpers.py"),
+        ("ModuleNotFoundError: No module named 'tools.rope'", "tools"),
+        ("ModuleNotFoundError: No module named 'numpyx'", None),
+        ("ImportError: cannot import name 'rotate' from 'rope_helpers'", None),
+        ("E       fixture 'kv' not found", "conftest.py"),
+    ],
+    ids=["module", "package", "nothing-beside", "not-a-missing-module", "fixture"],
+)
 def test_a_message_names_a_file_only_when_it_lies_beside_the_graded_one(tmp_path, error, beside):
     (tmp_path / "rope_helpers.py").write_text("")
     (tmp_path / "tools").mkdir()
     (tmp_path / "conftest.py").write_text("")
     said = unseen_beside(error, str(tmp_path / "kv_cache.py"))
-    assert said == ("" if beside is None else f". {beside} lies beside kv_cache.py, but a grade "
-                    "shows kv_cache.py alone (the contract: one file): move what it needs from "
-                    f"{beside} into kv_cache.py")
+    assert said == (
+        ""
+        if beside is None
+        else f". {beside} lies beside kv_cache.py, but a grade "
+        "shows kv_cache.py alone (the contract: one file): move what it needs from "
+        f"{beside} into kv_cache.py"
+    )
     (tmp_path / "conftest.py").unlink()
     assert unseen_beside("E       fixture 'kv' not found", str(tmp_path / "kv_cache.py")) == ""
 
 
 @pytest.mark.parametrize("mode", [BWRAP, PROCESS])
-def test_workers_started_ahead_that_died_waiting_are_closed_and_say_so(mode, tmp_path,
-                                                                       monkeypatch):
+def test_workers_started_ahead_that_died_waiting_are_closed_and_say_so(mode, tmp_path, monkeypatch):
     """A worker killed while it waits for its grade (out of memory, by hand): go() says False
     and leaves nothing, and `kata grade --watch` starts fresh workers instead."""
     monkeypatch.setattr("graders.judge.workers._SPAWNER", None)  # as `kata grade` starts them
@@ -372,10 +433,14 @@ def test_workers_interrupted_while_starting_leave_nothing(mode, tmp_path, monkey
     assert not list(scratch.iterdir()), "a staged folder outlived the interrupt"
 
 
-@pytest.mark.parametrize("isolation, staged", [
-    pytest.param("bwrap", True, id="bwrap-staged", marks=BWRAP.marks),
-    pytest.param("bwrap", False, id="bwrap", marks=BWRAP.marks),
-    pytest.param("process", False, id="process")])
+@pytest.mark.parametrize(
+    "isolation, staged",
+    [
+        pytest.param("bwrap", True, id="bwrap-staged", marks=BWRAP.marks),
+        pytest.param("bwrap", False, id="bwrap", marks=BWRAP.marks),
+        pytest.param("process", False, id="process"),
+    ],
+)
 def test_a_launch_interrupted_midway_leaves_nothing(isolation, staged, tmp_path, monkeypatch):
     """Ctrl-C inside `launch`, after it made descriptors or a folder and before it returns
     them: it closes and removes what it made before the interrupt propagates."""
@@ -419,19 +484,30 @@ def test_the_judges_own_folders_are_out_of_sight(mode, how, tmp_path, token, hos
         "import sys\nfrom pathlib import Path\nfrom tests.grading import grade\n"
         "from graders.judge.isolation import Sandbox\n"
         f"result = grade(Path({str(path)!r}), sandbox=Sandbox({mode!r}), only={{'attend-shape'}})\n"
-        "print(result.items[0].unavailable or result.items[0].message)\n")
-    argv = ([sys.executable, "grade_it.py"] if how == "script"
-            else [sys.executable, "-m", "grade_it"])
-    done = subprocess.run(argv, cwd=judge, capture_output=True, text=True, timeout=120,
-                          env=dict(os.environ, PYTHONPATH=str(KATA)))
+        "print(result.items[0].unavailable or result.items[0].message)\n"
+    )
+    argv = (
+        [sys.executable, "grade_it.py"] if how == "script" else [sys.executable, "-m", "grade_it"]
+    )
+    done = subprocess.run(
+        argv,
+        cwd=judge,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, PYTHONPATH=str(KATA)),
+    )
     assert "unreadable: FileNotFoundError" in done.stdout, done.stdout + done.stderr
     assert token not in done.stdout
 
 
 # --- the worker's user, for a root judge (issue 40) ----------------------------------------------
 
-AS_ROOT = pytest.mark.skipif(os.geteuid() != 0, reason="only root can run processes as another "
-                             "user, as a root judge runs its workers: run the test as root")
+AS_ROOT = pytest.mark.skipif(
+    os.geteuid() != 0,
+    reason="only root can run processes as another "
+    "user, as a root judge runs its workers: run the test as root",
+)
 
 
 def test_each_live_worker_gets_a_user_of_its_own_in_this_judges_block():
@@ -464,8 +540,7 @@ def test_a_folder_closed_to_other_users_keeps_the_worker_on_the_judges_user():
         shutil.rmtree(base)
 
 
-def test_a_temporary_folder_closed_to_other_users_keeps_the_worker_on_the_judges_user(
-        monkeypatch):
+def test_a_temporary_folder_closed_to_other_users_keeps_the_worker_on_the_judges_user(monkeypatch):
     """A worker's folder is made in tempfile's folder: one of 0700 on the way (pytest's own,
     a TMPDIR of the user's) would fail every item of a correct file, so the worker stays on the
     judge's user and the reason names it; one others may enter (0711) is enough."""
@@ -480,7 +555,8 @@ def test_a_temporary_folder_closed_to_other_users_keeps_the_worker_on_the_judges
         (base / "closed").chmod(0o700)
         assert isolation.worker_user_problem() == (
             f"{base / 'closed'} is closed to other users, and the worker's temporary folder "
-            "lies in it")
+            "lies in it"
+        )
         (base / "closed").chmod(0o711)
         temporary.chmod(0o711)
         assert isolation.worker_user_problem() is None
@@ -489,7 +565,9 @@ def test_a_temporary_folder_closed_to_other_users_keeps_the_worker_on_the_judges
 
 
 @AS_ROOT
-@pytest.mark.skipif(bool(KEPT_ON_ROOT), reason=f"the worker keeps the judge's user here ({KEPT_ON_ROOT})")
+@pytest.mark.skipif(
+    bool(KEPT_ON_ROOT), reason=f"the worker keeps the judge's user here ({KEPT_ON_ROOT})"
+)
 def test_a_worker_of_its_own_user_names_the_file_as_the_candidate_knows_it(tmp_path):
     """A root judge's worker reads a copy of the file in a folder of its own; what it says of the
     file (a traceback's line, `__file__`) names the file's own path, the same on every run."""
@@ -509,7 +587,11 @@ def test_ending_a_workers_user_kills_and_reaps_every_process_of_it(token):
     try:
         starter = subprocess.Popen(
             ["/bin/sh", "-c", f"setsid /bin/sh -c 'sleep 600; : {token}' & sleep 600"],
-            user=uid, group=uid, extra_groups=[], cwd="/")
+            user=uid,
+            group=uid,
+            extra_groups=[],
+            cwd="/",
+        )
         deadline = time.monotonic() + 10
         while len(isolation._processes_of_user(uid)) < 3 and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -521,16 +603,32 @@ def test_ending_a_workers_user_kills_and_reaps_every_process_of_it(token):
         isolation.give_back_user(uid)
 
 
-@pytest.mark.parametrize("euid, problem, says", [
-    (0, None, "runs the candidate's code as a user of its own, but does not stop it from "
-              "reading what every user may read or using the network"),
-    (0, "/root is closed to other users", "forking without bound or using the network: it runs "
-                                          "as root, the judge's user (/root is closed"),
-    (1000, "the kata is not run as root", "reading or writing this user's files or using the "
-                                          "network"),
-], ids=["root-as-its-own-user", "root-kept", "not-root"])
-def test_the_fallback_note_says_what_the_fallback_leaves_open_here(euid, problem, says,
-                                                                   monkeypatch):
+@pytest.mark.parametrize(
+    "euid, problem, says",
+    [
+        (
+            0,
+            None,
+            "runs the candidate's code as a user of its own, but does not stop it from "
+            "reading what every user may read or using the network",
+        ),
+        (
+            0,
+            "/root is closed to other users",
+            "forking without bound or using the network: it runs "
+            "as root, the judge's user (/root is closed",
+        ),
+        (
+            1000,
+            "the kata is not run as root",
+            "reading or writing this user's files or using the network",
+        ),
+    ],
+    ids=["root-as-its-own-user", "root-kept", "not-root"],
+)
+def test_the_fallback_note_says_what_the_fallback_leaves_open_here(
+    euid, problem, says, monkeypatch
+):
     monkeypatch.setattr(isolation, "worker_user_problem", lambda: problem)
     monkeypatch.setattr(os, "geteuid", lambda: euid)
     assert says in isolation._fallback_gaps()

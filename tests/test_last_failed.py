@@ -41,6 +41,7 @@ def implementation(tmp_path) -> Path:
 
 # --- the record --------------------------------------------------------------------------------
 
+
 def test_the_record_is_beside_the_file_and_ignored_by_git(implementation):
     record(implementation, result({"gqa": "fail", "reset": "pass"}))
     folder = implementation.parent / ".kata_cache"
@@ -69,12 +70,29 @@ def test_a_hidden_grade_is_not_recorded(implementation):
     assert not (implementation.parent / ".kata_cache").exists()
 
 
-@pytest.mark.parametrize("content", [
-    b"", b"\xff\xfe garbage", b"[1, 2]", b'{"version": 1}', b'{"version": 99, "failed": {}}',
-    b'{"version": 1, "failed": []}', b'{"version": 1, "failed": {"kv_cache.py": 3}}',
-    b"[" * 100_000 + b"]" * 100_000,
-], ids=["empty", "not-utf8", "a-list", "no-failed", "other-version", "failed-a-list",
-        "file-not-a-dict", "nested-too-deep"])
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"",
+        b"\xff\xfe garbage",
+        b"[1, 2]",
+        b'{"version": 1}',
+        b'{"version": 99, "failed": {}}',
+        b'{"version": 1, "failed": []}',
+        b'{"version": 1, "failed": {"kv_cache.py": 3}}',
+        b"[" * 100_000 + b"]" * 100_000,
+    ],
+    ids=[
+        "empty",
+        "not-utf8",
+        "a-list",
+        "no-failed",
+        "other-version",
+        "failed-a-list",
+        "file-not-a-dict",
+        "nested-too-deep",
+    ],
+)
 def test_a_broken_record_reads_as_none_and_is_replaced(implementation, content):
     cache_file(implementation).parent.mkdir()
     cache_file(implementation).write_bytes(content)
@@ -111,8 +129,9 @@ def test_a_cache_folder_that_is_a_link_is_neither_read_nor_written(implementatio
 
 
 @pytest.mark.parametrize("name", ["last.json", ".gitignore"])
-def test_a_record_file_that_is_a_link_is_replaced_never_written_through(implementation, tmp_path,
-                                                                         name):
+def test_a_record_file_that_is_a_link_is_replaced_never_written_through(
+    implementation, tmp_path, name
+):
     outside = tmp_path / "outside.txt"
     outside.write_bytes(_planted_record())
     folder = implementation.parent / ".kata_cache"
@@ -135,31 +154,41 @@ def test_a_record_that_is_a_fifo_reads_as_none_without_blocking(implementation):
 
 # --- what runs --------------------------------------------------------------------------------
 
+
 def test_failed_first_puts_the_chosen_failures_first_and_runs_every_item(implementation):
     record(implementation, result({"gqa": "fail", "reset": "error", "attend-shape": "pass"}))
     assert plan(implementation, DENSE, None, None, last_failed=False) == Selection(
-        None, {"reset", "gqa"}, "--failed-first: grading reset, gqa first, which did not pass "
-        "last time")
-    assert plan(implementation, DENSE, {"gqa", "attend-shape"}, None, last_failed=False).first \
-        == {"gqa"}, "--item chooses first"
+        None,
+        {"reset", "gqa"},
+        "--failed-first: grading reset, gqa first, which did not pass last time",
+    )
+    assert plan(implementation, DENSE, {"gqa", "attend-shape"}, None, last_failed=False).first == {
+        "gqa"
+    }, "--item chooses first"
 
 
 def test_last_failed_runs_only_the_chosen_failures(implementation):
     record(implementation, result({"gqa": "fail", "reset": "error"}))
     assert plan(implementation, DENSE, None, None, last_failed=True) == Selection(
-        {"reset", "gqa"}, set(), "--last-failed: grading only reset, gqa, which did not pass "
-        "last time")
+        {"reset", "gqa"},
+        set(),
+        "--last-failed: grading only reset, gqa, which did not pass last time",
+    )
     assert plan(implementation, DENSE, None, "L5", last_failed=True).only == {"reset"}
 
 
-@pytest.mark.parametrize("recorded", [None, {"gqa": "pass"}, {"gqa": "fail"}],
-                         ids=["no-record", "nothing-failed", "none-of-the-chosen-failed"])
+@pytest.mark.parametrize(
+    "recorded",
+    [None, {"gqa": "pass"}, {"gqa": "fail"}],
+    ids=["no-record", "nothing-failed", "none-of-the-chosen-failed"],
+)
 def test_with_no_failure_to_go_on_every_chosen_item_runs(implementation, recorded):
     if recorded:
         record(implementation, result(recorded))
     only = {"reset", "release"}
     assert plan(implementation, DENSE, only, None, last_failed=True) == Selection(
-        only, set(), "--last-failed: no item failed last time: grading every item")
+        only, set(), "--last-failed: no item failed last time: grading every item"
+    )
     assert plan(implementation, DENSE, only, None, last_failed=False) == Selection(only, set(), "")
 
 
@@ -167,18 +196,24 @@ def test_grading_in_another_order_changes_no_verdict_and_reports_in_rubric_order
     chosen = {"append-time-dim", "prefix-equivalence", "prealloc", "kv-only"}
     plain = grade(CONCAT, only=chosen)
     ran = []
-    first = grade(CONCAT, only=chosen, first={"prealloc", "kv-only"},
-                  on_item=lambda item: ran.append(item.id))
+    first = grade(
+        CONCAT, only=chosen, first={"prealloc", "kv-only"}, on_item=lambda item: ran.append(item.id)
+    )
     assert ran == ["kv-only", "prealloc", "append-time-dim", "prefix-equivalence"]
     assert first.items == plain.items and first.tells == plain.tells
-    assert [i.id for i in first.items] == ["append-time-dim", "prefix-equivalence", "kv-only",
-                                           "prealloc"]
+    assert [i.id for i in first.items] == [
+        "append-time-dim",
+        "prefix-equivalence",
+        "kv-only",
+        "prealloc",
+    ]
     assert [i.status for i in first.items] == ["pass", "pass", "pass", "fail"]
     stopped = grade(CONCAT, only=chosen, first={"prealloc"}, exitfirst=True)
     assert [i.id for i in stopped.items] == ["prealloc"] and stopped.partial
 
 
 # --- through the CLI ---------------------------------------------------------------------------
+
 
 @pytest.fixture
 def workspace(tmp_path, monkeypatch) -> Path:
@@ -198,8 +233,10 @@ def kata(*args: str) -> tuple[str, dict]:
 def test_the_workspace_ignores_the_record_and_lf_grades_only_what_failed(workspace):
     assert ".kata_cache/" in (workspace / ".gitignore").read_text().splitlines()
     _, first = kata("grade", "--item", "attend-shape", "--item", "prealloc")
-    assert {i["id"]: i["status"] for i in first["items"]} == {"attend-shape": "pass",
-                                                             "prealloc": "fail"}
+    assert {i["id"]: i["status"] for i in first["items"]} == {
+        "attend-shape": "pass",
+        "prealloc": "fail",
+    }
     assert failed(workspace / "kv_cache.py", DENSE.id) == {"prealloc"}
     output, again = kata("grade", "--lf")
     assert "--last-failed: grading only prealloc" in output
@@ -220,8 +257,12 @@ def seen(monkeypatch) -> dict:
     recorded = {}
 
     def fake(request, on_item):
-        recorded.update(first=request.first, only=request.only, hidden=request.hidden,
-                        record_during_grade=cache_file(request.implementation).exists())
+        recorded.update(
+            first=request.first,
+            only=request.only,
+            hidden=request.hidden,
+            record_during_grade=cache_file(request.implementation).exists(),
+        )
         return result({"append-time-dim": "pass", "reset": "fail"}, hidden=request.hidden)
 
     stand_in(monkeypatch, fake)
@@ -244,11 +285,15 @@ def test_watch_grades_failures_first(workspace, seen, monkeypatch):
     assert seen["first"] == {"gqa"} and seen["only"] is None
 
 
-@pytest.mark.parametrize("args, says", [
-    (["--lf", "--hidden"], "not with --hidden"),
-    (["--ff", "--hidden"], "not with --hidden"),
-    (["-v", "-q"], "choose one"),
-], ids=["lf-hidden", "ff-hidden", "verbose-quiet"])
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["--lf", "--hidden"], "not with --hidden"),
+        (["--ff", "--hidden"], "not with --hidden"),
+        (["-v", "-q"], "choose one"),
+    ],
+    ids=["lf-hidden", "ff-hidden", "verbose-quiet"],
+)
 def test_flags_that_contradict_exit_2(workspace, args, says):
     done = runner.invoke(app, ["grade", *args])
     assert done.exit_code == 2 and says in done.output, done.output
@@ -263,7 +308,8 @@ def test_a_hidden_grade_neither_follows_nor_writes_the_record(workspace, seen, m
 
 @pytest.mark.slow
 def test_a_candidate_that_links_its_cache_outward_gets_no_record_written_there(
-        tmp_path, monkeypatch, hostile_file):
+    tmp_path, monkeypatch, hostile_file
+):
     """tests/hostile/links_its_cache_outward.py, graded in the process fallback as the judge's
     own user (which lets it write beside its file; a root judge's fallback would not), makes
     `.kata_cache` a link to a folder of the user's while it is graded: the judge writes its
@@ -274,8 +320,9 @@ def test_a_candidate_that_links_its_cache_outward_gets_no_record_written_there(
     (tmp_path / "ws").mkdir()
     monkeypatch.chdir(tmp_path / "ws")
     hostile_file("links_its_cache_outward", filename="ws/kv_cache.py", TARGET=target)
-    done = runner.invoke(app, ["grade", "kv_cache.py", "--item", "attend-shape",
-                               "--sandbox", "process"])
+    done = runner.invoke(
+        app, ["grade", "kv_cache.py", "--item", "attend-shape", "--sandbox", "process"]
+    )
     assert done.exit_code == 0, done.output
     assert (tmp_path / "ws" / ".kata_cache").is_symlink(), "the candidate planted its link"
     assert list(target.iterdir()) == [], "the judge wrote through the link"

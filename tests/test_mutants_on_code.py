@@ -28,8 +28,11 @@ MODEL_TESTS = SOLUTIONS / "test_kv_cache.py"
 
 BUNDLED = {
     **{f"mistakes/{m.name}": m for m in MISTAKES},
-    **{f"wrong/{w.name}": w.implementation for w in everything()
-       if isinstance(w.implementation, Mutant)},
+    **{
+        f"wrong/{w.name}": w.implementation
+        for w in everything()
+        if isinstance(w.implementation, Mutant)
+    },
     **{f"hidden/{case.mutant.name}": case.mutant for case in HIDDEN_ONLY},
     f"cli/{FIXED_MASK_BUFFER.name}": FIXED_MASK_BUFFER,
 }
@@ -88,8 +91,9 @@ def test_mutants_follow_the_reference_where_it_is_pointed(tmp_path, monkeypatch)
 
 @pytest.mark.parametrize("rewrite", REWRITES)
 @pytest.mark.parametrize("key", BUNDLED)
-def test_a_mutant_is_the_same_on_solutions_without_their_prose(key, rewrite, copies, real_sources,
-                                                                monkeypatch):
+def test_a_mutant_is_the_same_on_solutions_without_their_prose(
+    key, rewrite, copies, real_sources, monkeypatch
+):
     point_mutants_at(copies[rewrite], monkeypatch)
     assert BUNDLED[key].source() == real_sources[key], f"{key} changed with the {rewrite} prose"
 

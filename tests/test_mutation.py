@@ -23,8 +23,9 @@ def strip(source: str) -> str:
 
 def test_an_edit_that_does_not_match_exactly_once_is_an_error():
     with pytest.raises(MutationError):
-        Mutant("ghost", "edits text the reference does not have",
-               replace=(("no such text", ""),)).source()
+        Mutant(
+            "ghost", "edits text the reference does not have", replace=(("no such text", ""),)
+        ).source()
 
 
 def test_an_edit_anchored_on_a_comment_is_an_error():
@@ -37,7 +38,7 @@ def test_an_edit_anchored_on_a_comment_is_an_error():
 
 def test_a_statement_edit_matches_the_syntax_whatever_the_layout(tmp_path):
     base = tmp_path / "kv_cache.py"
-    base.write_text('def f(a, b):\n    x = (a +  # a comment\n         b)\n    return x * 2\n')
+    base.write_text("def f(a, b):\n    x = (a +  # a comment\n         b)\n    return x * 2\n")
     edit = Mutant("minus", "", statements=(("x = a + b", "x = a - b"),), base=base)
     assert edit.source() == "def f(a, b):\n    x = a - b\n    return x * 2\n"
     removal = Mutant("gone", "", statements=(("x = a + b\nreturn x * 2", ""),), base=base)
@@ -62,8 +63,9 @@ def test_a_function_swap_replaces_the_whole_definition():
 
 
 @pytest.mark.parametrize("mistake", MISTAKES, ids=[m.name for m in MISTAKES])
-def test_every_bundled_mistake_differs_from_the_reference_and_fails_prefix_equivalence(mistake,
-                                                                                      tmp_path):
+def test_every_bundled_mistake_differs_from_the_reference_and_fails_prefix_equivalence(
+    mistake, tmp_path
+):
     source = mistake.source()
     assert source != strip_prose(REFERENCE.read_text())
     path = tmp_path / "kv_cache.py"
@@ -73,37 +75,56 @@ def test_every_bundled_mistake_differs_from_the_reference_and_fails_prefix_equiv
 
 
 def test_comments_go_with_the_spaces_before_them_and_their_own_lines():
-    assert strip("""
+    assert (
+        strip("""
         x = 1  # one
         # a line of its own
             # indented, after code
         y = [  # open
             2,  # two
         ]
-    """) == "\nx = 1\ny = [\n    2,\n]\n"
+    """)
+        == "\nx = 1\ny = [\n    2,\n]\n"
+    )
 
 
-@pytest.mark.parametrize("source, expected", [
-    ('"""Module."""\nimport math\n', "import math\n"),
-    ('class A:\n    """Class."""\n\n    x = 1\n', "class A:\n\n    x = 1\n"),
-    ('def f():\n    """Function.\n\n    More.\n    """\n    return 1\n',
-     "def f():\n    return 1\n"),
-    ('async def f():\n    """Async."""\n    return 1\n', "async def f():\n    return 1\n"),
-    ('class A:\n    def f(self):\n        """Method."""\n        return 1\n',
-     "class A:\n    def f(self):\n        return 1\n"),
-    ("def f():\n    '''Single quotes.''' 'concatenated'\n    return 1\n",
-     "def f():\n    return 1\n"),
-], ids=["module", "class", "function", "async-function", "method", "implicit-concatenation"])
+@pytest.mark.parametrize(
+    "source, expected",
+    [
+        ('"""Module."""\nimport math\n', "import math\n"),
+        ('class A:\n    """Class."""\n\n    x = 1\n', "class A:\n\n    x = 1\n"),
+        (
+            'def f():\n    """Function.\n\n    More.\n    """\n    return 1\n',
+            "def f():\n    return 1\n",
+        ),
+        ('async def f():\n    """Async."""\n    return 1\n', "async def f():\n    return 1\n"),
+        (
+            'class A:\n    def f(self):\n        """Method."""\n        return 1\n',
+            "class A:\n    def f(self):\n        return 1\n",
+        ),
+        (
+            "def f():\n    '''Single quotes.''' 'concatenated'\n    return 1\n",
+            "def f():\n    return 1\n",
+        ),
+    ],
+    ids=["module", "class", "function", "async-function", "method", "implicit-concatenation"],
+)
 def test_docstrings_go(source, expected):
     assert strip_prose(source) == expected
 
 
-@pytest.mark.parametrize("source, expected", [
-    ('class Full(RuntimeError):\n    """Only a docstring."""\n',
-     "class Full(RuntimeError):\n    pass\n"),
-    ('def f():\n    """Only a docstring."""  # and a comment\n', "def f():\n    pass\n"),
-    ('class Café: """On the line of its def, after non-ASCII."""\n', "class Café: pass\n"),
-], ids=["class", "function-with-comment", "same-line-non-ascii"])
+@pytest.mark.parametrize(
+    "source, expected",
+    [
+        (
+            'class Full(RuntimeError):\n    """Only a docstring."""\n',
+            "class Full(RuntimeError):\n    pass\n",
+        ),
+        ('def f():\n    """Only a docstring."""  # and a comment\n', "def f():\n    pass\n"),
+        ('class Café: """On the line of its def, after non-ASCII."""\n', "class Café: pass\n"),
+    ],
+    ids=["class", "function-with-comment", "same-line-non-ascii"],
+)
 def test_a_docstring_that_is_the_whole_body_becomes_pass(source, expected):
     assert strip_prose(source) == expected
     compile(strip_prose(source), "stripped", "exec")
@@ -140,7 +161,7 @@ def test_code_lines_and_blank_lines_stay_as_written():
 
             return  total
     ''')
-    assert strip_prose(source) == textwrap.dedent('''\
+    assert strip_prose(source) == textwrap.dedent("""\
         def f(a,
               b):
 
@@ -148,7 +169,7 @@ def test_code_lines_and_blank_lines_stay_as_written():
                      b)
 
             return  total
-    ''')
+    """)
 
 
 @pytest.mark.parametrize("path", [REFERENCE, PAGED_REFERENCE], ids=lambda p: p.name)
@@ -157,11 +178,15 @@ def test_the_references_without_prose_have_none_and_are_the_same_code(path):
     stripped = strip_prose(text)
     tokens = list(tokenize.generate_tokens(io.StringIO(stripped).readline))
     assert not [t for t in tokens if t.type == tokenize.COMMENT], "a comment is left"
-    documented = [getattr(n, "name", "the module") for n in ast.walk(ast.parse(stripped))
-                  if isinstance(n, DOCUMENTED) and ast.get_docstring(n) is not None]
+    documented = [
+        getattr(n, "name", "the module")
+        for n in ast.walk(ast.parse(stripped))
+        if isinstance(n, DOCUMENTED) and ast.get_docstring(n) is not None
+    ]
     assert not documented, f"docstrings left in {documented}"
-    assert ast.dump(_without_docstrings(ast.parse(text))) == ast.dump(ast.parse(stripped)), \
+    assert ast.dump(_without_docstrings(ast.parse(text))) == ast.dump(ast.parse(stripped)), (
         "the code changed"
+    )
     assert strip_prose(stripped) == stripped, "stripping twice changes more"
 
 

@@ -33,7 +33,8 @@ def test_each_scored_module_s_mutant_count_is_the_recorded_one(name):
     count = len(mutants((ROOT / module.path).read_text()))
     assert count == FIGURES[name]["mutants"], (
         f"{name} makes {count} mutants, its figures were recorded with "
-        f"{FIGURES[name]['mutants']}; {again}")
+        f"{FIGURES[name]['mutants']}; {again}"
+    )
 
 
 @pytest.mark.parametrize("name", MODULES)
@@ -43,8 +44,10 @@ def test_each_scored_module_s_own_test_files_exist(name):
 
 
 def test_every_verdict_names_a_mutant_its_module_still_makes():
-    made = {name: {m.description for m in mutants((ROOT / module.path).read_text())}
-            for name, module in MODULES.items()}
+    made = {
+        name: {m.description for m in mutants((ROOT / module.path).read_text())}
+        for name, module in MODULES.items()
+    }
     stale = [key for key in mutation_score.verdicts() if key[1] not in made.get(key[0], ())]
     assert stale == []
 
@@ -60,8 +63,9 @@ def test_the_recorded_figures_add_up():
             continue
         survivors = figures["survivors"]
         assert figures["killed"] + len(survivors) == figures["mutants"], name
-        assert figures["equivalent"] == sum(v.startswith("equivalent")
-                                            for v in survivors.values()), name
+        assert figures["equivalent"] == sum(
+            v.startswith("equivalent") for v in survivors.values()
+        ), name
 
 
 def test_the_readme_table_says_what_the_figures_say():
@@ -75,9 +79,12 @@ def test_the_readme_table_says_what_the_figures_say():
         if figures.get("killed") is None:
             expected[name] = [str(figures["mutants"]), "not yet scored", "", ""]
         else:
-            expected[name] = [str(figures["mutants"]), str(figures["killed"]),
-                              str(figures["equivalent"]),
-                              str(len(figures["survivors"]) - figures["equivalent"])]
+            expected[name] = [
+                str(figures["mutants"]),
+                str(figures["killed"]),
+                str(figures["equivalent"]),
+                str(len(figures["survivors"]) - figures["equivalent"]),
+            ]
     assert rows == expected
 
 
@@ -89,7 +96,8 @@ def edits(source: str) -> dict[str, str]:
     for mutant in mutants(source):
         changed = mutated_source(source, mutant.index).splitlines()
         found[mutant.description] = "\n".join(
-            new.strip() for old, new in zip(original, changed) if old != new)
+            new.strip() for old, new in zip(original, changed) if old != new
+        )
     return found
 
 
@@ -110,10 +118,9 @@ def test_a_key_is_swapped_for_the_keys_read_beside_it_on_the_same_value():
     """)
     swaps = {d: e for d, e in made.items() if "'] -> " in d}
     assert swaps == {
-        "step: s['free_after_schedule'] -> s['free_after_update']":
-            "return (s['free_after_update'], s['free_after_update'], t['other'])",
-        "step: s['free_after_update'] -> s['free_after_schedule']":
-            "return (s['free_after_schedule'], s['free_after_schedule'], t['other'])"}
+        "step: s['free_after_schedule'] -> s['free_after_update']": "return (s['free_after_update'], s['free_after_update'], t['other'])",
+        "step: s['free_after_update'] -> s['free_after_schedule']": "return (s['free_after_schedule'], s['free_after_schedule'], t['other'])",
+    }
 
 
 def test_neighbouring_arguments_of_a_kind_are_swapped():
@@ -130,9 +137,14 @@ def test_a_bound_s_start_is_moved():
         def f(xs, lo, n):
             return xs[lo:n], range(lo, n), range(n), xs[2:]
     """)
-    assert {"f: lo:n -> lo + 1:n", "f: lo:n -> lo - 1:n", "f: range(lo, n) -> range(lo + 1, n)",
-            "f: range(lo, n) -> range(lo - 1, n)", "f: range(n) -> range(1, n)",
-            "f: 2: -> 1:"} <= set(made)
+    assert {
+        "f: lo:n -> lo + 1:n",
+        "f: lo:n -> lo - 1:n",
+        "f: range(lo, n) -> range(lo + 1, n)",
+        "f: range(lo, n) -> range(lo - 1, n)",
+        "f: range(n) -> range(1, n)",
+        "f: 2: -> 1:",
+    } <= set(made)
 
 
 def test_a_condition_is_negated_and_a_comparison_flipped():
@@ -167,7 +179,8 @@ def test_a_comparison_is_complemented_where_no_negation_already_does_it():
     assert "f: x <= n -> x > n" not in made and "f: x > n -> x <= n" not in made
     assert made["f: not x > n -> x > n"] == "if x > n:"
     assert "f: y >= n -> y < n" not in made and made["f: y >= n -> not y >= n"] == (
-        "return [y for y in xs if not y >= n]")
+        "return [y for y in xs if not y >= n]"
+    )
 
 
 def test_the_count_is_quick_and_runs_no_test(capsys):

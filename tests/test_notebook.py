@@ -55,8 +55,9 @@ def test_a_relative_path_with_its_tests_beside_it_grades_as_the_cli_does(folder)
     done = CliRunner().invoke(app, ["grade", "kv_cache.py", *options, "--json", "cli.json"])
     assert done.exit_code == 0, done.output
     cli_items = json.loads((folder / "cli.json").read_text())["items"]
-    assert [(i["id"], i["status"], i["points"]) for i in cli_items] == \
-        [(i.id, i.status, i.points) for i in graded.items]
+    assert [(i["id"], i["status"], i["points"]) for i in cli_items] == [
+        (i.id, i.status, i.points) for i in graded.items
+    ]
 
 
 def test_a_full_grade_has_a_level_score_and_items(folder):

@@ -52,10 +52,14 @@ def test_tests_that_fail_on_the_reference_cannot_judge_anything():
     assert item.status == "fail" and "fail on the reference solution" in item.message
 
 
-@pytest.mark.parametrize("source, shows", [
-    ("def test_uses_a_fixture_that_is_nowhere(kv):\n    assert kv\n", "fixture 'kv' not found"),
-    ("import kv_helpers\n\n\ndef test_x():\n    pass\n", "No module named 'kv_helpers'"),
-], ids=["missing-fixture", "does-not-import"])
+@pytest.mark.parametrize(
+    "source, shows",
+    [
+        ("def test_uses_a_fixture_that_is_nowhere(kv):\n    assert kv\n", "fixture 'kv' not found"),
+        ("import kv_helpers\n\n\ndef test_x():\n    pass\n", "No module named 'kv_helpers'"),
+    ],
+    ids=["missing-fixture", "does-not-import"],
+)
 def test_tests_that_error_before_they_run_are_not_said_to_be_missing(tmp_path, source, shows):
     """A test whose fixture is nowhere, or a test file that does not import, is an error of
     pytest's: the message shows it, not "collects no tests"."""
@@ -72,12 +76,12 @@ def test_a_test_file_that_exits_is_a_failure_with_a_reason():
     assert "exited with code 3" in item.message
 
 
-@pytest.mark.parametrize("tests", [None, ROOT / "starter" / "test_kv_cache.py"],
-                         ids=["none", "starter"])
+@pytest.mark.parametrize(
+    "tests", [None, ROOT / "starter" / "test_kv_cache.py"], ids=["none", "starter"]
+)
 def test_no_tests_or_the_untouched_starter_tests_are_not_attempted(tests):
     item, _ = own_tests(tests)
     assert item.status == "not_attempted"
-
 
 
 def test_a_test_file_that_forges_its_runs_reply_is_an_error_not_a_verdict():
@@ -148,8 +152,9 @@ def test_a_test_file_that_fails_the_disguise_fails_own_tests(tmp_path):
     """Tests that pass on the reference alone (here: by its docstring) fail a correct
     implementation, and own-tests says so."""
     tests = tmp_path / "test_kv_cache.py"
-    tests.write_text("import kv_cache\n\n\ndef test_documented():\n"
-                     "    assert kv_cache.attend.__doc__\n")
+    tests.write_text(
+        "import kv_cache\n\n\ndef test_documented():\n    assert kv_cache.attend.__doc__\n"
+    )
     result, _ = own_tests(tests)
     assert result.status == "fail"
     assert result.message.startswith("your tests fail a correct implementation"), result.message

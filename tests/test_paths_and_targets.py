@@ -55,6 +55,7 @@ def one_line(result) -> str:
 
 # --- where a report is written -----------------------------------------------------------------
 
+
 def test_a_dash_writes_to_standard_output_and_makes_no_file(here, capfdbinary):
     write_atomically(STDOUT, '{"a": 1}\n')
     assert capfdbinary.readouterr().out == b'{"a": 1}\n'
@@ -142,16 +143,18 @@ def a_socket(tmp_path):
 
 
 @pytest.mark.parametrize("kind", ["socket", "folder", "link-to-socket", "link-to-folder"])
-def test_a_target_that_is_not_a_file_is_refused_in_one_line_and_left_alone(tmp_path, a_socket,
-                                                                            kind):
+def test_a_target_that_is_not_a_file_is_refused_in_one_line_and_left_alone(
+    tmp_path, a_socket, kind
+):
     (tmp_path / "folder").mkdir()
     (tmp_path / "link-to-socket").symlink_to(a_socket)
     (tmp_path / "link-to-folder").symlink_to(tmp_path / "folder")
     path = a_socket if kind == "socket" else tmp_path / kind
     with pytest.raises(OutputError) as refused:
         check_writable(path)
-    assert "\n" not in str(refused.value) and ("socket" in str(refused.value)
-                                                or "folder" in str(refused.value))
+    assert "\n" not in str(refused.value) and (
+        "socket" in str(refused.value) or "folder" in str(refused.value)
+    )
     with pytest.raises((OutputError, OSError)):
         write_atomically(path, "x")
     assert stat.S_ISSOCK(a_socket.lstat().st_mode) and (tmp_path / "folder").is_dir()
@@ -179,6 +182,7 @@ def test_text_with_lone_surrogates_is_written_escaped_not_a_crash(tmp_path):
 
 # --- the CLI's report options ------------------------------------------------------------------
 
+
 @pytest.mark.slow
 def test_json_dash_goes_to_standard_output_alone(here):
     shutil.copyfile(REFERENCE, here / "kv_cache.py")
@@ -196,9 +200,23 @@ def test_json_to_dev_stdout_follows_the_report_in_the_redirected_file(here):
 
     shutil.copyfile(REFERENCE, here / "kv_cache.py")
     with (here / "out.txt").open("wb") as out:
-        done = subprocess.run([sys.executable, str(ROOT / "cli.py"), "grade", "kv_cache.py",
-                               "--level", "L4", "--sandbox", "process", "-q",
-                               "--json", "/dev/stdout"], stdout=out, stderr=subprocess.PIPE)
+        done = subprocess.run(
+            [
+                sys.executable,
+                str(ROOT / "cli.py"),
+                "grade",
+                "kv_cache.py",
+                "--level",
+                "L4",
+                "--sandbox",
+                "process",
+                "-q",
+                "--json",
+                "/dev/stdout",
+            ],
+            stdout=out,
+            stderr=subprocess.PIPE,
+        )
     assert done.returncode == 0, done.stderr.decode()
     text = (here / "out.txt").read_text()
     report, _, written = text.partition("{")
@@ -214,8 +232,20 @@ def test_reports_through_a_link_a_device_and_a_fifo(here):
     read = []
     reader = threading.Thread(target=lambda: read.append((here / "junit.fifo").read_bytes()))
     reader.start()
-    done = kata("grade", "kv_cache.py", "--level", "L4", "--sandbox", "process",
-                "--json", "/dev/null", "--markdown", "card.md", "--junit", "junit.fifo")
+    done = kata(
+        "grade",
+        "kv_cache.py",
+        "--level",
+        "L4",
+        "--sandbox",
+        "process",
+        "--json",
+        "/dev/null",
+        "--markdown",
+        "card.md",
+        "--junit",
+        "junit.fifo",
+    )
     reader.join(timeout=30)
     assert done.exit_code == 0, done.output
     assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
@@ -225,8 +255,9 @@ def test_reports_through_a_link_a_device_and_a_fifo(here):
     assert stat.S_ISFIFO((here / "junit.fifo").lstat().st_mode)
 
 
-def test_a_report_path_that_is_a_socket_stops_the_grade_before_it_starts(here, a_socket,
-                                                                         monkeypatch):
+def test_a_report_path_that_is_a_socket_stops_the_grade_before_it_starts(
+    here, a_socket, monkeypatch
+):
 
     stand_in(monkeypatch, lambda request, on_item: pytest.fail("graded"))
     shutil.copyfile(REFERENCE, here / "kv_cache.py")
@@ -244,6 +275,7 @@ def test_two_reports_to_standard_output_are_a_usage_error(here):
 
 # --- what `kata grade` grades ----------------------------------------------------------------
 
+
 @pytest.fixture
 def links(tmp_path) -> Path:
     """Links named like candidate files: to a secret outside, to a FIFO, to a real .py file."""
@@ -252,18 +284,24 @@ def links(tmp_path) -> Path:
     os.mkfifo(tmp_path / "outside" / "pipe.py")
     shutil.copyfile(REFERENCE, tmp_path / "outside" / "real.py")
     (tmp_path / "work").mkdir()
-    for name, target in (("secret.py", "id_rsa"), ("pipe_link.py", "pipe.py"),
-                         ("real_link.py", "real.py")):
+    for name, target in (
+        ("secret.py", "id_rsa"),
+        ("pipe_link.py", "pipe.py"),
+        ("real_link.py", "real.py"),
+    ):
         (tmp_path / "work" / name).symlink_to(tmp_path / "outside" / target)
     os.mkfifo(tmp_path / "work" / "fifo.py")
     return tmp_path / "work"
 
 
-@pytest.mark.parametrize("name, says", [
-    ("secret.py", "is a link to a file that is not a Python file"),
-    ("pipe_link.py", "is not a regular file"),
-    ("fifo.py", "is not a regular file"),
-])
+@pytest.mark.parametrize(
+    "name, says",
+    [
+        ("secret.py", "is a link to a file that is not a Python file"),
+        ("pipe_link.py", "is not a regular file"),
+        ("fifo.py", "is not a regular file"),
+    ],
+)
 def test_python_file_refuses_a_link_or_a_file_that_is_not_a_regular_py_file(links, name, says):
     with pytest.raises(ValueError, match=says):
         python_file(links / name, "implementation")
@@ -273,10 +311,12 @@ def test_python_file_accepts_a_link_to_a_regular_py_file(links):
     assert python_file(links / "real_link.py", "implementation") == links / "real_link.py"
 
 
-@pytest.mark.parametrize("args", [["secret.py"], ["kv_cache.py", "--tests", "secret.py"],
-                                  ["fifo.py"]], ids=["implementation", "tests", "fifo"])
-def test_grade_refuses_a_link_to_a_secret_in_one_line_and_never_reads_it(links, monkeypatch,
-                                                                         args):
+@pytest.mark.parametrize(
+    "args",
+    [["secret.py"], ["kv_cache.py", "--tests", "secret.py"], ["fifo.py"]],
+    ids=["implementation", "tests", "fifo"],
+)
+def test_grade_refuses_a_link_to_a_secret_in_one_line_and_never_reads_it(links, monkeypatch, args):
 
     monkeypatch.chdir(links)
     stand_in(monkeypatch, lambda request, on_item: pytest.fail("graded"))
@@ -297,8 +337,9 @@ def test_a_secret_linked_as_the_test_file_beside_is_refused(links, monkeypatch):
 @pytest.mark.slow
 def test_grade_grades_the_target_of_a_link_to_a_regular_py_file(links, monkeypatch):
     monkeypatch.chdir(links)
-    done = kata("grade", "real_link.py", "--level", "L4", "--sandbox", "process",
-                "--json", "r.json")
+    done = kata(
+        "grade", "real_link.py", "--level", "L4", "--sandbox", "process", "--json", "r.json"
+    )
     assert done.exit_code == 0, done.output
     assert json.loads((links / "r.json").read_text())["implementation"] == "real_link.py"
 
@@ -308,15 +349,30 @@ def test_grade_names_a_candidates_folder_printable(here):
     folder = here / "sub\x1b]0;owned\x07\u202e"
     folder.mkdir()
     shutil.copyfile(REFERENCE, folder / "kv_cache.py")
-    done = kata("grade", str(folder.relative_to(here) / "kv_cache.py"), "--level", "L4",
-                "--sandbox", "process")
+    done = kata(
+        "grade",
+        str(folder.relative_to(here) / "kv_cache.py"),
+        "--level",
+        "L4",
+        "--sandbox",
+        "process",
+    )
     assert done.exit_code == 0, done.output
     assert "\x1b" not in done.output and "\x07" not in done.output and "\u202e" not in done.output
     assert "kata grade sub\\x1b]0;owned\\x07\\u202e/kv_cache.py" in done.output
 
 
-@pytest.mark.parametrize("name", ["plain/kv_cache.py", "a b/it's.py", "esc\x1b]0;owned\x07/k.py",
-                                  "bidi\u202e/k.py", "not-utf8-\udcff/k.py", "c1\x9b/k.py"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "plain/kv_cache.py",
+        "a b/it's.py",
+        "esc\x1b]0;owned\x07/k.py",
+        "bidi\u202e/k.py",
+        "not-utf8-\udcff/k.py",
+        "c1\x9b/k.py",
+    ],
+)
 def test_the_regrade_command_is_printable_and_runs_on_the_same_path(name):
     import subprocess
 
@@ -325,12 +381,17 @@ def test_the_regrade_command_is_printable_and_runs_on_the_same_path(name):
 
     command = regrade_command(name, None, DENSE)
     assert printable(command) == command
-    echoed = subprocess.run(["bash", "-c", command.replace("kata grade", "printf %s", 1)],
-                            capture_output=True, env={"LANG": "C.UTF-8"}, check=True).stdout
+    echoed = subprocess.run(
+        ["bash", "-c", command.replace("kata grade", "printf %s", 1)],
+        capture_output=True,
+        env={"LANG": "C.UTF-8"},
+        check=True,
+    ).stdout
     assert echoed == os.fsencode(name)
 
 
 # --- a selection of nothing ------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("items, level", [(["gqa"], "L5"), (["gqa", "prealloc"], "L4")])
 def test_a_selection_that_selects_no_item_is_refused(items, level):
@@ -345,5 +406,6 @@ def test_grade_with_a_selection_of_nothing_exits_2_with_one_line(here, monkeypat
     shutil.copyfile(REFERENCE, here / "kv_cache.py")
     done = kata("grade", "kv_cache.py", "--level", "L5", "--item", "gqa")
     assert done.exit_code == 2
-    assert one_line(done) == ("kata: error: --level L5 and --item gqa choose no item: it is "
-                              "above L5")
+    assert one_line(done) == (
+        "kata: error: --level L5 and --item gqa choose no item: it is above L5"
+    )

@@ -39,8 +39,13 @@ def _designed(run: Run, grow, rows: int = 1, square: bool = False) -> Measured:
         capacity = grown
         allocated.append(new)
         held.append(capacity * row_bytes + (capacity * capacity if square else 0))
-    largest = sorted(((dtype, list(shape), 2 if dtype == "float32" else 1, each)
-                      for (dtype, shape), each in shapes.items()), key=lambda g: -g[3])
+    largest = sorted(
+        (
+            (dtype, list(shape), 2 if dtype == "float32" else 1, each)
+            for (dtype, shape), each in shapes.items()
+        ),
+        key=lambda g: -g[3],
+    )
     state = {"lengths": torch.full((run.B,), run.positions)}
     return Measured(run, str(run), allocated, held, [list(g) for g in largest[:2]], state)
 
@@ -78,8 +83,10 @@ def test_a_constant_step_of_1024_passes_the_short_runs_and_fails_the_long_one_wi
     with pytest.raises(Fail) as failed:
         prealloc._judge(_designed(LONG, plus_1024))
     message = str(failed.value)
-    assert message.startswith(f"{LONG}: 8 reallocations in the last 32 appends (positions 16385 "
-                              "to 32768); all appends allocated "), message
+    assert message.startswith(
+        f"{LONG}: 8 reallocations in the last 32 appends (positions 16385 "
+        "to 32768); all appends allocated "
+    ), message
     assert "at most 4 times in the last half" in message
     assert "the largest allocations: 2 x float32 [1, 2, 32768, 16] (4 MiB each)" in message
 
@@ -90,16 +97,19 @@ def test_a_capacity_squared_mask_fails_on_storage_per_position_and_is_named():
     with pytest.raises(Fail) as failed:
         prealloc._judge(measured)
     message = str(failed.value)
-    assert ("grew 8.5x from 256 to 4096 positions (512 bytes to 4.25 KiB a position), at most 4x"
-            in message), message
+    assert (
+        "grew 8.5x from 256 to 4096 positions (512 bytes to 4.25 KiB a position), at most 4x"
+        in message
+    ), message
     assert "the largest allocations: 1 x bool [4096, 4096] (16 MiB each)" in message
 
 
 def test_a_reallocation_is_an_append_allocating_a_quarter_of_the_kv_held():
     run = Run(appends=16, t=1, B=1, Hkv=1, D=1)  # 8 bytes of K+V a position
     quarter = [(i + 1) * 8 // 4 for i in range(16)]  # exactly 1/4 of the K+V after append i
-    measured = Measured(run, "run", [q - (i == 12) for i, q in enumerate(quarter)], [0] * 16, [],
-                        {})
+    measured = Measured(
+        run, "run", [q - (i == 12) for i, q in enumerate(quarter)], [0] * 16, [], {}
+    )
     assert measured.events == [8, 9, 10, 11, 13, 14, 15]  # the last half, but append 12
 
 
@@ -119,25 +129,31 @@ def messages(tmp_path_factory) -> dict[str, str]:
     for name in ("grows-by-1024-slots", "rebuilds-causal-mask"):
         (folder / name).mkdir()
         files[name] = wrongs[name].write(folder / name)
-    return {name: grade(path, hidden=True, only={"prealloc"}).items[0].message
-            for name, path in files.items()}
+    return {
+        name: grade(path, hidden=True, only={"prealloc"}).items[0].message
+        for name, path in files.items()
+    }
 
 
 @pytest.mark.slow
 def test_an_overprovisioned_buffer_passes_and_its_message_says_what_it_holds(messages):
     message = messages["max_batch"]
-    assert message.startswith(f"{SINGLE}: 0 reallocations in the last 128 appends (positions "
-                              "129 to 256); all appends allocated 1.0x the 128 MiB the cache "
-                              "holds at the end;"), message
+    assert message.startswith(
+        f"{SINGLE}: 0 reallocations in the last 128 appends (positions "
+        "129 to 256); all appends allocated 1.0x the 128 MiB the cache "
+        "holds at the end;"
+    ), message
     assert "hidden case: " in message
 
 
 @pytest.mark.slow
 def test_a_constant_step_fails_the_long_run_with_its_reallocations_and_their_shapes(messages):
     message = messages["grows-by-1024-slots"]
-    assert message.startswith(f"{LONG}: 8 reallocations in the last 32 appends (positions 16385 "
-                              "to 32768); all appends allocated 9.7x the 8 MiB the cache holds "
-                              "at the end"), message
+    assert message.startswith(
+        f"{LONG}: 8 reallocations in the last 32 appends (positions 16385 "
+        "to 32768); all appends allocated 9.7x the 8 MiB the cache holds "
+        "at the end"
+    ), message
     assert "the largest allocations: 2 x float32 [1, 2, 32768, 16] (4 MiB each)" in message
 
 

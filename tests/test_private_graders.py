@@ -21,13 +21,20 @@ GOOD = 'ITEM = "prefix-equivalence"\n\ndef grade(candidate):\n    return "fine"\
 
 PROBLEMS = {
     "no-item": ("def grade(candidate):\n    return 'fine'\n", "defines no ITEM"),
-    "misspelled-item": (GOOD.replace("equivalence", "equivalnce"),
-                        "ITEM 'prefix-equivalnce' is not an item of the dense track"),
-    "item-not-a-string": ("ITEM = 3\n\ndef grade(candidate):\n    return 'fine'\n", "defines no ITEM"),
+    "misspelled-item": (
+        GOOD.replace("equivalence", "equivalnce"),
+        "ITEM 'prefix-equivalnce' is not an item of the dense track",
+    ),
+    "item-not-a-string": (
+        "ITEM = 3\n\ndef grade(candidate):\n    return 'fine'\n",
+        "defines no ITEM",
+    ),
     "no-grade": ('ITEM = "gqa"\n', "defines no grade(candidate) function"),
     "grade-not-callable": ('ITEM = "gqa"\ngrade = "yes"\n', "defines no grade(candidate) function"),
-    "raises-on-import": (GOOD + "raise RuntimeError('no data file')\n",
-                         "raises on import: RuntimeError: no data file"),
+    "raises-on-import": (
+        GOOD + "raise RuntimeError('no data file')\n",
+        "raises on import: RuntimeError: no data file",
+    ),
     "syntax-error": (GOOD + "def broken(:\n", "raises on import: SyntaxError"),
     "exits-on-import": (GOOD + "import sys\nsys.exit(3)\n", "raises on import: SystemExit: 3"),
 }
@@ -52,10 +59,14 @@ def test_a_grader_that_cannot_be_used_names_its_file_and_problem(tmp_path, sourc
 
 
 def test_an_item_of_the_other_track_is_refused(tmp_path):
-    folder = folder_with(tmp_path, 'ITEM = "paged-free"\n\ndef grade(candidate):\n    return "ok"\n')
+    folder = folder_with(
+        tmp_path, 'ITEM = "paged-free"\n\ndef grade(candidate):\n    return "ok"\n'
+    )
     with pytest.raises(PrivateGraderError, match="not an item of the dense track"):
         private_graders(folder, DENSE)
-    with pytest.raises(PrivateGraderError, match="'prefix-equivalence' is not an item of the serving"):
+    with pytest.raises(
+        PrivateGraderError, match="'prefix-equivalence' is not an item of the serving"
+    ):
         private_graders(folder, SERVING)
 
 
@@ -66,13 +77,17 @@ def test_usable_graders_load_in_name_order_as_hidden_and_underscored_files_are_s
     assert [(g.item, g.hidden) for g in loaded] == [("prefix-equivalence", True), ("gqa", True)]
 
 
-@pytest.mark.parametrize("source, says", [PROBLEMS["misspelled-item"], PROBLEMS["raises-on-import"]],
-                         ids=["misspelled-item", "raises-on-import"])
+@pytest.mark.parametrize(
+    "source, says",
+    [PROBLEMS["misspelled-item"], PROBLEMS["raises-on-import"]],
+    ids=["misspelled-item", "raises-on-import"],
+)
 def test_the_cli_exits_2_with_one_line_before_grading(tmp_path, source, says):
     folder = folder_with(tmp_path, source)
     out = tmp_path / "report.json"
-    result = CliRunner().invoke(app, ["grade", str(REFERENCE), "--hidden", "--graders", str(folder),
-                                      "--json", str(out)])
+    result = CliRunner().invoke(
+        app, ["grade", str(REFERENCE), "--hidden", "--graders", str(folder), "--json", str(out)]
+    )
     assert result.exit_code == 2, result.output
     assert result.output.strip().startswith("kata: error: --graders: ") and says in result.output
     assert len(result.output.strip().splitlines()) == 1, result.output

@@ -49,15 +49,20 @@ def test_largest_names_the_biggest_storages_by_dtype_and_shape_in_a_few_numbers(
         mask = torch.ones(64, 64, dtype=torch.bool).tril()  # 2 x 4096 bytes (ones, then tril)
         small = [torch.zeros(3, 3) for _ in range(100)]  # 100 x 36 bytes
         torch.zeros(8, dtype=torch.int64), torch.zeros(2)  # 64 and 8 bytes: not among the 3
-    assert counted.largest() == [["bool", [64, 64], 2, 4096], ["int64", [8], 1, 64],
-                                 ["float32", [3, 3], 100, 36]]
+    assert counted.largest() == [
+        ["bool", [64, 64], 2, 4096],
+        ["int64", [8], 1, 64],
+        ["float32", [3, 3], 100, 36],
+    ]
     assert counted.count == 104 and mask.shape == (64, 64) and len(small) == 100
 
 
 def projection_layer(d_model: int = 8) -> Layer:
     """Two query heads and one kv head of head_dim 4: wq is [8, 8], wk and wv [4, 8]."""
-    weights = {name: torch.randn(out, d_model) for name, out in
-               (("wq", 8), ("wk", 4), ("wv", 4), ("wo", d_model))}
+    weights = {
+        name: torch.randn(out, d_model)
+        for name, out in (("wq", 8), ("wk", 4), ("wv", 4), ("wo", d_model))
+    }
     return Layer(weights, n_heads=2, n_kv_heads=1, head_dim=4, rope_base=10000.0)
 
 
@@ -65,13 +70,23 @@ def fused(layer: Layer) -> torch.Tensor:
     return torch.cat([layer.wq.weight, layer.wk.weight, layer.wv.weight])  # [16, 8]: a wqkv
 
 
-@pytest.mark.parametrize("project", [
-    lambda layer, x: (layer.wq(x), layer.wk(x), layer.wv(x)),
-    lambda layer, x: (F.linear(x, layer.wq.weight), x @ layer.wk.weight.T, x @ layer.wv.weight.t()),
-    lambda layer, x: F.linear(x, fused(layer)),
-    lambda layer, x: x @ fused(layer).T.contiguous(),
-    lambda layer, x: [F.linear(x, getattr(layer, w).weight.clone()) for w in ("wq", "wk", "wv")],
-], ids=["modules", "weights", "fused-wqkv", "fused-transposed-copy", "copies"])
+@pytest.mark.parametrize(
+    "project",
+    [
+        lambda layer, x: (layer.wq(x), layer.wk(x), layer.wv(x)),
+        lambda layer, x: (
+            F.linear(x, layer.wq.weight),
+            x @ layer.wk.weight.T,
+            x @ layer.wv.weight.t(),
+        ),
+        lambda layer, x: F.linear(x, fused(layer)),
+        lambda layer, x: x @ fused(layer).T.contiguous(),
+        lambda layer, x: [
+            F.linear(x, getattr(layer, w).weight.clone()) for w in ("wq", "wk", "wv")
+        ],
+    ],
+    ids=["modules", "weights", "fused-wqkv", "fused-transposed-copy", "copies"],
+)
 def test_each_projection_counts_the_rows_it_multiplies_fused_or_not(project):
     layer, x = projection_layer(), torch.randn(3, 1, 8)  # 3 new tokens
     with _ProjectionRows(layer, {}) as counter:
@@ -125,16 +140,18 @@ def test_reachable_tensors_walk_attributes_lists_and_dicts_once_each_to_a_depth(
 def test_the_workers_torch_set_up_and_the_counter_leave_torch_dynamo_unimported():
     """Importing torch._dynamo costs a worker about 1 s at start and doubles what each forked
     child costs: neither the NaN fill of fresh memory nor the counter may pull it in."""
-    code = ("import sys, torch\n"
-            "from graders.worker.ops import Allocations\n"
-            "from graders.worker.serve import fill_uninitialized_memory\n"
-            "fill_uninitialized_memory(torch)\n"
-            "assert torch.empty(3).isnan().all() and torch.are_deterministic_algorithms_enabled()\n"
-            "x = torch.zeros(2)\n"
-            "with Allocations() as counted:\n"
-            "    torch.cat([x, x])\n"
-            "assert counted.count == 1, counted.count\n"
-            "assert 'torch._dynamo' not in sys.modules, 'torch._dynamo imported'\n")
+    code = (
+        "import sys, torch\n"
+        "from graders.worker.ops import Allocations\n"
+        "from graders.worker.serve import fill_uninitialized_memory\n"
+        "fill_uninitialized_memory(torch)\n"
+        "assert torch.empty(3).isnan().all() and torch.are_deterministic_algorithms_enabled()\n"
+        "x = torch.zeros(2)\n"
+        "with Allocations() as counted:\n"
+        "    torch.cat([x, x])\n"
+        "assert counted.count == 1, counted.count\n"
+        "assert 'torch._dynamo' not in sys.modules, 'torch._dynamo imported'\n"
+    )
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
 

@@ -24,8 +24,10 @@ NOTE = re.compile(r" \[\.\.\. ([\d,]+) more characters cut\]\Z")
 
 def shown_as(text: str) -> list[str]:
     """Each character of `text` as a quote shows it: the CR of a CRLF as nothing."""
-    return ["" if char == "\r" and text[n + 1:n + 2] == "\n" else printable(char)
-            for n, char in enumerate(text)]
+    return [
+        "" if char == "\r" and text[n + 1 : n + 2] == "\n" else printable(char)
+        for n, char in enumerate(text)
+    ]
 
 
 def check(text: str, limit: int) -> None:
@@ -40,7 +42,7 @@ def check(text: str, limit: int) -> None:
     cut = int(note.group(1).replace(",", ""))
     kept = len(text) - cut
     assert 0 <= kept <= limit and kept < len(text)
-    body = out[:note.start()]
+    body = out[: note.start()]
     assert body == "".join(shown_as(text)[:kept]), "the start of the text, no escape cut in half"
     if kept < limit:  # as much as fits: the next character's escape would not have fitted
         # beside a note as long as one of len(text) characters (quote makes room for that one)
@@ -51,28 +53,53 @@ def check(text: str, limit: int) -> None:
 
 # Characters whose shown width differs: escapes of 4, 6 and 10 characters, a CRLF shown as one,
 # a lone CR, a byte that was not UTF-8.
-PIECES = st.sampled_from(["x", "\x1b", "\u202e", "\U000e0041", "\r\n", "\r", "\n", "é",
-                          "\ud800", "\udcff", "\t"])
+PIECES = st.sampled_from(
+    ["x", "\x1b", "\u202e", "\U000e0041", "\r\n", "\r", "\n", "é", "\ud800", "\udcff", "\t"]
+)
 
 
 @settings(max_examples=400, deadline=None, derandomize=True)
-@given(pieces=st.lists(PIECES, max_size=300).map("".join), run=st.integers(0, 3 * MAX_QUOTE),
-       after=st.lists(PIECES, max_size=40).map("".join),
-       limit=st.sampled_from([MAX_QUOTE, 100, 41, 40]))
+@given(
+    pieces=st.lists(PIECES, max_size=300).map("".join),
+    run=st.integers(0, 3 * MAX_QUOTE),
+    after=st.lists(PIECES, max_size=40).map("".join),
+    limit=st.sampled_from([MAX_QUOTE, 100, 41, 40]),
+)
 @example(pieces="\U000e0041", run=3000, after="", limit=MAX_QUOTE)  # once 2,009 (issue 46)
 @example(pieces="", run=3000, after="", limit=MAX_QUOTE)
-def test_every_quote_is_at_most_its_limit_and_the_longest_start_that_fits(pieces, run, after,
-                                                                          limit):
+def test_every_quote_is_at_most_its_limit_and_the_longest_start_that_fits(
+    pieces, run, after, limit
+):
     check(pieces + "x" * run + after, limit)
 
 
-@pytest.mark.parametrize("text", [
-    "x" * MAX_QUOTE, "\x1b" * (MAX_QUOTE // 4), "\x1b" * (MAX_QUOTE // 4) + "y",
-    "\U000e0041" + "x" * 3000, "x" * 1990 + "\U000e0041" * 5, "a\r\nb" * 1000,
-    "\r\n" * 5000, "\r" * 3000, "x" * (MAX_QUOTE - 1) + "\r\n", "\r\n" * 1000 + "x",
-], ids=["exactly-the-limit", "escapes-exactly-the-limit", "escapes-one-past", "tag-then-x",
-        "tags-at-the-cut", "crlfs", "only-crlfs", "only-crs", "crlf-across-the-limit",
-        "crlfs-one-past"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "x" * MAX_QUOTE,
+        "\x1b" * (MAX_QUOTE // 4),
+        "\x1b" * (MAX_QUOTE // 4) + "y",
+        "\U000e0041" + "x" * 3000,
+        "x" * 1990 + "\U000e0041" * 5,
+        "a\r\nb" * 1000,
+        "\r\n" * 5000,
+        "\r" * 3000,
+        "x" * (MAX_QUOTE - 1) + "\r\n",
+        "\r\n" * 1000 + "x",
+    ],
+    ids=[
+        "exactly-the-limit",
+        "escapes-exactly-the-limit",
+        "escapes-one-past",
+        "tag-then-x",
+        "tags-at-the-cut",
+        "crlfs",
+        "only-crlfs",
+        "only-crs",
+        "crlf-across-the-limit",
+        "crlfs-one-past",
+    ],
+)
 def test_quote_at_its_edges(text):
     check(text, MAX_QUOTE)
 

@@ -27,22 +27,35 @@ ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "implementations" / "real_model"
 CONCAT, CHUNKS = FIXTURES / "concat.py", FIXTURES / "chunks.py"
 HOSTILE = ROOT / "tests" / "hostile" / "tampers_with_transformers.py"
-NEEDS_TRANSFORMERS = pytest.mark.skipif(transformers_extra.problem() is not None,
-                                        reason="transformers (the real-model extra) is not here")
+NEEDS_TRANSFORMERS = pytest.mark.skipif(
+    transformers_extra.problem() is not None,
+    reason="transformers (the real-model extra) is not here",
+)
 
 # Each wrong cache: (name, the edit of concat.py, the words its failure must hold).
 WRONG = [
-    ("reorder-keys-not-values",
-     ("    cache.v_storage = cache.v_storage.index_select(0, beam_idx)\n", ""),
-     ["beam search (3 beams), the model's own attention", "new token 3 of 12", "beam-reorder"]),
-    ("attend-without-scale",
-     ("    scores = (q.float() @ keys.float().transpose(-1, -2)) / math.sqrt(head_dim)  # [B, Hq, 1, T]",
-      "    scores = q.float() @ keys.float().transpose(-1, -2)  # [B, Hq, 1, T]"),
-     ["greedy search, your attend/attend_chunk as the attention", "new token 2 of 20",
-      "1/sqrt(D) scale"]),
-    ("truncate-keeps-the-drafts",
-     ("    cache.lengths = lengths.to(cache.lengths.device).clone()\n", "    pass\n"),
-     ["assisted decoding, the model's own attention", "cache.keys", "speculative-rollback"]),
+    (
+        "reorder-keys-not-values",
+        ("    cache.v_storage = cache.v_storage.index_select(0, beam_idx)\n", ""),
+        ["beam search (3 beams), the model's own attention", "new token 3 of 12", "beam-reorder"],
+    ),
+    (
+        "attend-without-scale",
+        (
+            "    scores = (q.float() @ keys.float().transpose(-1, -2)) / math.sqrt(head_dim)  # [B, Hq, 1, T]",
+            "    scores = q.float() @ keys.float().transpose(-1, -2)  # [B, Hq, 1, T]",
+        ),
+        [
+            "greedy search, your attend/attend_chunk as the attention",
+            "new token 2 of 20",
+            "1/sqrt(D) scale",
+        ],
+    ),
+    (
+        "truncate-keeps-the-drafts",
+        ("    cache.lengths = lengths.to(cache.lengths.device).clone()\n", "    pass\n"),
+        ["assisted decoding, the model's own attention", "cache.keys", "speculative-rollback"],
+    ),
 ]
 
 
@@ -118,8 +131,11 @@ def test_an_element_passes_at_0_9_of_the_bound_and_fails_at_1_1():
 
 @NEEDS_TRANSFORMERS
 @pytest.mark.slow
-@pytest.mark.parametrize("path", [ROOT / "solutions" / "kv_cache.py", CONCAT, CHUNKS],
-                         ids=["solution", "concat", "chunks"])
+@pytest.mark.parametrize(
+    "path",
+    [ROOT / "solutions" / "kv_cache.py", CONCAT, CHUNKS],
+    ids=["solution", "concat", "chunks"],
+)
 def test_correct_caches_of_two_styles_pass_public_and_hidden(path):
     result = grade(path, hidden=True, seed=7, only={item.ITEM})
     (graded,) = result.items
@@ -151,10 +167,13 @@ def test_without_transformers_the_item_says_what_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "transformers", None)
     assert transformers_extra.problem() == (
         "transformers is not installed: pip install 'kvkata[real-model]' "
-        "(or pip install 'transformers>=5.0,<6')")
+        "(or pip install 'transformers>=5.0,<6')"
+    )
     started = []
-    monkeypatch.setattr("graders.judge.workers.Worker.start",
-                        lambda self: started.append(self.mode) or _real_start(self))
+    monkeypatch.setattr(
+        "graders.judge.workers.Worker.start",
+        lambda self: started.append(self.mode) or _real_start(self),
+    )
     (graded,) = grade(CONCAT, only={item.ITEM}).items
     assert graded.status == "not_attempted"
     assert "pip install 'kvkata[real-model]'" in graded.message
@@ -169,23 +188,28 @@ def test_a_version_outside_the_range_is_not_attempted(monkeypatch):
     if importlib.util.find_spec("transformers") is None:
         pytest.skip("transformers is not here: the version is never read")
     assert transformers_extra.problem().startswith(
-        "transformers 4.57.1 is outside the tested range transformers>=5.0,<6")
+        "transformers 4.57.1 is outside the tested range transformers>=5.0,<6"
+    )
 
 
 def test_the_range_is_the_extras():
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
-        "optional-dependencies"]
+        "optional-dependencies"
+    ]
     assert extras[transformers_extra.EXTRA] == [transformers_extra.REQUIREMENT]
     assert transformers_extra.REQUIREMENT in extras["bench"]
 
 
 @NEEDS_TRANSFORMERS
 @pytest.mark.slow
-@pytest.mark.parametrize("tamper, status, words", [
-    ("adapter", "pass", "equal DynamicCache token for token"),
-    ("generate", "fail", "the model's generate never called your append"),
-    ("weights", "fail", "part from DynamicCache's"),
-])
+@pytest.mark.parametrize(
+    "tamper, status, words",
+    [
+        ("adapter", "pass", "equal DynamicCache token for token"),
+        ("generate", "fail", "the model's generate never called your append"),
+        ("weights", "fail", "part from DynamicCache's"),
+    ],
+)
 def test_tampering_inside_the_worker_gains_the_item_at_most(hostile_file, tamper, status, words):
     """A file runs beside the adapter and transformers: replacing the adapter wins the item,
     a bypassed cache or another model loses it (the reference ran where the file is not)."""
@@ -199,14 +223,19 @@ DIRECT = {"chunk-causal-mask", "speculative-rollback"}  # L6+ items that call th
 
 @NEEDS_TRANSFORMERS
 @pytest.mark.slow
-@pytest.mark.xfail(not DIRECT <= {i.id for i in load().items}, strict=True,
-                   reason="the L6+ items that grade attend_chunk and truncate directly are not "
-                          "in this rubric yet: until they are, a tampering file reaches L6+")
+@pytest.mark.xfail(
+    not DIRECT <= {i.id for i in load().items},
+    strict=True,
+    reason="the L6+ items that grade attend_chunk and truncate directly are not "
+    "in this rubric yet: until they are, a tampering file reaches L6+",
+)
 def test_a_tampering_file_never_gains_a_level(hostile_file):
     """The adapter replaced, real-model passes; the items that call attend_chunk and truncate
     themselves fail; the level is L6, what the other items give."""
-    result = grade(hostile_file("tampers_with_transformers", TAMPER="adapter"),
-                   ROOT / "solutions" / "test_kv_cache.py")
+    result = grade(
+        hostile_file("tampers_with_transformers", TAMPER="adapter"),
+        ROOT / "solutions" / "test_kv_cache.py",
+    )
     status = {i.id: i.status for i in result.items}
     assert status[item.ITEM] == "pass"
     assert {status[i] for i in DIRECT} == {"fail"}
@@ -237,8 +266,10 @@ def test_a_kept_verdict_is_taken_as_it_is_and_generates_nothing(monkeypatch):
     """The judge takes a kept result in the item's place: no request reaches a worker (the
     model's workers, started ahead for the save that kept it, are closed unused)."""
     asked = []
-    monkeypatch.setattr("graders.judge.workers.Worker.run",
-                        lambda self, requests, *args: asked.append(self.mode) or [])
+    monkeypatch.setattr(
+        "graders.judge.workers.Worker.run",
+        lambda self, requests, *args: asked.append(self.mode) or [],
+    )
     verdict = ItemResult("real-model", "L6+", "pass", 10.0, 10.0, "kept: 7 generate runs")
     (graded,) = grade(CONCAT, only={item.ITEM}, kept={item.ITEM: verdict}).items
     assert graded == verdict and asked == []
@@ -278,16 +309,19 @@ def test_a_watch_hands_the_judge_the_verdict_of_an_unchanged_file(monkeypatch, t
         on_item(verdict)
         return GradeResult.from_items(str(path), request.track, [verdict], None, hidden=False)
 
-    monkeypatch.setattr(GradeWorkers, "start",
-                        classmethod(lambda cls, request, ahead=False: NoWorkers(request)))
+    monkeypatch.setattr(
+        GradeWorkers, "start", classmethod(lambda cls, request, ahead=False: NoWorkers(request))
+    )
     monkeypatch.setattr("graders.judge.grade.grade", judge)
     verdicts, asked = workflow.Verdicts(), request(path, only={item.ITEM})
     outputs = workflow.Outputs(shown="kv_cache.py", command="kata grade kv_cache.py")
     for _ in range(2):
-        workflow.grade(lambda stderr=False: Console(file=io.StringIO()), asked, outputs,
-                       verdicts=verdicts)
+        workflow.grade(
+            lambda stderr=False: Console(file=io.StringIO()), asked, outputs, verdicts=verdicts
+        )
     path.write_text("x = 2\n")
-    workflow.grade(lambda stderr=False: Console(file=io.StringIO()), asked, outputs,
-                   verdicts=verdicts)
+    workflow.grade(
+        lambda stderr=False: Console(file=io.StringIO()), asked, outputs, verdicts=verdicts
+    )
     assert [list(kept) for kept in handed] == [[], [item.ITEM], []]
     assert handed[1][item.ITEM].message == workflow.KEPT + "7 generate runs"

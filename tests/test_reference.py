@@ -39,8 +39,9 @@ def test_lengths_keep_each_row_to_its_own_positions_and_zero_the_rest():
     q, k, v = randn(2, 2, 6, 4, seed=1), randn(2, 2, 6, 4, seed=2), randn(2, 2, 6, 4, seed=3)
     out = reference.causal_attention(q, k, v, lengths=torch.tensor([6, 3]))
     assert torch.allclose(out[0], reference.causal_attention(q, k, v)[0])
-    assert torch.allclose(out[1, :, :3], reference.causal_attention(q[1:, :, :3], k[1:, :, :3],
-                                                                    v[1:, :, :3])[0])
+    assert torch.allclose(
+        out[1, :, :3], reference.causal_attention(q[1:, :, :3], k[1:, :, :3], v[1:, :, :3])[0]
+    )
     assert torch.equal(out[1, :, 3:], torch.zeros(2, 3, 4, dtype=torch.float64))
 
 
@@ -49,7 +50,7 @@ def rope_as_the_contract_writes_it(x, positions, base):
     inv_freq = base ** (-torch.arange(0, D, 2, dtype=torch.float64) / D)
     angles = positions.double()[..., None] * inv_freq  # [B, T, D/2]
     emb = torch.cat((angles, angles), dim=-1)[:, None]  # [B, 1, T, D]
-    rotated = torch.cat((-x[..., D // 2:], x[..., : D // 2]), dim=-1)
+    rotated = torch.cat((-x[..., D // 2 :], x[..., : D // 2]), dim=-1)
     return x * emb.cos() + rotated * emb.sin()
 
 
@@ -63,8 +64,10 @@ def test_rope_is_the_contracts_rotate_half_and_keeps_norms():
 
 def test_an_attention_layers_earlier_outputs_never_see_later_tokens():
     g = torch.Generator().manual_seed(0)
-    weights = {name: torch.randn(rows, 16, generator=g, dtype=torch.float64) / 4
-               for name, rows in (("wq", 16), ("wk", 8), ("wv", 8), ("wo", 16))}
+    weights = {
+        name: torch.randn(rows, 16, generator=g, dtype=torch.float64) / 4
+        for name, rows in (("wq", 16), ("wk", 8), ("wv", 8), ("wo", 16))
+    }
     weights["wo"] = torch.randn(16, 16, generator=g, dtype=torch.float64) / 4
     x = randn(1, 6, 16, seed=5)
     changed = x.clone()
@@ -105,13 +108,21 @@ def test_attention_at_sees_each_querys_window_of_its_own_row(window, hq, hkv):
 
 def test_an_attention_layers_window_is_attention_at_its_positions():
     g = torch.Generator().manual_seed(7)
-    weights = {name: torch.randn(*shape, generator=g, dtype=torch.float64) * 0.3 for name, shape in
-               (("wq", (16, 8)), ("wk", (8, 8)), ("wv", (8, 8)), ("wo", (8, 16)))}
+    weights = {
+        name: torch.randn(*shape, generator=g, dtype=torch.float64) * 0.3
+        for name, shape in (("wq", (16, 8)), ("wk", (8, 8)), ("wv", (8, 8)), ("wo", (8, 16)))
+    }
     x = randn(2, 7, 8, seed=8)
     full = reference.attention_layer(x, weights, 2, 1, 10000.0)
     windowed = reference.attention_layer(x, weights, 2, 1, 10000.0, window=3)
-    assert torch.allclose(full["attended"], reference.causal_attention(full["q"], full["k"], full["v"]))
-    assert torch.allclose(windowed["attended"], window_by_loops(
-        windowed["q"], windowed["k"], windowed["v"], torch.arange(7).expand(2, 7), 3))
+    assert torch.allclose(
+        full["attended"], reference.causal_attention(full["q"], full["k"], full["v"])
+    )
+    assert torch.allclose(
+        windowed["attended"],
+        window_by_loops(
+            windowed["q"], windowed["k"], windowed["v"], torch.arange(7).expand(2, 7), 3
+        ),
+    )
     assert not torch.allclose(windowed["out"][:, 3:], full["out"][:, 3:])
     assert torch.allclose(windowed["out"][:, :3], full["out"][:, :3])  # within the window

@@ -39,9 +39,11 @@ def measured(largest: list, **counts) -> dict:
 
 def beams(scores: torch.Tensor) -> dict:
     """A beam search of BEAM_SEARCH's 4 steps of 2 beams whose scores are `scores`."""
-    return {"tokens": torch.zeros(4, 2, dtype=torch.int64),  # [steps, beams]
-            "beam_idx": torch.zeros(4, 2, dtype=torch.int64),  # [steps, beams]
-            "scores": scores}  # [steps, beams]
+    return {
+        "tokens": torch.zeros(4, 2, dtype=torch.int64),  # [steps, beams]
+        "beam_idx": torch.zeros(4, 2, dtype=torch.int64),  # [steps, beams]
+        "scores": scores,
+    }  # [steps, beams]
 
 
 def test_a_measurement_of_exactly_largest_groups_and_zero_counts_is_read_back_group_by_group():
@@ -55,12 +57,31 @@ def test_a_measurement_names_its_groups_clipped():
     assert len(checked["largest"][0][0]) <= MAX_QUOTE
 
 
-@pytest.mark.parametrize("group", [
-    ["float32", [1], 1], ["float32", [1], 1, 1, 1], [1, [1], 1, 1], ["float32", 1, 1, 1],
-    ["float32", [-1], 1, 1], ["float32", [1], -1, 1], ["float32", [1], 1, -1],
-    ["float32", [1], 1.0, 1], ["float32", [1], 1, True],
-], ids=["three-fields", "five-fields", "dtype-a-number", "shape-a-number", "negative-size",
-        "negative-count", "negative-bytes", "count-a-float", "bytes-a-bool"])
+@pytest.mark.parametrize(
+    "group",
+    [
+        ["float32", [1], 1],
+        ["float32", [1], 1, 1, 1],
+        [1, [1], 1, 1],
+        ["float32", 1, 1, 1],
+        ["float32", [-1], 1, 1],
+        ["float32", [1], -1, 1],
+        ["float32", [1], 1, -1],
+        ["float32", [1], 1.0, 1],
+        ["float32", [1], 1, True],
+    ],
+    ids=[
+        "three-fields",
+        "five-fields",
+        "dtype-a-number",
+        "shape-a-number",
+        "negative-size",
+        "negative-count",
+        "negative-bytes",
+        "count-a-float",
+        "bytes-a-bool",
+    ],
+)
 def test_an_allocation_group_of_the_wrong_shape_is_malformed(group):
     with pytest.raises(replies.MalformedReply, match="allocation group"):
         only_result(MEASURE, {"ok": measured([group])})
@@ -137,20 +158,31 @@ def test_an_error_or_an_import_s_status_comes_back_as_it_arrived():
     assert replies.loaded(error) == error
 
 
-@pytest.mark.parametrize("check", [
-    lambda: replies.status({"status": "timeout", "index": 0, "batch": BATCH, "seconds": True,
-                            "stderr": ""}, 0, BATCH),
-    lambda: replies.tests_reply({"exit_code": False, "passed": 0, "failed": 0, "errors": 0,
-                                 "tests_sha256": "ab"}),
-], ids=["timeout-seconds", "tests-exit-code"])
+@pytest.mark.parametrize(
+    "check",
+    [
+        lambda: replies.status(
+            {"status": "timeout", "index": 0, "batch": BATCH, "seconds": True, "stderr": ""},
+            0,
+            BATCH,
+        ),
+        lambda: replies.tests_reply(
+            {"exit_code": False, "passed": 0, "failed": 0, "errors": 0, "tests_sha256": "ab"}
+        ),
+    ],
+    ids=["timeout-seconds", "tests-exit-code"],
+)
 def test_a_bool_where_a_number_is_read_is_malformed(check):
     with pytest.raises(replies.MalformedReply, match="bool"):
         check()
 
 
 def test_a_message_names_what_arrived():
-    for value, named in ((torch.zeros(2, 3), "float32 tensor [2, 3]"), (7, "int 7"),
-                         (wire.Opaque("float32", (5,), "meta", "T"), "without data [5]")):
+    for value, named in (
+        (torch.zeros(2, 3), "float32 tensor [2, 3]"),
+        (7, "int 7"),
+        (wire.Opaque("float32", (5,), "meta", "T"), "without data [5]"),
+    ):
         with pytest.raises(replies.MalformedReply, match=named.replace("[", r"\[")):
             only_result({"op": "new"}, {"ok": value})
 
@@ -168,27 +200,68 @@ def test_a_pipe_closed_under_read_says_so():
 def raised_on(cache) -> dict:
     """An exception raised on a dense cache whose state at the raise was `cache` (the worker's
     ops.py sends at most ops.CACHE_ROWS rows of its lengths: the judge takes those, no more)."""
-    return {"raised": {"type": "IndexError", "lineage": ["IndexError", "Exception"],
-                       "message": "m", "traceback": "", "cache": cache}}
+    return {
+        "raised": {
+            "type": "IndexError",
+            "lineage": ["IndexError", "Exception"],
+            "message": "m",
+            "traceback": "",
+            "cache": cache,
+        }
+    }
 
 
-@pytest.mark.parametrize("cache", [
-    {}, {"capacity": 0}, {"capacity": 2**63 - 1}, {"capacity": -2**63},
-    {"lengths": [0] * ops.CACHE_ROWS, "capacity": 2048}, {"lengths": [2**63 - 1, -2**63]},
-], ids=["nothing-held", "capacity-0", "largest-int64", "smallest-int64", "every-row-sent",
-        "lengths-at-int64-s-bounds"])
+@pytest.mark.parametrize(
+    "cache",
+    [
+        {},
+        {"capacity": 0},
+        {"capacity": 2**63 - 1},
+        {"capacity": -(2**63)},
+        {"lengths": [0] * ops.CACHE_ROWS, "capacity": 2048},
+        {"lengths": [2**63 - 1, -(2**63)]},
+    ],
+    ids=[
+        "nothing-held",
+        "capacity-0",
+        "largest-int64",
+        "smallest-int64",
+        "every-row-sent",
+        "lengths-at-int64-s-bounds",
+    ],
+)
 def test_an_exception_s_cache_state_within_its_bounds_comes_back_as_sent(cache):
     checked = only_result({"op": "append"}, raised_on(cache))["raised"]
     assert checked["cache"] == cache
 
 
-@pytest.mark.parametrize("cache", [
-    [], {"capacity": 2**63}, {"capacity": -2**63 - 1}, {"capacity": True}, {"capacity": 1.0},
-    {"lengths": [0] * (ops.CACHE_ROWS + 1)}, {"lengths": 3}, {"lengths": [2**63]},
-    {"lengths": [True]}, {"lengths": [], "rows": 1},
-], ids=["not-a-dict", "capacity-past-int64", "capacity-below-int64", "capacity-a-bool",
-        "capacity-a-float", "a-row-more-than-sent", "lengths-a-number", "a-length-past-int64",
-        "a-length-a-bool", "an-extra-key"])
+@pytest.mark.parametrize(
+    "cache",
+    [
+        [],
+        {"capacity": 2**63},
+        {"capacity": -(2**63) - 1},
+        {"capacity": True},
+        {"capacity": 1.0},
+        {"lengths": [0] * (ops.CACHE_ROWS + 1)},
+        {"lengths": 3},
+        {"lengths": [2**63]},
+        {"lengths": [True]},
+        {"lengths": [], "rows": 1},
+    ],
+    ids=[
+        "not-a-dict",
+        "capacity-past-int64",
+        "capacity-below-int64",
+        "capacity-a-bool",
+        "capacity-a-float",
+        "a-row-more-than-sent",
+        "lengths-a-number",
+        "a-length-past-int64",
+        "a-length-a-bool",
+        "an-extra-key",
+    ],
+)
 def test_an_exception_s_cache_state_past_its_bounds_is_malformed(cache):
     with pytest.raises(replies.MalformedReply, match="cache"):
         only_result({"op": "append"}, raised_on(cache))
@@ -196,18 +269,24 @@ def test_an_exception_s_cache_state_past_its_bounds_is_malformed(cache):
 
 # The real-model item's generations (graders.worker.real_model): shapes from the operation.
 def _generation_op(mode="greedy", batch=2, prompt=5, new=4, beams=3):
-    return {"op": "real_model", "input_ids": torch.zeros(batch, prompt, dtype=torch.int64),
-            "mode": mode, "new_tokens": new, "beams": beams,
-            "model": {"config": {"vocab_size": 128}}}
+    return {
+        "op": "real_model",
+        "input_ids": torch.zeros(batch, prompt, dtype=torch.int64),
+        "mode": mode,
+        "new_tokens": new,
+        "beams": beams,
+        "model": {"config": {"vocab_size": 128}},
+    }
 
 
 def _generation_reply(op, rows=None, **changes):
     batch, prompt = op["input_ids"].shape
     rows = rows or batch * (op["beams"] if op["mode"] == "beam" else 1)
-    reply = {"sequences": torch.zeros(batch, prompt + op["new_tokens"], dtype=torch.int64),
-             "logits": torch.zeros(op["new_tokens"], rows, 128),
-             "calls": {name: 1 for name in ("append", "attend", "attend_chunk", "reorder",
-                                            "truncate")}}
+    reply = {
+        "sequences": torch.zeros(batch, prompt + op["new_tokens"], dtype=torch.int64),
+        "logits": torch.zeros(op["new_tokens"], rows, 128),
+        "calls": {name: 1 for name in ("append", "attend", "attend_chunk", "reorder", "truncate")},
+    }
     return {**reply, **changes}
 
 
@@ -222,8 +301,17 @@ def test_a_generation_reply_is_checked_against_the_operation():
         _generation_reply(op, sequences=torch.zeros(2, 8, dtype=torch.int64)),
         {**_generation_reply(op), "extra": 1},
         _generation_reply(op, calls={"append": -1}),
-        _generation_reply(op, calls={"append": 1, "attend": 1, "attend_chunk": 1, "reorder": 1,
-                          "truncate": 1, "forged": 2}),
+        _generation_reply(
+            op,
+            calls={
+                "append": 1,
+                "attend": 1,
+                "attend_chunk": 1,
+                "reorder": 1,
+                "truncate": 1,
+                "forged": 2,
+            },
+        ),
         {"missing": ["os.system"]},
         {"missing": []},
         {"mismatch": 7, "calls": _generation_reply(op)["calls"]},

@@ -23,11 +23,17 @@ from graders.shared.plans import CandidateError
 from graders.worker.batching import DriveError, Entry, Step, Trace, drive
 
 WORKLOAD = {
-    "config": {"num_blocks": 8, "block_size": 4, "max_num_seqs": 2, "max_batched_tokens": 8,
-               "prefix_caching": False},
-    "requests": [{"id": "a", "prompt": [1, 2, 3], "max_new_tokens": 2, "eos": None,
-                  "arrival": 0},
-                 {"id": "b", "prompt": [4, 5], "max_new_tokens": 1, "eos": None, "arrival": 1}],
+    "config": {
+        "num_blocks": 8,
+        "block_size": 4,
+        "max_num_seqs": 2,
+        "max_batched_tokens": 8,
+        "prefix_caching": False,
+    },
+    "requests": [
+        {"id": "a", "prompt": [1, 2, 3], "max_new_tokens": 2, "eos": None, "arrival": 0},
+        {"id": "b", "prompt": [4, 5], "max_new_tokens": 1, "eos": None, "arrival": 1},
+    ],
     "oracle": {"a": [7, 8], "b": [9]},
 }
 MAX_STEPS = 20
@@ -78,8 +84,12 @@ class Raising(ReferenceScheduler):
 
 
 def driven(call: str = "", step: int = -1) -> dict:
-    return drive(lambda **config: Raising(**config, call=call, step=step), WORKLOAD, MAX_STEPS,
-                 request_type=Request)
+    return drive(
+        lambda **config: Raising(**config, call=call, step=step),
+        WORKLOAD,
+        MAX_STEPS,
+        request_type=Request,
+    )
 
 
 def check(trace: dict) -> Trace:
@@ -89,14 +99,22 @@ def check(trace: dict) -> Trace:
 
 def plain(trace: Trace) -> dict:
     """A checked trace as the driver's plain data again (graders.worker.batching's wire form)."""
-    return {"steps": [{"at": s.at, "batch": [[e.seq_id, e.start, e.tokens, list(e.table)]
-                                             for e in s.batch],
-                       "produced": dict(s.produced), "finished": list(s.finished),
-                       "free_after_schedule": s.free_after_schedule,
-                       "free_after_update": s.free_after_update} for s in trace.steps],
-            "adds": [{"id": a.seq_id, "at": a.at} for a in trace.adds],
-            "error": None if trace.error is None else dataclasses.asdict(trace.error),
-            "stalled": trace.stalled}
+    return {
+        "steps": [
+            {
+                "at": s.at,
+                "batch": [[e.seq_id, e.start, e.tokens, list(e.table)] for e in s.batch],
+                "produced": dict(s.produced),
+                "finished": list(s.finished),
+                "free_after_schedule": s.free_after_schedule,
+                "free_after_update": s.free_after_update,
+            }
+            for s in trace.steps
+        ],
+        "adds": [{"id": a.seq_id, "at": a.at} for a in trace.adds],
+        "error": None if trace.error is None else dataclasses.asdict(trace.error),
+        "stalled": trace.stalled,
+    }
 
 
 TRACE = driven()
@@ -117,8 +135,9 @@ def test_the_check_returns_the_driver_s_frozen_types_which_the_replay_reads():
     trace = check(copy.deepcopy(TRACE))
     first = trace.steps[0]
     assert type(trace) is Trace and type(first) is Step and type(first.batch[0]) is Entry
-    assert first.produced == {"a": 7} and first.batch[0].table == tuple(TRACE["steps"][0][
-        "batch"][0][3])
+    assert first.produced == {"a": 7} and first.batch[0].table == tuple(
+        TRACE["steps"][0]["batch"][0][3]
+    )
     assert type(check(copy.deepcopy(ERRED)).error) is DriveError
     with pytest.raises(dataclasses.FrozenInstanceError):
         first.at = 5
@@ -135,14 +154,26 @@ FINISHED = next(n for n, step in enumerate(TRACE["steps"]) if step["finished"])
 # Each field of the trace, as a path into it, and the types the driver records there.
 INT, TEXT, LIST, DICT = (int,), (str,), (list,), (dict,)
 FIELDS = {
-    ("steps",): LIST, ("adds",): LIST, ("stalled",): (bool,), ("error",): (dict, type(None)),
-    ("adds", 0): DICT, ("adds", 0, "id"): TEXT, ("adds", 1, "at"): INT,
-    ("steps", 0): DICT, ("steps", 1, "at"): INT, ("steps", 0, "batch"): LIST,
-    ("steps", 0, "batch", 0): LIST, ("steps", 0, "batch", 0, 0): TEXT,
-    ("steps", 0, "batch", 0, 1): INT, ("steps", 0, "batch", 0, 2): INT,
-    ("steps", 0, "batch", 0, 3): LIST, ("steps", 0, "batch", 0, 3, 0): INT,
-    ("steps", 0, "produced"): DICT, ("steps", 0, "produced", "a"): INT,
-    ("steps", FINISHED, "finished"): LIST, ("steps", FINISHED, "finished", 0): TEXT,
+    ("steps",): LIST,
+    ("adds",): LIST,
+    ("stalled",): (bool,),
+    ("error",): (dict, type(None)),
+    ("adds", 0): DICT,
+    ("adds", 0, "id"): TEXT,
+    ("adds", 1, "at"): INT,
+    ("steps", 0): DICT,
+    ("steps", 1, "at"): INT,
+    ("steps", 0, "batch"): LIST,
+    ("steps", 0, "batch", 0): LIST,
+    ("steps", 0, "batch", 0, 0): TEXT,
+    ("steps", 0, "batch", 0, 1): INT,
+    ("steps", 0, "batch", 0, 2): INT,
+    ("steps", 0, "batch", 0, 3): LIST,
+    ("steps", 0, "batch", 0, 3, 0): INT,
+    ("steps", 0, "produced"): DICT,
+    ("steps", 0, "produced", "a"): INT,
+    ("steps", FINISHED, "finished"): LIST,
+    ("steps", FINISHED, "finished", 0): TEXT,
     ("steps", 0, "free_after_schedule"): (int, type(None)),
     ("steps", 0, "free_after_update"): (int, type(None)),
     **{("error", key): (str,) for key in ("call", "kind", "type", "message", "traceback")},
@@ -152,13 +183,12 @@ FIELDS = {
 
 def test_every_field_of_the_trace_is_given_wrong_types():
     assert {path[0] for path in FIELDS} == replies.TRACE_KEYS
-    assert {path[2] for path in FIELDS if path[0] == "steps" and len(path) > 2} == \
-        replies.STEP_KEYS
-    assert {path[4] for path in FIELDS if path[2:3] == ("batch",) and len(path) > 4} == {
-        0, 1, 2, 3}
+    assert {path[2] for path in FIELDS if path[0] == "steps" and len(path) > 2} == replies.STEP_KEYS
+    assert {path[4] for path in FIELDS if path[2:3] == ("batch",) and len(path) > 4} == {0, 1, 2, 3}
     assert {path[2] for path in FIELDS if path[0] == "adds" and len(path) > 2} == {"id", "at"}
     assert {path[1] for path in FIELDS if path[0] == "error" and len(path) > 1} == set(
-        replies.DRIVE_ERROR)
+        replies.DRIVE_ERROR
+    )
 
 
 def wrong_values(value) -> dict:
@@ -172,9 +202,12 @@ def wrong_values(value) -> dict:
     return found
 
 
-CASES = [pytest.param(path, wrong, id="/".join(map(str, path)) + f"={name}")
-         for path, types in FIELDS.items()
-         for name, wrong in wrong_values(None).items() if type(wrong) not in types]
+CASES = [
+    pytest.param(path, wrong, id="/".join(map(str, path)) + f"={name}")
+    for path, types in FIELDS.items()
+    for name, wrong in wrong_values(None).items()
+    if type(wrong) not in types
+]
 
 
 def at(trace: dict, path: tuple):
@@ -205,15 +238,21 @@ def test_a_trace_field_of_a_type_the_driver_never_records_is_a_malformed_reply(p
 
 # (call, step) of each call the driver makes, by step: the adds at their arrival's step.
 RAISES = [("init", 0), ("add", 0), ("add", 1)] + [
-    (call, n) for n in range(STEPS) for call in ("has_work", "schedule", "num_free_blocks",
-                                                 "update")]
+    (call, n)
+    for n in range(STEPS)
+    for call in ("has_work", "schedule", "num_free_blocks", "update")
+]
 
 
 @pytest.mark.parametrize("call, step", RAISES, ids=[f"{c}-{n}" for c, n in RAISES])
 def test_a_scheduler_s_own_exception_at_any_step_is_an_error_naming_the_step(call, step):
     if call == "init":
-        trace = drive(lambda **config: (_ for _ in ()).throw(ValueError("init failed at step 0")),
-                      WORKLOAD, MAX_STEPS, request_type=Request)
+        trace = drive(
+            lambda **config: (_ for _ in ()).throw(ValueError("init failed at step 0")),
+            WORKLOAD,
+            MAX_STEPS,
+            request_type=Request,
+        )
     else:
         trace = driven(call, step)
     error = check(trace).error

@@ -43,8 +43,16 @@ def plan_with_every_operation() -> Plan:
     plan.append("c", torch.zeros(1, 1, 1, 4), torch.zeros(1, 1, 1, 4), measure=True)
     plan.inventory("c", {"queries": torch.zeros(2, 4)})
     plan.decode_step("l", "c", torch.zeros(1, 1, 8))
-    plan.beam_search({}, torch.zeros(3, dtype=torch.int64), beams=2, steps=4, n_heads=1,
-                     n_kv_heads=1, head_dim=4, rope_base=1e4)
+    plan.beam_search(
+        {},
+        torch.zeros(3, dtype=torch.int64),
+        beams=2,
+        steps=4,
+        n_heads=1,
+        n_kv_heads=1,
+        head_dim=4,
+        rope_base=1e4,
+    )
     plan.drive_scheduler(WORKLOAD, max_steps=8)
     plan.real_model(GENERATION)
     plan.real_model_reference(GENERATION)
@@ -52,19 +60,30 @@ def plan_with_every_operation() -> Plan:
 
 
 # The real-model item's generate: 1 row, a prompt of 2 tokens, 3 new (graders.worker.real_model).
-GENERATION = {"model": {"config": {"vocab_size": 8}, "weights": {}},
-              "input_ids": torch.ones(1, 2, dtype=torch.int64),
-              "attention_mask": torch.ones(1, 2, dtype=torch.int64), "mode": "greedy",
-              "attention": "model", "new_tokens": 3, "beams": 1}
+GENERATION = {
+    "model": {"config": {"vocab_size": 8}, "weights": {}},
+    "input_ids": torch.ones(1, 2, dtype=torch.int64),
+    "attention_mask": torch.ones(1, 2, dtype=torch.int64),
+    "mode": "greedy",
+    "attention": "model",
+    "new_tokens": 3,
+    "beams": 1,
+}
 GENERATED = {"sequences": torch.ones(1, 5, dtype=torch.int64), "logits": torch.zeros(3, 1, 8)}
 
 
 # The batching track's drive_scheduler: one request of one token, producing one.
-WORKLOAD = {"config": {"num_blocks": 4, "block_size": 2, "max_num_seqs": 1,
-                       "max_batched_tokens": 4, "prefix_caching": False},
-            "requests": [{"id": "a", "prompt": [1], "max_new_tokens": 1, "eos": None,
-                          "arrival": 0}],
-            "oracle": {"a": [5]}}
+WORKLOAD = {
+    "config": {
+        "num_blocks": 4,
+        "block_size": 2,
+        "max_num_seqs": 1,
+        "max_batched_tokens": 4,
+        "prefix_caching": False,
+    },
+    "requests": [{"id": "a", "prompt": [1], "max_new_tokens": 1, "eos": None, "arrival": 0}],
+    "oracle": {"a": [5]},
+}
 
 
 def good_results() -> list[dict]:
@@ -73,20 +92,61 @@ def good_results() -> list[dict]:
         {"ok": None},
         {"ok": None},
         {"ok": torch.zeros(1, 1, 1, 4), "inputs_after": {"query": torch.zeros(1, 1, 1, 4)}},
-        {"ok": {"keys": torch.zeros(1, 1, 2, 4), "values": torch.zeros(1, 1, 2, 4),
-                "lengths": torch.tensor([2]), "capacity": 2}},
-        {"ok": {"allocations": 1, "bytes": 64, "held": 64, "largest": [["float32", [1, 1, 4, 4],
-                                                                        1, 64]]}},
-        {"ok": {"tensors": [{"path": "cache.k", "shape": [1, 1, 4, 4], "dtype": "float32"}],
-                "held": {"queries": []}}},
+        {
+            "ok": {
+                "keys": torch.zeros(1, 1, 2, 4),
+                "values": torch.zeros(1, 1, 2, 4),
+                "lengths": torch.tensor([2]),
+                "capacity": 2,
+            }
+        },
+        {
+            "ok": {
+                "allocations": 1,
+                "bytes": 64,
+                "held": 64,
+                "largest": [["float32", [1, 1, 4, 4], 1, 64]],
+            }
+        },
+        {
+            "ok": {
+                "tensors": [{"path": "cache.k", "shape": [1, 1, 4, 4], "dtype": "float32"}],
+                "held": {"queries": []},
+            }
+        },
         {"ok": {"output": torch.zeros(1, 1, 8), "rows": {"wq": 1, "wk": 1, "wv": 1}}},
-        {"ok": {"tokens": torch.zeros(4, 2, dtype=torch.int64),
-                "beam_idx": torch.zeros(4, 2, dtype=torch.int64), "scores": torch.zeros(4, 2)}},
-        {"ok": {"steps": [{"at": 0, "batch": [["a", 0, 1, [0]]], "produced": {"a": 5},
-                           "finished": ["a"], "free_after_schedule": 3, "free_after_update": 4}],
-                "adds": [{"id": "a", "at": 0}], "error": None, "stalled": False}},
-        {"ok": {**GENERATED, "calls": {name: 1 for name in ("append", "attend", "attend_chunk",
-                                                            "reorder", "truncate")}}},
+        {
+            "ok": {
+                "tokens": torch.zeros(4, 2, dtype=torch.int64),
+                "beam_idx": torch.zeros(4, 2, dtype=torch.int64),
+                "scores": torch.zeros(4, 2),
+            }
+        },
+        {
+            "ok": {
+                "steps": [
+                    {
+                        "at": 0,
+                        "batch": [["a", 0, 1, [0]]],
+                        "produced": {"a": 5},
+                        "finished": ["a"],
+                        "free_after_schedule": 3,
+                        "free_after_update": 4,
+                    }
+                ],
+                "adds": [{"id": "a", "at": 0}],
+                "error": None,
+                "stalled": False,
+            }
+        },
+        {
+            "ok": {
+                **GENERATED,
+                "calls": {
+                    name: 1 for name in ("append", "attend", "attend_chunk", "reorder", "truncate")
+                },
+            }
+        },
         {"ok": GENERATED},
     ]
 
@@ -115,56 +175,105 @@ def test_a_well_formed_plan_reply_passes_unchanged():
     assert replies.plan_reply(with_ok(7, wide), OPS)  # a decode_step that returned float64
 
 
-@pytest.mark.parametrize("reply", [
-    1, None, [], "results", {}, {"results": 1}, {"results": [None] * len(OPS)},
-    {"error": 5}, {"error": "x", "results": []}, {"results": good_results() + [{"ok": None}]},
-], ids=["one", "none", "list", "string", "empty", "results-not-a-list", "result-not-a-dict",
-        "error-not-text", "error-and-results", "more-results-than-operations"])
+@pytest.mark.parametrize(
+    "reply",
+    [
+        1,
+        None,
+        [],
+        "results",
+        {},
+        {"results": 1},
+        {"results": [None] * len(OPS)},
+        {"error": 5},
+        {"error": "x", "results": []},
+        {"results": good_results() + [{"ok": None}]},
+    ],
+    ids=[
+        "one",
+        "none",
+        "list",
+        "string",
+        "empty",
+        "results-not-a-list",
+        "result-not-a-dict",
+        "error-not-text",
+        "error-and-results",
+        "more-results-than-operations",
+    ],
+)
 def test_a_reply_of_the_wrong_shape_is_malformed(reply):
     with pytest.raises(replies.MalformedReply):
         replies.plan_reply(reply, OPS)
 
 
-@pytest.mark.parametrize("reply", [
-    with_result(0, {}),
-    with_result(0, {"ok": None, "raised": {}}),
-    with_result(0, {"ok": None, "extra": 1}),
-    with_result(1, {"ok": None, "inputs_after": {}}),
-    with_result(0, {"raised": {"type": "ValueError", "message": "m", "traceback": ""}}),
-    with_result(0, {"raised": {"type": 1, "lineage": [], "message": "m", "traceback": ""}}),
-    with_result(0, {"raised": {"type": "E", "lineage": [1], "message": "m", "traceback": ""}}),
-    with_ok(0, torch.zeros(2)),
-    with_ok(1, 5),
-    with_ok(3, torch.zeros(2, 3)),
-    with_ok(3, wire.Opaque("float32", (2, 3), "meta", "torch.Tensor")),
-    with_ok(3, {"keys": None}),
-    with_ok(3, {**good_results()[3]["ok"], "secret": 1}),
-    with_ok(4, None),
-    with_ok(4, {"allocations": -1, "bytes": 0, "held": 0, "largest": []}),
-    with_ok(4, {"allocations": True, "bytes": 0, "held": 0, "largest": []}),
-    with_ok(4, {"allocations": 1, "bytes": 0, "held": 0, "largest": [["f", [1], 1, 1]] * 4}),
-    with_ok(4, {"allocations": 1, "bytes": 0, "held": 0, "largest": [["f", [1.5], 1, 1]]}),
-    with_ok(5, {"tensors": [{"path": 1, "shape": [1], "dtype": "f"}], "held": {"queries": []}}),
-    with_ok(5, {"tensors": [], "held": {"keys": []}}),
-    with_ok(5, {"tensors": [], "held": {"queries": [1]}}),
-    with_ok(6, {"output": torch.zeros(1, 1, 8), "rows": {"wq": 1, "wk": 1}}),
-    with_ok(6, {"output": torch.zeros(1, 1, 8), "rows": {"wq": 1.0, "wk": 1, "wv": 1}}),
-    with_ok(6, torch.zeros(1, 1, 8)),
-    with_ok(7, {**good_results()[7]["ok"], "tokens": torch.zeros(4, 2)}),
-    with_ok(7, {**good_results()[7]["ok"], "scores": torch.zeros(4, 3)}),
-    with_ok(7, {**good_results()[7]["ok"], "scores": torch.zeros(4, 2, dtype=torch.int64)}),
-    with_ok(7, {**good_results()[7]["ok"], "beam_idx": [[0, 1]] * 4}),
-    with_result(2, {"ok": None, "inputs_after": {"query": [1, 2]}}),
-    with_result(2, {"ok": None, "inputs_after": {"key": torch.zeros(1)}}),
-], ids=["neither-ok-nor-raised", "both-ok-and-raised", "extra-key", "inputs-not-asked-for",
-        "raised-lacks-lineage", "raised-type-not-text", "lineage-not-text",
-        "a-value-where-nothing-returns", "a-number-for-an-append", "a-tensor-for-a-state",
-        "a-data-less-tensor-for-a-state", "state-lacks-names", "state-extra-name",
-        "measure-missing", "negative-count", "bool-count", "four-largest-groups",
-        "fractional-shape", "inventory-path-not-text", "inventory-probe-not-asked",
-        "inventory-path-a-number", "rows-lack-wv", "rows-a-float", "decode-step-a-tensor",
-        "beam-tokens-float", "beam-scores-wrong-shape", "beam-scores-integers", "beam-idx-a-list",
-        "input-back-as-a-list", "input-not-sent"])
+@pytest.mark.parametrize(
+    "reply",
+    [
+        with_result(0, {}),
+        with_result(0, {"ok": None, "raised": {}}),
+        with_result(0, {"ok": None, "extra": 1}),
+        with_result(1, {"ok": None, "inputs_after": {}}),
+        with_result(0, {"raised": {"type": "ValueError", "message": "m", "traceback": ""}}),
+        with_result(0, {"raised": {"type": 1, "lineage": [], "message": "m", "traceback": ""}}),
+        with_result(0, {"raised": {"type": "E", "lineage": [1], "message": "m", "traceback": ""}}),
+        with_ok(0, torch.zeros(2)),
+        with_ok(1, 5),
+        with_ok(3, torch.zeros(2, 3)),
+        with_ok(3, wire.Opaque("float32", (2, 3), "meta", "torch.Tensor")),
+        with_ok(3, {"keys": None}),
+        with_ok(3, {**good_results()[3]["ok"], "secret": 1}),
+        with_ok(4, None),
+        with_ok(4, {"allocations": -1, "bytes": 0, "held": 0, "largest": []}),
+        with_ok(4, {"allocations": True, "bytes": 0, "held": 0, "largest": []}),
+        with_ok(4, {"allocations": 1, "bytes": 0, "held": 0, "largest": [["f", [1], 1, 1]] * 4}),
+        with_ok(4, {"allocations": 1, "bytes": 0, "held": 0, "largest": [["f", [1.5], 1, 1]]}),
+        with_ok(5, {"tensors": [{"path": 1, "shape": [1], "dtype": "f"}], "held": {"queries": []}}),
+        with_ok(5, {"tensors": [], "held": {"keys": []}}),
+        with_ok(5, {"tensors": [], "held": {"queries": [1]}}),
+        with_ok(6, {"output": torch.zeros(1, 1, 8), "rows": {"wq": 1, "wk": 1}}),
+        with_ok(6, {"output": torch.zeros(1, 1, 8), "rows": {"wq": 1.0, "wk": 1, "wv": 1}}),
+        with_ok(6, torch.zeros(1, 1, 8)),
+        with_ok(7, {**good_results()[7]["ok"], "tokens": torch.zeros(4, 2)}),
+        with_ok(7, {**good_results()[7]["ok"], "scores": torch.zeros(4, 3)}),
+        with_ok(7, {**good_results()[7]["ok"], "scores": torch.zeros(4, 2, dtype=torch.int64)}),
+        with_ok(7, {**good_results()[7]["ok"], "beam_idx": [[0, 1]] * 4}),
+        with_result(2, {"ok": None, "inputs_after": {"query": [1, 2]}}),
+        with_result(2, {"ok": None, "inputs_after": {"key": torch.zeros(1)}}),
+    ],
+    ids=[
+        "neither-ok-nor-raised",
+        "both-ok-and-raised",
+        "extra-key",
+        "inputs-not-asked-for",
+        "raised-lacks-lineage",
+        "raised-type-not-text",
+        "lineage-not-text",
+        "a-value-where-nothing-returns",
+        "a-number-for-an-append",
+        "a-tensor-for-a-state",
+        "a-data-less-tensor-for-a-state",
+        "state-lacks-names",
+        "state-extra-name",
+        "measure-missing",
+        "negative-count",
+        "bool-count",
+        "four-largest-groups",
+        "fractional-shape",
+        "inventory-path-not-text",
+        "inventory-probe-not-asked",
+        "inventory-path-a-number",
+        "rows-lack-wv",
+        "rows-a-float",
+        "decode-step-a-tensor",
+        "beam-tokens-float",
+        "beam-scores-wrong-shape",
+        "beam-scores-integers",
+        "beam-idx-a-list",
+        "input-back-as-a-list",
+        "input-not-sent",
+    ],
+)
 def test_a_result_that_breaks_its_operation_s_schema_is_malformed(reply):
     with pytest.raises(replies.MalformedReply):
         replies.plan_reply(reply, OPS)
@@ -179,8 +288,12 @@ def test_every_operation_the_worker_runs_has_a_schema_in_the_judge():
 
 def test_candidate_text_comes_out_clipped():
     huge = "x" * 4_000_000
-    raised = {"type": "E" * 10_000, "lineage": ["E" * 10_000, "Exception"], "message": huge,
-              "traceback": huge}
+    raised = {
+        "type": "E" * 10_000,
+        "lineage": ["E" * 10_000, "Exception"],
+        "message": huge,
+        "traceback": huge,
+    }
     reply = with_result(2, {"raised": raised})
     reply["results"][3]["ok"]["capacity"] = wire.Repr(huge)
     checked = replies.plan_reply(reply, OPS)["results"]
@@ -198,15 +311,39 @@ def status(**fields) -> dict:
     return {"status": "done", "index": 0, "batch": BATCH, **fields}
 
 
-@pytest.mark.parametrize("body", [
-    1, {}, status(status="finished"), status(index=1), status(batch="another"),
-    {"status": "done", "index": 0}, status(extra=1), status(status="crashed", how="x"),
-    status(status="crashed", how=1, stderr=""), status(status="timeout", seconds="1", stderr=""),
-    status(status="timeout", seconds=1, stderr="", wall=3),
-    status(status="timeout", seconds=float("nan"), stderr=""), status(index=True),
-], ids=["not-a-dict", "empty", "unknown-status", "another-request", "another-batch",
-        "no-batch", "extra-key", "crash-without-stderr", "crash-how-a-number",
-        "seconds-as-text", "wall-without-cpu", "seconds-nan", "index-true"])
+@pytest.mark.parametrize(
+    "body",
+    [
+        1,
+        {},
+        status(status="finished"),
+        status(index=1),
+        status(batch="another"),
+        {"status": "done", "index": 0},
+        status(extra=1),
+        status(status="crashed", how="x"),
+        status(status="crashed", how=1, stderr=""),
+        status(status="timeout", seconds="1", stderr=""),
+        status(status="timeout", seconds=1, stderr="", wall=3),
+        status(status="timeout", seconds=float("nan"), stderr=""),
+        status(index=True),
+    ],
+    ids=[
+        "not-a-dict",
+        "empty",
+        "unknown-status",
+        "another-request",
+        "another-batch",
+        "no-batch",
+        "extra-key",
+        "crash-without-stderr",
+        "crash-how-a-number",
+        "seconds-as-text",
+        "wall-without-cpu",
+        "seconds-nan",
+        "index-true",
+    ],
+)
 def test_a_status_out_of_step_or_of_the_wrong_shape_is_malformed(body):
     with pytest.raises(replies.MalformedReply):
         replies.status(body, 0, BATCH)
@@ -220,35 +357,68 @@ def test_a_status_in_step_passes_and_its_texts_come_out_clipped():
     assert replies.status(timeout, 0, BATCH)["wall"] == 6
 
 
-@pytest.mark.parametrize("body", [
-    1, {"index": 0, "batch": BATCH}, {"index": 1, "batch": BATCH, "reply": {}},
-    {"index": 0, "batch": "stale", "reply": {}}, {"index": 0, "batch": BATCH, "reply": {}, "x": 1},
-], ids=["not-a-dict", "no-reply", "another-request", "an-earlier-batch", "extra-key"])
+@pytest.mark.parametrize(
+    "body",
+    [
+        1,
+        {"index": 0, "batch": BATCH},
+        {"index": 1, "batch": BATCH, "reply": {}},
+        {"index": 0, "batch": "stale", "reply": {}},
+        {"index": 0, "batch": BATCH, "reply": {}, "x": 1},
+    ],
+    ids=["not-a-dict", "no-reply", "another-request", "an-earlier-batch", "extra-key"],
+)
 def test_a_result_frame_that_answers_another_request_is_malformed(body):
     with pytest.raises(replies.MalformedReply):
         replies.result(body, 0, BATCH)
 
 
-@pytest.mark.parametrize("check, body", [
-    (replies.started, 1), (replies.started, {"status": "torch-ready", "x": 1}),
-    (replies.started, {"status": "loaded"}), (replies.loaded, 1),
-    (replies.loaded, {"status": "loaded", "error": "x"}),
-    (replies.loaded, {"status": "import-error"}),
-    (replies.loaded, {"status": "import-error", "error": 5}), (replies.loaded, {"status": "done"}),
-], ids=["start-not-a-dict", "start-extra-key", "start-not-torch-ready", "import-not-a-dict",
-        "loaded-with-error", "error-without-text", "error-a-number", "unknown-status"])
+@pytest.mark.parametrize(
+    "check, body",
+    [
+        (replies.started, 1),
+        (replies.started, {"status": "torch-ready", "x": 1}),
+        (replies.started, {"status": "loaded"}),
+        (replies.loaded, 1),
+        (replies.loaded, {"status": "loaded", "error": "x"}),
+        (replies.loaded, {"status": "import-error"}),
+        (replies.loaded, {"status": "import-error", "error": 5}),
+        (replies.loaded, {"status": "done"}),
+    ],
+    ids=[
+        "start-not-a-dict",
+        "start-extra-key",
+        "start-not-torch-ready",
+        "import-not-a-dict",
+        "loaded-with-error",
+        "error-without-text",
+        "error-a-number",
+        "unknown-status",
+    ],
+)
 def test_a_start_or_import_frame_of_the_wrong_shape_is_malformed(check, body):
     with pytest.raises(replies.MalformedReply):
         check(body)
 
 
 def test_a_tests_run_reply_is_checked_too():
-    good = {"exit_code": 0, "passed": 3, "failed": 0, "errors": 0, "first_failure": None,
-            "tests_sha256": "ab"}
+    good = {
+        "exit_code": 0,
+        "passed": 3,
+        "failed": 0,
+        "errors": 0,
+        "first_failure": None,
+        "tests_sha256": "ab",
+    }
     assert replies.tests_reply(good) == good
-    for bad in (1, {**good, "exit_code": "0"}, {**good, "passed": None},
-                {**good, "first_failure": 3}, {**good, "extra": torch.zeros(1)},
-                {k: v for k, v in good.items() if k != "tests_sha256"}):
+    for bad in (
+        1,
+        {**good, "exit_code": "0"},
+        {**good, "passed": None},
+        {**good, "first_failure": 3},
+        {**good, "extra": torch.zeros(1)},
+        {k: v for k, v in good.items() if k != "tests_sha256"},
+    ):
         with pytest.raises(replies.MalformedReply):
             replies.tests_reply(bad)
 
@@ -302,9 +472,13 @@ def test_a_malformed_body_fails_its_request_and_keeps_the_stream_in_step():
     worker = FakeWorker()
     request = {"plan": {"ops": OPS}}
     deadline = time.monotonic() + 5
-    worker.send(status(), {"index": 0, "batch": BATCH, "reply": 1},
-                status(index=1), {"index": 1, "batch": BATCH, "reply": {"results": []}},
-                status(index=2, status="malformed", how="a frame header of 9 GB"))
+    worker.send(
+        status(),
+        {"index": 0, "batch": BATCH, "reply": 1},
+        status(index=1),
+        {"index": 1, "batch": BATCH, "reply": {"results": []}},
+        status(index=2, status="malformed", how="a frame header of 9 GB"),
+    )
     first = worker._read_reply(0, BATCH, request, deadline)
     assert first.malformed and first.status == "crashed" and "malformed" in first.detail
     assert worker._read_reply(1, BATCH, request, deadline).status == "done"
@@ -343,10 +517,16 @@ def assert_only_the_attacked_item_fails(items: dict, attacked: str) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode", [
-    pytest.param("require", marks=pytest.mark.skipif(bwrap_problem() is not None,
-                                                     reason=f"{bwrap_problem()}")),
-    "process"])
+@pytest.mark.parametrize(
+    "mode",
+    [
+        pytest.param(
+            "require",
+            marks=pytest.mark.skipif(bwrap_problem() is not None, reason=f"{bwrap_problem()}"),
+        ),
+        "process",
+    ],
+)
 def test_writing_the_judge_s_pipe_has_no_effect(mode, hostile_file):
     result = grade_attack(hostile_file, "writes_the_judges_pipe", mode)
     items = outcome(result)
@@ -355,13 +535,16 @@ def test_writing_the_judge_s_pipe_has_no_effect(mode, hostile_file):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name, attacked", [
-    ("replies_one", "attend-shape"),
-    ("replies_without_ok", "attend-shape"),
-    ("replies_a_tensor_for_a_state", "append-time-dim"),
-    ("nests_200000_deep", "attend-shape"),
-    ("forges_a_done_reply", "attend-shape"),
-])
+@pytest.mark.parametrize(
+    "name, attacked",
+    [
+        ("replies_one", "attend-shape"),
+        ("replies_without_ok", "attend-shape"),
+        ("replies_a_tensor_for_a_state", "append-time-dim"),
+        ("nests_200000_deep", "attend-shape"),
+        ("forges_a_done_reply", "attend-shape"),
+    ],
+)
 def test_a_malformed_reply_fails_the_item_it_answers_and_no_other(name, attacked, hostile_file):
     result = grade_attack(hostile_file, name)
     assert_only_the_attacked_item_fails(outcome(result), attacked)
@@ -395,9 +578,13 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss << 10)
 
 def judge_peak_bytes(path, mode: str) -> tuple[str, int]:
     """The statuses of a grade of `path` run in a process of its own, and that judge's peak RSS."""
-    done = subprocess.run([sys.executable, "-c", JUDGE_PEAK, str(path), mode],
-                          capture_output=True, text=True, timeout=600,
-                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    done = subprocess.run(
+        [sys.executable, "-c", JUDGE_PEAK, str(path), mode],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     statuses, peak = done.stdout.strip().splitlines()[-2:]
     return statuses, int(peak)
@@ -405,11 +592,13 @@ def judge_peak_bytes(path, mode: str) -> tuple[str, int]:
 
 @pytest.mark.slow
 def test_a_32_mib_status_frame_fails_its_item_and_leaves_the_judge_s_memory_bounded(
-        hostile_file, tmp_path):
+    hostile_file, tmp_path
+):
     result = grade_attack(hostile_file, "floods_a_status_frame")
     assert_only_the_attacked_item_fails(outcome(result), "attend-shape")
-    attacked = hostile_file("floods_a_status_frame", "attacked.py",
-                            TOKEN=f"kata-attack-{uuid.uuid4().hex}")
+    attacked = hostile_file(
+        "floods_a_status_frame", "attacked.py", TOKEN=f"kata-attack-{uuid.uuid4().hex}"
+    )
     statuses, peak = judge_peak_bytes(attacked, MODE)
     assert statuses.startswith("['error', 'pass']"), statuses
     _, baseline = judge_peak_bytes(reference_copy(tmp_path), MODE)
@@ -438,13 +627,17 @@ def import_error_of(source: str, tmp_path) -> str:
     raise AssertionError("the file imported")
 
 
-@pytest.mark.parametrize("source, shows", [
-    ("db_password = s3cr3t_value\nother_secret = 'hunter2'\n", "NameError"),
-    ("db_password: s3cr3t value\nother_secret = 'hunter2'\n", "SyntaxError"),
-    ("user = 'a'\n\tdb_password = 's3cr3t'\nother_secret = 'hunter2'\n", "IndentationError"),
-    ("raise ValueError('line one\\nother_secret = hunter2')\n", "ValueError: line one"),
-    ("e = ValueError('x')\ne.add_note('other_secret = hunter2')\nraise e\n", "ValueError: x"),
-], ids=["password-file", "not-python", "indented", "multi-line-message", "note"])
+@pytest.mark.parametrize(
+    "source, shows",
+    [
+        ("db_password = s3cr3t_value\nother_secret = 'hunter2'\n", "NameError"),
+        ("db_password: s3cr3t value\nother_secret = 'hunter2'\n", "SyntaxError"),
+        ("user = 'a'\n\tdb_password = 's3cr3t'\nother_secret = 'hunter2'\n", "IndentationError"),
+        ("raise ValueError('line one\\nother_secret = hunter2')\n", "ValueError: line one"),
+        ("e = ValueError('x')\ne.add_note('other_secret = hunter2')\nraise e\n", "ValueError: x"),
+    ],
+    ids=["password-file", "not-python", "indented", "multi-line-message", "note"],
+)
 def test_an_import_error_quotes_at_most_one_line_of_the_file(source, shows, tmp_path):
     error = import_error_of(source, tmp_path)
     assert shows in error

@@ -105,9 +105,11 @@ def test_the_json_and_gradescope_name_each_items_cause(graded):
     report = json.loads(json.dumps(to_json(result)))
     lead_of = cause_of(result)
     assert {i["id"]: i["cause"] for i in report["items"]} == {
-        i.id: lead_of.get(i.id) for i in result.items}
+        i.id: lead_of.get(i.id) for i in result.items
+    }
     assert {i["id"]: i["message"] for i in report["items"]} == {
-        i.id: i.message for i in result.items}, "every item's message, whole"
+        i.id: i.message for i in result.items
+    }, "every item's message, whole"
     tests = {t["name"].split()[1].rstrip(":"): t for t in to_gradescope(result)["tests"]}
     assert tests["gqa"]["output"].startswith("Cause: prefix-equivalence fails")
     assert "Likely mistake" not in tests["gqa"]["output"] and "Hint:" not in tests["gqa"]["output"]

@@ -49,40 +49,72 @@ def room_of(module: str) -> str | None:
 
 def trespasses(room: str, source: str) -> list[str]:
     """The imports in `source`, a file of `room`, that the room may not make."""
-    return sorted(module for module in imported_modules(source)
-                  if (to := room_of(module)) and to != room and to not in ALLOWED[room])
+    return sorted(
+        module
+        for module in imported_modules(source)
+        if (to := room_of(module)) and to != room and to not in ALLOWED[room]
+    )
 
 
 def graders_files() -> list[tuple[str, Path]]:
-    return [(path.relative_to(ROOT / "graders").parts[0], path)
-            for path in sorted((ROOT / "graders").rglob("*.py"))
-            if len(path.relative_to(ROOT / "graders").parts) > 1
-            and "_data" not in path.parts]
+    return [
+        (path.relative_to(ROOT / "graders").parts[0], path)
+        for path in sorted((ROOT / "graders").rglob("*.py"))
+        if len(path.relative_to(ROOT / "graders").parts) > 1 and "_data" not in path.parts
+    ]
 
 
 def test_every_folder_of_graders_is_a_room_with_its_directions():
-    folders = {p.name for p in (ROOT / "graders").iterdir()
-               if p.is_dir() and not p.name.startswith(("_", "."))}
+    folders = {
+        p.name
+        for p in (ROOT / "graders").iterdir()
+        if p.is_dir() and not p.name.startswith(("_", "."))
+    }
     assert folders == set(ALLOWED)
 
 
-@pytest.mark.parametrize("room,path", graders_files(),
-                         ids=lambda v: str(v.relative_to(ROOT)) if isinstance(v, Path) else "")
+@pytest.mark.parametrize(
+    "room,path",
+    graders_files(),
+    ids=lambda v: str(v.relative_to(ROOT)) if isinstance(v, Path) else "",
+)
 def test_a_room_imports_only_the_rooms_it_may(room, path):
     assert trespasses(room, path.read_text()) == []
 
 
-@pytest.mark.parametrize("room,source,expected", [
-    ("serving", "from graders.dense import decode_loop\n", ["graders.dense.decode_loop"]),
-    ("batching", "def f():\n    import graders.serving.model\n", ["graders.serving.model"]),
-    ("worker", "from graders.judge.grade import grade\n", ["graders.judge.grade.grade"]),
-    ("shared", "from graders import judge\n", ["graders.judge"]),
-    ("shared", "from graders.serving.items import eviction\n", ["graders.serving.items.eviction"]),
-    ("judge", "from graders.formats.report import to_json\n", ["graders.formats.report.to_json"]),
-    ("dense", "from graders.shared import cases\nfrom graders.judge.candidate import Candidate\n",
-     []),
-], ids=["track-imports-another-track", "inside-a-function", "worker-imports-judge",
-        "shared-imports-judge", "shared-imports-a-track", "judge-imports-formats", "allowed"])
+@pytest.mark.parametrize(
+    "room,source,expected",
+    [
+        ("serving", "from graders.dense import decode_loop\n", ["graders.dense.decode_loop"]),
+        ("batching", "def f():\n    import graders.serving.model\n", ["graders.serving.model"]),
+        ("worker", "from graders.judge.grade import grade\n", ["graders.judge.grade.grade"]),
+        ("shared", "from graders import judge\n", ["graders.judge"]),
+        (
+            "shared",
+            "from graders.serving.items import eviction\n",
+            ["graders.serving.items.eviction"],
+        ),
+        (
+            "judge",
+            "from graders.formats.report import to_json\n",
+            ["graders.formats.report.to_json"],
+        ),
+        (
+            "dense",
+            "from graders.shared import cases\nfrom graders.judge.candidate import Candidate\n",
+            [],
+        ),
+    ],
+    ids=[
+        "track-imports-another-track",
+        "inside-a-function",
+        "worker-imports-judge",
+        "shared-imports-judge",
+        "shared-imports-a-track",
+        "judge-imports-formats",
+        "allowed",
+    ],
+)
 def test_the_check_names_each_import_a_room_may_not_make(room, source, expected):
     assert trespasses(room, source) == expected
 
@@ -95,8 +127,11 @@ def test_no_track_may_import_another_track():
 def import_graph(package: str) -> dict[str, set[str]]:
     """module -> the modules of `package` it imports (a name imported from a package module
     counts as that module)."""
-    files = {".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): p
-             for p in (ROOT / package).rglob("*.py") if "_data" not in p.parts}
+    files = {
+        ".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): p
+        for p in (ROOT / package).rglob("*.py")
+        if "_data" not in p.parts
+    }
     graph = {}
     for module, path in files.items():
         targets = set()

@@ -13,17 +13,45 @@ from graders.shared.tracks import TRACKS
 
 CONTRACT_ITEMS = {
     "L4": {"append-time-dim", "attend-shape"},
-    "L5": {"prefix-equivalence", "validate-shapes", "validate-dtype-device", "stable-softmax",
-           "reset", "release", "length-vs-capacity", "ragged-batch", "kv-only", "own-tests"},
-    "L6": {"gqa", "rope-absolute", "rope-fork-offset", "beam-reorder", "finished-beams",
-           "low-precision", "prealloc"},
+    "L5": {
+        "prefix-equivalence",
+        "validate-shapes",
+        "validate-dtype-device",
+        "stable-softmax",
+        "reset",
+        "release",
+        "length-vs-capacity",
+        "ragged-batch",
+        "kv-only",
+        "own-tests",
+    },
+    "L6": {
+        "gqa",
+        "rope-absolute",
+        "rope-fork-offset",
+        "beam-reorder",
+        "finished-beams",
+        "low-precision",
+        "prealloc",
+    },
     # contract section 8; the level rule is "every L6+ item passes" whatever their number
     "L6+": {"chunk-causal-mask", "speculative-rollback", "sliding-window", "real-model"},
-    "serving": {"paged-equivalence", "paged-block-table", "paged-cow", "paged-free", "admission",
-                "eviction", "quantized-kv"},
+    "serving": {
+        "paged-equivalence",
+        "paged-block-table",
+        "paged-cow",
+        "paged-free",
+        "admission",
+        "eviction",
+        "quantized-kv",
+    },
 }
-CONTRACT_TELLS = {"caches-q": "L4", "recomputes-projections": "L4", "shape-only-tests": "L4",
-                  "concat-every-step": "L5"}
+CONTRACT_TELLS = {
+    "caches-q": "L4",
+    "recomputes-projections": "L4",
+    "shape-only-tests": "L4",
+    "concat-every-step": "L5",
+}
 
 
 def test_items_and_levels_are_the_contracts():
@@ -81,8 +109,9 @@ def _imports(path) -> set[str]:
 
 def test_a_track_lists_its_own_interviewer_items_else_the_levels():
     rubric = load()
-    of = {track_id: {i.id for i in rubric.interviewer_of(track)}
-          for track_id, track in TRACKS.items()}
+    of = {
+        track_id: {i.id for i in rubric.interviewer_of(track)} for track_id, track in TRACKS.items()
+    }
     levels = {i.id for i in rubric.interviewer if i.level in rubric.levels}
     assert of["dense"] == of["serving"] == levels and "gqa-memory" in levels
     assert of["batching"] == {"why-iteration-level", "recompute-or-swap", "token-budget"}
@@ -100,8 +129,10 @@ def test_dependencies_name_items_of_the_same_track_without_cycles():
             assert dep in items and track.owns(items[dep].level) and dep != item.id, (item.id, dep)
 
     def reaches(start: str, at: str, seen: frozenset[str] = frozenset()) -> bool:
-        return any(dep == start or (dep not in seen and reaches(start, dep, seen | {dep}))
-                   for dep in items[at].depends_on)
+        return any(
+            dep == start or (dep not in seen and reaches(start, dep, seen | {dep}))
+            for dep in items[at].depends_on
+        )
 
     assert not [i for i in items if reaches(i, i)], "a cycle of depends_on"
     assert items["prefix-equivalence"].depends_on, "the core items are data, not a guess"

@@ -55,30 +55,45 @@ FILE_BOUND = 200_000
 
 # Colour and style codes rich writes in a terminal: the only escape sequences allowed.
 SGR = re.compile(r"\x1b\[[0-9;]*m")
-UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2066-\u2069"
-                    "\ufeff\ufffe\uffff\ud800-\udfff]")
+UNSAFE = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2066-\u2069"
+    "\ufeff\ufffe\uffff\ud800-\udfff]"
+)
 
 
 def hostile(message: str = HOSTILE, unavailable: str | None = None) -> GradeResult:
     """A full dense grade: every item fails with `message` (not run, with `unavailable` as
     the worker's reason, when given), and every tell is detected with `message`."""
     rubric = load()
-    items = [ItemResult(i.id, i.level, "error", 0.0, i.points,
-                        "not run: the file does not import" if unavailable else message,
-                        unavailable) if i.level != PLUS
-             else ItemResult(i.id, i.level, "not_attempted", 0.0, i.points, BEFORE_PLUS)
-             for i in rubric.track(DENSE)]  # L6+: not started, as the judge leaves it
+    items = [
+        ItemResult(
+            i.id,
+            i.level,
+            "error",
+            0.0,
+            i.points,
+            "not run: the file does not import" if unavailable else message,
+            unavailable,
+        )
+        if i.level != PLUS
+        else ItemResult(i.id, i.level, "not_attempted", 0.0, i.points, BEFORE_PLUS)
+        for i in rubric.track(DENSE)
+    ]  # L6+: not started, as the judge leaves it
     tells = [TellResult(t.id, True, message) for t in rubric.tells]
-    return GradeResult("candidates/kv_cache.py", "below L4", items, tells, False,
-                       isolation="bwrap")
+    return GradeResult("candidates/kv_cache.py", "below L4", items, tells, False, isolation="bwrap")
 
 
 def terminal(result: GradeResult, detail: str, is_terminal: bool = True) -> str:
     """What the report at `detail` writes to an 80-column stream, colour codes included in a
     terminal."""
     stream = io.StringIO()
-    console = Console(width=80, file=stream, force_terminal=is_terminal,
-                      color_system="standard" if is_terminal else None, highlight=False)
+    console = Console(
+        width=80,
+        file=stream,
+        force_terminal=is_terminal,
+        color_system="standard" if is_terminal else None,
+        highlight=False,
+    )
     render(result, console, detail, "kata grade candidates/kv_cache.py")
     return stream.getvalue()
 
@@ -96,8 +111,7 @@ def assert_terminal_safe(written: str) -> None:
 
 @pytest.mark.parametrize("is_terminal", [True, False], ids=["terminal", "pipe"])
 @pytest.mark.parametrize("detail", ["default", "verbose", "quiet", "brief"])
-def test_the_report_escapes_every_attack_and_keeps_its_closing_block_its_own(detail,
-                                                                            is_terminal):
+def test_the_report_escapes_every_attack_and_keeps_its_closing_block_its_own(detail, is_terminal):
     written = terminal(hostile(), detail, is_terminal)
     assert_terminal_safe(written)
     plain = SGR.sub("", written)
@@ -122,7 +136,7 @@ def test_why_items_were_not_run_is_indented_under_its_line_and_escaped():
     assert_terminal_safe(plain)
     lines = plain.splitlines()
     start = next(n for n, line in enumerate(lines) if line.startswith("Items not run"))
-    reason = lines[start + 1:next(n for n, line in enumerate(lines) if line.startswith("Next:"))]
+    reason = lines[start + 1 : next(n for n, line in enumerate(lines) if line.startswith("Next:"))]
     assert reason and all(line.startswith("    ") for line in reason), lines
 
 
@@ -149,6 +163,7 @@ def test_the_notebook_display_is_the_same_safe_report():
 
 
 # --- the scorecard ------------------------------------------------------------------------------
+
 
 def scorecard(result: GradeResult, tmp_path: Path) -> str:
     path = tmp_path / "scorecard.md"
@@ -180,6 +195,7 @@ def test_a_huge_message_makes_a_scorecard_of_kilobytes(tmp_path):
 
 # --- JSON, Gradescope, JUnit --------------------------------------------------------------------
 
+
 def strings(value) -> list[str]:
     """Every string in a parsed JSON value."""
     if isinstance(value, str):
@@ -203,11 +219,18 @@ def test_json_files_are_valid_utf8_printable_and_bounded(tmp_path, write, size, 
     parsed = json.loads(data.decode("utf-8"))
     assert not any(UNSAFE.search(s) for s in strings(parsed))
     # Gradescope: the kata's line naming the item's cause (ids only), then the message
-    outputs = [t["output"].partition("\n\n") if t["output"].startswith("Cause: ")
-               else ("", "", t["output"]) for t in parsed.get("tests", ())]
+    outputs = [
+        t["output"].partition("\n\n")
+        if t["output"].startswith("Cause: ")
+        else ("", "", t["output"])
+        for t in parsed.get("tests", ())
+    ]
     assert all(len(cause) < 1000 for cause, _, _ in outputs)
-    messages = ([i["message"] for i in parsed["items"]] if write is write_json
-                else [rest.split("\n\nHint: ")[0] for _, _, rest in outputs])
+    messages = (
+        [i["message"] for i in parsed["items"]]
+        if write is write_json
+        else [rest.split("\n\nHint: ")[0] for _, _, rest in outputs]
+    )
     assert all(len(m) <= MAX_QUOTE + len("not run: ") for m in messages)
     assert any("\\x1b[2J" in m for m in messages)
 
@@ -230,13 +253,17 @@ def test_junit_is_valid_utf8_xml_and_bounded(tmp_path, size, unavailable):
 
 # --- every file asked for is written, whatever happens to one -----------------------------------
 
+
 def asked(tmp_path: Path) -> dict:
-    return dict(json_path=tmp_path / "r.json", output_format="kata",
-                markdown=tmp_path / "card.md", junit=tmp_path / "junit.xml")
+    return dict(
+        json_path=tmp_path / "r.json",
+        output_format="kata",
+        markdown=tmp_path / "card.md",
+        junit=tmp_path / "junit.xml",
+    )
 
 
-def test_a_format_that_breaks_costs_its_own_file_alone_and_is_the_katas_bug(tmp_path,
-                                                                           monkeypatch):
+def test_a_format_that_breaks_costs_its_own_file_alone_and_is_the_katas_bug(tmp_path, monkeypatch):
     def broken(result, path):
         raise UnicodeEncodeError("utf-8", "\ud800", 0, 1, "surrogates not allowed")
 
@@ -259,8 +286,9 @@ def test_a_file_the_system_refuses_is_a_usage_error_and_the_others_are_written(t
 def test_every_format_writes_a_lone_surrogate_without_a_traceback(tmp_path):
     result = hostile("lone \ud800 surrogate")
     assert outputs.write_outputs(result, **asked(tmp_path)) == []
-    gradescope = dict(asked(tmp_path), json_path=tmp_path / "results.json",
-                      output_format="gradescope")
+    gradescope = dict(
+        asked(tmp_path), json_path=tmp_path / "results.json", output_format="gradescope"
+    )
     assert outputs.write_outputs(result, **gradescope) == []
     for name in ("r.json", "results.json", "card.md", "junit.xml"):
         assert "\\ud800" in (tmp_path / name).read_bytes().decode("utf-8"), name

@@ -17,7 +17,9 @@ from graders.workflows import batch
 from tests.test_hidden import MUTANTS
 
 runner = CliRunner()
-HIDDEN_ONLY = next(case for case in MUTANTS if case.mutant.base == REFERENCE)  # public cases pass it
+HIDDEN_ONLY = next(
+    case for case in MUTANTS if case.mutant.base == REFERENCE
+)  # public cases pass it
 
 
 def test_a_case_seed_is_the_run_seed_plus_the_case_offset():
@@ -51,13 +53,28 @@ def test_the_same_seed_replays_the_same_verdicts_and_another_seed_other_cases(tm
 
 def test_the_seed_is_in_the_json_and_the_report(tmp_path):
     out = tmp_path / "r.json"
-    result = runner.invoke(app, ["grade", str(REFERENCE), "--hidden", "--seed", "424242",
-                                 "--item", "attend-shape", "--json", str(out), "--sandbox",
-                                 "process"])
+    result = runner.invoke(
+        app,
+        [
+            "grade",
+            str(REFERENCE),
+            "--hidden",
+            "--seed",
+            "424242",
+            "--item",
+            "attend-shape",
+            "--json",
+            str(out),
+            "--sandbox",
+            "process",
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert json.loads(out.read_text())["seed"] == 424242
     assert "--seed 424242" in result.output
-    public = runner.invoke(app, ["grade", str(REFERENCE), "--item", "attend-shape", "--json", str(out)])
+    public = runner.invoke(
+        app, ["grade", str(REFERENCE), "--item", "attend-shape", "--json", str(out)]
+    )
     assert public.exit_code == 0 and json.loads(out.read_text())["seed"] is None
 
 
@@ -71,8 +88,11 @@ def test_grade_all_gives_every_submission_the_same_seed_and_says_which(tmp_path)
     for name in ("alice", "bob"):
         (tmp_path / "in" / name).mkdir(parents=True)
         (tmp_path / "in" / name / "kv_cache.py").write_text(REFERENCE.read_text())
-    outcomes = batch.grade_all(batch.find_submissions(tmp_path / "in"), 2,
-                               GradeRequest(tmp_path / "in", hidden=True, seed=77))
+    outcomes = batch.grade_all(
+        batch.find_submissions(tmp_path / "in"),
+        2,
+        GradeRequest(tmp_path / "in", hidden=True, seed=77),
+    )
     assert [o.result.seed for o in outcomes] == [77, 77]
     batch.write_summary(outcomes, tmp_path / "s.csv", tmp_path / "s.md")
     assert (tmp_path / "s.md").read_text().startswith("Hidden cases of seed 77")

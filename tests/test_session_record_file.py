@@ -30,18 +30,26 @@ def test_a_workspace_with_no_record_loads_as_none(tmp_path):
 
 def test_the_content_hash_is_the_documented_sha256_of_lengths_and_bytes():
     implementation, tests = b"def attend(): ...\n", b"def test(): ...\n"
-    digest = hashlib.sha256(len(implementation).to_bytes(8, "big") + implementation
-                            + len(tests).to_bytes(8, "big") + tests).hexdigest()
+    digest = hashlib.sha256(
+        len(implementation).to_bytes(8, "big")
+        + implementation
+        + len(tests).to_bytes(8, "big")
+        + tests
+    ).hexdigest()
     assert record.content_hash(implementation, tests) == digest[:8]
     # A missing test file counts as empty; moving bytes between the files changes the hash.
     assert record.content_hash(implementation, None) == record.content_hash(implementation, b"")
     assert record.content_hash(b"ab", b"c") != record.content_hash(b"a", b"bc")
 
 
-@pytest.mark.parametrize("files", [
-    {"kv_cache.py": b"one\n"},
-    {"kv_cache.py": b"one\n", "test_kv_cache.py": b"two\n"},
-], ids=["implementation-alone", "with-its-tests"])
+@pytest.mark.parametrize(
+    "files",
+    [
+        {"kv_cache.py": b"one\n"},
+        {"kv_cache.py": b"one\n", "test_kv_cache.py": b"two\n"},
+    ],
+    ids=["implementation-alone", "with-its-tests"],
+)
 def test_a_snapshot_is_numbered_after_the_last_and_named_by_its_content(tmp_path, files):
     record.folder(tmp_path).mkdir()
     (record.folder(tmp_path) / "007-0123abcd").mkdir()  # an earlier save's folder
@@ -68,6 +76,7 @@ def test_a_live_holder_is_refused_and_left_running(tmp_path):
 
 def test_a_holder_of_another_user_counts_as_alive(tmp_path, monkeypatch):
     """os.kill(pid, 0) on another user's process raises PermissionError: it lives."""
+
     def not_ours(pid, signal):
         raise PermissionError(1, "Operation not permitted")
 

@@ -32,10 +32,12 @@ STARTER = {DENSE: ROOT / "starter/kv_cache.py", SERVING: ROOT / "starter/paged_k
 ALL = [(track, name) for track, names in SOLUTIONS.items() for name in names]
 IMPLEMENTATIONS = sorted((ROOT / "tests/implementations").glob("*.py"))
 # Correct designs that are not independent of a solution: they read between the two bands.
-ADAPTED = {"empty_own_prefix.py": "its decode_step is the reference's with one name changed, "
-                                  "its storage growth the reference's _reserve (measured 0.41)",
-           "window_slice.py": "the reference with its window's three functions swapped for a "
-                              "sliced buffer (issue 42)"}
+ADAPTED = {
+    "empty_own_prefix.py": "its decode_step is the reference's with one name changed, "
+    "its storage growth the reference's _reserve (measured 0.41)",
+    "window_slice.py": "the reference with its window's three functions swapped for a "
+    "sliced buffer (issue 42)",
+}
 
 DISGUISED_AT_LEAST = 0.95  # measured 1.0 for each: room for a disguise this one does not try
 INDEPENDENT_AT_MOST = 0.3  # measured at most 0.19 (max_batch.py; sdpa.py 0.16): shared idioms
@@ -43,8 +45,9 @@ LINE = "Similarity to the bundled solutions"
 
 
 def fraction(candidate: str, track, name: str) -> float:
-    return sim.fraction(candidate, (ROOT / "solutions" / name).read_text(),
-                        STARTER[track].read_text())
+    return sim.fraction(
+        candidate, (ROOT / "solutions" / name).read_text(), STARTER[track].read_text()
+    )
 
 
 def track_of(path: Path):
@@ -58,8 +61,11 @@ class _Rename(ast.NodeTransformer):
 
     def __init__(self, tree: ast.Module):
         self.kept = set(dir(builtins)) | {
-            (alias.asname or alias.name).split(".")[0] for node in ast.walk(tree)
-            if isinstance(node, (ast.Import, ast.ImportFrom)) for alias in node.names}
+            (alias.asname or alias.name).split(".")[0]
+            for node in ast.walk(tree)
+            if isinstance(node, (ast.Import, ast.ImportFrom))
+            for alias in node.names
+        }
         self.names: dict[str, str] = {}
 
     def new(self, name: str) -> str:
@@ -116,6 +122,7 @@ def disguised(source: str) -> str:
 
 # --- the measure --------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("track, name", ALL)
 def test_a_verbatim_copy_reads_exactly_1(track, name):
     assert fraction((ROOT / "solutions" / name).read_text(), track, name) == 1.0
@@ -131,11 +138,16 @@ def test_a_disguised_copy_reads_high(track, name):
 
 
 def test_independent_designs_read_low():
-    rows = [(path.name, name, fraction(path.read_text(), track_of(path), name))
-            for path in IMPLEMENTATIONS for name in SOLUTIONS[track_of(path)]]
+    rows = [
+        (path.name, name, fraction(path.read_text(), track_of(path), name))
+        for path in IMPLEMENTATIONS
+        for name in SOLUTIONS[track_of(path)]
+    ]
     for implementation, name, measured in rows:
-        print(f"{implementation} vs solutions/{name}: {measured:.2f}"
-              + (f" (adapted: {ADAPTED[implementation]})" if implementation in ADAPTED else ""))
+        print(
+            f"{implementation} vs solutions/{name}: {measured:.2f}"
+            + (f" (adapted: {ADAPTED[implementation]})" if implementation in ADAPTED else "")
+        )
     independent = [row for row in rows if row[0] not in ADAPTED]
     assert len(independent) >= 5
     assert all(measured <= INDEPENDENT_AT_MOST for _, _, measured in independent), independent
@@ -157,14 +169,19 @@ def test_a_file_that_does_not_tokenize_reads_0(tmp_path):
 def test_one_entry_a_bundled_solution_of_the_track_and_the_file_is_never_run(tmp_path):
     marker = tmp_path / "ran"
     path = tmp_path / "kv_cache.py"
-    path.write_text(f"open({str(marker)!r}, 'w').close()\nraise SystemExit(3)\n"
-                    + (ROOT / "solutions/kv_cache.py").read_text())
+    path.write_text(
+        f"open({str(marker)!r}, 'w').close()\nraise SystemExit(3)\n"
+        + (ROOT / "solutions/kv_cache.py").read_text()
+    )
     entries = sim.similarity(path, DENSE)
-    assert [e["solution"] for e in entries] == ["solutions/kv_cache.py",
-                                                "solutions/concat_kv_cache.py"]
+    assert [e["solution"] for e in entries] == [
+        "solutions/kv_cache.py",
+        "solutions/concat_kv_cache.py",
+    ]
     assert entries[0]["fraction"] >= 0.99 and not marker.exists()
-    assert [e["solution"] for e in sim.similarity(ROOT / "solutions/paged_kv_cache.py", SERVING)] \
-        == ["solutions/paged_kv_cache.py"]
+    assert [
+        e["solution"] for e in sim.similarity(ROOT / "solutions/paged_kv_cache.py", SERVING)
+    ] == ["solutions/paged_kv_cache.py"]
 
 
 def test_a_huge_file_is_read_only_in_part(tmp_path):
@@ -185,14 +202,17 @@ def test_it_takes_milliseconds():
 
 # --- where it shows -----------------------------------------------------------------------------
 
-SIMILARITY = [{"solution": "solutions/kv_cache.py", "fraction": 0.97},
-              {"solution": "solutions/concat_kv_cache.py", "fraction": 0.41}]
+SIMILARITY = [
+    {"solution": "solutions/kv_cache.py", "fraction": 0.97},
+    {"solution": "solutions/concat_kv_cache.py", "fraction": 0.41},
+]
 
 
 def result(**changes) -> GradeResult:
     item = ItemResult("attend-shape", "L4", "pass", 5.0, 5.0, "ok")
-    return dataclasses.replace(GradeResult("kv_cache.py", None, [item], [], False, partial=True),
-                               **changes)
+    return dataclasses.replace(
+        GradeResult("kv_cache.py", None, [item], [], False, partial=True), **changes
+    )
 
 
 def shown(outcome: GradeResult, tmp_path: Path) -> dict[str, str]:
@@ -208,7 +228,9 @@ def test_a_hidden_run_shows_the_similarity_as_information(tmp_path):
     assert to_json(outcome)["similarity"] == SIMILARITY
     for output, text in shown(outcome, tmp_path).items():
         assert LINE in text and "it changes no score" in text, output
-        assert "aside): solutions/kv_cache.py 97%, solutions/concat_kv_cache.py 41%." in text, output
+        assert "aside): solutions/kv_cache.py 97%, solutions/concat_kv_cache.py 41%." in text, (
+            output
+        )
 
 
 def test_other_runs_show_none_and_write_null(tmp_path):

@@ -21,8 +21,9 @@ from graders.judge.isolation import Sandbox, bwrap_problem
 from graders.shared.mutation import REFERENCE
 from tests.conftest import HOSTILE
 
-BWRAP_ONLY = pytest.mark.skipif(bwrap_problem() is not None,
-                                reason=f"bubblewrap cannot run here: {bwrap_problem()}")
+BWRAP_ONLY = pytest.mark.skipif(
+    bwrap_problem() is not None, reason=f"bubblewrap cannot run here: {bwrap_problem()}"
+)
 BORROWED = ("prefix-equivalence", "stable-softmax", "gqa", "low-precision")
 
 
@@ -36,26 +37,24 @@ def borrowing_grade(mode: str, token: str, hostile_file):
     import waits for it) with tests_copy_what_they_are_sent.py as its tests, which the grade
     runs beside the other items, in sandbox `mode`."""
     path = hostile_file("borrows_from_its_tests", TOKEN=token)
-    tests = hostile_file("tests_copy_what_they_are_sent", filename="test_kv_cache.py",
-                         TOKEN=token)
+    tests = hostile_file("tests_copy_what_they_are_sent", filename="test_kv_cache.py", TOKEN=token)
     result = grade(path, tests, sandbox=Sandbox(mode), only={"own-tests", *BORROWED})
     return {item.id: item for item in result.items}
 
 
 @pytest.mark.slow
 @BWRAP_ONLY
-def test_tests_that_copy_the_reference_into_tmp_lend_it_to_no_implementation(token,
-                                                                              hostile_file):
+def test_tests_that_copy_the_reference_into_tmp_lend_it_to_no_implementation(token, hostile_file):
     items = borrowing_grade("require", token, hostile_file)
     for item in BORROWED:
         assert items[item].status == "fail", (item, items[item].message)
-    assert "Likely mistake: the scores' scale" in items["prefix-equivalence"].message, \
-        items["prefix-equivalence"].message
+    assert "Likely mistake: the scores' scale" in items["prefix-equivalence"].message, items[
+        "prefix-equivalence"
+    ].message
 
 
 @pytest.mark.slow
-def test_the_copy_is_real_where_tmp_is_shared_but_no_source_is_on_the_stack(token,
-                                                                            hostile_file):
+def test_the_copy_is_real_where_tmp_is_shared_but_no_source_is_on_the_stack(token, hostile_file):
     """The control: the process fallback shares /tmp (README: its files are not protected),
     and there the same pair passes, so the sandboxed test above fails for the sandbox's sake.
     The source text the judge sent is out of the tests' reach even there: the worker takes it
@@ -89,10 +88,15 @@ def reference_code_digest() -> str:
 @pytest.mark.slow
 @BWRAP_ONLY
 @pytest.mark.parametrize("fingerprint", ["file", "code", "private"])
-def test_tests_that_recognise_the_reference_fail_a_correct_implementation(fingerprint,
-                                                                          hostile_file):
-    tests = hostile_file("tests_fingerprint_the_reference", filename="test_kv_cache.py",
-                         FINGERPRINT=fingerprint, CODE_SHA256=reference_code_digest())
+def test_tests_that_recognise_the_reference_fail_a_correct_implementation(
+    fingerprint, hostile_file
+):
+    tests = hostile_file(
+        "tests_fingerprint_the_reference",
+        filename="test_kv_cache.py",
+        FINGERPRINT=fingerprint,
+        CODE_SHA256=reference_code_digest(),
+    )
     (item,) = grade(REFERENCE, tests, sandbox=Sandbox("require"), only={"own-tests"}).items
     assert item.status == "fail", item.message
     assert item.message.startswith("your tests fail a correct implementation"), item.message

@@ -21,7 +21,9 @@ def paged(x: torch.Tensor, blocks: torch.Tensor, quantize: bool):
     D] with 3 blocks to spare, NaN in the blocks nobody holds; (pool, its scales or None, the
     float64 values the pool holds as [B, Hkv, T, D])."""
     batch, kv_heads, length, head_dim = x.shape
-    as_blocks = x.view(batch, kv_heads, length // BS, BS, head_dim).transpose(1, 2)  # [B, W, Hkv, BS, D]
+    as_blocks = x.view(batch, kv_heads, length // BS, BS, head_dim).transpose(
+        1, 2
+    )  # [B, W, Hkv, BS, D]
     pool = torch.full((blocks.numel() + 3, kv_heads, BS, head_dim), float("nan"))
     pool[blocks] = as_blocks
     if not quantize:
@@ -63,13 +65,15 @@ def test_tiled_paged_attention_matches_float64_attention(rows, length, q_heads, 
     lengths = torch.tensor(rows(length))
     stale = (torch.arange(width * BS) >= lengths[:, None])[:, None, :, None]  # [B, 1, T, 1]
     keys, values = keys.masked_fill(stale, float("nan")), values.masked_fill(stale, float("nan"))
-    blocks = torch.randperm(3 * width + 3, generator=gen)[:3 * width].view(3, width)  # any order
+    blocks = torch.randperm(3 * width + 3, generator=gen)[: 3 * width].view(3, width)  # any order
     k_pool, k_scale, held_keys = paged(keys, blocks, quantize)
     v_pool, v_scale, held_values = paged(values, blocks, quantize)
-    got = tiled_paged_attention(query, k_pool, v_pool, k_scale, v_scale, blocks, lengths,
-                                garbage_scratch(k_pool))
-    want = newest_token_attention(query, held_keys.nan_to_num(0), held_values.nan_to_num(0),
-                                  lengths)
+    got = tiled_paged_attention(
+        query, k_pool, v_pool, k_scale, v_scale, blocks, lengths, garbage_scratch(k_pool)
+    )
+    want = newest_token_attention(
+        query, held_keys.nan_to_num(0), held_values.nan_to_num(0), lengths
+    )
     # float32 against float64 over at most 1061 positions: the error measured is below 1e-6.
     assert torch.isfinite(got).all(), "a stale slot's NaN reached the output"
     assert (got.double() - want).abs().max() < 1e-5, (got.double() - want).abs().max()

@@ -67,8 +67,9 @@ def one_core_shared_with(busy_loops: int):
     core = {min(before)}
     os.sched_setaffinity(0, core)
     pin = lambda: os.sched_setaffinity(0, core)  # noqa: E731 - run in each child before exec
-    hogs = [subprocess.Popen([sys.executable, "-c", BUSY], preexec_fn=pin)
-            for _ in range(busy_loops)]
+    hogs = [
+        subprocess.Popen([sys.executable, "-c", BUSY], preexec_fn=pin) for _ in range(busy_loops)
+    ]
     try:
         yield
     finally:
@@ -111,8 +112,9 @@ def test_a_call_that_needs_half_its_cpu_time_finishes_on_a_core_shared_three_way
 
 
 @pytest.mark.slow  # computes until stopped
-@pytest.mark.parametrize("job", [computes_forever, ignores_its_cpu_limit],
-                         ids=["computes-forever", "ignores-SIGXCPU"])
+@pytest.mark.parametrize(
+    "job", [computes_forever, ignores_its_cpu_limit], ids=["computes-forever", "ignores-SIGXCPU"]
+)
 def test_a_call_that_computes_forever_is_stopped_by_its_cpu_time(job, monkeypatch):
     # SIGXCPU at 1 s of CPU; a child that ignores it gets SIGKILL one second later. The clock's
     # deadline is moved out of the way, so that a busy machine cannot stop the child first.
@@ -169,8 +171,9 @@ class RecordingWorker:
         return [Reply("timeout", detail=f"used {timeout:g} s of CPU time without finishing")]
 
 
-@pytest.mark.parametrize("measure, allowed", [(False, 10.0), (True, 30.0)],
-                         ids=["plain", "measured"])
+@pytest.mark.parametrize(
+    "measure, allowed", [(False, 10.0), (True, 30.0)], ids=["plain", "measured"]
+)
 def test_a_plan_whose_appends_are_measured_gets_more_time(measure, allowed):
     """prealloc's probe runs Python at every torch operation of an append: a correct append
     that loops over positions in Python took 13 s on prealloc's hidden run."""
@@ -183,15 +186,23 @@ def test_a_plan_whose_appends_are_measured_gets_more_time(measure, allowed):
     assert worker.timeouts == [allowed]
 
 
-@pytest.mark.parametrize("status, says", [
-    ({"seconds": 10}, "used 10 s of CPU time without finishing (a loop that never ends?)"),
-    ({"seconds": 10, "wall": 30, "cpu": 0.04},
-     "did not finish within 30 s, though it used only 0.0 s of CPU time (waiting for something "
-     "that never comes?)"),
-    ({"seconds": 10, "wall": 30, "cpu": 8.96},
-     "did not finish within 30 s, having used 9.0 s of its 10 s of CPU time (a machine too busy "
-     "to grade on?)"),
-], ids=["cpu", "clock-idle", "clock-busy"])
+@pytest.mark.parametrize(
+    "status, says",
+    [
+        ({"seconds": 10}, "used 10 s of CPU time without finishing (a loop that never ends?)"),
+        (
+            {"seconds": 10, "wall": 30, "cpu": 0.04},
+            "did not finish within 30 s, though it used only 0.0 s of CPU time (waiting for something "
+            "that never comes?)",
+        ),
+        (
+            {"seconds": 10, "wall": 30, "cpu": 8.96},
+            "did not finish within 30 s, having used 9.0 s of its 10 s of CPU time (a machine too busy "
+            "to grade on?)",
+        ),
+    ],
+    ids=["cpu", "clock-idle", "clock-busy"],
+)
 def test_a_timeout_says_whether_the_call_computed_or_waited(status, says):
     assert _timeout_detail({"status": "timeout", **status}) == says
 
@@ -214,8 +225,7 @@ def append(cache, new_key, new_value, counts=None):
 
 
 @pytest.mark.slow  # a worker, and 3 s of the loops, measured
-def test_an_append_that_loops_in_python_passes_prealloc_s_hidden_run_in_its_measured_time(
-        tmp_path):
+def test_an_append_that_loops_in_python_passes_prealloc_s_hidden_run_in_its_measured_time(tmp_path):
     """Measured by the allocation probe, the loops of prealloc's hidden run take about 3 s of
     CPU: more than the 2 s of a plain plan, less than the 6 s of a measured one (the same append
     one position at a time: 18 s measured, against --timeout 10's 30)."""
@@ -243,7 +253,8 @@ def test_waits_for_what_never_comes():
 
 @pytest.mark.slow  # a grade of BUDGET seconds, on purpose
 def test_a_grade_whose_every_request_waits_ends_at_its_budget_with_the_rest_timeouts(
-        hostile_file, tmp_path):
+    hostile_file, tmp_path
+):
     """Each request sleeps just under its limit on the clock, so no call times out and the
     per-item hang count never trips; the candidate's tests, run beside, wait too. The grade
     ends at its budget: what was graded keeps its status, every item after (own-tests among

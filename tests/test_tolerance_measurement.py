@@ -15,11 +15,13 @@ from tests.test_tolerances import _decoded, _expected
 
 def test_the_measurement_draws_the_items_own_public_cases():
     items_cases = {0: prefix_equivalence._public_cases()[0].seq}
-    items_cases.update({seed: case.seq for (*_, seed), case in zip(gqa.PUBLIC,
-                                                                   gqa._public_cases())})
+    items_cases.update(
+        {seed: case.seq for (*_, seed), case in zip(gqa.PUBLIC, gqa._public_cases())}
+    )
     for name, *_, seed in tolerances.SHAPES:
-        measured = next(seqs[0] for case, _, seqs in tolerances._cases(torch.float32)
-                        if case == name)
+        measured = next(
+            seqs[0] for case, _, seqs in tolerances._cases(torch.float32) if case == name
+        )
         assert all(torch.equal(measured[n], items_cases[seed][n]) for n in "qkv"), name
     for dtype in tolerances.LOW_PRECISION:
         drawn = {case: seqs[0] for case, _, seqs in tolerances._cases(dtype)}
@@ -40,14 +42,24 @@ def table() -> dict[tuple[str, str, str], list[float]]:
         patch.setattr("builtins.print", lambda line: lines.append(line))
         tolerances.main()
     assert lines[0].split()[:3] == ["dtype", "case", "style"]
-    return {(line[:9].strip(), line[10:37].strip(), line[38:71].strip()):
-            [float(x) for x in line[72:].split()] for line in lines[1:]}
+    return {
+        (line[:9].strip(), line[10:37].strip(), line[38:71].strip()): [
+            float(x) for x in line[72:].split()
+        ]
+        for line in lines[1:]
+    }
 
 
 def test_the_measurement_prints_a_row_for_every_case_and_style(table):
-    styles = {"reference solution", "concat baseline", "float32 product", "sdpa",
-              "MISTAKE softmax in cache dtype", "MISTAKE the same, q scaled first",
-              "float32-softmax reference"}
+    styles = {
+        "reference solution",
+        "concat baseline",
+        "float32 product",
+        "sdpa",
+        "MISTAKE softmax in cache dtype",
+        "MISTAKE the same, q scaled first",
+        "float32-softmax reference",
+    }
     low = {"low-precision ordinary", "low-precision large logits"}
     for dtype in ("float32", "float64", "bfloat16", "float16"):
         want = {name for name, *_ in tolerances.SHAPES} | (low if "16" in dtype else set())
@@ -56,20 +68,24 @@ def test_the_measurement_prints_a_row_for_every_case_and_style(table):
             assert {style for d, c, style in table if (d, c) == (dtype, case)} == styles
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16],
-                         ids=str)
+@pytest.mark.parametrize(
+    "dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16], ids=str
+)
 def test_the_measured_figures_of_the_reference_solution_are_its_errors(table, dtype):
     """The printed max abs, eps units and share, recomputed here from the solution's outputs."""
     eps = torch.finfo(dtype if dtype in tolerances.LOW_PRECISION else torch.float32).eps
     for case, tol, seqs in tolerances._cases(dtype):
         seq, T = seqs[0], seqs[0]["k"].shape[2]
-        errors = [(got.double() - e).abs()
-                  for got, e in zip(_decoded(seq, (1,) * T), _expected(seq, (1,) * T))]
+        errors = [
+            (got.double() - e).abs()
+            for got, e in zip(_decoded(seq, (1,) * T), _expected(seq, (1,) * T))
+        ]
         expected = _expected(seq, (1,) * T)
         abs_err = max(float(err.max()) for err in errors)
         units = max(float((err / (eps * (1 + e.abs()))).max()) for err, e in zip(errors, expected))
-        share = max(float((err / (tol.atol + tol.rtol * e.abs())).max())
-                    for err, e in zip(errors, expected))
+        share = max(
+            float((err / (tol.atol + tol.rtol * e.abs())).max()) for err, e in zip(errors, expected)
+        )
         printed = table[str(dtype)[6:], case, "reference solution"]
         assert printed[0] == pytest.approx(abs_err, rel=0.06), case
         assert printed[1] == pytest.approx(units, abs=0.006), case
@@ -96,5 +112,6 @@ def test_each_case_is_measured_on_its_public_seed_and_extra_seeds_more_all_disti
         for case, _, seqs in tolerances._cases(dtype):
             assert len(seqs) == 3, (dtype, case)
             keys = [seq["k"] for seq in seqs]
-            assert not any(torch.equal(a, b) for i, a in enumerate(keys) for b in keys[i + 1:]), (
-                f"{dtype}, {case}: two seeds draw the same case")
+            assert not any(torch.equal(a, b) for i, a in enumerate(keys) for b in keys[i + 1 :]), (
+                f"{dtype}, {case}: two seeds draw the same case"
+            )

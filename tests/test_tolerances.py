@@ -41,8 +41,10 @@ Run = tuple[dict[str, torch.Tensor], tuple[int, ...]]  # a case's q, k, v and it
 
 
 def _prefix_and_gqa_cases() -> list[Run]:
-    return [(case.seq, case.appends)
-            for case in (*prefix_equivalence._public_cases(), *gqa._public_cases())]
+    return [
+        (case.seq, case.appends)
+        for case in (*prefix_equivalence._public_cases(), *gqa._public_cases())
+    ]
 
 
 def _reset_case() -> list[Run]:
@@ -58,6 +60,7 @@ def _low_precision_case(dtype: torch.dtype, kind: str) -> Callable[[], list[Run]
     def run() -> list[Run]:
         seq = low_precision._case_inputs()[dtype, kind]
         return [(seq, (1,) * seq["k"].shape[2])]
+
     return run
 
 
@@ -65,8 +68,11 @@ def _stable_softmax_cases() -> list[Run]:
     """stable-softmax's three public cases, drawn in grade's order."""
     g = cases.generator(300)
     B, H, T, D = stable_softmax.B, stable_softmax.H, stable_softmax.T, stable_softmax.D
-    seqs = [stable_softmax._aligned(g, sign=1.0), stable_softmax._aligned(g, sign=-1.0),
-            cases.sequence(g, B, H, H, T, D, scale=40.0)]
+    seqs = [
+        stable_softmax._aligned(g, sign=1.0),
+        stable_softmax._aligned(g, sign=-1.0),
+        cases.sequence(g, B, H, H, T, D, scale=40.0),
+    ]
     return [(seq, (1,) * T) for seq in seqs]
 
 
@@ -85,16 +91,37 @@ class Kind:
 KINDS = [
     Kind("float32", prefix_equivalence.TOL, 1e-5, 1e-4, _prefix_and_gqa_cases),
     Kind("float64", TOLERANCE[torch.float64], 1e-5, 1e-4, _reset_case),
-    Kind("bfloat16", low_precision.TOLERANCE[torch.bfloat16], 3e-2, 3e-2,
-         _low_precision_case(torch.bfloat16, "ordinary")),
-    Kind("float16", low_precision.TOLERANCE[torch.float16], 4e-3, 4e-3,
-         _low_precision_case(torch.float16, "ordinary")),
-    Kind("large logits bfloat16", low_precision.LARGE_LOGIT_TOLERANCE, 5e-2, 5e-2,
-         _low_precision_case(torch.bfloat16, "large logits")),
-    Kind("large logits float16", low_precision.LARGE_LOGIT_TOLERANCE, 5e-2, 5e-2,
-         _low_precision_case(torch.float16, "large logits")),
-    Kind("large logits float32", stable_softmax.STABLE_TOLERANCE, 5e-3, 1e-3,
-         _stable_softmax_cases),
+    Kind(
+        "bfloat16",
+        low_precision.TOLERANCE[torch.bfloat16],
+        3e-2,
+        3e-2,
+        _low_precision_case(torch.bfloat16, "ordinary"),
+    ),
+    Kind(
+        "float16",
+        low_precision.TOLERANCE[torch.float16],
+        4e-3,
+        4e-3,
+        _low_precision_case(torch.float16, "ordinary"),
+    ),
+    Kind(
+        "large logits bfloat16",
+        low_precision.LARGE_LOGIT_TOLERANCE,
+        5e-2,
+        5e-2,
+        _low_precision_case(torch.bfloat16, "large logits"),
+    ),
+    Kind(
+        "large logits float16",
+        low_precision.LARGE_LOGIT_TOLERANCE,
+        5e-2,
+        5e-2,
+        _low_precision_case(torch.float16, "large logits"),
+    ),
+    Kind(
+        "large logits float32", stable_softmax.STABLE_TOLERANCE, 5e-3, 1e-3, _stable_softmax_cases
+    ),
 ]
 # Correct code's worst error as a share of the promised bound on the cases above (1 / margin),
 # measured with torch 2.13 on CPU; graders/shared/compare.py states the same margins at its constants.
@@ -112,8 +139,9 @@ INT8_BOUND = 2e-2  # quantized-kv: max |error| / max |values| of the row's seque
 
 
 def _solution():
-    spec = importlib.util.spec_from_file_location("pinned_kv_cache",
-                                                  bundled.SOLUTIONS / "kv_cache.py")
+    spec = importlib.util.spec_from_file_location(
+        "pinned_kv_cache", bundled.SOLUTIONS / "kv_cache.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -137,8 +165,9 @@ def _expected(seq: dict[str, torch.Tensor], appends: tuple[int, ...]) -> list[to
     return [decode_loop.newest(seq, end) for end in ends]
 
 
-def _moved(expected: torch.Tensor, factor: float, atol: float, rtol: float,
-           seed: int) -> torch.Tensor:
+def _moved(
+    expected: torch.Tensor, factor: float, atol: float, rtol: float, seed: int
+) -> torch.Tensor:
     """`expected` with every element moved by `factor` times atol + rtol * |expected|, up or
     down at random."""
     sign = torch.randint(0, 2, expected.shape, generator=torch.Generator().manual_seed(seed))
@@ -157,7 +186,8 @@ def test_correct_code_sits_within_the_measured_share_of_each_tolerance(kind):
             assert close(got, expected, kind.tolerance).all()
     assert share <= MEASURED[kind.name] * SLACK, (
         f"correct code uses {share:.3f} of the {kind.name} tolerance, measured "
-        f"{MEASURED[kind.name]}: was the tolerance tightened?")
+        f"{MEASURED[kind.name]}: was the tolerance tightened?"
+    )
 
 
 @pytest.mark.parametrize("kind", KINDS, ids=lambda kind: kind.name)
@@ -187,9 +217,11 @@ def test_correct_int8_attention_sits_within_the_measured_share_of_the_bound():
     for pool, _ in quantized_kv._public_cases(Plan(), 800).values():
         for read in pool.reads:
             for row, (keys, values) in enumerate(read.kv):
-                got = reference.causal_attention(read.query[row : row + 1],
-                                                  _int8_roundtrip(keys)[None],
-                                                  _int8_roundtrip(values)[None])
+                got = reference.causal_attention(
+                    read.query[row : row + 1],
+                    _int8_roundtrip(keys)[None],
+                    _int8_roundtrip(values)[None],
+                )
                 error = (got[0] - read.expected[row]).abs().max() / values.double().abs().max()
                 share = max(share, float(error) / quantized_kv.BOUND)
     assert 0 < share <= MEASURED["int8"] * SLACK, f"correct int8 code uses {share:.3f} of BOUND"
@@ -203,8 +235,13 @@ def test_int8_attention_just_inside_the_bound_passes_and_just_outside_fails(fact
         for n, read in enumerate(pool.reads):
             magnitude = torch.stack([v.double().abs().max() for _, v in read.kv])  # [rows]
             bound = factor * INT8_BOUND * magnitude[:, None, None, None]  # [rows, 1, 1, 1]
-            sign = 2.0 * torch.randint(0, 2, read.expected.shape,
-                                       generator=torch.Generator().manual_seed(n)) - 1
+            sign = (
+                2.0
+                * torch.randint(
+                    0, 2, read.expected.shape, generator=torch.Generator().manual_seed(n)
+                )
+                - 1
+            )
             results[read.index] = read.expected + sign * bound
     if not fails:
         quantized_kv._check(results, pools)

@@ -59,20 +59,21 @@ def test_a_batch_of_the_most_entries_is_accepted_one_more_is_not(extra, ok):
     assert accepted(changed(fill)) == ok
 
 
-@pytest.mark.parametrize("max_steps, ok", [(STEPS, True), (STEPS - 1, False)],
-                         ids=["at", "past"])
+@pytest.mark.parametrize("max_steps, ok", [(STEPS, True), (STEPS - 1, False)], ids=["at", "past"])
 def test_a_trace_of_max_steps_is_accepted_one_more_is_not(max_steps, ok):
     assert accepted(copy.deepcopy(TRACE), max_steps) == ok
 
 
-@pytest.mark.parametrize("ids, ok", [(["a", "b"], True), (["a", "b", "a"], False)],
-                         ids=["at", "past"])
+@pytest.mark.parametrize(
+    "ids, ok", [(["a", "b"], True), (["a", "b", "a"], False)], ids=["at", "past"]
+)
 def test_a_step_finishes_at_most_the_workload_s_requests(ids, ok):
     assert accepted(changed(lambda t: t["steps"][-1].__setitem__("finished", ids))) == ok
 
 
-@pytest.mark.parametrize("value, ok", [(2**63 - 1, True), (2**63, False), (-2**63, True),
-                                       (-2**63 - 1, False)])
+@pytest.mark.parametrize(
+    "value, ok", [(2**63 - 1, True), (2**63, False), (-(2**63), True), (-(2**63) - 1, False)]
+)
 def test_a_trace_s_ints_are_of_int64_s_range(value, ok):
     for key in ("free_after_schedule", "free_after_update"):
         assert accepted(changed(lambda t: t["steps"][0].__setitem__(key, value))) == ok, key
@@ -89,8 +90,9 @@ def test_an_error_is_at_a_step_the_trace_reaches_or_the_next(step, ok):
 
 def test_an_error_s_texts_are_kept_within_their_caps():
     def long(trace):
-        trace["error"].update(type="T" * (ID_CHARS + 9), message="m" * 5_000,
-                              traceback="t" * 9_000 + "END")
+        trace["error"].update(
+            type="T" * (ID_CHARS + 9), message="m" * 5_000, traceback="t" * 9_000 + "END"
+        )
 
     error = check(changed(long, ERRED)).error
     assert error.type.startswith("T") and len(error.type) == ID_CHARS
@@ -108,11 +110,14 @@ def test_a_checked_entry_is_the_entry_as_sent():
 
 def workload(*requests) -> dict:
     """(id, prompt, max_new_tokens, arrival) requests; request n produces 10n, 10n+1, ..."""
-    return {"config": WORKLOAD["config"],
-            "requests": [{"id": i, "prompt": p, "max_new_tokens": m, "eos": None, "arrival": a}
-                         for i, p, m, a in requests],
-            "oracle": {i: [10 * n + k for k in range(m)]
-                       for n, (i, _, m, _) in enumerate(requests)}}
+    return {
+        "config": WORKLOAD["config"],
+        "requests": [
+            {"id": i, "prompt": p, "max_new_tokens": m, "eos": None, "arrival": a}
+            for i, p, m, a in requests
+        ],
+        "oracle": {i: [10 * n + k for k in range(m)] for n, (i, _, m, _) in enumerate(requests)},
+    }
 
 
 def driven(load: dict) -> dict:
@@ -155,8 +160,14 @@ def test_an_add_before_its_arrival_is_malformed():
 
 
 def test_a_step_before_the_driver_s_first_clock_is_malformed():
-    idle = {"at": -1, "batch": [], "produced": {}, "finished": [], "free_after_schedule": None,
-            "free_after_update": None}
+    idle = {
+        "at": -1,
+        "batch": [],
+        "produced": {},
+        "finished": [],
+        "free_after_schedule": None,
+        "free_after_update": None,
+    }
     assert not accepted(changed(lambda t: t["steps"].insert(0, idle)))
 
 

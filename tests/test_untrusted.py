@@ -9,8 +9,17 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from graders.shared.untrusted import (MAX_QUOTE, _UNSAFE, clip, csv_cell, file_name, markdown_code,
-                               printable, quote, xml_text)
+from graders.shared.untrusted import (
+    MAX_QUOTE,
+    _UNSAFE,
+    clip,
+    csv_cell,
+    file_name,
+    markdown_code,
+    printable,
+    quote,
+    xml_text,
+)
 
 NEWER_FORMAT_CHARACTERS = range(0x13439, 0x13440)  # Cf from Unicode 15 on; escaped here already
 
@@ -19,8 +28,9 @@ def test_every_control_format_separator_and_surrogate_is_unsafe():
     missing, extra = [], []
     for code in range(0x110000):
         char = chr(code)
-        unsafe = (unicodedata.category(char) in {"Cc", "Cf", "Cs", "Zl", "Zp"}
-                  or code in (0xFFFE, 0xFFFF)) and char not in "\t\n"
+        unsafe = (
+            unicodedata.category(char) in {"Cc", "Cf", "Cs", "Zl", "Zp"} or code in (0xFFFE, 0xFFFF)
+        ) and char not in "\t\n"
         matched = _UNSAFE.fullmatch(char) is not None
         if unsafe and not matched:
             missing.append(hex(code))
@@ -29,18 +39,22 @@ def test_every_control_format_separator_and_surrogate_is_unsafe():
     assert missing == [] and extra == []
 
 
-@pytest.mark.parametrize("raw, shown", [
-    ("\x1b[2J", "\\x1b[2J"),                      # clear screen
-    ("\x1b]0;pwned\x07", "\\x1b]0;pwned\\x07"),   # window title (OSC 0)
-    ("\x9b31m", "\\x9b31m"),                      # C1 control sequence introducer
-    ("a\u202eb\u2066c", "a\\u202eb\\u2066c"),     # bidi override and isolate
-    ("line\rover", "line\\x0dover"),              # carriage return
-    ("lone \ud800", "lone \\ud800"),              # a lone surrogate
-    ("byte \udcff", "byte \\xff"),                # an undecodable byte (surrogateescape)
-    ("tag \U000e0041", "tag \\U000e0041"),        # ASCII smuggling with tag characters
-    ("tab\tand\nnewline", "tab\tand\nnewline"),   # kept
-    ("naïve — ok ✓", "naïve — ok ✓"),             # ordinary text unchanged
-], ids=["csi", "osc", "c1", "bidi", "cr", "surrogate", "byte", "tag", "kept", "plain"])
+@pytest.mark.parametrize(
+    "raw, shown",
+    [
+        ("\x1b[2J", "\\x1b[2J"),  # clear screen
+        ("\x1b]0;pwned\x07", "\\x1b]0;pwned\\x07"),  # window title (OSC 0)
+        ("\x9b31m", "\\x9b31m"),  # C1 control sequence introducer
+        ("a\u202eb\u2066c", "a\\u202eb\\u2066c"),  # bidi override and isolate
+        ("line\rover", "line\\x0dover"),  # carriage return
+        ("lone \ud800", "lone \\ud800"),  # a lone surrogate
+        ("byte \udcff", "byte \\xff"),  # an undecodable byte (surrogateescape)
+        ("tag \U000e0041", "tag \\U000e0041"),  # ASCII smuggling with tag characters
+        ("tab\tand\nnewline", "tab\tand\nnewline"),  # kept
+        ("naïve — ok ✓", "naïve — ok ✓"),  # ordinary text unchanged
+    ],
+    ids=["csi", "osc", "c1", "bidi", "cr", "surrogate", "byte", "tag", "kept", "plain"],
+)
 def test_printable_escapes_what_controls_a_terminal(raw, shown):
     assert printable(raw) == shown
 
@@ -52,16 +66,23 @@ def test_clip_bounds_and_says_how_much_was_cut():
     assert len(clip("y" * 100, 40)) == 40
 
 
-@pytest.mark.parametrize("raw", [
-    "[click](http://evil.example/x)", "![img](http://evil.example/p.png)", "<img src=x onerror=alert(1)>",
-    "a | b | c", "`tick` and ``two``", "line one\nLevel: L6    Score: 100/100",
-])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        "[click](http://evil.example/x)",
+        "![img](http://evil.example/p.png)",
+        "<img src=x onerror=alert(1)>",
+        "a | b | c",
+        "`tick` and ``two``",
+        "line one\nLevel: L6    Score: 100/100",
+    ],
+)
 def test_markdown_code_is_one_code_span_with_no_cell_break(raw):
     span = markdown_code(raw)
     fence = span[: len(span) - len(span.lstrip("`"))]
     assert span.startswith(fence) and span.endswith(fence)
-    body = span[len(fence):-len(fence)]
-    assert fence not in body                      # one span: nothing of it escapes the code
+    body = span[len(fence) : -len(fence)]
+    assert fence not in body  # one span: nothing of it escapes the code
     assert "\n" not in span and "|" not in span.replace("\\|", "")
 
 
@@ -74,8 +95,9 @@ def test_markdown_code_keeps_a_pipe_in_its_cell_after_any_run_of_backslashes(bac
     assert len(run) % 2 == 1, span
 
 
-@pytest.mark.parametrize("raw", ["=HYPERLINK(\"http://x\")", "+cmd|' /C calc'!A0", "-2+3+cmd|x",
-                                 "@SUM(A1)", "\tx", "\rx"])
+@pytest.mark.parametrize(
+    "raw", ['=HYPERLINK("http://x")', "+cmd|' /C calc'!A0", "-2+3+cmd|x", "@SUM(A1)", "\tx", "\rx"]
+)
 def test_csv_cell_never_starts_a_formula(raw):
     assert csv_cell(raw)[0] not in "=+-@\t\r"
 
@@ -92,8 +114,9 @@ def test_quote_escapes_then_bounds_what_is_shown_and_says_what_was_cut():
 
 def test_xml_text_holds_only_characters_xml_allows():
     text = xml_text("a\x00b\x0bc\ud800d\ufffee\x1b")
-    assert all(ch in "\t\n\r" or 0x20 <= ord(ch) <= 0xD7FF or 0xE000 <= ord(ch) <= 0xFFFD
-               for ch in text)
+    assert all(
+        ch in "\t\n\r" or 0x20 <= ord(ch) <= 0xD7FF or 0xE000 <= ord(ch) <= 0xFFFD for ch in text
+    )
     text.encode("utf-8")  # valid UTF-8
 
 
@@ -103,13 +126,17 @@ def test_file_name_shows_undecodable_bytes():
 
 
 # Characters whose shown width differs: escapes of 4, 6 and 10 characters, a CRLF shown as one.
-SHOWN_WIDTHS = st.sampled_from(["x", "\x1b", "\u202e", "\U000e0041", "\r\n", "\r", "\n", "é",
-                                "\ud800", "\udcff"])
+SHOWN_WIDTHS = st.sampled_from(
+    ["x", "\x1b", "\u202e", "\U000e0041", "\r\n", "\r", "\n", "é", "\ud800", "\udcff"]
+)
 
 
 @settings(max_examples=300, deadline=None, derandomize=True)
-@given(head=st.lists(SHOWN_WIDTHS, max_size=80).map("".join),
-       tail=st.integers(0, 3 * MAX_QUOTE), limit=st.sampled_from([MAX_QUOTE, 100, 41]))
+@given(
+    head=st.lists(SHOWN_WIDTHS, max_size=80).map("".join),
+    tail=st.integers(0, 3 * MAX_QUOTE),
+    limit=st.sampled_from([MAX_QUOTE, 100, 41]),
+)
 @example(head="\U000e0041", tail=3000, limit=MAX_QUOTE)  # once 2,009 characters (issue 46)
 def test_every_quote_is_at_most_its_limit_whatever_precedes_the_cut(head, tail, limit):
     text = head + "x" * tail

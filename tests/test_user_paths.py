@@ -58,6 +58,7 @@ def place(source: Path, target: Path) -> Path:
 
 # --- every path argument and option is relative to the folder the command runs in ------------
 
+
 def test_grade_in_a_workspace_made_by_init_grades_the_workspaces_file(here, monkeypatch):
     made = kata("init", "ws")
     assert made.exit_code == 0, made.output
@@ -79,8 +80,16 @@ def test_tests_option_is_relative_to_the_folder(here):
     place(REFERENCE, here / "impl" / "kv_cache.py")
     (here / "mine").mkdir()
     (here / "mine" / "checks.py").write_text("def test_nothing():\n    pass\n")
-    result = kata("grade", "impl/kv_cache.py", "--tests", "mine/checks.py",
-                  "--item", "own-tests", "--json", "r.json")
+    result = kata(
+        "grade",
+        "impl/kv_cache.py",
+        "--tests",
+        "mine/checks.py",
+        "--item",
+        "own-tests",
+        "--json",
+        "r.json",
+    )
     assert result.exit_code == 1, result.output
     (item,) = json.loads((here / "r.json").read_text())["items"]
     assert item["status"] == "fail" and "bundled wrong implementations" in item["message"], item
@@ -89,8 +98,19 @@ def test_tests_option_is_relative_to_the_folder(here):
 def test_graders_option_is_relative_to_the_folder(here):
     place(REFERENCE, here / "kv_cache.py")
     shutil.copytree(PRIVATE_GRADERS, here / "my_graders")
-    result = kata("grade", "kv_cache.py", "--hidden", "--graders", "my_graders",
-                  "--item", "prefix-equivalence", "--json", "r.json", "--sandbox", "process")
+    result = kata(
+        "grade",
+        "kv_cache.py",
+        "--hidden",
+        "--graders",
+        "my_graders",
+        "--item",
+        "prefix-equivalence",
+        "--json",
+        "r.json",
+        "--sandbox",
+        "process",
+    )
     assert result.exit_code == 0, result.output
     assert json.loads((here / "r.json").read_text())["hidden"] is True
 
@@ -98,8 +118,18 @@ def test_graders_option_is_relative_to_the_folder(here):
 def test_report_files_land_in_the_folder(here):
     place(REFERENCE, here / "kv_cache.py")
     (here / "out").mkdir()
-    result = kata("grade", "kv_cache.py", "--level", "L4", "--json", "out/r.json",
-                  "--markdown", "out/card.md", "--junit", "out/junit.xml")
+    result = kata(
+        "grade",
+        "kv_cache.py",
+        "--level",
+        "L4",
+        "--json",
+        "out/r.json",
+        "--markdown",
+        "out/card.md",
+        "--junit",
+        "out/junit.xml",
+    )
     assert result.exit_code == 0, result.output
     assert statuses(here / "out" / "r.json") == {"append-time-dim": "pass", "attend-shape": "pass"}
     assert "append-time-dim" in (here / "out" / "card.md").read_text()
@@ -119,16 +149,37 @@ def test_grade_all_reads_and_writes_relative_folders(here):
     result = kata("grade-all", "in", "--out", "summary", "--jobs", "1", "--sandbox", "process")
     assert result.exit_code == 0, result.output
     assert sorted(p.name for p in (here / "summary").iterdir()) == [
-        "index.html", "pages", "summary.csv", "summary.md"]
+        "index.html",
+        "pages",
+        "summary.csv",
+        "summary.md",
+    ]
     assert "alice" in (here / "summary" / "summary.csv").read_text()
 
 
 @pytest.mark.slow
 def test_bench_file_json_and_plot_are_relative_to_the_folder(here):
     place(REFERENCE, here / "mine" / "kv_cache.py")
-    result = kata("bench", "mine/kv_cache.py", "--lengths", "16", "--dtypes", "float32",
-                  "--shapes", "mha", "--subjects", "bare", "--warmup", "1", "--reps", "1",
-                  "--json", "bench.json", "--plot", "bench.png")
+    result = kata(
+        "bench",
+        "mine/kv_cache.py",
+        "--lengths",
+        "16",
+        "--dtypes",
+        "float32",
+        "--shapes",
+        "mha",
+        "--subjects",
+        "bare",
+        "--warmup",
+        "1",
+        "--reps",
+        "1",
+        "--json",
+        "bench.json",
+        "--plot",
+        "bench.png",
+    )
     assert result.exit_code == 0, result.output
     (cell,) = json.loads((here / "bench.json").read_text())["cells"]
     assert set(cell["results"]) == {"bare", "kv_cache"}, cell["results"]
@@ -139,12 +190,18 @@ def test_init_makes_the_workspace_in_the_folder(here):
     result = kata("init", "a/b")
     assert result.exit_code == 0, result.output
     assert sorted(p.name for p in (here / "a" / "b").iterdir()) == [
-        ".gitignore", "README.md", "kv_cache.py", "paged_kv_cache.py", "scheduler.py",
-        "test_kv_cache.py"]
+        ".gitignore",
+        "README.md",
+        "kv_cache.py",
+        "paged_kv_cache.py",
+        "scheduler.py",
+        "test_kv_cache.py",
+    ]
     assert "created a/b/kv_cache.py" in result.output and "cd a/b && kata grade" in result.output
 
 
 # --- usage errors about paths: one line, exit 2, nothing left behind ---------------------------
+
 
 def test_grade_outside_a_workspace_says_what_to_do(here):
     result = kata("grade")
@@ -188,9 +245,11 @@ def test_an_init_that_fails_halfway_leaves_no_folder_behind(here, monkeypatch):
 
 # --- outputs are checked before any work -------------------------------------------------------
 
+
 @pytest.fixture
 def no_work(monkeypatch):
     """Fail the test if any grading or benching starts."""
+
     def refuse(*args, **kwargs):
         raise AssertionError("work started before the outputs were checked")
 
@@ -200,24 +259,50 @@ def no_work(monkeypatch):
     monkeypatch.setattr(bench, "run", refuse)
 
 
-BENCH = ["bench", "kv_cache.py", "--lengths", "16", "--dtypes", "float32", "--shapes", "mha",
-         "--subjects", "bare"]
+BENCH = [
+    "bench",
+    "kv_cache.py",
+    "--lengths",
+    "16",
+    "--dtypes",
+    "float32",
+    "--shapes",
+    "mha",
+    "--subjects",
+    "bare",
+]
 
 
-@pytest.mark.parametrize("args, says", [
-    (["grade", "kv_cache.py", "--json", "/no/such/dir/r.json"], "--json: cannot write"),
-    (["grade", "kv_cache.py", "--json", "a_folder"], "--json: cannot write"),
-    (["grade", "kv_cache.py", "--markdown", "/no/such/dir/s.md"], "--markdown: cannot write"),
-    (["grade", "kv_cache.py", "--junit", "a_folder"], "--junit: cannot write"),
-    (["grade", "kv_cache.py", "--format", "gradescope", "--json", "a_folder"], "--json: cannot"),
-    (["grade-all", "in", "--out", "a_file"], "--out: cannot write in"),
-    (["grade-all", "in", "--out", "a_file/summary"], "--out: cannot write in"),
-    (["grade-all", "in", "--out", "a_folder_holding_summary_md_as_a_folder"], "--out: cannot"),
-    ([*BENCH, "--json", "/no/such/dir/b.json"], "--json: cannot write"),
-    ([*BENCH, "--plot", "a_folder"], "--plot: cannot write"),
-], ids=["json-no-dir", "json-is-dir", "markdown-no-dir", "junit-is-dir", "gradescope-is-dir",
-        "out-is-file", "out-under-file", "out-summary-is-dir", "bench-json-no-dir",
-        "bench-plot-is-dir"])
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["grade", "kv_cache.py", "--json", "/no/such/dir/r.json"], "--json: cannot write"),
+        (["grade", "kv_cache.py", "--json", "a_folder"], "--json: cannot write"),
+        (["grade", "kv_cache.py", "--markdown", "/no/such/dir/s.md"], "--markdown: cannot write"),
+        (["grade", "kv_cache.py", "--junit", "a_folder"], "--junit: cannot write"),
+        (
+            ["grade", "kv_cache.py", "--format", "gradescope", "--json", "a_folder"],
+            "--json: cannot",
+        ),
+        (["grade-all", "in", "--out", "a_file"], "--out: cannot write in"),
+        (["grade-all", "in", "--out", "a_file/summary"], "--out: cannot write in"),
+        (["grade-all", "in", "--out", "a_folder_holding_summary_md_as_a_folder"], "--out: cannot"),
+        ([*BENCH, "--json", "/no/such/dir/b.json"], "--json: cannot write"),
+        ([*BENCH, "--plot", "a_folder"], "--plot: cannot write"),
+    ],
+    ids=[
+        "json-no-dir",
+        "json-is-dir",
+        "markdown-no-dir",
+        "junit-is-dir",
+        "gradescope-is-dir",
+        "out-is-file",
+        "out-under-file",
+        "out-summary-is-dir",
+        "bench-json-no-dir",
+        "bench-plot-is-dir",
+    ],
+)
 def test_an_output_that_cannot_be_written_stops_the_command_before_work(here, no_work, args, says):
     place(REFERENCE, here / "kv_cache.py")
     place(REFERENCE, here / "in" / "alice" / "kv_cache.py")
@@ -240,11 +325,16 @@ def one_line(result) -> str:
 
 # --- check_writable and write_atomically -------------------------------------------------------
 
-@pytest.mark.parametrize("name, says", [
-    ("missing/r.json", "does not exist"),
-    ("a_folder", "is a folder"),
-    ("a_file/r.json", "does not exist"),
-], ids=["no-folder", "is-folder", "folder-is-a-file"])
+
+@pytest.mark.parametrize(
+    "name, says",
+    [
+        ("missing/r.json", "does not exist"),
+        ("a_folder", "is a folder"),
+        ("a_file/r.json", "does not exist"),
+    ],
+    ids=["no-folder", "is-folder", "folder-is-a-file"],
+)
 def test_check_writable_refuses_with_one_line(tmp_path, name, says):
     (tmp_path / "a_folder").mkdir()
     (tmp_path / "a_file").write_text("")
@@ -305,14 +395,30 @@ def replaced(monkeypatch) -> list[Path]:
 
 def test_every_report_of_grade_is_written_atomically(here, replaced):
     place(REFERENCE, here / "kv_cache.py")
-    result = kata("grade", "kv_cache.py", "--level", "L4", "--json", "r.json",
-                  "--markdown", "card.md", "--junit", "junit.xml", "--html", "page.html")
+    result = kata(
+        "grade",
+        "kv_cache.py",
+        "--level",
+        "L4",
+        "--json",
+        "r.json",
+        "--markdown",
+        "card.md",
+        "--junit",
+        "junit.xml",
+        "--html",
+        "page.html",
+    )
     assert result.exit_code == 0, result.output
     gradescope = kata("grade", "kv_cache.py", "--level", "L4", "--format", "gradescope")
     assert gradescope.exit_code == 0, gradescope.output
     assert [p for p in replaced if p.parent == here] == [
-        here / "r.json", here / "card.md", here / "junit.xml", here / "page.html",
-        here / "results.json"]
+        here / "r.json",
+        here / "card.md",
+        here / "junit.xml",
+        here / "page.html",
+        here / "results.json",
+    ]
     assert json.loads((here / "r.json").read_text())["implementation"] == "kv_cache.py"
 
 
@@ -321,13 +427,31 @@ def test_the_summaries_of_grade_all_are_written_atomically(here, replaced):
     result = kata("grade-all", "in", "--out", "out", "--jobs", "1", "--sandbox", "process")
     assert result.exit_code == 0, result.output
     assert [p for p in replaced if p.parent == here / "out"] == [
-        here / "out" / "summary.csv", here / "out" / "summary.md", here / "out" / "index.html"]
+        here / "out" / "summary.csv",
+        here / "out" / "summary.md",
+        here / "out" / "index.html",
+    ]
     assert here / "out" / "pages" / "001.html" in replaced
 
 
 def test_the_json_of_bench_is_written_atomically(here, replaced):
-    result = kata("bench", "--lengths", "16", "--dtypes", "float32", "--shapes", "mha",
-                  "--subjects", "bare", "--warmup", "1", "--reps", "1", "--json", "b.json")
+    result = kata(
+        "bench",
+        "--lengths",
+        "16",
+        "--dtypes",
+        "float32",
+        "--shapes",
+        "mha",
+        "--subjects",
+        "bare",
+        "--warmup",
+        "1",
+        "--reps",
+        "1",
+        "--json",
+        "b.json",
+    )
     assert result.exit_code == 0, result.output
     assert [p for p in replaced if p.parent == here] == [here / "b.json"]
     assert json.loads((here / "b.json").read_text())["kata_bench"] == 1

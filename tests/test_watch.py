@@ -32,8 +32,11 @@ def test_runs_at_start_then_once_per_change_and_stops(tmp_path):
     path = tmp_path / "kv_cache.py"
     path.write_text("a")
     runs, stop, returned = [], threading.Event(), []
-    thread = threading.Thread(target=lambda: returned.append(
-        watch([path], lambda: runs.append(1), poll=POLL, stop=stop.is_set)))
+    thread = threading.Thread(
+        target=lambda: returned.append(
+            watch([path], lambda: runs.append(1), poll=POLL, stop=stop.is_set)
+        )
+    )
     thread.start()
     try:
         assert wait_for(lambda: len(runs) == 1)
@@ -85,8 +88,10 @@ def test_the_summary_wraps_messages_and_never_cuts_them():
 
 def test_the_summary_says_once_why_items_were_not_run():
     reason = "the file does not import: SyntaxError: expected ':' (kv_cache.py, line 3)"
-    items = [ItemResult(name, "L4", "error", 0.0, 5.0, "not run: the file does not import", reason)
-             for name in ("append-time-dim", "attend-shape")]
+    items = [
+        ItemResult(name, "L4", "error", 0.0, 5.0, "not run: the file does not import", reason)
+        for name in ("append-time-dim", "attend-shape")
+    ]
     text = summary(*items)
     assert text.count("SyntaxError") == 1 and "append-time-dim" not in text, text
 

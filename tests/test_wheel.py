@@ -30,10 +30,22 @@ from graders.shared.tracks import DENSE
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parent.parent
-SOURCES = ["pyproject.toml", "README.md", "cli.py", "graders", "benchmarks", "kvkata", "starter",
-           "solutions", "rubric"]  # what the build reads
-DATA = {"starter": "graders/_data/starter", "solutions": "graders/_data/solutions",
-        "rubric": "graders/_data/rubric"}  # where pyproject.toml maps the data folders
+SOURCES = [
+    "pyproject.toml",
+    "README.md",
+    "cli.py",
+    "graders",
+    "benchmarks",
+    "kvkata",
+    "starter",
+    "solutions",
+    "rubric",
+]  # what the build reads
+DATA = {
+    "starter": "graders/_data/starter",
+    "solutions": "graders/_data/solutions",
+    "rubric": "graders/_data/rubric",
+}  # where pyproject.toml maps the data folders
 UNDECLARED = ["numpy", "transformers", "matplotlib", "hypothesis"]  # here, not in a bare venv
 # An interviewer's run requires bubblewrap (docs/decisions.md): where it cannot run, the
 # wheel's hidden grades take the fallback, as an interviewer who accepts it would.
@@ -52,8 +64,20 @@ def wheel(tmp_path_factory) -> Path:
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(source, target)
     # No build isolation: the running environment's setuptools builds it, with no download.
-    run([sys.executable, "-m", "pip", "wheel", str(root / "src"), "--no-deps",
-         "--no-build-isolation", "-q", "-w", str(root / "dist")])
+    run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            str(root / "src"),
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(root / "dist"),
+        ]
+    )
     (built,) = (root / "dist").glob("kvkata-*.whl")
     return built
 
@@ -108,40 +132,51 @@ def test_the_wheel_carries_every_module_and_every_data_file(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
     expected = {"cli.py"}
     for package in ("graders", "benchmarks", "kvkata"):
-        expected |= {p.relative_to(ROOT).as_posix() for p in (ROOT / package).rglob("*.py")
-                     if "__pycache__" not in p.parts}
+        expected |= {
+            p.relative_to(ROOT).as_posix()
+            for p in (ROOT / package).rglob("*.py")
+            if "__pycache__" not in p.parts
+        }
     for folder, packaged in DATA.items():
         expected |= {f"{packaged}/{p.name}" for p in (ROOT / folder).iterdir() if p.is_file()}
     assert expected - names == set(), "missing from the wheel"
 
 
 def test_the_venv_holds_what_the_kata_declares_and_nothing_else_of_this_machine(venv, empty):
-    probe = ("import importlib.util, json; "
-             f"print(json.dumps([importlib.util.find_spec(n) is not None for n in {UNDECLARED}]))")
+    probe = (
+        "import importlib.util, json; "
+        f"print(json.dumps([importlib.util.find_spec(n) is not None for n in {UNDECLARED}]))"
+    )
     assert json.loads(run([venv / "bin" / "python", "-c", probe], cwd=empty).stdout) == [
-        False] * len(UNDECLARED), "the venv sees packages the kata does not declare"
+        False
+    ] * len(UNDECLARED), "the venv sees packages the kata does not declare"
     assert all(importlib.util.find_spec(name) for name in ("numpy", "hypothesis")), (
-        "this environment lacks the packages whose absence the venv is to show")
+        "this environment lacks the packages whose absence the venv is to show"
+    )
 
 
 def test_every_module_of_the_kata_imports_with_what_it_declares(venv, empty):
     """Each module of graders, benchmarks and kvkata, and cli: an import the wheel does not
     declare fails here (the bench's extra, transformers and matplotlib, is imported only where
     it is used)."""
-    probe = ("import importlib, pkgutil, graders, benchmarks, kvkata, cli\n"
-             "for package in (graders, benchmarks, kvkata):\n"
-             "    for found in pkgutil.walk_packages(package.__path__, package.__name__ + '.'):\n"
-             "        if not found.name.endswith('__main__'):\n"
-             "            importlib.import_module(found.name)\n")
+    probe = (
+        "import importlib, pkgutil, graders, benchmarks, kvkata, cli\n"
+        "for package in (graders, benchmarks, kvkata):\n"
+        "    for found in pkgutil.walk_packages(package.__path__, package.__name__ + '.'):\n"
+        "        if not found.name.endswith('__main__'):\n"
+        "            importlib.import_module(found.name)\n"
+    )
     done = run([venv / "bin" / "python", "-c", probe], cwd=empty, check=False)
     assert done.returncode == 0, text(done)
 
 
 def test_the_venv_runs_the_wheels_code_not_the_checkouts(venv, empty):
-    probe = ("import json, cli, benchmarks, graders, graders.worker, graders.shared.bundled as b, kvkata; "
-             "print(json.dumps([cli.__file__, benchmarks.__file__, graders.__file__, "
-             "graders.worker.__file__, str(b.DATA), str(b.STARTER), str(b.RUBRIC), "
-             "kvkata.__file__]))")
+    probe = (
+        "import json, cli, benchmarks, graders, graders.worker, graders.shared.bundled as b, kvkata; "
+        "print(json.dumps([cli.__file__, benchmarks.__file__, graders.__file__, "
+        "graders.worker.__file__, str(b.DATA), str(b.STARTER), str(b.RUBRIC), "
+        "kvkata.__file__]))"
+    )
     paths = json.loads(run([venv / "bin" / "python", "-c", probe], cwd=empty).stdout)
     site = next(venv.glob("lib/python*/site-packages")).resolve()
     assert all(Path(p).is_relative_to(site) for p in paths), paths
@@ -152,8 +187,13 @@ def test_init_then_grade_by_relative_and_absolute_path(venv, empty):
     made = kata(venv, empty, "init", "ws")
     assert made.returncode == 0, text(made)
     assert sorted(p.name for p in (empty / "ws").iterdir()) == [
-        ".gitignore", "README.md", "kv_cache.py", "paged_kv_cache.py", "scheduler.py",
-        "test_kv_cache.py"]
+        ".gitignore",
+        "README.md",
+        "kv_cache.py",
+        "paged_kv_cache.py",
+        "scheduler.py",
+        "test_kv_cache.py",
+    ]
     assert (empty / "ws/kv_cache.py").read_bytes() == (ROOT / "starter/kv_cache.py").read_bytes()
 
     relative = kata(venv, empty, "grade", "ws/kv_cache.py", "--json", "relative.json")
@@ -164,8 +204,16 @@ def test_init_then_grade_by_relative_and_absolute_path(venv, empty):
     assert {i["id"] for i in graded["items"]} == {i.id for i in load().track(DENSE)}
     assert {i["status"] for i in graded["items"]} == {"not_attempted"}, graded["items"]
 
-    absolute = kata(venv, empty, "grade", str(empty / "ws" / "kv_cache.py"),
-                    "--item", "append-time-dim", "--json", "absolute.json")
+    absolute = kata(
+        venv,
+        empty,
+        "grade",
+        str(empty / "ws" / "kv_cache.py"),
+        "--item",
+        "append-time-dim",
+        "--json",
+        "absolute.json",
+    )
     assert absolute.returncode == 1, text(absolute)
     assert [i["status"] for i in report(empty / "absolute.json")["items"]] == ["not_attempted"]
 
@@ -178,14 +226,17 @@ def test_grade_in_the_workspace_grades_its_files(venv, empty):
 
 
 def test_a_printed_solution_passes_every_item_with_the_hidden_graders(venv, empty):
-    for name, file, source in [("preallocated", "ref.py", "kv_cache_l6.py"),
-                               ("tests", "test_ref.py", "test_kv_cache.py")]:
+    for name, file, source in [
+        ("preallocated", "ref.py", "kv_cache_l6.py"),
+        ("tests", "test_ref.py", "test_kv_cache.py"),
+    ]:
         printed = kata(venv, empty, "solution", name)
         assert printed.returncode == 0, text(printed)
         assert printed.stdout == (ROOT / "solutions" / source).read_bytes()
         (empty / file).write_bytes(printed.stdout)
-    done = kata(venv, empty, "grade", "ref.py", "--hidden", "--json", "ref.json",
-                *INTERVIEWERS_SANDBOX)
+    done = kata(
+        venv, empty, "grade", "ref.py", "--hidden", "--json", "ref.json", *INTERVIEWERS_SANDBOX
+    )
     graded = report(empty / "ref.json")
     # The bare venv has no transformers: real-model is not attempted, saying what to install
     # (exit 1, as for any item not passed), and the level stops at L6.
@@ -198,14 +249,18 @@ def test_a_printed_solution_passes_every_item_with_the_hidden_graders(venv, empt
     assert graded["level"] == "L6" and graded["hidden"] is True
 
 
-@pytest.mark.parametrize("track, workspace_file, solution", [
-    ("serving", "paged_kv_cache.py", "paged"), ("batching", "scheduler.py", "scheduler")],
-    ids=["serving", "batching"])
-def test_a_track_grades_the_workspaces_file_and_its_printed_solution(venv, empty, track,
-                                                                      workspace_file, solution):
+@pytest.mark.parametrize(
+    "track, workspace_file, solution",
+    [("serving", "paged_kv_cache.py", "paged"), ("batching", "scheduler.py", "scheduler")],
+    ids=["serving", "batching"],
+)
+def test_a_track_grades_the_workspaces_file_and_its_printed_solution(
+    venv, empty, track, workspace_file, solution
+):
     assert kata(venv, empty, "init", "ws").returncode == 0
-    done = kata(venv, empty, "grade", "--track", track, f"ws/{workspace_file}",
-                "--json", "starter.json")
+    done = kata(
+        venv, empty, "grade", "--track", track, f"ws/{workspace_file}", "--json", "starter.json"
+    )
     assert done.returncode == 1, text(done)
     graded = report(empty / "starter.json")
     assert graded["level"] == "none"
@@ -231,17 +286,41 @@ def test_hint_rubric_and_solution_read_the_installed_files(venv, empty):
 def test_every_install_hint_the_kata_prints_works_from_a_wheel():
     """`pip install -e '.[bench]'` works in a checkout alone; `pip install 'kvkata[bench]'`
     works in both (the bench's messages, tested below)."""
-    sources = [ROOT / "cli.py", *(p for package in ("graders", "benchmarks", "kvkata")
-                                  for p in (ROOT / package).rglob("*.py"))]
+    sources = [
+        ROOT / "cli.py",
+        *(
+            p
+            for package in ("graders", "benchmarks", "kvkata")
+            for p in (ROOT / package).rglob("*.py")
+        ),
+    ]
     assert [p.name for p in sources if "pip install -e" in p.read_text()] == []
 
 
 def test_bench_measures_the_installed_solutions_without_the_bench_extra(venv, empty):
     """The peers and the PNG plot need the extra: the bench says how to install it, in words
     that work for the wheel (pip resolves the extra of the installed kvkata)."""
-    done = kata(venv, empty, "bench", "--lengths", "16", "--dtypes", "float32", "--shapes", "mha",
-                "--subjects", "preallocated,bare,hf-static", "--warmup", "1", "--reps", "1",
-                "--json", "bench.json", "--plot", "bench.png")
+    done = kata(
+        venv,
+        empty,
+        "bench",
+        "--lengths",
+        "16",
+        "--dtypes",
+        "float32",
+        "--shapes",
+        "mha",
+        "--subjects",
+        "preallocated,bare,hf-static",
+        "--warmup",
+        "1",
+        "--reps",
+        "1",
+        "--json",
+        "bench.json",
+        "--plot",
+        "bench.png",
+    )
     assert done.returncode == 0, text(done)
     (cell,) = report(empty / "bench.json")["cells"]
     assert set(cell["results"]) == {"preallocated", "bare"}, text(done)
@@ -250,8 +329,9 @@ def test_bench_measures_the_installed_solutions_without_the_bench_extra(venv, em
     hint = "pip install 'kvkata[bench]'"
     assert f"transformers is not installed (transformers): {hint}" in shown, shown
     assert f"matplotlib is not installed ({hint})" in shown, shown
-    dry = run([venv / "bin" / "python", "-m", "pip", "install", "--dry-run", "kvkata[bench]"],
-              cwd=empty)
+    dry = run(
+        [venv / "bin" / "python", "-m", "pip", "install", "--dry-run", "kvkata[bench]"], cwd=empty
+    )
     (planned,) = [line for line in dry.stdout.decode().splitlines() if line.startswith("Would")]
     assert "transformers-" in planned and "matplotlib-" in planned, planned
     assert "kvkata-" not in planned, "the hint would reinstall the kata"
@@ -259,8 +339,10 @@ def test_bench_measures_the_installed_solutions_without_the_bench_extra(venv, em
 
 def test_the_real_model_install_line_resolves_from_the_wheel(venv, empty):
     """The line real-model prints where transformers is absent installs transformers alone."""
-    dry = run([venv / "bin" / "python", "-m", "pip", "install", "--dry-run",
-               "kvkata[real-model]"], cwd=empty)
+    dry = run(
+        [venv / "bin" / "python", "-m", "pip", "install", "--dry-run", "kvkata[real-model]"],
+        cwd=empty,
+    )
     (planned,) = [line for line in dry.stdout.decode().splitlines() if line.startswith("Would")]
     assert "transformers-5." in planned and "kvkata-" not in planned, planned
 
@@ -276,4 +358,5 @@ def test_a_file_missing_from_the_installation_is_one_line_and_exit_4(venv, empty
     assert done.returncode == 4
     assert text(done).splitlines() == [
         f"kata: the kata's file {rubric.resolve()} is missing from this installation "
-        "(reinstall kvkata)"]
+        "(reinstall kvkata)"
+    ]

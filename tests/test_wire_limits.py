@@ -19,10 +19,18 @@ from graders.worker import frames, ops, wire
 
 # Each name on the allow-list with the dtype it must arrive as (written out, not read from
 # wire.DTYPES, so a name mapped to the wrong dtype is caught).
-ALLOWED = [("float64", torch.float64), ("float32", torch.float32), ("float16", torch.float16),
-           ("bfloat16", torch.bfloat16), ("int64", torch.int64), ("int32", torch.int32),
-           ("int16", torch.int16), ("int8", torch.int8), ("uint8", torch.uint8),
-           ("bool", torch.bool)]
+ALLOWED = [
+    ("float64", torch.float64),
+    ("float32", torch.float32),
+    ("float16", torch.float16),
+    ("bfloat16", torch.bfloat16),
+    ("int64", torch.int64),
+    ("int32", torch.int32),
+    ("int16", torch.int16),
+    ("int8", torch.int8),
+    ("uint8", torch.uint8),
+    ("bool", torch.bool),
+]
 DEPTH = 32  # containers one inside another a body may hold (wire.MAX_DEPTH, the documented cap)
 
 
@@ -111,8 +119,14 @@ def test_a_value_whose_repr_raises_travels_as_a_repr_naming_its_type_and_the_err
 
 
 def test_a_disallowed_descriptor_with_a_long_dtype_name_is_refused_with_a_short_message():
-    descriptor = {"dtype": "d" * 5_000, "shape": [1], "device": "cpu", "type": "torch.Tensor",
-                  "nbytes": 4, "data": True}
+    descriptor = {
+        "dtype": "d" * 5_000,
+        "shape": [1],
+        "device": "cpu",
+        "type": "torch.Tensor",
+        "nbytes": 4,
+        "data": True,
+    }
     frame = _frame_of(json.dumps({"body": 1, "tensors": [descriptor]}).encode(), b"1234")
     with pytest.raises(frames.WireError, match="not allowed") as refused:
         wire.decode(frame)
@@ -167,8 +181,14 @@ def test_a_header_one_byte_past_its_cap_is_refused_on_its_length():
 def _at_frame_cap(extra: int) -> bytes:
     """A frame of CAPS.frame + `extra` bytes: a 200-byte header and the tensor bytes it counts."""
     payload = CAPS.frame - 8 - 200 + extra
-    descriptor = {"dtype": "uint8", "shape": [payload], "device": "cpu", "type": "torch.Tensor",
-                  "nbytes": payload, "data": True}
+    descriptor = {
+        "dtype": "uint8",
+        "shape": [payload],
+        "device": "cpu",
+        "type": "torch.Tensor",
+        "nbytes": payload,
+        "data": True,
+    }
     return _frame_of(_header_of(200, [descriptor]), b"p" * payload)
 
 
@@ -199,10 +219,14 @@ def test_a_frame_buffer_fed_byte_by_byte_is_whole_exactly_at_its_last_byte():
     assert buffer.whole and buffer.frame() == frame
 
 
-@pytest.mark.parametrize("descriptor", [
-    {"dtype": "float32", "shape": [2], "device": "meta", "type": "torch.Tensor"},
-    {"dtype": "float32", "shape": [2], "device": "meta", "type": "torch.Tensor", "nbytes": 0},
-], ids=["without-nbytes", "nbytes-0"])
+@pytest.mark.parametrize(
+    "descriptor",
+    [
+        {"dtype": "float32", "shape": [2], "device": "meta", "type": "torch.Tensor"},
+        {"dtype": "float32", "shape": [2], "device": "meta", "type": "torch.Tensor", "nbytes": 0},
+    ],
+    ids=["without-nbytes", "nbytes-0"],
+)
 def test_a_descriptor_without_bytes_counts_none(descriptor):
     frame = _frame_of(json.dumps({"body": 1, "tensors": [descriptor]}).encode())
     assert _read(frame, frames.REPLIES) == frame
@@ -221,8 +245,14 @@ def test_a_deadline_already_past_times_out_at_once():
 
 
 def test_a_byte_count_that_is_a_long_string_is_quoted_by_its_first_20_characters():
-    descriptor = {"dtype": "float32", "shape": [2], "device": "cpu", "type": "torch.Tensor",
-                  "nbytes": "n" * 5_000, "data": True}
+    descriptor = {
+        "dtype": "float32",
+        "shape": [2],
+        "device": "cpu",
+        "type": "torch.Tensor",
+        "nbytes": "n" * 5_000,
+        "data": True,
+    }
     frame = _frame_of(json.dumps({"body": 1, "tensors": [descriptor]}).encode())
     with pytest.raises(frames.WireError, match="malformed frame header") as refused:
         _read(frame, frames.REPLIES)

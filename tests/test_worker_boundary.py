@@ -22,7 +22,9 @@ from graders.worker.serve import Spares, reap_answered, supervise
 
 GRADERS = Path(__file__).resolve().parent.parent / "graders"
 WORKER_SIDE = sorted((GRADERS / "worker").glob("*.py"))
-JUDGE_SIDE = sorted(p for p in GRADERS.rglob("*.py") if "worker" not in p.relative_to(GRADERS).parts)
+JUDGE_SIDE = sorted(
+    p for p in GRADERS.rglob("*.py") if "worker" not in p.relative_to(GRADERS).parts
+)
 # Ways to run a file's code in this process: a worker-side module is the only place for them.
 LOADERS = {"exec_module", "spec_from_file_location", "run_path", "import_module", "__import__"}
 
@@ -39,23 +41,29 @@ def imported_modules(path: Path) -> set[str]:
 
 @pytest.mark.parametrize("path", WORKER_SIDE, ids=[p.name for p in WORKER_SIDE])
 def test_the_worker_side_imports_nothing_of_the_judge(path):
-    judge = sorted(m for m in imported_modules(path)
-                   if m.split(".")[0] == "graders" and not m.startswith("graders.worker")
-                   and m != "graders")
+    judge = sorted(
+        m
+        for m in imported_modules(path)
+        if m.split(".")[0] == "graders" and not m.startswith("graders.worker") and m != "graders"
+    )
     assert judge == [], f"{path.name} imports the judge's {judge}: the sandbox does not hold them"
 
 
 @pytest.mark.parametrize("path", JUDGE_SIDE, ids=[str(p.relative_to(GRADERS)) for p in JUDGE_SIDE])
 def test_the_judge_never_loads_a_file_in_its_own_process(path):
-    calls = {node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
-             for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.Call)}
+    calls = {
+        node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Call)
+    }
     # grade.py loads the kata's items and an interviewer's grader files; tolerances.py measures
     # the bundled solutions (a developer's tool): trusted code, never a candidate's.
-    allowed = {"grade.py": {"import_module", "spec_from_file_location", "exec_module"},
-               "tolerances.py": {"spec_from_file_location", "exec_module"}}
+    allowed = {
+        "grade.py": {"import_module", "spec_from_file_location", "exec_module"},
+        "tolerances.py": {"spec_from_file_location", "exec_module"},
+    }
     found = (calls & LOADERS) - allowed.get(path.name, set())
     assert not found, f"{path.relative_to(GRADERS)} loads code with {sorted(found)}"
-
 
 
 @pytest.mark.parametrize("mode", ["bwrap", "process"])
@@ -87,8 +95,11 @@ def _what_a_request_child_holds(request) -> dict:
             pass
     status = Path("/proc/self/status").read_text()
     caps = dict(line.split(":\t") for line in status.splitlines() if line.startswith("Cap"))
-    return {"links": {str(k): v for k, v in links.items()},
-            "effective": int(caps["CapEff"], 16), "bounding": int(caps["CapBnd"], 16)}
+    return {
+        "links": {str(k): v for k, v in links.items()},
+        "effective": int(caps["CapEff"], 16),
+        "bounding": int(caps["CapBnd"], 16),
+    }
 
 
 def test_a_request_child_holds_no_descriptor_but_its_own_pipes_and_no_capability():

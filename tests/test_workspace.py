@@ -21,7 +21,14 @@ from graders.shared.tracks import DENSE
 from graders.workflows.workspace import README, default_target, init_workspace
 
 ROOT = Path(__file__).resolve().parent.parent
-FILES = {"kv_cache.py", "test_kv_cache.py", "paged_kv_cache.py", "scheduler.py", "README.md", ".gitignore"}
+FILES = {
+    "kv_cache.py",
+    "test_kv_cache.py",
+    "paged_kv_cache.py",
+    "scheduler.py",
+    "README.md",
+    ".gitignore",
+}
 
 
 def body_lines(path: Path) -> set[str]:
@@ -32,7 +39,7 @@ def body_lines(path: Path) -> set[str]:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             body = node.body[1:] if ast.get_docstring(node) else node.body
             if body:
-                lines |= {line.strip() for line in source[body[0].lineno - 1:body[-1].end_lineno]}
+                lines |= {line.strip() for line in source[body[0].lineno - 1 : body[-1].end_lineno]}
     return lines
 
 
@@ -41,8 +48,9 @@ def secret_lines() -> set[str]:
     secret = set()
     for path in [*ROOT.glob("solutions/*.py"), *ROOT.glob("graders/**/*.py")]:
         secret |= body_lines(path)
-    given = {line.strip() for path in ROOT.glob("starter/*.py")
-             for line in path.read_text().splitlines()}
+    given = {
+        line.strip() for path in ROOT.glob("starter/*.py") for line in path.read_text().splitlines()
+    }
     return {line for line in secret - given if len(line) >= 30}
 
 
@@ -58,8 +66,19 @@ def test_init_writes_the_starter_files_and_a_readme(workspace):
     for name in ("kv_cache.py", "test_kv_cache.py", "paged_kv_cache.py", "scheduler.py"):
         assert (target / name).read_text() == (ROOT / "starter" / name).read_text()
     readme = (target / "README.md").read_text()
-    for says in ("L4", "L5", "L6", "kata grade --watch", "--item", "--level", "-x", "kata hint",
-                 "kata rubric", "--track serving", "--track batching"):
+    for says in (
+        "L4",
+        "L5",
+        "L6",
+        "kata grade --watch",
+        "--item",
+        "--level",
+        "-x",
+        "kata hint",
+        "kata rubric",
+        "--track serving",
+        "--track batching",
+    ):
         assert says in readme
 
 
@@ -131,10 +150,13 @@ def test_a_failed_init_removes_what_it_made_and_keeps_what_was_there(tmp_path, m
     with pytest.raises(OSError, match="No space left"):
         init_workspace(tmp_path / "mine" / "new" / "ws")
     assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) == [
-        "mine", "mine/notes.txt"]
+        "mine",
+        "mine/notes.txt",
+    ]
 
 
 # --- the instructions a candidate reads, run as written -----------------------------------------
+
 
 def readme_commands() -> list[str]:
     """The commands of the workspace README's bash block, comments left out."""
@@ -161,8 +183,9 @@ WHAT_EACH_GRADES = {  # the README's comment on each command, as the items the r
 
 
 @pytest.mark.parametrize("command", [c for c in readme_commands() if c.startswith("kata ")])
-def test_each_kata_command_of_the_workspace_readme_grades_what_it_says(command, workspace,
-                                                                       monkeypatch):
+def test_each_kata_command_of_the_workspace_readme_grades_what_it_says(
+    command, workspace, monkeypatch
+):
     assert command in WHAT_EACH_GRADES, f"the README has a new command: say what {command!r} grades"
     target, _ = workspace
     monkeypatch.chdir(target)
@@ -175,8 +198,10 @@ def test_each_kata_command_of_the_workspace_readme_grades_what_it_says(command, 
 
 
 @pytest.mark.slow  # runs pytest as a process, which imports torch
-@pytest.mark.parametrize("command", sorted({starter_test_command()} | {
-    c for c in readme_commands() if c.startswith("python ")}))
+@pytest.mark.parametrize(
+    "command",
+    sorted({starter_test_command()} | {c for c in readme_commands() if c.startswith("python ")}),
+)
 def test_the_documented_pytest_command_runs_the_starter_tests_in_a_workspace(command, workspace):
     target, _ = workspace
     argv = [sys.executable, *shlex.split(command)[1:], "-p", "no:cacheprovider"]

@@ -30,10 +30,15 @@ HOSTILE = Path(__file__).parent / "hostile"
 
 @pytest.fixture(scope="module")
 def graded(request, tmp_path_factory) -> dict[str, GradeResult]:
-    selected = list({item.callspec.params["wrong"].name: item.callspec.params["wrong"]
-                     for item in request.session.items
-                     if item.module is request.module and hasattr(item, "callspec")
-                     and "wrong" in item.callspec.params}.values())  # each graded once
+    selected = list(
+        {
+            item.callspec.params["wrong"].name: item.callspec.params["wrong"]
+            for item in request.session.items
+            if item.module is request.module
+            and hasattr(item, "callspec")
+            and "wrong" in item.callspec.params
+        }.values()
+    )  # each graded once
     folder = tmp_path_factory.mktemp("wrong")
 
     def run(wrong: Wrong) -> tuple[str, GradeResult]:
@@ -58,37 +63,58 @@ def test_fails_exactly_its_items(wrong, graded):
     messages = "\n".join(f"  {i.id}: {i.status}: {i.message}" for i in result.items)
     assert not result.grader_broke, f"the grader broke:\n{messages}"
     assert failed == set(wrong.fails), (
-        f"{wrong.name} failed {sorted(failed)}, expected {sorted(wrong.fails)}:\n{messages}")
+        f"{wrong.name} failed {sorted(failed)}, expected {sorted(wrong.fails)}:\n{messages}"
+    )
     assert detected == set(wrong.tells), (
-        f"{wrong.name} showed tells {sorted(detected)}, expected {sorted(wrong.tells)}")
+        f"{wrong.name} showed tells {sorted(detected)}, expected {sorted(wrong.tells)}"
+    )
 
 
 # The causes a report must give each wrong implementation that fails several items (issue 44):
 # the lead of each cause other than a stub's, in order; one that fails one item leads with it.
 # Two for the validation mutants, which reach two items that judge different checks.
 CAUSES = {
-    "static-batching": ("fcfs",), "append-on-heads": ("append-time-dim",),
-    "attend-whole-capacity": ("prefix-equivalence",), "attend-no-row-mask": ("ragged-batch",),
-    "empty_unwritten_slots": ("ragged-batch",), "no-scale": ("prefix-equivalence",),
-    "scale-one-over-d": ("prefix-equivalence",), "softmax-wrong-axis": ("prefix-equivalence",),
-    "softmax-no-max": ("stable-softmax",), "counts-ignored": ("ragged-batch",),
-    "writes-padding": ("ragged-batch",), "shared-write-offset": ("ragged-batch",),
-    "lengths-python-int": ("append-time-dim",), "keys-whole-storage": ("append-time-dim",),
-    "attend-drops-query-axis": ("attend-shape",), "reprojects-the-prefix": ("kv-only",),
-    "reprojects-the-prefix-fused": ("kv-only",), "rope-position-zero": ("rope-absolute",),
-    "rope-longest-row": ("rope-absolute",), "rope-query-unrotated": ("rope-absolute",),
-    "rope-key-unrotated": ("rope-absolute",), "rope-interleaved": ("rope-absolute",),
-    "rope-one-position-late": ("rope-absolute",), "rope-at-attend-time": ("rope-absolute",),
-    "count-zero-grows": ("ragged-batch",), "count-zero-overwrites-last": ("ragged-batch",),
+    "static-batching": ("fcfs",),
+    "append-on-heads": ("append-time-dim",),
+    "attend-whole-capacity": ("prefix-equivalence",),
+    "attend-no-row-mask": ("ragged-batch",),
+    "empty_unwritten_slots": ("ragged-batch",),
+    "no-scale": ("prefix-equivalence",),
+    "scale-one-over-d": ("prefix-equivalence",),
+    "softmax-wrong-axis": ("prefix-equivalence",),
+    "softmax-no-max": ("stable-softmax",),
+    "counts-ignored": ("ragged-batch",),
+    "writes-padding": ("ragged-batch",),
+    "shared-write-offset": ("ragged-batch",),
+    "lengths-python-int": ("append-time-dim",),
+    "keys-whole-storage": ("append-time-dim",),
+    "attend-drops-query-axis": ("attend-shape",),
+    "reprojects-the-prefix": ("kv-only",),
+    "reprojects-the-prefix-fused": ("kv-only",),
+    "rope-position-zero": ("rope-absolute",),
+    "rope-longest-row": ("rope-absolute",),
+    "rope-query-unrotated": ("rope-absolute",),
+    "rope-key-unrotated": ("rope-absolute",),
+    "rope-interleaved": ("rope-absolute",),
+    "rope-one-position-late": ("rope-absolute",),
+    "rope-at-attend-time": ("rope-absolute",),
+    "count-zero-grows": ("ragged-batch",),
+    "count-zero-overwrites-last": ("ragged-batch",),
     "chunk-without-causal-mask": ("chunk-causal-mask",),
     "paged-sorted-blocks": ("paged-equivalence",),
     "paged-contiguous-blocks": ("paged-equivalence",),
-    "paged-stale-slots": ("paged-equivalence",), "paged-no-scale": ("paged-equivalence",),
-    "paged-slot-p": ("paged-equivalence",), "paged-padding-read": ("paged-equivalence",),
-    "fork-copies-blocks": ("paged-cow",), "fork-without-refcounts": ("paged-cow",),
-    "cow-never-copies": ("paged-cow",), "cow-copies-full-blocks": ("paged-cow",),
-    "cow-keeps-old-count": ("paged-cow",), "grows-only-when-full": ("length-vs-capacity",),
-    "fixed-2048-slots": ("length-vs-capacity",), "sdpa-is-causal": ("prefix-equivalence",),
+    "paged-stale-slots": ("paged-equivalence",),
+    "paged-no-scale": ("paged-equivalence",),
+    "paged-slot-p": ("paged-equivalence",),
+    "paged-padding-read": ("paged-equivalence",),
+    "fork-copies-blocks": ("paged-cow",),
+    "fork-without-refcounts": ("paged-cow",),
+    "cow-never-copies": ("paged-cow",),
+    "cow-copies-full-blocks": ("paged-cow",),
+    "cow-keeps-old-count": ("paged-cow",),
+    "grows-only-when-full": ("length-vs-capacity",),
+    "fixed-2048-slots": ("length-vs-capacity",),
+    "sdpa-is-causal": ("prefix-equivalence",),
     "no-append-validation": ("validate-shapes", "validate-dtype-device"),
     "validates-after-growing": ("validate-shapes", "validate-dtype-device"),
     "attend-returns-float32": ("validate-dtype-device",),
@@ -96,9 +122,12 @@ CAUSES = {
 }
 # What the lead's likely mistake must point at, where the mutant's mistake has a name.
 POINTS_AT = {
-    "append-on-heads": "which dimension append grows", "no-scale": "the scores' scale",
-    "scale-one-over-d": "the scores' scale", "softmax-wrong-axis": "the softmax's axis",
-    "sdpa-is-causal": "the mask of attention", "counts-ignored": "how append uses counts",
+    "append-on-heads": "which dimension append grows",
+    "no-scale": "the scores' scale",
+    "scale-one-over-d": "the scores' scale",
+    "softmax-wrong-axis": "the softmax's axis",
+    "sdpa-is-causal": "the mask of attention",
+    "counts-ignored": "how append uses counts",
     "fixed-2048-slots": "what append does when a row outgrows capacity",
 }
 
@@ -112,9 +141,11 @@ def test_the_report_leads_with_the_cause_the_mutant_put_in_within_30_lines(wrong
     found = causes(result)
     leads = tuple(c.lead.id for c in found if c.lead.status != "not_attempted")
     assert leads == CAUSES.get(wrong.name, tuple(wrong.fails)), [
-        (c.lead.id, [m.id for m in c.members]) for c in found]
+        (c.lead.id, [m.id for m in c.members]) for c in found
+    ]
     assert sorted(i.id for c in found for i in c.items) == sorted(
-        i.id for i in result.reported if i.status != "pass")
+        i.id for i in result.reported if i.status != "pass"
+    )
     lines = report_lines(result)
     text = " ".join(" ".join(lines).split())
     for cause in found:
@@ -141,7 +172,9 @@ def test_reads_of_unwritten_slots_fail_alike_every_run_and_are_named(tmp_path):
         runs = list(pool.map(lambda _: grade(path, hidden=True), range(3)))
     verdicts = [[(i.id, i.status, i.message) for i in r.items if i.id != "own-tests"] for r in runs]
     assert verdicts[0] == verdicts[1] == verdicts[2]
-    failed = {i.id: i.message for i in runs[0].reported if i.status != "pass" and i.id != "own-tests"}
+    failed = {
+        i.id: i.message for i in runs[0].reported if i.status != "pass" and i.id != "own-tests"
+    }
     # Hidden, stable-softmax's rows have different lengths as well: the shorter ones read past it.
     assert set(failed) == set(wrong.fails) | {"stable-softmax"}
     for item, message in failed.items():
@@ -154,23 +187,33 @@ def test_padding_read_by_a_paged_cache_is_named_as_such(tmp_path):
     """NaN from the never-written block that pads a block table is a read past the sequence's
     length, on the serving track too: named so, not as an error of inf or a CacheFull problem."""
     wrong = _by_name("paged-padding-read")
-    result = grade(wrong.write(tmp_path), track="serving",
-                   only={"paged-equivalence", "paged-block-table", "paged-cow", "paged-free"})
+    result = grade(
+        wrong.write(tmp_path),
+        track="serving",
+        only={"paged-equivalence", "paged-block-table", "paged-cow", "paged-free"},
+    )
     messages = {i.id: i.message for i in result.items}
     for item in ("paged-equivalence", "paged-block-table", "paged-cow"):
-        assert "non-finite output (NaN) where the float64 reference is finite: uninitialized or " \
-               "stale cache slots likely reached attention" in messages[item], messages[item]
+        assert (
+            "non-finite output (NaN) where the float64 reference is finite: uninitialized or "
+            "stale cache slots likely reached attention" in messages[item]
+        ), messages[item]
         assert "max abs error" not in messages[item] and "length 0" not in messages[item]
     assert "is not finite even before the append that raised CacheFull" in messages["paged-free"]
 
 
 def test_writes_dropped_past_capacity_are_named(tmp_path):
-    result = grade(_by_name("drops-writes-past-capacity").write(tmp_path),
-                   only={"length-vs-capacity"}, hidden=True)
+    result = grade(
+        _by_name("drops-writes-past-capacity").write(tmp_path),
+        only={"length-vs-capacity"},
+        hidden=True,
+    )
     (item,) = result.items
     assert item.status == "fail"
-    assert item.message.startswith("KVCache(capacity=16) after 17 positions: lengths are right, "
-                                   "but cache.keys holds only 16 positions (capacity 16)")
+    assert item.message.startswith(
+        "KVCache(capacity=16) after 17 positions: lengths are right, "
+        "but cache.keys holds only 16 positions (capacity 16)"
+    )
     assert "positions appended past the last slot were dropped" in item.message
 
 
@@ -178,8 +221,10 @@ def test_validity_read_from_the_data_fails_the_public_ragged_batch(tmp_path):
     result = grade(_by_name("valid-from-data").write(tmp_path), only={"ragged-batch"})
     (item,) = result.items
     assert item.status == "fail" and not item.message.startswith("hidden case: ")
-    assert item.message.endswith("Likely mistake: a real position whose key is all zeros was left "
-                                 "out: where a slot's validity is read from")
+    assert item.message.endswith(
+        "Likely mistake: a real position whose key is all zeros was left "
+        "out: where a slot's validity is read from"
+    )
 
 
 def test_a_fixed_capacity_is_named_at_the_candidates_line_with_the_caches_state(tmp_path):
@@ -189,23 +234,34 @@ def test_a_fixed_capacity_is_named_at_the_candidates_line_with_the_caches_state(
     result = grade(_by_name("fixed-2048-slots").write(tmp_path), only={"prealloc"})
     (item,) = result.items
     assert item.status == "error"
-    assert re.match(r"`append` of \d+ positions? at lengths \[2048\], capacity 2048 raised "
-                    r"IndexError: ", item.message), item.message
+    assert re.match(
+        r"`append` of \d+ positions? at lengths \[2048\], capacity 2048 raised "
+        r"IndexError: ",
+        item.message,
+    ), item.message
     assert 'kv_cache.py", line' in item.message and "_ops.py" not in item.message
-    assert item.message.endswith("Likely mistake: what append does when a row outgrows "
-                                 "capacity 2048 (this append took a row past it, and raised)")
+    assert item.message.endswith(
+        "Likely mistake: what append does when a row outgrows "
+        "capacity 2048 (this append took a row past it, and raised)"
+    )
 
 
 def test_one_exception_failing_many_items_is_named_once(tmp_path):
     """The same exception (type, message, line of the candidate's file) in several items is
     given whole at the first, and the others say which; statuses and scores are unchanged."""
     path = tmp_path / "kv_cache.py"
-    path.write_text(REFERENCE.read_text().replace(
-        '    if cache.k_storage is None:\n        raise ValueError("attend on an empty cache',
-        '    raise RuntimeError("attend is not written yet")\n'
-        '    if cache.k_storage is None:\n        raise ValueError("attend on an empty cache', 1))
-    items = {i.id: i for i in grade(path, only={"attend-shape", "prefix-equivalence",
-                                                "ragged-batch"}).items}
+    path.write_text(
+        REFERENCE.read_text().replace(
+            '    if cache.k_storage is None:\n        raise ValueError("attend on an empty cache',
+            '    raise RuntimeError("attend is not written yet")\n'
+            '    if cache.k_storage is None:\n        raise ValueError("attend on an empty cache',
+            1,
+        )
+    )
+    items = {
+        i.id: i
+        for i in grade(path, only={"attend-shape", "prefix-equivalence", "ragged-batch"}).items
+    }
     assert {i.status for i in items.values()} == {"error"}
     assert sum(i.points for i in items.values()) == 0
     first = items["attend-shape"].message
@@ -229,17 +285,36 @@ def test_a_state_too_large_to_send_is_left_out_of_the_message(tmp_path):
     assert len(item.message) < 400
 
 
-@pytest.mark.parametrize("name, item, start, end", [
-    ("segmented-reorders-newest", "beam-reorder", "a 1,100-position cache grown by chunks and "
-     "single tokens, then reordered: cache 0, after reorder(cache, [2, 0, 1])", ""),
-    ("release-clears-a-head", "release", "release(cache, 1) changed cache.keys of rows 0 and 2",
-     ""),
-    ("grows-only-when-full", "length-vs-capacity", "`append` of 4 positions at lengths [14, 14], "
-     "capacity 16 raised IndexError",
-     "outgrows capacity 16 (this append took a row past it, and raised)"),
-    ("sdpa-is-causal", "prefix-equivalence", "one token at a time from an empty cache",
-     "Likely mistake: " + SDPA_IS_CAUSAL),
-])
+@pytest.mark.parametrize(
+    "name, item, start, end",
+    [
+        (
+            "segmented-reorders-newest",
+            "beam-reorder",
+            "a 1,100-position cache grown by chunks and "
+            "single tokens, then reordered: cache 0, after reorder(cache, [2, 0, 1])",
+            "",
+        ),
+        (
+            "release-clears-a-head",
+            "release",
+            "release(cache, 1) changed cache.keys of rows 0 and 2",
+            "",
+        ),
+        (
+            "grows-only-when-full",
+            "length-vs-capacity",
+            "`append` of 4 positions at lengths [14, 14], capacity 16 raised IndexError",
+            "outgrows capacity 16 (this append took a row past it, and raised)",
+        ),
+        (
+            "sdpa-is-causal",
+            "prefix-equivalence",
+            "one token at a time from an empty cache",
+            "Likely mistake: " + SDPA_IS_CAUSAL,
+        ),
+    ],
+)
 def test_shipped_bugs_fail_their_item_with_its_message(name, item, start, end, tmp_path):
     """The bugs public caches shipped (tests/wrong/shipped_bugs.py), named by their item."""
     (result,) = grade(_by_name(name).write(tmp_path), only={item}).items

@@ -80,8 +80,9 @@ def runs(candidate: Candidate, hidden: bool) -> list[Run]:
     return kept[seed]
 
 
-def graders(judge: Callable[[list[Run]], str]) -> tuple[Callable[[Candidate], str],
-                                                         Callable[[Candidate], str]]:
+def graders(
+    judge: Callable[[list[Run]], str],
+) -> tuple[Callable[[Candidate], str], Callable[[Candidate], str]]:
     """An item's `grade` and `grade_hidden`: `judge` (the item's own reading of the runs: its
     message, or the verdict it raises) given the candidate's public or hidden runs, once
     `settle` found that no drive ended early."""
@@ -114,8 +115,10 @@ def settle(runs_: list[Run]) -> None:
         if error.kind == "returned":
             raise Fail(f"{where}: {error.message}")
         line = last_candidate_line(error.traceback)
-        raise CandidateError(f"{where}: {call} raised {error.type}: {error.message}{line}",
-                             signature=(error.type, error.message, line))
+        raise CandidateError(
+            f"{where}: {call} raised {error.type}: {error.message}{line}",
+            signature=(error.type, error.message, line),
+        )
 
 
 def first(runs_: list[Run], rule: str, likely: dict[str, str] | None = None) -> None:
@@ -125,23 +128,28 @@ def first(runs_: list[Run], rule: str, likely: dict[str, str] | None = None) -> 
         finding = run.found.first.get(rule)
         if finding is not None:
             label = (likely or {}).get(finding.kind)
-            raise Fail(f"{run.case}: {finding.message}"
-                       + (f". Likely mistake: {label}" if label else ""))
+            raise Fail(
+                f"{run.case}: {finding.message}" + (f". Likely mistake: {label}" if label else "")
+            )
 
 
 def _drive(candidate: Candidate, seed: int | None) -> list[Run]:
     if seed is None:
         drawn = [(kind, f"the {kind} workload", load) for kind, load in workloads.public()]
     else:
-        drawn = [(kind, hidden_cases.name(kind_seed, f"a {kind} workload"), load)
-                 for kind, kind_seed, load in workloads.hidden(seed)]
+        drawn = [
+            (kind, hidden_cases.name(kind_seed, f"a {kind} workload"), load)
+            for kind, kind_seed, load in workloads.hidden(seed)
+        ]
     figures = [_figures((seed, kind), load) for kind, _, load in drawn]
     plan = Plan()
     for (_, _, load), figure in zip(drawn, figures):
         plan.drive_scheduler(load, figure.max_steps)
     results = candidate.run(plan)
-    return [Run(kind, case, load, results[n], replay(load, results[n]), figure)
-            for n, ((kind, case, load), figure) in enumerate(zip(drawn, figures))]
+    return [
+        Run(kind, case, load, results[n], replay(load, results[n]), figure)
+        for n, ((kind, case, load), figure) in enumerate(zip(drawn, figures))
+    ]
 
 
 def _figures(key: tuple, load: dict) -> Figures:
@@ -149,10 +157,19 @@ def _figures(key: tuple, load: dict) -> Figures:
     tests/test_batching_engine.py replays it), kept by `key`, which fixes the workload."""
     if key not in _FIGURES:
         bound = workloads.max_steps(load)
-        static = drive_trace(drive(lambda **config: ReferenceScheduler(**config, static=True),
-                                   load, bound, request_type=Request), load, bound)
-        trace = drive_trace(drive(ReferenceScheduler, load, bound, request_type=Request), load,
-                            bound)
+        static = drive_trace(
+            drive(
+                lambda **config: ReferenceScheduler(**config, static=True),
+                load,
+                bound,
+                request_type=Request,
+            ),
+            load,
+            bound,
+        )
+        trace = drive_trace(
+            drive(ReferenceScheduler, load, bound, request_type=Request), load, bound
+        )
         if trace.error or trace.stalled or static.error or static.stalled:
             raise RuntimeError(f"the reference scheduler did not finish {key}: the kata's bug")
         prompts = {r["id"]: len(r["prompt"]) for r in load["requests"]}
@@ -160,6 +177,7 @@ def _figures(key: tuple, load: dict) -> Figures:
         for step in trace.steps:
             for entry in step.batch:
                 computed[entry.seq_id] += entry.prompt_positions(prompts[entry.seq_id])
-        _FIGURES[key] = Figures(len(trace.steps), computed, sum(computed.values()),
-                                len(static.steps))
+        _FIGURES[key] = Figures(
+            len(trace.steps), computed, sum(computed.values()), len(static.steps)
+        )
     return _FIGURES[key]

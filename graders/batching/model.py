@@ -53,15 +53,18 @@ class Decoder:
             return torch.randn(*shape, generator=g, dtype=torch.float64) * scale
 
         self.embedding = weight(VOCAB, D_MODEL, scale=1.0)  # [V, d]
-        self.layers = [{
-            "wq": weight(D_MODEL, HEADS * HEAD_DIM, scale=D_MODEL ** -0.5),
-            "wk": weight(D_MODEL, KV_HEADS * HEAD_DIM, scale=D_MODEL ** -0.5),
-            "wv": weight(D_MODEL, KV_HEADS * HEAD_DIM, scale=D_MODEL ** -0.5),
-            "wo": weight(HEADS * HEAD_DIM, D_MODEL, scale=(HEADS * HEAD_DIM) ** -0.5),
-            "w_up": weight(D_MODEL, HIDDEN, scale=D_MODEL ** -0.5),
-            "w_down": weight(HIDDEN, D_MODEL, scale=HIDDEN ** -0.5),
-        } for _ in range(LAYERS)]
-        self.unembedding = weight(D_MODEL, VOCAB, scale=D_MODEL ** -0.5)  # [d, V]
+        self.layers = [
+            {
+                "wq": weight(D_MODEL, HEADS * HEAD_DIM, scale=D_MODEL**-0.5),
+                "wk": weight(D_MODEL, KV_HEADS * HEAD_DIM, scale=D_MODEL**-0.5),
+                "wv": weight(D_MODEL, KV_HEADS * HEAD_DIM, scale=D_MODEL**-0.5),
+                "wo": weight(HEADS * HEAD_DIM, D_MODEL, scale=(HEADS * HEAD_DIM) ** -0.5),
+                "w_up": weight(D_MODEL, HIDDEN, scale=D_MODEL**-0.5),
+                "w_down": weight(HIDDEN, D_MODEL, scale=HIDDEN**-0.5),
+            }
+            for _ in range(LAYERS)
+        ]
+        self.unembedding = weight(D_MODEL, VOCAB, scale=D_MODEL**-0.5)  # [d, V]
         half = HEAD_DIM // 2
         self.inv_freq = ROPE_BASE ** (-torch.arange(half, dtype=torch.float64) / half)  # [D/2]
 
@@ -91,7 +94,7 @@ class Decoder:
 
 def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """x [N, H, D] rotated: its two halves as the real and imaginary parts, times e^(i angle)."""
-    x1, x2 = x[..., : HEAD_DIM // 2], x[..., HEAD_DIM // 2:]
+    x1, x2 = x[..., : HEAD_DIM // 2], x[..., HEAD_DIM // 2 :]
     return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
 
 
@@ -115,8 +118,9 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor
     return out.reshape(E, T, HEADS * HEAD_DIM)
 
 
-def decode_together(model: Decoder, requests: list[tuple[list[int], int, int | None]]
-                    ) -> list[tuple[list[int], float]]:
+def decode_together(
+    model: Decoder, requests: list[tuple[list[int], int, int | None]]
+) -> list[tuple[list[int], float]]:
     """Each request (prompt, max_new_tokens, eos) decoded greedily by itself, all in lockstep
     on one dense cache (no paging; rows never see each other): for each, its tokens (at most
     max_new_tokens, ending at the first eos) and the smallest top-2 logit margin met choosing
@@ -129,7 +133,7 @@ def decode_together(model: Decoder, requests: list[tuple[list[int], int, int | N
     values = torch.zeros_like(keys)
     tokens = torch.zeros(R, total, dtype=torch.int64)  # [R, total]
     for r, (prompt, _, _) in enumerate(requests):
-        tokens[r, :len(prompt)] = torch.tensor(prompt)
+        tokens[r, : len(prompt)] = torch.tensor(prompt)
     starts = torch.zeros(R, dtype=torch.int64)  # [R]: first position computed this step
     ends = lengths.clone()  # [R]: positions known
     outputs: list[list[int]] = [[] for _ in requests]
@@ -148,8 +152,9 @@ def decode_together(model: Decoder, requests: list[tuple[list[int], int, int | N
             q, k, v = model.qkv(layer, x, rotation)
             keys[i, rows, query_pos] = k.view(R, width, KV_HEADS, HEAD_DIM)
             values[i, rows, query_pos] = v.view(R, width, KV_HEADS, HEAD_DIM)
-            attended = attend(q.view(R, width, HEADS, HEAD_DIM), keys[i, :, :seen],
-                              values[i, :, :seen], mask)
+            attended = attend(
+                q.view(R, width, HEADS, HEAD_DIM), keys[i, :, :seen], values[i, :, :seen], mask
+            )
             x = model.finish_layer(layer, x, attended.view(-1, HEADS * HEAD_DIM))
         last = (ends - 1 - starts).clamp(max=width - 1) + torch.arange(R) * width  # [R]
         logits = model.logits(x[last])  # [R, V]
@@ -170,8 +175,9 @@ def decode_together(model: Decoder, requests: list[tuple[list[int], int, int | N
     return list(zip(outputs, margins))
 
 
-def greedy_alone(model: Decoder, prompt: list[int], max_new_tokens: int,
-                 eos: int | None = None) -> list[int]:
+def greedy_alone(
+    model: Decoder, prompt: list[int], max_new_tokens: int, eos: int | None = None
+) -> list[int]:
     """The tokens `prompt` produces alone, greedy: at most max_new_tokens, ending at eos."""
     return decode_together(model, [(list(prompt), max_new_tokens, eos)])[0][0]
 
@@ -213,8 +219,9 @@ class PagedRunner:
     block_size + offset; the ledger is one identity per slot (0: never written) and who wrote it.
     """
 
-    def __init__(self, model: Decoder, num_blocks: int, block_size: int,
-                 sequences: dict[str, list[int]]):
+    def __init__(
+        self, model: Decoder, num_blocks: int, block_size: int, sequences: dict[str, list[int]]
+    ):
         self.model, self.block_size = model, block_size
         slots = num_blocks * block_size
         self.keys = torch.zeros(LAYERS, slots, KV_HEADS, HEAD_DIM, dtype=torch.float64)
@@ -228,8 +235,8 @@ class PagedRunner:
         self.tokens = torch.zeros(len(self.ids), longest, dtype=torch.int64)  # [R, T]
         self.identities = torch.zeros(len(self.ids), longest, dtype=torch.int64)  # [R, T]
         for i, seq in enumerate(sequences.values()):
-            self.tokens[i, :len(seq)] = torch.tensor(seq)
-            self.identities[i, :len(seq)] = torch.tensor(prefix_identities(seq))
+            self.tokens[i, : len(seq)] = torch.tensor(seq)
+            self.identities[i, : len(seq)] = torch.tensor(prefix_identities(seq))
 
     def step(self, entries: list[Entry]) -> tuple[dict, Misread | None]:
         """Run one step of entries, each valid: a table that covers start + tokens with blocks
@@ -248,7 +255,7 @@ class PagedRunner:
         widest = max(len(e.table) for e in entries)
         tables = torch.zeros(len(entries), widest, dtype=torch.int64)  # [E, B]
         for i, e in enumerate(entries):
-            tables[i, :len(e.table)] = torch.tensor(e.table, dtype=torch.int64)
+            tables[i, : len(e.table)] = torch.tensor(e.table, dtype=torch.int64)
         longest, most = int(ends.max()), int(counts.max())
         key_pos = torch.arange(longest)  # [L]
         read_slots = tables[:, key_pos // bs] * bs + key_pos % bs  # [E, L]
@@ -272,8 +279,12 @@ class PagedRunner:
             self.keys[i, write_slots], self.values[i, write_slots] = k, v
             queries = q.new_zeros(query_pos.numel(), HEADS, HEAD_DIM)
             queries[flat] = q
-            attended = attend(queries.view(*query_pos.shape, HEADS, HEAD_DIM),
-                              self.keys[i, read_slots], self.values[i, read_slots], mask)
+            attended = attend(
+                queries.view(*query_pos.shape, HEADS, HEAD_DIM),
+                self.keys[i, read_slots],
+                self.values[i, read_slots],
+                mask,
+            )
             x = self.model.finish_layer(layer, x, attended.view(-1, HEADS * HEAD_DIM)[flat])
         last = counts.cumsum(0) - 1  # [E]: each entry's last position in x
         tokens = self.model.logits(x[last]).argmax(-1).tolist()
@@ -289,7 +300,15 @@ class PagedRunner:
         slot = int(read_slots[e, position])
         writer = int(self.writer[slot])
         holder_position = int(self.written_position[slot])
-        same_token = (writer >= 0 and int(self.tokens[writer, holder_position])
-                      == int(self.tokens[rows[e], position]))
-        return Misread(entries[e].seq_id, position, slot // self.block_size, slot % self.block_size,
-                       self.ids[writer] if writer >= 0 else None, holder_position, same_token)
+        same_token = writer >= 0 and int(self.tokens[writer, holder_position]) == int(
+            self.tokens[rows[e], position]
+        )
+        return Misread(
+            entries[e].seq_id,
+            position,
+            slot // self.block_size,
+            slot % self.block_size,
+            self.ids[writer] if writer >= 0 else None,
+            holder_position,
+            same_token,
+        )

@@ -76,11 +76,22 @@ class _Sequence:
 class ReferenceScheduler:
     """Iteration-level scheduling over a paged KV pool, as contract section 6 states it."""
 
-    def __init__(self, num_blocks: int, block_size: int, max_num_seqs: int,
-                 max_batched_tokens: int, *, prefix_caching: bool = False, static: bool = False):
-        for name, value in (("num_blocks", num_blocks), ("block_size", block_size),
-                            ("max_num_seqs", max_num_seqs),
-                            ("max_batched_tokens", max_batched_tokens)):
+    def __init__(
+        self,
+        num_blocks: int,
+        block_size: int,
+        max_num_seqs: int,
+        max_batched_tokens: int,
+        *,
+        prefix_caching: bool = False,
+        static: bool = False,
+    ):
+        for name, value in (
+            ("num_blocks", num_blocks),
+            ("block_size", block_size),
+            ("max_num_seqs", max_num_seqs),
+            ("max_batched_tokens", max_batched_tokens),
+        ):
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
         self.num_blocks, self.block_size = num_blocks, block_size
@@ -139,8 +150,9 @@ class ReferenceScheduler:
         batch = [self._grow(seq, n) for seq, n in plan]
         tokens_left = self.max_batched_tokens - sum(n for _, n in plan)
         admitting = not preempted and not (self.static and self.running)
-        while admitting and self.waiting and len(self.running) < self.max_num_seqs \
-                and tokens_left > 0:
+        while (
+            admitting and self.waiting and len(self.running) < self.max_num_seqs and tokens_left > 0
+        ):
             seq = self.waiting[0]
             hits = self._prefix_hits(seq)
             start = len(hits) * self.block_size
@@ -177,8 +189,9 @@ class ReferenceScheduler:
                 seq.tokens.append(new_tokens[seq_id])
             self._cache_full_blocks(seq)
             outputs = len(seq.tokens) - len(seq.request.prompt)
-            if produced and (outputs == seq.request.max_new_tokens
-                             or seq.tokens[-1] == seq.request.eos):
+            if produced and (
+                outputs == seq.request.max_new_tokens or seq.tokens[-1] == seq.request.eos
+            ):
                 self.running.remove(seq)
                 self._release(seq)
                 finished.append(seq_id)
@@ -244,7 +257,7 @@ class ReferenceScheduler:
         """Block `index`'s identity: its tokens, nested with all the tokens before it."""
         parent = seq.keys[index - 1] if index else None
         size = self.block_size
-        return (parent, tuple(seq.tokens[index * size:(index + 1) * size]))
+        return (parent, tuple(seq.tokens[index * size : (index + 1) * size]))
 
     def _prefix_hits(self, seq: _Sequence) -> list[int]:
         """Cached blocks `seq`'s tokens begin with, within its first len(tokens) - 1 tokens."""

@@ -41,8 +41,10 @@ def public() -> list[tuple[str, dict]]:
 @functools.cache
 def _public() -> tuple[tuple[str, dict], ...]:
     model = Decoder()
-    return tuple((kind, make(model, cases.generator(PUBLIC_SEED + n), **sizes))
-                 for n, (kind, make, sizes) in enumerate(_PUBLIC))
+    return tuple(
+        (kind, make(model, cases.generator(PUBLIC_SEED + n), **sizes))
+        for n, (kind, make, sizes) in enumerate(_PUBLIC)
+    )
 
 
 @functools.lru_cache(maxsize=4)
@@ -60,8 +62,7 @@ def hidden(seed: int) -> tuple[tuple[str, int, dict], ...]:
 def max_steps(workload: dict) -> int:
     """A bound no correct scheduler reaches: twice every position computed, once per step, after
     the last arrival (a preempted sequence recomputes at most what it had)."""
-    total = sum(len(r["prompt"]) + len(workload["oracle"][r["id"]])
-                for r in workload["requests"])
+    total = sum(len(r["prompt"]) + len(workload["oracle"][r["id"]]) for r in workload["requests"])
     return 2 * total + max(r["arrival"] for r in workload["requests"]) + 16
 
 
@@ -76,10 +77,10 @@ def unshared_prompt_tokens(workload: dict) -> int:
         prompt = tuple(request["prompt"])
         full = (len(prompt) - 1) // bs
         hits = 0
-        while hits < full and prompt[:(hits + 1) * bs] in seen:
+        while hits < full and prompt[: (hits + 1) * bs] in seen:
             hits += 1
         unshared += len(prompt) - hits * bs
-        seen.update(prompt[:(i + 1) * bs] for i in range(len(prompt) // bs))
+        seen.update(prompt[: (i + 1) * bs] for i in range(len(prompt) // bs))
     return unshared
 
 
@@ -88,8 +89,9 @@ def _build(model: Decoder, g: torch.Generator, config: dict, specs: list[dict]) 
     eos_at (None, or the output index whose token becomes the request's eos)}."""
     prompts = [_tokens(g, spec["prompt"]) for spec in specs]
     while True:
-        decoded = decode_together(model, [(p, s["max_new_tokens"], None)
-                                          for p, s in zip(prompts, specs)])
+        decoded = decode_together(
+            model, [(p, s["max_new_tokens"], None) for p, s in zip(prompts, specs)]
+        )
         low = [i for i, (_, margin) in enumerate(decoded) if margin < MIN_MARGIN]
         if not low:
             break
@@ -100,13 +102,18 @@ def _build(model: Decoder, g: torch.Generator, config: dict, specs: list[dict]) 
         eos = None
         if spec.get("eos_at") is not None:
             eos = tokens[min(spec["eos_at"], len(tokens) - 1)]
-            tokens = tokens[:tokens.index(eos) + 1]
-        requests.append({"id": spec["id"], "prompt": prompt,
-                         "max_new_tokens": spec["max_new_tokens"], "eos": eos,
-                         "arrival": spec["arrival"]})
+            tokens = tokens[: tokens.index(eos) + 1]
+        requests.append(
+            {
+                "id": spec["id"],
+                "prompt": prompt,
+                "max_new_tokens": spec["max_new_tokens"],
+                "eos": eos,
+                "arrival": spec["arrival"],
+            }
+        )
         oracle[spec["id"]] = tokens
-    return {"config": {"prefix_caching": False, **config}, "requests": requests,
-            "oracle": oracle}
+    return {"config": {"prefix_caching": False, **config}, "requests": requests, "oracle": oracle}
 
 
 def _tokens(g: torch.Generator, prompt) -> list[int]:
@@ -115,59 +122,113 @@ def _tokens(g: torch.Generator, prompt) -> list[int]:
     return list(prompt)
 
 
-def staggered(model: Decoder, g: torch.Generator, *, count: int, longest_prompt: int,
-              longest_output: int, spread: int) -> dict:
+def staggered(
+    model: Decoder,
+    g: torch.Generator,
+    *,
+    count: int,
+    longest_prompt: int,
+    longest_output: int,
+    spread: int,
+) -> dict:
     """`count` requests arriving over `spread` steps; every third ends at an eos."""
-    specs = [{"id": f"s{i}", "prompt": cases.randint(g, 1, longest_prompt),
-              "max_new_tokens": cases.randint(g, 1, longest_output),
-              "arrival": 0 if i == 0 else cases.randint(g, 0, spread),
-              "eos_at": cases.randint(g, 0, 6) if i % 3 == 1 else None}
-             for i in range(count)]
-    return _build(model, g, {"num_blocks": 64, "block_size": 4, "max_num_seqs": 4,
-                             "max_batched_tokens": 32}, specs)
+    specs = [
+        {
+            "id": f"s{i}",
+            "prompt": cases.randint(g, 1, longest_prompt),
+            "max_new_tokens": cases.randint(g, 1, longest_output),
+            "arrival": 0 if i == 0 else cases.randint(g, 0, spread),
+            "eos_at": cases.randint(g, 0, 6) if i % 3 == 1 else None,
+        }
+        for i in range(count)
+    ]
+    return _build(
+        model,
+        g,
+        {"num_blocks": 64, "block_size": 4, "max_num_seqs": 4, "max_batched_tokens": 32},
+        specs,
+    )
 
 
-def mixed(model: Decoder, g: torch.Generator, *, count: int, long_output: int,
-          short_output: int) -> dict:
+def mixed(
+    model: Decoder, g: torch.Generator, *, count: int, long_output: int, short_output: int
+) -> dict:
     """`count` requests at step 0, max_num_seqs of them at a time: in each wave of max_num_seqs
     one long output, the others short, so static batching waits for the long one."""
     seqs = 4
-    specs = [{"id": f"m{i}", "prompt": cases.randint(g, 2, 24),
-              "max_new_tokens": long_output if i % seqs == 0 else cases.randint(g, 2, short_output),
-              "arrival": 0} for i in range(count)]
-    return _build(model, g, {"num_blocks": 128, "block_size": 8, "max_num_seqs": seqs,
-                             "max_batched_tokens": 64}, specs)
+    specs = [
+        {
+            "id": f"m{i}",
+            "prompt": cases.randint(g, 2, 24),
+            "max_new_tokens": long_output if i % seqs == 0 else cases.randint(g, 2, short_output),
+            "arrival": 0,
+        }
+        for i in range(count)
+    ]
+    return _build(
+        model,
+        g,
+        {"num_blocks": 128, "block_size": 8, "max_num_seqs": seqs, "max_batched_tokens": 64},
+        specs,
+    )
 
 
-def preemption(model: Decoder, g: torch.Generator, *, count: int, num_blocks: int,
-               output: int) -> dict:
+def preemption(
+    model: Decoder, g: torch.Generator, *, count: int, num_blocks: int, output: int
+) -> dict:
     """`count` requests whose prompts fit the pool together but whose outputs do not; then, as
     the pool fills, a prompt of several blocks and a one-block prompt behind it (the head of the
     queue that does not fit keeps the small one out)."""
-    specs = [{"id": f"p{i}", "prompt": cases.randint(g, 4, 9),
-              "max_new_tokens": cases.randint(g, output // 2, output),
-              "arrival": min(i, 2)} for i in range(count)]
-    specs += [{"id": "big", "prompt": cases.randint(g, 9, 17), "max_new_tokens": 4,
-               "arrival": 3},
-              {"id": "small", "prompt": 2, "max_new_tokens": 4, "arrival": 3}]
-    return _build(model, g, {"num_blocks": num_blocks, "block_size": 4,
-                             "max_num_seqs": count + 2, "max_batched_tokens": 32}, specs)
+    specs = [
+        {
+            "id": f"p{i}",
+            "prompt": cases.randint(g, 4, 9),
+            "max_new_tokens": cases.randint(g, output // 2, output),
+            "arrival": min(i, 2),
+        }
+        for i in range(count)
+    ]
+    specs += [
+        {"id": "big", "prompt": cases.randint(g, 9, 17), "max_new_tokens": 4, "arrival": 3},
+        {"id": "small", "prompt": 2, "max_new_tokens": 4, "arrival": 3},
+    ]
+    return _build(
+        model,
+        g,
+        {
+            "num_blocks": num_blocks,
+            "block_size": 4,
+            "max_num_seqs": count + 2,
+            "max_batched_tokens": 32,
+        },
+        specs,
+    )
 
 
-def long_prompt(model: Decoder, g: torch.Generator, *, prompt: int, budget: int,
-                output: int) -> dict:
+def long_prompt(
+    model: Decoder, g: torch.Generator, *, prompt: int, budget: int, output: int
+) -> dict:
     """Three short requests decoding when a prompt of `prompt` tokens (several budgets) and a
     short one behind it arrive."""
-    specs = [{"id": f"d{i}", "prompt": cases.randint(g, 2, 6), "max_new_tokens": output,
-              "arrival": 0} for i in range(3)]
-    specs += [{"id": "long", "prompt": prompt, "max_new_tokens": 4, "arrival": 2},
-              {"id": "after", "prompt": 3, "max_new_tokens": 3, "arrival": 3}]
-    return _build(model, g, {"num_blocks": 96, "block_size": 8, "max_num_seqs": 4,
-                             "max_batched_tokens": budget}, specs)
+    specs = [
+        {"id": f"d{i}", "prompt": cases.randint(g, 2, 6), "max_new_tokens": output, "arrival": 0}
+        for i in range(3)
+    ]
+    specs += [
+        {"id": "long", "prompt": prompt, "max_new_tokens": 4, "arrival": 2},
+        {"id": "after", "prompt": 3, "max_new_tokens": 3, "arrival": 3},
+    ]
+    return _build(
+        model,
+        g,
+        {"num_blocks": 96, "block_size": 8, "max_num_seqs": 4, "max_batched_tokens": budget},
+        specs,
+    )
 
 
-def shared_prefix(model: Decoder, g: torch.Generator, *, system_blocks: int, sharers: int,
-                  output: int) -> dict:
+def shared_prefix(
+    model: Decoder, g: torch.Generator, *, system_blocks: int, sharers: int, output: int
+) -> dict:
     """prefix_caching: `sharers` requests of one system prompt of `system_blocks` blocks plus
     their own question, staggered; one more arriving long after every earlier one finished;
     and two requests whose blocks equal others' blocks after different prefixes (`other0`
@@ -175,28 +236,62 @@ def shared_prefix(model: Decoder, g: torch.Generator, *, system_blocks: int, sha
     `other2` has `other1`'s second block at the same place after a different first block)."""
     bs = 8
     system = _tokens(g, system_blocks * bs)
-    specs = [{"id": f"q{i}", "prompt": system + _tokens(g, cases.randint(g, 1, 2 * bs)),
-              "max_new_tokens": cases.randint(g, 2, output), "arrival": 2 * i}
-             for i in range(sharers)]
+    specs = [
+        {
+            "id": f"q{i}",
+            "prompt": system + _tokens(g, cases.randint(g, 1, 2 * bs)),
+            "max_new_tokens": cases.randint(g, 2, output),
+            "arrival": 2 * i,
+        }
+        for i in range(sharers)
+    ]
     first, second, third = _tokens(g, bs), _tokens(g, bs), _tokens(g, bs)
     specs += [
-        {"id": "other1", "prompt": first + second + _tokens(g, 3), "max_new_tokens": output,
-         "arrival": 1},
-        {"id": "other0", "prompt": second + _tokens(g, 5), "max_new_tokens": 3,
-         "arrival": 2 * sharers + 2},
-        {"id": "other2", "prompt": third + second + _tokens(g, 2), "max_new_tokens": 3,
-         "arrival": 2 * sharers + 3},
-        {"id": "late", "prompt": system + _tokens(g, 5), "max_new_tokens": 3,
-         "arrival": 4 * output + 20 * sharers + 100},
+        {
+            "id": "other1",
+            "prompt": first + second + _tokens(g, 3),
+            "max_new_tokens": output,
+            "arrival": 1,
+        },
+        {
+            "id": "other0",
+            "prompt": second + _tokens(g, 5),
+            "max_new_tokens": 3,
+            "arrival": 2 * sharers + 2,
+        },
+        {
+            "id": "other2",
+            "prompt": third + second + _tokens(g, 2),
+            "max_new_tokens": 3,
+            "arrival": 2 * sharers + 3,
+        },
+        {
+            "id": "late",
+            "prompt": system + _tokens(g, 5),
+            "max_new_tokens": 3,
+            "arrival": 4 * output + 20 * sharers + 100,
+        },
     ]
-    return _build(model, g, {"num_blocks": 8 * (system_blocks + 4), "block_size": bs,
-                             "max_num_seqs": 4, "max_batched_tokens": 48,
-                             "prefix_caching": True}, specs)
+    return _build(
+        model,
+        g,
+        {
+            "num_blocks": 8 * (system_blocks + 4),
+            "block_size": bs,
+            "max_num_seqs": 4,
+            "max_batched_tokens": 48,
+            "prefix_caching": True,
+        },
+        specs,
+    )
 
 
 _PUBLIC = [
-    ("staggered", staggered, {"count": 8, "longest_prompt": 30, "longest_output": 40,
-                              "spread": 20}),
+    (
+        "staggered",
+        staggered,
+        {"count": 8, "longest_prompt": 30, "longest_output": 40, "spread": 20},
+    ),
     ("mixed", mixed, {"count": 8, "long_output": 80, "short_output": 20}),
     ("preemption", preemption, {"count": 5, "num_blocks": 14, "output": 20}),
     ("long-prompt", long_prompt, {"prompt": 200, "budget": 48, "output": 16}),
@@ -204,19 +299,50 @@ _PUBLIC = [
 ]
 
 _HIDDEN = [
-    ("staggered", staggered, lambda g: {
-        "count": cases.randint(g, 6, 10), "longest_prompt": cases.randint(g, 10, 60),
-        "longest_output": cases.randint(g, 10, 60), "spread": cases.randint(g, 5, 40)}),
-    ("mixed", mixed, lambda g: {
-        "count": 8, "long_output": cases.randint(g, 80, 150),
-        "short_output": cases.randint(g, 5, 25)}),
-    ("preemption", preemption, lambda g: {
-        "count": cases.randint(g, 4, 6), "num_blocks": cases.randint(g, 14, 18),
-        "output": cases.randint(g, 16, 28)}),
-    ("long-prompt", long_prompt, lambda g: {
-        "prompt": cases.randint(g, 150, 300), "budget": cases.randint(g, 24, 64),
-        "output": cases.randint(g, 10, 24)}),
-    ("shared-prefix", shared_prefix, lambda g: {
-        "system_blocks": cases.randint(g, 2, 5), "sharers": cases.randint(g, 3, 5),
-        "output": cases.randint(g, 6, 16)}),
+    (
+        "staggered",
+        staggered,
+        lambda g: {
+            "count": cases.randint(g, 6, 10),
+            "longest_prompt": cases.randint(g, 10, 60),
+            "longest_output": cases.randint(g, 10, 60),
+            "spread": cases.randint(g, 5, 40),
+        },
+    ),
+    (
+        "mixed",
+        mixed,
+        lambda g: {
+            "count": 8,
+            "long_output": cases.randint(g, 80, 150),
+            "short_output": cases.randint(g, 5, 25),
+        },
+    ),
+    (
+        "preemption",
+        preemption,
+        lambda g: {
+            "count": cases.randint(g, 4, 6),
+            "num_blocks": cases.randint(g, 14, 18),
+            "output": cases.randint(g, 16, 28),
+        },
+    ),
+    (
+        "long-prompt",
+        long_prompt,
+        lambda g: {
+            "prompt": cases.randint(g, 150, 300),
+            "budget": cases.randint(g, 24, 64),
+            "output": cases.randint(g, 10, 24),
+        },
+    ),
+    (
+        "shared-prefix",
+        shared_prefix,
+        lambda g: {
+            "system_blocks": cases.randint(g, 2, 5),
+            "sharers": cases.randint(g, 3, 5),
+            "output": cases.randint(g, 6, 16),
+        },
+    ),
 ]

@@ -33,13 +33,17 @@ def bad_call(plan: Plan, cache: str, op: str, inputs: dict, what: str) -> BadCal
     """Add `op` ("append" with inputs key, value and maybe counts; or "attend" with query) on
     `cache`, allowed to raise, between two snapshots of the cache's state."""
     before = plan.state(cache)
-    call = (plan.append(cache, inputs["key"], inputs["value"], inputs.get("counts"), may_raise=True)
-            if op == "append" else plan.attend(cache, inputs["query"], may_raise=True))
+    call = (
+        plan.append(cache, inputs["key"], inputs["value"], inputs.get("counts"), may_raise=True)
+        if op == "append"
+        else plan.attend(cache, inputs["query"], may_raise=True)
+    )
     return BadCall(what, before, call, plan.state(cache))
 
 
-def on_own_caches(plan: Plan, k: torch.Tensor, v: torch.Tensor,
-                  bad: list[tuple[str, str, dict]]) -> list[BadCall]:
+def on_own_caches(
+    plan: Plan, k: torch.Tensor, v: torch.Tensor, bad: list[tuple[str, str, dict]]
+) -> list[BadCall]:
     """Each (what, op, inputs) of `bad` on a new cache of its own holding one good append of k
     and v."""
     calls = []
@@ -57,12 +61,16 @@ def require_rejected(results: Results, call: BadCall) -> str:
     if not isinstance(raised, Raised):
         raise Fail(f"{call.what} did not raise ValueError")
     if not raised.is_a("ValueError"):
-        raise Fail(f"{call.what} raised {raised.type} ({raised.message!r}), expected ValueError: "
-                   "check compatibility yourself before torch fails somewhere inside")
+        raise Fail(
+            f"{call.what} raised {raised.type} ({raised.message!r}), expected ValueError: "
+            "check compatibility yourself before torch fails somewhere inside"
+        )
     for name in STATE:
         if _differs(results[call.before][name], results[call.after][name]):
-            raise Fail(f"{call.what} raised ValueError but changed cache.{name}: check everything "
-                       "before you write, grow or allocate anything")
+            raise Fail(
+                f"{call.what} raised ValueError but changed cache.{name}: check everything "
+                "before you write, grow or allocate anything"
+            )
     return raised.message[:80]
 
 

@@ -25,10 +25,14 @@ from graders.shared.plans import STATE_8, Fail, Plan, Results, tensor
 TOL = TOLERANCE[torch.float32]
 
 # The likely mistakes a chunk's output is compared with when it fails.
-OWN_FUTURE = ("the chunk attends its own future: each query of the chunk sees the positions "
-              "appended after it in the same chunk (the causal mask inside the chunk)")
-TOP_LEFT = ("the chunk's causal mask is aligned to the top-left corner (query i sees positions "
-            "0..i), not to each row's own end (query i of row b sits at positions[b] - t + i)")
+OWN_FUTURE = (
+    "the chunk attends its own future: each query of the chunk sees the positions "
+    "appended after it in the same chunk (the causal mask inside the chunk)"
+)
+TOP_LEFT = (
+    "the chunk's causal mask is aligned to the top-left corner (query i sees positions "
+    "0..i), not to each row's own end (query i of row b sits at positions[b] - t + i)"
+)
 WIDER = "the window is one position too wide (the query at p also sees p - W)"
 NARROWER = "the window is one position too narrow (the query at p sees only p - W + 2 .. p)"
 NO_WINDOW = "the window is not applied: the query sees every position its row still holds"
@@ -51,8 +55,18 @@ class Run:
     `hq`, `hkv`, `d`: the heads and head_dim; `window`: W, or None for a cache without one.
     Inputs are drawn from `g`; padding past a row's counts is NaN (a write of it shows)."""
 
-    def __init__(self, plan: Plan, g: torch.Generator, batch: int, hq: int, hkv: int, d: int,
-                 cache: str = "c", window: int | None = None, capacity: int | None = None):
+    def __init__(
+        self,
+        plan: Plan,
+        g: torch.Generator,
+        batch: int,
+        hq: int,
+        hkv: int,
+        d: int,
+        cache: str = "c",
+        window: int | None = None,
+        capacity: int | None = None,
+    ):
         self.plan, self.g, self.cache, self.window = plan, g, cache, window
         self.batch, self.hq, self.hkv, self.d = batch, hq, hkv, d
         self.keys: list[list[torch.Tensor]] = [[] for _ in range(batch)]  # [Hkv, D] per position
@@ -74,9 +88,12 @@ class Run:
             self.keys[b] += list(k[b, :, :n].unbind(1))
             self.values[b] += list(v[b, :, :n].unbind(1))
         ragged = min(counts) < t
-        self.plan.append(self.cache, cases.padded(k, counts) if ragged else k,
-                         cases.padded(v, counts) if ragged else v,
-                         cases.counts(*counts) if ragged else None)
+        self.plan.append(
+            self.cache,
+            cases.padded(k, counts) if ragged else k,
+            cases.padded(v, counts) if ragged else v,
+            cases.counts(*counts) if ragged else None,
+        )
         self.largest_chunk = max(self.largest_chunk, *counts)  # a chunk for the rows that took it
 
     def chunk(self, t: int, what: str) -> Check:
@@ -112,8 +129,9 @@ class Run:
         if t > 1:
             newest = at[:, -1:].expand_as(at)  # every query at its row's newest position
             likely[OWN_FUTURE] = reference.attention_at(q, k, v, newest, self.window)
-            likely[TOP_LEFT] = reference.attention_at(q, k, v, torch.arange(t).expand_as(at),
-                                                      self.window)
+            likely[TOP_LEFT] = reference.attention_at(
+                q, k, v, torch.arange(t).expand_as(at), self.window
+            )
         if self.window is not None:
             likely[WIDER] = reference.attention_at(q, k, v, at, self.window + 1)
             if self.window > 1:
@@ -142,14 +160,21 @@ def require_checks(results: Results, checks: list[Check], case: str) -> None:
     for check in checks:
         got = tensor(results[check.index], f"{case}: {check.what}")
         require_shape(got, tuple(check.want.shape), f"{case}: {check.what}")
-        require_close([got], [check.want], TOL, case=f"{case}: {check.what}",
-                      likely={label: [out] for label, out in check.likely.items()})
+        require_close(
+            [got],
+            [check.want],
+            TOL,
+            case=f"{case}: {check.what}",
+            likely={label: [out] for label, out in check.likely.items()},
+        )
 
 
 def lengths_of(state: dict, what: str, name: str = "lengths") -> list[int]:
     """cache.lengths (or positions) of a state snapshot as a list, Fail when it is not int64 [B]."""
     value = tensor(state[name], f"{what}: cache.{name}")
     if value.dtype != torch.int64 or value.dim() != 1:
-        raise Fail(f"{what}: cache.{name} is a {value.dtype} tensor {list(value.shape)}, "
-                   "expected int64 [B]")
+        raise Fail(
+            f"{what}: cache.{name} is a {value.dtype} tensor {list(value.shape)}, "
+            "expected int64 [B]"
+        )
     return value.tolist()

@@ -24,8 +24,9 @@ class Step(NamedTuple):
     end: int
 
 
-def append_and_attend(plan: Plan, seq: dict[str, torch.Tensor], appends, cache: str = "c",
-                      noncontiguous: bool = False) -> list[Step]:
+def append_and_attend(
+    plan: Plan, seq: dict[str, torch.Tensor], appends, cache: str = "c", noncontiguous: bool = False
+) -> list[Step]:
     """Append `seq`'s keys and values ([B, Hkv, T, D]) to `cache` in chunks of `appends`
     positions, attending with the newest query after each. With `noncontiguous`, every other
     chunk is sent as a non-contiguous tensor (the same values)."""
@@ -40,8 +41,9 @@ def append_and_attend(plan: Plan, seq: dict[str, torch.Tensor], appends, cache: 
     return steps
 
 
-def outputs(results: Results, steps: list[Step], shape: tuple[int, ...],
-            what: Callable[[int, Step], str]) -> list[torch.Tensor]:
+def outputs(
+    results: Results, steps: list[Step], shape: tuple[int, ...], what: Callable[[int, Step], str]
+) -> list[torch.Tensor]:
     """attend's output at each step: first each must be a plain tensor, then each of `shape`
     (else Fail, saying `what(step number, step)` returned it)."""
     got = [tensor(results[step.index], what(n, step)) for n, step in enumerate(steps)]

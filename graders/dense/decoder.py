@@ -16,20 +16,33 @@ from graders.shared import cases, reference
 from graders.worker.beam_search import mlp
 
 
-def weights(g: torch.Generator, vocab: int, d_model: int, n_heads: int, n_kv_heads: int,
-            head_dim: int, layers: int, d_ff: int) -> dict:
+def weights(
+    g: torch.Generator,
+    vocab: int,
+    d_model: int,
+    n_heads: int,
+    n_kv_heads: int,
+    head_dim: int,
+    layers: int,
+    d_ff: int,
+) -> dict:
     """{"embed": [vocab, d_model], "layers": [{wq, wk, wv, wo, w1 [d_ff, d_model], w2}]}, float32."""
     return {
         "embed": cases.randn(g, vocab, d_model, scale=0.5),
-        "layers": [{**cases.layer_weights(g, d_model, n_heads, n_kv_heads, head_dim),
-                    "w1": cases.randn(g, d_ff, d_model, scale=d_model ** -0.5),
-                    "w2": cases.randn(g, d_model, d_ff, scale=d_ff ** -0.5)}
-                   for _ in range(layers)],
+        "layers": [
+            {
+                **cases.layer_weights(g, d_model, n_heads, n_kv_heads, head_dim),
+                "w1": cases.randn(g, d_ff, d_model, scale=d_model**-0.5),
+                "w2": cases.randn(g, d_model, d_ff, scale=d_ff**-0.5),
+            }
+            for _ in range(layers)
+        ],
     }
 
 
-def log_probs(w: dict, tokens: torch.Tensor, n_heads: int, n_kv_heads: int,
-              rope_base: float) -> torch.Tensor:
+def log_probs(
+    w: dict, tokens: torch.Tensor, n_heads: int, n_kv_heads: int, rope_base: float
+) -> torch.Tensor:
     """Uncached: log-probabilities of the next token after each row's whole sequence.
 
     tokens int64 [B, T] -> [B, vocab] float64, from a full forward over all T positions.
@@ -40,4 +53,3 @@ def log_probs(w: dict, tokens: torch.Tensor, n_heads: int, n_kv_heads: int,
         h = h + reference.attention_layer(h, layer, n_heads, n_kv_heads, rope_base)["out"]
         h = h + mlp(h, layer)
     return torch.log_softmax(h[:, -1] @ embed.T, dim=-1)
-

@@ -37,9 +37,36 @@ import random
 from graders.shared.mutation import PARSE_LOCK
 
 CONTRACT_ATTRIBUTES = frozenset({"keys", "values", "lengths", "capacity"})
-WORDS = ("acc", "aux", "blk", "buf", "cur", "dim", "grid", "hold", "item", "kept", "mat", "node",
-         "part", "pick", "pool", "rank", "row", "seg", "slab", "slot", "span", "step", "tab",
-         "tile", "unit", "vec", "view", "work")
+WORDS = (
+    "acc",
+    "aux",
+    "blk",
+    "buf",
+    "cur",
+    "dim",
+    "grid",
+    "hold",
+    "item",
+    "kept",
+    "mat",
+    "node",
+    "part",
+    "pick",
+    "pool",
+    "rank",
+    "row",
+    "seg",
+    "slab",
+    "slot",
+    "span",
+    "step",
+    "tab",
+    "tile",
+    "unit",
+    "vec",
+    "view",
+    "work",
+)
 
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
 
@@ -85,8 +112,10 @@ class _Names:
 
 def _drop_docstrings(tree: ast.Module) -> None:
     for node in ast.walk(tree):
-        if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) \
-                and ast.get_docstring(node, clean=False) is not None:
+        if (
+            isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+            and ast.get_docstring(node, clean=False) is not None
+        ):
             node.body = node.body[1:] or [ast.Pass()]
 
 
@@ -116,38 +145,54 @@ def _module_names(tree: ast.Module) -> set[str]:
         elif isinstance(statement, (ast.Import, ast.ImportFrom)):
             found |= {(a.asname or a.name).split(".")[0] for a in statement.names}
         else:
-            found |= {n.id for n in ast.walk(statement)
-                      if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+            found |= {
+                n.id
+                for n in ast.walk(statement)
+                if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
+            }
     return found
 
 
 def _rename_private_globals(tree: ast.Module, names: _Names) -> None:
-    private = {name for name in _module_names(tree)
-               if name.startswith("_") and not name.startswith("__")}
+    private = {
+        name for name in _module_names(tree) if name.startswith("_") and not name.startswith("__")
+    }
     for node in ast.walk(tree):
         if isinstance(node, ast.Name) and node.id in private:
             node.id = names(node.id)
         elif isinstance(node, ast.Global):
             node.names = [names(name) if name in private else name for name in node.names]
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) \
-                and node.name in private and node in tree.body:
+        elif (
+            isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+            and node.name in private
+            and node in tree.body
+        ):
             node.name = names(node.name)
 
 
-def _rename_locals(function: ast.FunctionDef | ast.AsyncFunctionDef, names: _Names,
-                   module_names: set[str]) -> None:
+def _rename_locals(
+    function: ast.FunctionDef | ast.AsyncFunctionDef, names: _Names, module_names: set[str]
+) -> None:
     inside = [n for statement in function.body for n in ast.walk(statement)]
     if any(isinstance(n, _SCOPES) for n in inside):
         return  # a nested scope could read or rebind them: left as written
     arguments = {a.arg for a in ast.walk(function.args) if isinstance(a, ast.arg)}
-    declared = {name for n in inside if isinstance(n, (ast.Global, ast.Nonlocal))
-                for name in n.names}
+    declared = {
+        name for n in inside if isinstance(n, (ast.Global, ast.Nonlocal)) for name in n.names
+    }
     bound = {n.id for n in inside if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
     bound |= {n.name for n in inside if isinstance(n, ast.ExceptHandler) and n.name}
-    bound |= {(a.asname or a.name).split(".")[0] for n in inside
-              if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names}
-    local = {name for name in bound - arguments - declared - module_names - set(dir(builtins))
-             if name.strip("_")}  # `_`, the name of what is thrown away, stays
+    bound |= {
+        (a.asname or a.name).split(".")[0]
+        for n in inside
+        if isinstance(n, (ast.Import, ast.ImportFrom))
+        for a in n.names
+    }
+    local = {
+        name
+        for name in bound - arguments - declared - module_names - set(dir(builtins))
+        if name.strip("_")
+    }  # `_`, the name of what is thrown away, stays
     for node in inside:
         if isinstance(node, ast.Name) and node.id in local:
             node.id = names(node.id)
@@ -158,10 +203,16 @@ def _rename_locals(function: ast.FunctionDef | ast.AsyncFunctionDef, names: _Nam
 
 
 def _rename_attributes(tree: ast.Module, names: _Names) -> None:
-    strings = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant)
-               and isinstance(n.value, str)}
-    own = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)
-           and isinstance(n.ctx, ast.Store) and isinstance(n.value, ast.Name)}
+    strings = {
+        n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+    }
+    own = {
+        n.attr
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Attribute)
+        and isinstance(n.ctx, ast.Store)
+        and isinstance(n.value, ast.Name)
+    }
     own = {a for a in own - CONTRACT_ATTRIBUTES - strings if not a.startswith("__")}
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute) and node.attr in own:
@@ -185,10 +236,19 @@ def _shuffled_definitions(body: list[ast.stmt], seed: int) -> list[ast.stmt]:
 def _shuffled_run(run: list[ast.stmt], seed: int) -> list[ast.stmt]:
     names = [d.name for d in run]
     evaluated_at_definition = [
-        n.id for d in run
-        for part in (*d.decorator_list, *d.args.defaults, *d.args.kw_defaults, d.returns,
-                     *(a.annotation for a in ast.walk(d.args) if isinstance(a, ast.arg)))
-        if part is not None for n in ast.walk(part) if isinstance(n, ast.Name)]
+        n.id
+        for d in run
+        for part in (
+            *d.decorator_list,
+            *d.args.defaults,
+            *d.args.kw_defaults,
+            d.returns,
+            *(a.annotation for a in ast.walk(d.args) if isinstance(a, ast.arg)),
+        )
+        if part is not None
+        for n in ast.walk(part)
+        if isinstance(n, ast.Name)
+    ]
     if len(set(names)) != len(names) or set(names) & set(evaluated_at_definition):
         return run
     order = list(run)

@@ -56,17 +56,21 @@ from graders.shared.untrusted import file_name, quote
 GRADE_SECONDS = 280
 # The command a grade runs: `kata grade`, its arguments read from the first line of stdin (a
 # JSON list), so that no command line in /proc, which every user may read, shows the seed.
-KATA_COMMAND = ("import json, sys; sys.argv[1:] = json.loads(sys.stdin.readline()); "
-                "from cli import main; main()")
+KATA_COMMAND = (
+    "import json, sys; sys.argv[1:] = json.loads(sys.stdin.readline()); "
+    "from cli import main; main()"
+)
 GRADED_CODES = (0, 1)  # kata grade's exit codes when it graded (contract, section 3)
 ISOLATION_LINES = {
     "bwrap": "Isolation: bubblewrap (the submission ran in a sandbox of its own in this "
-             "container).",
+    "container).",
     "process": "Isolation: process (bubblewrap cannot make namespaces in this container: the "
-               "container, made afresh for this submission, is the sandbox).",
+    "container, made afresh for this submission, is the sandbox).",
 }
-UNPRIVILEGED = (" The submission ran as a user of its own, who can write none of the grader's "
-                "files and read neither its private graders nor its seed.")
+UNPRIVILEGED = (
+    " The submission ran as a user of its own, who can write none of the grader's "
+    "files and read neither its private graders nor its seed."
+)
 
 
 class NotGraded(Exception):
@@ -85,8 +89,10 @@ def find_submission(folder: Path, track: Track) -> tuple[Path, Path | None]:
         raise NotGraded(f"No {track.implementation} was submitted (and no other .py file).")
     if len(named) > 1:
         shown = ", ".join(file_name(p.relative_to(folder).as_posix()) for p in named[:10])
-        raise NotGraded(f"More than one file could be the implementation ({shown}): submit "
-                        f"one, named {track.implementation}.")
+        raise NotGraded(
+            f"More than one file could be the implementation ({shown}): submit "
+            f"one, named {track.implementation}."
+        )
     tests = named[0].parent / track.tests if track.tests else None
     return named[0], tests if tests and tests.is_file() and not tests.is_symlink() else None
 
@@ -103,8 +109,10 @@ def isolation_line(isolated: str) -> str:
         return ISOLATION_LINES[isolated]
     if isolated == "bwrap" or worker_user_problem() is None:
         return ISOLATION_LINES[isolated] + UNPRIVILEGED
-    return (f"{ISOLATION_LINES[isolated]} The submission ran as the grader's own user: "
-            f"{worker_user_problem()}.")
+    return (
+        f"{ISOLATION_LINES[isolated]} The submission ran as the grader's own user: "
+        f"{worker_user_problem()}."
+    )
 
 
 def ungraded(track: Track, reason: str, isolated: str) -> dict:
@@ -112,13 +120,28 @@ def ungraded(track: Track, reason: str, isolated: str) -> dict:
     with `reason` (but L6+'s, not started: no test each, as in a grade)."""
     rubric = rubric_data.load()
     order = {item.id: n for n, item in enumerate(rubric.items, start=1)}
-    tests = [{"name": f"{item.level} {item.id}: {item.title}", "number": str(order[item.id]),
-              "score": 0.0, "max_score": item.points, "status": "failed",
-              "output": f"Not graded: {reason}", "visibility": "visible", "tags": [item.level]}
-             for item in rubric.track(track) if item.level != rubric_data.PLUS]
-    return {"score": 0.0, "execution_time": 0.0, "visibility": "visible",
-            "stdout_visibility": "hidden", "output": f"{reason}\n{ISOLATION_LINES[isolated]}",
-            "tests": tests}
+    tests = [
+        {
+            "name": f"{item.level} {item.id}: {item.title}",
+            "number": str(order[item.id]),
+            "score": 0.0,
+            "max_score": item.points,
+            "status": "failed",
+            "output": f"Not graded: {reason}",
+            "visibility": "visible",
+            "tags": [item.level],
+        }
+        for item in rubric.track(track)
+        if item.level != rubric_data.PLUS
+    ]
+    return {
+        "score": 0.0,
+        "execution_time": 0.0,
+        "visibility": "visible",
+        "stdout_visibility": "hidden",
+        "output": f"{reason}\n{ISOLATION_LINES[isolated]}",
+        "tests": tests,
+    }
 
 
 class GradeFailed(Exception):
@@ -129,17 +152,36 @@ class GradeFailed(Exception):
 def failed(track: Track, reason: str, isolated: str) -> dict:
     """The results of a submission whose grade did not produce its own: score 0, one failed
     test naming the failure, visible."""
-    points = sum(item.points for item in rubric_data.load().track(track)
-                 if item.level != rubric_data.PLUS)  # the 100: L6+'s are outside it
-    return {"score": 0.0, "execution_time": 0.0, "visibility": "visible",
-            "stdout_visibility": "hidden", "output": f"{reason}\n{ISOLATION_LINES[isolated]}",
-            "tests": [{"name": "The autograder could not grade this submission", "score": 0.0,
-                       "max_score": points, "status": "failed", "output": reason,
-                       "visibility": "visible"}]}
+    points = sum(
+        item.points for item in rubric_data.load().track(track) if item.level != rubric_data.PLUS
+    )  # the 100: L6+'s are outside it
+    return {
+        "score": 0.0,
+        "execution_time": 0.0,
+        "visibility": "visible",
+        "stdout_visibility": "hidden",
+        "output": f"{reason}\n{ISOLATION_LINES[isolated]}",
+        "tests": [
+            {
+                "name": "The autograder could not grade this submission",
+                "score": 0.0,
+                "max_score": points,
+                "status": "failed",
+                "output": reason,
+                "visibility": "visible",
+            }
+        ],
+    }
 
 
-def grade(implementation: Path, tests: Path | None, assignment: Assignment, source: Path,
-          isolated: str, hidden: bool) -> dict:
+def grade(
+    implementation: Path,
+    tests: Path | None,
+    assignment: Assignment,
+    source: Path,
+    isolated: str,
+    hidden: bool,
+) -> dict:
     """results.json of one `kata grade` of the files, copied first into a scratch folder of this
     user's alone with the private graders of a hidden grade. Raises NotGraded when the grade did
     not finish in time, GradeFailed when it did not produce its results."""
@@ -153,19 +195,36 @@ def grade(implementation: Path, tests: Path | None, assignment: Assignment, sour
         if hidden and assignment.private_graders:
             shutil.copytree(source / PRIVATE_GRADERS, work / "private-graders")
         results = work / "results.json"
-        argv = ["grade", track.implementation, "--track", track.id, "--format", "gradescope",
-                "--json", str(results), "--sandbox",
-                "require" if isolated == "bwrap" else "process", "-q"]
+        argv = [
+            "grade",
+            track.implementation,
+            "--track",
+            track.id,
+            "--format",
+            "gradescope",
+            "--json",
+            str(results),
+            "--sandbox",
+            "require" if isolated == "bwrap" else "process",
+            "-q",
+        ]
         if hidden:
-            argv += ["--hidden"] + (["--seed", str(assignment.seed)]
-                                    if assignment.seed is not None else [])
+            argv += ["--hidden"] + (
+                ["--seed", str(assignment.seed)] if assignment.seed is not None else []
+            )
             if assignment.private_graders:
                 argv += ["--graders", str(work / "private-graders")]
         # A session of its own, so that a grade past its time is stopped with its workers.
-        kata = subprocess.Popen([sys.executable, "-I", "-c", KATA_COMMAND], cwd=work,
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True, errors="replace",
-                                start_new_session=True)
+        kata = subprocess.Popen(
+            [sys.executable, "-I", "-c", KATA_COMMAND],
+            cwd=work,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+            start_new_session=True,
+        )
         try:
             shown, _ = kata.communicate(json.dumps(argv) + "\n", timeout=GRADE_SECONDS)
         except subprocess.TimeoutExpired:
@@ -174,12 +233,15 @@ def grade(implementation: Path, tests: Path | None, assignment: Assignment, sour
             raise NotGraded(f"The grade did not finish within {GRADE_SECONDS} s.") from None
         print(f"$ kata {' '.join(argv)}\n{shown}(exit {kata.returncode})")
         if kata.returncode not in GRADED_CODES:
-            raise GradeFailed(f"The grade of the {cases} cases ended with exit code "
-                              f"{kata.returncode} (the kata itself broke, not the submission): "
-                              "re-run this submission.")
+            raise GradeFailed(
+                f"The grade of the {cases} cases ended with exit code "
+                f"{kata.returncode} (the kata itself broke, not the submission): "
+                "re-run this submission."
+            )
         if results.is_symlink() or not results.is_file():
-            raise GradeFailed(f"The grade of the {cases} cases wrote no results: re-run this "
-                              "submission.")
+            raise GradeFailed(
+                f"The grade of the {cases} cases wrote no results: re-run this submission."
+            )
         return json.loads(results.read_text())
 
 
@@ -204,21 +266,40 @@ def merged(public: dict, hidden: dict | None, assignment: Assignment, isolated: 
     if hidden is None:
         return {**public, "output": output}
     seed = "a fresh seed" if assignment.seed is None else f"seed {assignment.seed}"
-    feedback = [{**test, "name": f"{test['name']} (public cases)", "score": 0.0,
-                 "max_score": 0.0, "visibility": "visible",
-                 "output": f"{test['output']}\n\n(Feedback: the points come from the hidden "
-                           "cases, shown when grades are published.)"}
-                for test in public["tests"]]
-    graded = [{**test, "name": f"{test['name']} (hidden cases)", "visibility": "after_published"}
-              for test in hidden["tests"]]
+    feedback = [
+        {
+            **test,
+            "name": f"{test['name']} (public cases)",
+            "score": 0.0,
+            "max_score": 0.0,
+            "visibility": "visible",
+            "output": f"{test['output']}\n\n(Feedback: the points come from the hidden "
+            "cases, shown when grades are published.)",
+        }
+        for test in public["tests"]
+    ]
+    graded = [
+        {**test, "name": f"{test['name']} (hidden cases)", "visibility": "after_published"}
+        for test in hidden["tests"]
+    ]
     passed = all(test["status"] == "passed" for test in hidden["tests"])
-    summary = {"name": f"Hidden cases ({seed}): summary", "score": 0.0, "max_score": 0.0,
-               "status": "passed" if passed else "failed", "output": hidden["output"],
-               "visibility": "after_published"}
-    return {**hidden, "visibility": "after_published",
-            "output": (f"Public cases: {public['output']}\nHidden cases ({seed}): graded; their "
-                       f"results show when grades are published.\n{isolation_line(isolated)}"),
-            "tests": feedback + graded + [summary]}
+    summary = {
+        "name": f"Hidden cases ({seed}): summary",
+        "score": 0.0,
+        "max_score": 0.0,
+        "status": "passed" if passed else "failed",
+        "output": hidden["output"],
+        "visibility": "after_published",
+    }
+    return {
+        **hidden,
+        "visibility": "after_published",
+        "output": (
+            f"Public cases: {public['output']}\nHidden cases ({seed}): graded; their "
+            f"results show when grades are published.\n{isolation_line(isolated)}"
+        ),
+        "tests": feedback + graded + [summary],
+    }
 
 
 def run(root: Path) -> int:
@@ -232,16 +313,17 @@ def run(root: Path) -> int:
     code = 0
     try:
         implementation, tests = find_submission(root / "submission", track)
-        graded = [grade(implementation, tests, assignment, root / "source", isolated, hidden)
-                  for hidden in ([False, True] if assignment.hidden else [False])]
+        graded = [
+            grade(implementation, tests, assignment, root / "source", isolated, hidden)
+            for hidden in ([False, True] if assignment.hidden else [False])
+        ]
     except NotGraded as exc:
         results = ungraded(track, quote(str(exc)), isolated)
     except GradeFailed as exc:
         print(f"run_autograder: {exc}")
         results, code = failed(track, str(exc), isolated), 1
     else:
-        results = merged(graded[0], graded[1] if assignment.hidden else None, assignment,
-                         isolated)
+        results = merged(graded[0], graded[1] if assignment.hidden else None, assignment, isolated)
     results["execution_time"] = round(monotonic() - started, 1)
     (root / "results").mkdir(parents=True, exist_ok=True)
     write_atomically(root / "results" / "results.json", json.dumps(results, indent=2) + "\n")

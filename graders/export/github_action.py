@@ -70,10 +70,16 @@ def workflow(track: Track, torch: str, package: str) -> str:
     """The workflow's YAML for `track`, installing `torch` (a version) and `package` (a pip
     requirement: kvkata==VERSION, or a URL)."""
     report, junit, summary = REPORTS
-    return (TEMPLATE.replace("@FILE@", track.implementation).replace("@TRACK@", track.id)
-            .replace("@INSTALL@", INSTALL_STEP).replace("@TORCH@", torch)
-            .replace("@PACKAGE@", package).replace("@JSON@", report).replace("@JUNIT@", junit)
-            .replace("@SUMMARY@", summary))
+    return (
+        TEMPLATE.replace("@FILE@", track.implementation)
+        .replace("@TRACK@", track.id)
+        .replace("@INSTALL@", INSTALL_STEP)
+        .replace("@TORCH@", torch)
+        .replace("@PACKAGE@", package)
+        .replace("@JSON@", report)
+        .replace("@JUNIT@", junit)
+        .replace("@SUMMARY@", summary)
+    )
 
 
 def export(directory: Path, track: Track, torch: str, package: str) -> Path:

@@ -115,8 +115,9 @@ def torch_version() -> str:
     return version("torch").split("+")[0]
 
 
-def export(out: Path, assignment: Assignment, private_graders: Path | None,
-           wheel: Path | None = None) -> None:
+def export(
+    out: Path, assignment: Assignment, private_graders: Path | None, wheel: Path | None = None
+) -> None:
     """Write the bundle for `assignment` to `out` (a .zip). `private_graders`: a folder of the
     interviewer's graders (hidden bundles); `wheel`: the kata's wheel, else built from the
     checkout the running kata comes from (ExportError where there is none)."""
@@ -124,8 +125,10 @@ def export(out: Path, assignment: Assignment, private_graders: Path | None,
         if wheel is None:
             root = checkout()
             if root is None:
-                raise ExportError("this kata is installed from a wheel: give the wheel to bundle "
-                                  "with --wheel FILE (or export from a checkout)")
+                raise ExportError(
+                    "this kata is installed from a wheel: give the wheel to bundle "
+                    "with --wheel FILE (or export from a checkout)"
+                )
             wheel = build_wheel(root, Path(scratch))
         files = {
             "setup.sh": _filled(SETUP_SH, assignment, wheel.name),
@@ -144,8 +147,12 @@ def export(out: Path, assignment: Assignment, private_graders: Path | None,
 
 
 def _filled(template: str, assignment: Assignment, wheel: str) -> str:
-    return (template.replace("@VENV@", DEFAULT_VENV).replace("@INDEX@", TORCH_CPU_INDEX)
-            .replace("@TORCH@", assignment.torch).replace("@WHEEL@", wheel))
+    return (
+        template.replace("@VENV@", DEFAULT_VENV)
+        .replace("@INDEX@", TORCH_CPU_INDEX)
+        .replace("@TORCH@", assignment.torch)
+        .replace("@WHEEL@", wheel)
+    )
 
 
 def _add(bundle: zipfile.ZipFile, name: str, data: bytes, executable: bool) -> None:

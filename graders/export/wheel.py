@@ -15,8 +15,17 @@ from pathlib import Path
 from graders.shared import bundled
 
 # What the build reads (pyproject.toml's packages and data folders).
-SOURCES = ("pyproject.toml", "README.md", "cli.py", "graders", "benchmarks", "kvkata", "starter",
-           "solutions", "rubric")
+SOURCES = (
+    "pyproject.toml",
+    "README.md",
+    "cli.py",
+    "graders",
+    "benchmarks",
+    "kvkata",
+    "starter",
+    "solutions",
+    "rubric",
+)
 
 
 class WheelError(Exception):
@@ -36,15 +45,31 @@ def build_wheel(root: Path, out: Path) -> Path:
         source = Path(scratch) / "src"
         for name in SOURCES:
             if (root / name).is_dir():
-                shutil.copytree(root / name, source / name,
-                                ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+                shutil.copytree(
+                    root / name,
+                    source / name,
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"),
+                )
             else:
                 source.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(root / name, source / name)
         built = Path(scratch) / "dist"
-        done = subprocess.run([sys.executable, "-m", "pip", "wheel", str(source), "--no-deps",
-                               "--no-build-isolation", "-q", "-w", str(built)],
-                              capture_output=True, text=True)
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "wheel",
+                str(source),
+                "--no-deps",
+                "--no-build-isolation",
+                "-q",
+                "-w",
+                str(built),
+            ],
+            capture_output=True,
+            text=True,
+        )
         wheels = sorted(built.glob("kvkata-*.whl"))
         if done.returncode != 0 or len(wheels) != 1:
             last = (done.stderr.strip().splitlines() or ["no wheel made"])[-1]

@@ -29,7 +29,9 @@ from typing import Literal
 from graders.judge.result import GradeResult, ItemResult
 from graders.shared import rubric as rubric_data
 
-LIKELY = ". Likely mistake: "  # how an item's message names a likely mistake (compare.require_close)
+LIKELY = (
+    ". Likely mistake: "  # how an item's message names a likely mistake (compare.require_close)
+)
 
 Joined = Literal["depends", "hang", "exception", "mistake", "not-attempted"]
 
@@ -83,11 +85,22 @@ def causes(result: GradeResult, first: frozenset[str] | set[str] = frozenset()) 
         if lead != item_id:
             grouped[lead].append(failing[item_id])
     order = [i.id for i in result.items]
-    found = [Cause(failing[lead], tuple(sorted(members, key=lambda i: order.index(i.id))),
-                   tuple(how[m.id] for m in sorted(members, key=lambda i: order.index(i.id))))
-             for lead, members in grouped.items()]
-    return sorted(found, key=lambda c: (c.lead.id not in first, c.lead.status == "not_attempted",
-                                        order.index(c.lead.id)))
+    found = [
+        Cause(
+            failing[lead],
+            tuple(sorted(members, key=lambda i: order.index(i.id))),
+            tuple(how[m.id] for m in sorted(members, key=lambda i: order.index(i.id))),
+        )
+        for lead, members in grouped.items()
+    ]
+    return sorted(
+        found,
+        key=lambda c: (
+            c.lead.id not in first,
+            c.lead.status == "not_attempted",
+            order.index(c.lead.id),
+        ),
+    )
 
 
 def cause_of(result: GradeResult) -> dict[str, str]:
@@ -107,9 +120,13 @@ def likely(message: str) -> str | None:
     return parts[1].strip() if len(parts) == 2 else None
 
 
-def _by_dependency(item: ItemResult, failing: dict[str, ItemResult],
-                   rubric: rubric_data.Rubric, seen: frozenset[str], root
-                   ) -> tuple[str, Joined] | None:
+def _by_dependency(
+    item: ItemResult,
+    failing: dict[str, ItemResult],
+    rubric: rubric_data.Rubric,
+    seen: frozenset[str],
+    root,
+) -> tuple[str, Joined] | None:
     """The cause of the first failing item `item` depends on (the earliest lead, in rubric
     order, of its failing dependencies), or None."""
     if item.status == "not_attempted":
@@ -122,16 +139,20 @@ def _by_dependency(item: ItemResult, failing: dict[str, ItemResult],
     return min(leads, key=order.index), "depends"
 
 
-def _by_likeness(item: ItemResult, earlier: list[ItemResult],
-                 lead_of: dict[str, str]) -> tuple[str, Joined] | None:
+def _by_likeness(
+    item: ItemResult, earlier: list[ItemResult], lead_of: dict[str, str]
+) -> tuple[str, Joined] | None:
     """The cause of an earlier item that failed the same way: a hang, the same exception
     (type and place), the same likely mistake, or not attempted with the same message."""
     for other in earlier:
         if item.status == other.status == "timeout":
             return lead_of[other.id], "hang"
-        if (item.signature and other.signature and item.status == other.status == "error"
-                and (item.signature[0], item.signature[2])
-                == (other.signature[0], other.signature[2])):
+        if (
+            item.signature
+            and other.signature
+            and item.status == other.status == "error"
+            and (item.signature[0], item.signature[2]) == (other.signature[0], other.signature[2])
+        ):
             return lead_of[other.id], "exception"
         named = likely(item.message)
         if named and item.status == other.status == "fail" and likely(other.message) == named:

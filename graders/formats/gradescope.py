@@ -47,32 +47,42 @@ def to_gradescope(result: GradeResult) -> dict:
             output = quote(item.full_message)
         elif lead == item.id:
             also = [m for m, cause in lead_of.items() if cause == item.id and m != item.id]
-            output = ("Cause: this item's own failure"
-                      + (f", which also fails {', '.join(also)}" if also else "")
-                      + f".\n\n{quote(item.full_message)}")
+            output = (
+                "Cause: this item's own failure"
+                + (f", which also fails {', '.join(also)}" if also else "")
+                + f".\n\n{quote(item.full_message)}"
+            )
             if not item.unavailable:
                 output += f"\n\nHint: {info.hints[0]}"
         else:
-            output = (f"Cause: {lead} fails, and this item relies on what it checks: fix "
-                      f"that first.\n\n{quote(causes.evidence(item.full_message))}")
-        tests.append({
-            "name": f"{item.level} {item.id}: {info.title}",
-            "number": str(order[item.id]),
-            "score": item.points,
-            "max_score": item.max_points,
-            "status": "passed" if item.status == "pass" else "failed",
-            "output": output,
-            "visibility": "after_published" if result.hidden else "visible",
-            "tags": [item.level],
-        })
+            output = (
+                f"Cause: {lead} fails, and this item relies on what it checks: fix "
+                f"that first.\n\n{quote(causes.evidence(item.full_message))}"
+            )
+        tests.append(
+            {
+                "name": f"{item.level} {item.id}: {info.title}",
+                "number": str(order[item.id]),
+                "score": item.points,
+                "max_score": item.max_points,
+                "status": "passed" if item.status == "pass" else "failed",
+                "output": output,
+                "visibility": "after_published" if result.hidden else "visible",
+                "tags": [item.level],
+            }
+        )
     return {
         "score": result.score,
         "output": _summary(result),
         "visibility": "visible",
         "stdout_visibility": "hidden",
-        "extra_data": {"max_score": result.max_score, "level": result.level,
-                       "partial": result.partial, "plus_score": result.plus_score,
-                       "plus_max_score": result.plus_max_score},
+        "extra_data": {
+            "max_score": result.max_score,
+            "level": result.level,
+            "partial": result.partial,
+            "plus_score": result.plus_score,
+            "plus_max_score": result.plus_max_score,
+        },
         "tests": tests,
     }
 
@@ -84,10 +94,16 @@ def _summary(result: GradeResult) -> str:
         capped = f" (capped at {result.level} by {', '.join(result.capped_by)})"
         lines = [f"Level reached: {result.level}" + (capped if result.capped_by else "")]
     detected = [t.id for t in result.tells if t.detected]
-    lines += [f"Score: {result.score:g}/{result.max_score:g}"
-              + (f" ({rubric_data.PLUS}: {result.plus_score:g}/{result.plus_max_score:g}, outside "
-                 "the 100)" if result.plus_started else ""),
-              f"Down-level tells detected: {', '.join(detected) or 'none'}"]
+    lines += [
+        f"Score: {result.score:g}/{result.max_score:g}"
+        + (
+            f" ({rubric_data.PLUS}: {result.plus_score:g}/{result.plus_max_score:g}, outside "
+            "the 100)"
+            if result.plus_started
+            else ""
+        ),
+        f"Down-level tells detected: {', '.join(detected) or 'none'}",
+    ]
     if result.unavailable:
         lines.append(f"Items not run: {quote(result.unavailable)}")
     return "\n".join(lines)

@@ -21,6 +21,7 @@ from collections.abc import Iterable
 
 from graders.shared.untrusted import html_text
 
+
 class Html(str):
     """Markup the kata built: every piece of text in it went through `text`."""
 
@@ -41,10 +42,14 @@ def el(tag: str, *children, cls: str | None = None, **attrs) -> Html:
     attribute names (a trailing underscore dropped, other underscores written as hyphens: `for_`,
     `data_step`); their values are escaped, True writes the attribute alone, None or False leaves
     it out. `tag` and the names are the kata's own, never the candidate's."""
-    names = [("class", cls)] + [(name.rstrip("_").replace("_", "-"), value)
-                                for name, value in attrs.items()]
-    opening = "".join(f" {name}" if value is True else f' {name}="{text(value)}"'
-                      for name, value in names if value is not None and value is not False)
+    names = [("class", cls)] + [
+        (name.rstrip("_").replace("_", "-"), value) for name, value in attrs.items()
+    ]
+    opening = "".join(
+        f" {name}" if value is True else f' {name}="{text(value)}"'
+        for name, value in names
+        if value is not None and value is not False
+    )
     if tag in _VOID:
         return Html(f"<{tag}{opening}>")
     return Html(f"<{tag}{opening}>{join(*children)}</{tag}>")
@@ -53,15 +58,17 @@ def el(tag: str, *children, cls: str | None = None, **attrs) -> Html:
 def document(title: str, body: Html, description: str = "") -> str:
     """The page: `title` (text), `body` (markup), the kata's stylesheet and script, and the
     policy that lets nothing else run or load."""
-    return ("<!DOCTYPE html>\n"
-            '<html lang="en"><head><meta charset="utf-8">'
-            f'<meta http-equiv="Content-Security-Policy" content="{POLICY}">'
-            '<meta name="referrer" content="no-referrer">'
-            '<meta name="viewport" content="width=device-width, initial-scale=1">'
-            f"<title>{text(title)}</title>"
-            + (el("meta", name="description", content=description) if description else "")
-            + f"<style>{STYLE}</style></head>\n"
-            f"<body>{body}\n<script>{SCRIPT}</script></body></html>\n")
+    return (
+        "<!DOCTYPE html>\n"
+        '<html lang="en"><head><meta charset="utf-8">'
+        f'<meta http-equiv="Content-Security-Policy" content="{POLICY}">'
+        '<meta name="referrer" content="no-referrer">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{text(title)}</title>"
+        + (el("meta", name="description", content=description) if description else "")
+        + f"<style>{STYLE}</style></head>\n"
+        f"<body>{body}\n<script>{SCRIPT}</script></body></html>\n"
+    )
 
 
 def _pieces(children) -> Iterable[str]:
@@ -230,5 +237,7 @@ Array.prototype.forEach.call(document.querySelectorAll("th[data-sort]"),function
 
 # Nothing may be fetched, framed, submitted or run but the kata's own style and script: every
 # directive that could load anything falls back to default-src 'none'.
-POLICY = (f"default-src 'none'; style-src {_digest(STYLE)}; script-src {_digest(SCRIPT)}; "
-          "img-src 'none'; base-uri 'none'; form-action 'none'")
+POLICY = (
+    f"default-src 'none'; style-src {_digest(STYLE)}; script-src {_digest(SCRIPT)}; "
+    "img-src 'none'; base-uri 'none'; form-action 'none'"
+)

@@ -34,18 +34,26 @@ def write_junit(result: GradeResult, path: Path) -> None:
     rubric = rubric_data.load()
     items = result.reported  # L6+ not started: not a test case each
     kinds = [OUTCOME.get(i.status) for i in items]
-    counts = {"name": "kvkata", "tests": str(len(kinds)), "failures": str(kinds.count("failure")),
-              "errors": str(kinds.count("error"))}
+    counts = {
+        "name": "kvkata",
+        "tests": str(len(kinds)),
+        "failures": str(kinds.count("failure")),
+        "errors": str(kinds.count("error")),
+    }
     root = ET.Element("testsuites", counts, time="0")
     suite = ET.SubElement(root, "testsuite", counts, skipped="0", time="0")
     properties = ET.SubElement(suite, "properties")
     level = [] if result.level is None else [("level", result.level)]
-    for name, value in [("implementation", result.implementation), *level,
-                        ("partial", str(result.partial).lower()),
-                        ("score", f"{result.score:g}"), ("max_score", f"{result.max_score:g}"),
-                        ("plus_score", f"{result.plus_score:g}"),
-                        ("plus_max_score", f"{result.plus_max_score:g}"),
-                        ("hidden", str(result.hidden).lower())]:
+    for name, value in [
+        ("implementation", result.implementation),
+        *level,
+        ("partial", str(result.partial).lower()),
+        ("score", f"{result.score:g}"),
+        ("max_score", f"{result.max_score:g}"),
+        ("plus_score", f"{result.plus_score:g}"),
+        ("plus_max_score", f"{result.plus_max_score:g}"),
+        ("hidden", str(result.hidden).lower()),
+    ]:
         ET.SubElement(properties, "property", name=name, value=xml_text(value))
     for tell in (t for t in result.tells if t.detected):
         value = f"caps the level at {rubric.tell(tell.id).caps}: {quote(tell.message)}"
@@ -54,8 +62,9 @@ def write_junit(result: GradeResult, path: Path) -> None:
         case = ET.SubElement(suite, "testcase", classname=f"kvkata.{item.level}", name=item.id)
         if kind:
             message = xml_text(quote(item.full_message))
-            outcome = ET.SubElement(case, kind, message=(message.splitlines() or [""])[0],
-                                    type=item.status)
+            outcome = ET.SubElement(
+                case, kind, message=(message.splitlines() or [""])[0], type=item.status
+            )
             outcome.text = message
     ET.indent(root)
     write_atomically(path, ET.tostring(root, encoding="utf-8", xml_declaration=True))

@@ -34,9 +34,15 @@ class OutputFailure:
         return f"{self.option} {self.path}: not written: {self.reason}"
 
 
-def write_outputs(result: GradeResult, *, json_path: Path | None, output_format: str,
-                  markdown: Path | None, junit: Path | None,
-                  html: Path | None = None) -> list[OutputFailure]:
+def write_outputs(
+    result: GradeResult,
+    *,
+    json_path: Path | None,
+    output_format: str,
+    markdown: Path | None,
+    junit: Path | None,
+    html: Path | None = None,
+) -> list[OutputFailure]:
     """Write every output asked for (None: not asked), each apart from the others; return the
     ones that failed, in the order above."""
     from graders.formats.grade_page import write_html
@@ -46,10 +52,12 @@ def write_outputs(result: GradeResult, *, json_path: Path | None, output_format:
     from graders.formats.scorecard import write_markdown
 
     json_option = "--format gradescope" if output_format == "gradescope" else "--json"
-    writers = [(json_option, json_path,
-                write_gradescope if output_format == "gradescope" else write_json),
-               ("--markdown", markdown, write_markdown), ("--junit", junit, write_junit),
-               ("--html", html, write_html)]
+    writers = [
+        (json_option, json_path, write_gradescope if output_format == "gradescope" else write_json),
+        ("--markdown", markdown, write_markdown),
+        ("--junit", junit, write_junit),
+        ("--html", html, write_html),
+    ]
     failures = []
     for option, path, write in writers:
         if path is None:

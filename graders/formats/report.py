@@ -54,13 +54,20 @@ def to_json(result: GradeResult) -> dict:
         "plus_score": result.plus_score,
         "plus_max_score": result.plus_max_score,
         "items": [
-            {"id": i.id, "level": i.level, "status": i.status, "points": i.points,
-             "max_points": i.max_points, "message": quote(i.full_message),
-             "cause": lead_of.get(i.id)}
+            {
+                "id": i.id,
+                "level": i.level,
+                "status": i.status,
+                "points": i.points,
+                "max_points": i.max_points,
+                "message": quote(i.full_message),
+                "cause": lead_of.get(i.id),
+            }
             for i in result.items
         ],
-        "tells": [{"id": t.id, "detected": t.detected, "message": quote(t.message)}
-                  for t in result.tells],
+        "tells": [
+            {"id": t.id, "detected": t.detected, "message": quote(t.message)} for t in result.tells
+        ],
         "hidden": result.hidden,
         "isolation": result.isolation,
         "partial": result.partial,
@@ -75,8 +82,13 @@ def write_json(result: GradeResult, path: Path) -> None:
     write_atomically(path, json.dumps(to_json(result), indent=2) + "\n")
 
 
-def render(result: GradeResult, console: Console, detail: str = "default",
-           command: str = "kata grade", first: Collection[str] = ()) -> None:
+def render(
+    result: GradeResult,
+    console: Console,
+    detail: str = "default",
+    command: str = "kata grade",
+    first: Collection[str] = (),
+) -> None:
     """The report at a `detail`, each ending with the closing block (`closing`, where
     `command` is how to grade this file again):
 
@@ -100,8 +112,11 @@ def render(result: GradeResult, console: Console, detail: str = "default",
     if detail != "quiet":
         rubric = rubric_data.load()
         verbose = not grouped
-        tells = (_tells(result, rubric) if verbose else _tell_lines(result, rubric)
-                 ) if tracks.get(result.track).levels else None
+        tells = (
+            (_tells(result, rubric) if verbose else _tell_lines(result, rubric))
+            if tracks.get(result.track).levels
+            else None
+        )
         if grouped:
             _print_causes(result, console, rubric, first, tells, command)
         else:
@@ -119,27 +134,47 @@ def _rule_character(console: Console) -> str:
     return "-" if console.options.ascii_only else "─"
 
 
-def _print_levels(result: GradeResult, console: Console, rubric: rubric_data.Rubric,
-                  first: Collection[str]) -> None:
+def _print_levels(
+    result: GradeResult, console: Console, rubric: rubric_data.Rubric, first: Collection[str]
+) -> None:
     """Every item in full (-v, and a hidden run): items grouped by level, each with its
     message; an item an earlier cause explains says which, instead of its likely mistake."""
     lead_of = causes.cause_of(result)
     ahead = [i for i in result.items if i.id in first]
     if ahead:
-        console.print(_level_lines(f"Graded first: did not pass last time  ({_points(ahead)})",
-                                   ahead, rubric, True, lead_of))
+        console.print(
+            _level_lines(
+                f"Graded first: did not pass last time  ({_points(ahead)})",
+                ahead,
+                rubric,
+                True,
+                lead_of,
+            )
+        )
     for level, title, _ in tracks.groups(rubric.levels):
         items = [i for i in result.items if i.level == level]
         if items and level == rubric_data.PLUS and not result.plus_started:
             console.print(Text.assemble((title, "bold"), "  ", (PLUS_NOT_STARTED, "dim")))
         elif items:
-            console.print(_level_lines(f"{title}  ({_points(items)})",
-                                       [i for i in items if i.id not in first], rubric, True,
-                                       lead_of))
+            console.print(
+                _level_lines(
+                    f"{title}  ({_points(items)})",
+                    [i for i in items if i.id not in first],
+                    rubric,
+                    True,
+                    lead_of,
+                )
+            )
 
 
-def _print_causes(result: GradeResult, console: Console, rubric: rubric_data.Rubric,
-                  first: Collection[str], tells: Group | Panel | None, command: str) -> None:
+def _print_causes(
+    result: GradeResult,
+    console: Console,
+    rubric: rubric_data.Rubric,
+    first: Collection[str],
+    tells: Group | Panel | None,
+    command: str,
+) -> None:
     """The default report: one line a level (its points and the items that pass), then the
     causes of what does not pass (graders.formats.causes), each once: its lead item's status,
     message and first hint, and the items it takes down in one line with their points. The
@@ -165,8 +200,9 @@ def _print_causes(result: GradeResult, console: Console, rubric: rubric_data.Rub
     for block in full[:fits] + short[fits:]:
         console.print(block)
     if fits < len(found):
-        console.print(Text("(one line a cause past the screen: -v shows every message whole)",
-                           style="dim"))
+        console.print(
+            Text("(one line a cause past the screen: -v shows every message whole)", style="dim")
+        )
 
 
 def _height(console: Console, renderable) -> int:
@@ -193,11 +229,18 @@ def _level_summary(result: GradeResult, rubric: rubric_data.Rubric) -> Table:
         elif items:
             passing = [i.id for i in items if i.status == "pass"]
             others = [i.id for i in items if i.status != "pass"]
-            what = ("all pass" if not others else "none pass" if not passing else
-                    f"all pass but {', '.join(others)}" if len(others) < len(passing) else
-                    f"pass: {', '.join(passing)}")
-            rows.append((f"{title}  {_points(items)}",
-                         Text(what, style="green" if passing else "dim")))
+            what = (
+                "all pass"
+                if not others
+                else "none pass"
+                if not passing
+                else f"all pass but {', '.join(others)}"
+                if len(others) < len(passing)
+                else f"pass: {', '.join(passing)}"
+            )
+            rows.append(
+                (f"{title}  {_points(items)}", Text(what, style="green" if passing else "dim"))
+            )
     for label, text in rows:
         grid.add_row(label, text)
     return grid
@@ -223,7 +266,7 @@ def _cause_line(cause: causes.Cause, width: int) -> Group:
     first_line = (quote(causes.evidence(cause.lead.message)).splitlines() or [""])[0]
     room = width - INDENT
     if len(first_line) > room:
-        first_line = first_line[:room - 1].rsplit(" ", 1)[0] + " …"
+        first_line = first_line[: room - 1].rsplit(" ", 1)[0] + " …"
     more = len(cause.members)
     after = f" (and {more} more item{'s' * (more != 1)})" if more else ""
     return Group(_item_line(cause.lead, after), _under(Text(first_line, no_wrap=True)))
@@ -237,8 +280,13 @@ def _members(cause: causes.Cause) -> Text:
 
 def _item_line(item: ItemResult, after: str = "") -> Text:
     label, style = STATUS_STYLE[item.status]
-    return Text.assemble("  ", (f"{label:<8}", style), f"{item.id:<23}",
-                         f"{item.points:g}/{item.max_points:g}".rjust(5), after)
+    return Text.assemble(
+        "  ",
+        (f"{label:<8}", style),
+        f"{item.id:<23}",
+        f"{item.points:g}/{item.max_points:g}".rjust(5),
+        after,
+    )
 
 
 def _points(items: list[ItemResult]) -> str:
@@ -260,8 +308,13 @@ def _under(*lines: Text) -> Padding:
     return Padding(Group(*lines), (0, 0, 0, INDENT), expand=False)
 
 
-def _level_lines(title: str, items: list[ItemResult], rubric: rubric_data.Rubric,
-                 verbose: bool = False, lead_of: dict[str, str] | None = None) -> Group:
+def _level_lines(
+    title: str,
+    items: list[ItemResult],
+    rubric: rubric_data.Rubric,
+    verbose: bool = False,
+    lead_of: dict[str, str] | None = None,
+) -> Group:
     """A group of items: its title, then one line an item; under one that does not pass (under
     every one, `verbose`), its message and (unless the worker could not run it, or it passes)
     a hint, indented. An item `lead_of` puts under another item's cause shows its evidence,
@@ -289,8 +342,11 @@ def _tells(result: GradeResult, rubric: rubric_data.Rubric) -> Panel:
     for tell in result.tells:
         if tell.detected:
             caps = rubric.tell(tell.id).caps
-            lines.append(Text.assemble(("DETECTED    ", "bold red"), (tell.id, "bold"),
-                                       f" (caps the level at {caps}):"))
+            lines.append(
+                Text.assemble(
+                    ("DETECTED    ", "bold red"), (tell.id, "bold"), f" (caps the level at {caps}):"
+                )
+            )
         elif tell.checked:
             lines.append(Text.assemble(("clear       ", "green"), tell.id, ":"))
         else:
@@ -308,9 +364,14 @@ def _tell_lines(result: GradeResult, rubric: rubric_data.Rubric) -> Group:
     leads = [c.lead for c in causes.causes(result)]
     for tell in (t for t in result.tells if t.detected):
         said = next((i.id for i in leads if tell.message and tell.message in i.message), None)
-        lines.append(Text.assemble(("Down-level tell DETECTED: ", "bold red"), (tell.id, "bold"),
-                                   f" (caps the level at {rubric.tell(tell.id).caps}):",
-                                   f" what {said} found, above" if said else ""))
+        lines.append(
+            Text.assemble(
+                ("Down-level tell DETECTED: ", "bold red"),
+                (tell.id, "bold"),
+                f" (caps the level at {rubric.tell(tell.id).caps}):",
+                f" what {said} found, above" if said else "",
+            )
+        )
         if not said:
             lines.append(_quoted(tell.message))
     clear = [t.id for t in result.tells if not t.detected and t.checked]
@@ -326,12 +387,16 @@ def _tell_lines(result: GradeResult, rubric: rubric_data.Rubric) -> Group:
 
 def _interviewer(items: tuple[rubric_data.InterviewerItem, ...]) -> Panel:
     lines = [Text(f"[ ] {item.prompt}") for item in items]
-    return Panel(Group(*lines), title="For the interviewer to mark (no test can judge these)",
-                 title_align="left")
+    return Panel(
+        Group(*lines),
+        title="For the interviewer to mark (no test can judge these)",
+        title_align="left",
+    )
 
 
-def print_closing(result: GradeResult, console: Console, command: str = "kata grade",
-                  grouped: bool = False) -> None:
+def print_closing(
+    result: GradeResult, console: Console, command: str = "kata grade", grouped: bool = False
+) -> None:
     """`closing`, then the command of its "Next:" line whole on a line of its own, never wrapped
     (so that it can be copied), however wide."""
     console.print(closing(result, command, grouped))
@@ -355,15 +420,17 @@ def closing(result: GradeResult, command: str = "kata grade", grouped: bool = Fa
     failing = [i.id for i in result.reported if i.status != "pass" and not i.unavailable]
     if result.unavailable:
         unrun = sum(1 for i in result.items if i.unavailable)
-        lines += [Text(f"Items not run ({unrun}):", style="bold red"),
-                  _quoted(result.unavailable)]
+        lines += [Text(f"Items not run ({unrun}):", style="bold red"), _quoted(result.unavailable)]
     if failing and grouped:
         found = causes.causes(result)
-        leads = ", ".join(c.lead.id + (f" (+{len(c.members)})" if c.members else "")
-                          for c in found)
-        lines.append(Text.assemble(("Not passing: ", "bold red"),
-                                   f"{len(failing)} item{'s' * (len(failing) != 1)}, {len(found)} "
-                                   f"cause{'s' * (len(found) != 1)}: {leads}"))
+        leads = ", ".join(c.lead.id + (f" (+{len(c.members)})" if c.members else "") for c in found)
+        lines.append(
+            Text.assemble(
+                ("Not passing: ", "bold red"),
+                f"{len(failing)} item{'s' * (len(failing) != 1)}, {len(found)} "
+                f"cause{'s' * (len(found) != 1)}: {leads}",
+            )
+        )
     elif failing:
         lines.append(Text.assemble(("Not passing: ", "bold red"), ", ".join(failing)))
     if not result.hidden:
@@ -381,8 +448,9 @@ def _command_lines(result: GradeResult, command: str) -> list[str]:
     return [next_step[1]] if next_step and next_step[1] else []
 
 
-def _next_step(result: GradeResult, failing: list[str], command: str
-               ) -> tuple[str, str | None] | None:
+def _next_step(
+    result: GradeResult, failing: list[str], command: str
+) -> tuple[str, str | None] | None:
     """What "Next:" says, and the command it leads to (printed whole on its own line)."""
     if failing:  # the first cause: its lead, whose hint and evidence the report gave
         failing = [causes.causes(result)[0].lead.id]
@@ -403,26 +471,35 @@ def _summary(result: GradeResult) -> Text:
     style = "bold green" if result.passed else "bold"
     if result.partial:
         earned, total = result.score + result.plus_score, result.max_score + result.plus_max_score
-        text = Text.assemble(("Partial run: ", "bold"), (partial_verdict(result.items), style),
-                             f"    ({earned:g}/{total:g} points)")
+        text = Text.assemble(
+            ("Partial run: ", "bold"),
+            (partial_verdict(result.items), style),
+            f"    ({earned:g}/{total:g} points)",
+        )
     else:
         label = "Level: " if tracks.get(result.track).levels else "Track: "
-        text = Text.assemble((label, "bold"), (result.level, style),
-                             f"    Score: {result.score:g}/{result.max_score:g}")
+        text = Text.assemble(
+            (label, "bold"),
+            (result.level, style),
+            f"    Score: {result.score:g}/{result.max_score:g}",
+        )
         if result.plus_started:
             text.append(f"    {rubric_data.PLUS}: {result.plus_score:g}/{result.plus_max_score:g}")
     if result.capped_by:
-        text.append(f"    (capped at {result.level} by {', '.join(result.capped_by)})",
-                    style="red")
+        text.append(f"    (capped at {result.level} by {', '.join(result.capped_by)})", style="red")
     if result.hidden:
-        text.append(f"    hidden cases of seed {result.seed} (--seed {result.seed} replays them)",
-                    style="dim")
+        text.append(
+            f"    hidden cases of seed {result.seed} (--seed {result.seed} replays them)",
+            style="dim",
+        )
     text.append(f"    isolation: {result.isolation}", style="dim")
     if result.isolation == "process" and result.hidden:  # an interviewer's: a stranger's file
         text.append(f"\n{PROCESS_FALLBACK_NOTE}", style="yellow")
     if result.grader_broke:
-        text.append("\nThe grader itself broke on some item (exit code 4): not the candidate's "
-                    "fault.", style="bold red")
+        text.append(
+            "\nThe grader itself broke on some item (exit code 4): not the candidate's fault.",
+            style="bold red",
+        )
     return text
 
 
@@ -441,9 +518,11 @@ def similarity_line(similarity: list[dict]) -> str:
     """A hidden run's `similarity` (graders.judge.similarity) in one line for the interviewer, said to
     be information rather than a verdict."""
     shares = ", ".join(f"{s['solution']} {s['fraction']:.0%}" for s in similarity)
-    return ("Similarity to the bundled solutions (the share of this file's code found in each, "
-            f"names and layout aside): {shares}. For the interviewer to weigh: it changes no "
-            "score.")
+    return (
+        "Similarity to the bundled solutions (the share of this file's code found in each, "
+        f"names and layout aside): {shares}. For the interviewer to weigh: it changes no "
+        "score."
+    )
 
 
 def _named(ids: list[str], one: str, many: str) -> str:
@@ -452,8 +531,9 @@ def _named(ids: list[str], one: str, many: str) -> str:
     return f"items {', '.join(ids)} {many}" if len(ids) <= 4 else f"{len(ids)} items {many}"
 
 
-def render_summary(result: GradeResult, console: Console, command: str = "kata grade",
-                   first: Collection[str] = ()) -> None:
+def render_summary(
+    result: GradeResult, console: Console, command: str = "kata grade", first: Collection[str] = ()
+) -> None:
     """A few lines for --watch: a rule with the time (HH:MM:SS), then each cause of what does
     not pass (graders.formats.causes; those led by an item in `first`, graded first, ahead):
     its lead with the first line of its message (as `quote` shows it), wrapped under its label,
@@ -473,10 +553,10 @@ def summary_lines(result: GradeResult, first: Collection[str] = ()) -> Table:
     for cause in causes.causes(result, frozenset(first)):
         label, style = STATUS_STYLE[cause.lead.status]
         first_line = (quote(cause.lead.message).splitlines() or [""])[0]
-        also = (f" (fails too: {', '.join(i.id for i in cause.members)})"
-                if cause.members else "")
-        lines.add_row(Text(label, style=style),
-                      Text(f"{cause.lead.id}: {first_line}{also}", overflow="fold"))
+        also = f" (fails too: {', '.join(i.id for i in cause.members)})" if cause.members else ""
+        lines.add_row(
+            Text(label, style=style), Text(f"{cause.lead.id}: {first_line}{also}", overflow="fold")
+        )
     return lines
 
 
@@ -489,8 +569,12 @@ def render_rubric(console: Console) -> None:
             title += f" (kata grade --track {beside.id})"
         if level == rubric_data.PLUS:
             title += " (past L6, once L6 passes: points outside the 100)"
-        table = Table(title=f"{title}  ({sum(i.points for i in items):g} points)",
-                      title_justify="left", expand=True, header_style="bold")
+        table = Table(
+            title=f"{title}  ({sum(i.points for i in items):g} points)",
+            title_justify="left",
+            expand=True,
+            header_style="bold",
+        )
         table.add_column("item", width=22, no_wrap=True)
         table.add_column("pts", justify="right", width=4)
         table.add_column("what passes", ratio=1)

@@ -63,22 +63,32 @@ def write_markdown(result: GradeResult, path: Path) -> None:
     if tracks.get(result.track).levels:
         lines += ["## Down-level tells", ""] + _tells(result, rubric) + [""]
     lines += ["## For the interviewer to mark (no test can judge these)", ""]
-    lines += [f"- [ ] {_inline(i.prompt)} — notes: ________"
-              for i in rubric.interviewer_of(tracks.get(result.track))]
+    lines += [
+        f"- [ ] {_inline(i.prompt)} — notes: ________"
+        for i in rubric.interviewer_of(tracks.get(result.track))
+    ]
     if result.similarity is not None:
         lines += ["", _inline(similarity_line(result.similarity))]
-    lines += ["", "**Decision:** hire / no hire: ________ · level: ______ · "
-                  "interviewer: ________________ · date: __________", ""]
+    lines += [
+        "",
+        "**Decision:** hire / no hire: ________ · level: ______ · "
+        "interviewer: ________________ · date: __________",
+        "",
+    ]
     write_atomically(path, "\n".join(lines))
 
 
 def _summary(result: GradeResult) -> str:
-    verdict = (f"**Partial run: {partial_verdict(result.items)}**" if result.partial
-               else f"**Level reached: {result.level}**")
+    verdict = (
+        f"**Partial run: {partial_verdict(result.items)}**"
+        if result.partial
+        else f"**Level reached: {result.level}**"
+    )
     parts = [date.today().isoformat(), verdict, f"score {result.score:g}/{result.max_score:g}"]
     if result.plus_started:
-        parts.append(f"{rubric_data.PLUS} {result.plus_score:g}/{result.plus_max_score:g} "
-                     "(outside the 100)")
+        parts.append(
+            f"{rubric_data.PLUS} {result.plus_score:g}/{result.plus_max_score:g} (outside the 100)"
+        )
     if result.capped_by:
         parts.append(f"capped at {result.level} by {', '.join(result.capped_by)}")
     if result.hidden:
@@ -94,20 +104,29 @@ def _summary(result: GradeResult) -> str:
     return text
 
 
-def _level_table(level: str, items: list[ItemResult], rubric: rubric_data.Rubric,
-                 lead_of: dict[str, str]) -> list[str]:
+def _level_table(
+    level: str, items: list[ItemResult], rubric: rubric_data.Rubric, lead_of: dict[str, str]
+) -> list[str]:
     earned = sum(i.points for i in items)
     total = sum(i.max_points for i in items)
-    rows = [f"## {level} ({earned:g}/{total:g} points)", "",
-            "| id | item | status | points | reason |", "| --- | --- | --- | --- | --- |"]
+    rows = [
+        f"## {level} ({earned:g}/{total:g} points)",
+        "",
+        "| id | item | status | points | reason |",
+        "| --- | --- | --- | --- | --- |",
+    ]
     for item in items:
         limit = PASS_REASON_CHARS if item.status == "pass" else OTHER_REASON_CHARS
         lead = lead_of.get(item.id, item.id)
-        reason = _quoted(item.message if lead == item.id
-                         else f"under {lead}: {causes.evidence(item.message)}", limit)
-        rows.append(f"| `{item.id}` | {_inline(rubric.item(item.id).title)} "
-                    f"| {STATUS_LABEL[item.status]} | {item.points:g}/{item.max_points:g} "
-                    f"| {reason} |")
+        reason = _quoted(
+            item.message if lead == item.id else f"under {lead}: {causes.evidence(item.message)}",
+            limit,
+        )
+        rows.append(
+            f"| `{item.id}` | {_inline(rubric.item(item.id).title)} "
+            f"| {STATUS_LABEL[item.status]} | {item.points:g}/{item.max_points:g} "
+            f"| {reason} |"
+        )
     return rows
 
 
@@ -116,8 +135,10 @@ def _tells(result: GradeResult, rubric: rubric_data.Rubric) -> list[str]:
     for tell in sorted(result.tells, key=lambda t: (not t.detected, not t.checked)):
         info = rubric.tell(tell.id)
         if tell.detected:
-            lines.append(f"- **DETECTED** `{tell.id}` ({_inline(info.title)}; caps the level at "
-                         f"{info.caps}): {_quoted(tell.message)}")
+            lines.append(
+                f"- **DETECTED** `{tell.id}` ({_inline(info.title)}; caps the level at "
+                f"{info.caps}): {_quoted(tell.message)}"
+            )
         elif tell.checked:
             lines.append(f"- clear `{tell.id}`: {_quoted(tell.message)}")
         else:

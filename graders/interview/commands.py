@@ -29,31 +29,40 @@ USAGE_ERROR = 2
 POLL_SECONDS = 0.05  # of the watch: a save is seen 0.05-0.1 s after it lands
 INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command ended by Ctrl-C
 # Seconds left: the warning then, for sessions longer than that.
-WARNINGS = {600: "Under 10 minutes left: finish the stage you are on, and answer its questions "
-                 "in answers.md.",
-            120: "Under 2 minutes left: save what you want graded; at time up the last save is "
-                 "graded with the hidden cases."}
+WARNINGS = {
+    600: "Under 10 minutes left: finish the stage you are on, and answer its questions "
+    "in answers.md.",
+    120: "Under 2 minutes left: save what you want graded; at time up the last save is "
+    "graded with the hidden cases.",
+}
 
 
-def start(console: Console, workspace: Path, minutes: float, strict: bool,
-          track: tracks.Track) -> int:
+def start(
+    console: Console, workspace: Path, minutes: float, strict: bool, track: tracks.Track
+) -> int:
     """`kata interview start DIR`: start or resume, then show the current stage."""
     try:
-        session, made, resumed = verbs.start(workspace, minutes=minutes, strict=strict,
-                                             track=track)
+        session, made, resumed = verbs.start(workspace, minutes=minutes, strict=strict, track=track)
     except (OSError, record.SessionBusy, ValueError) as exc:
         return _error(console, exc)
     for path in made:
         console.print(Text(f"created {file_name(path)}"))
-    console.print(Text("resumed the session" if resumed else "started the session", style="bold")
-                  + Text(f" in {file_name(workspace)}"))
+    console.print(
+        Text("resumed the session" if resumed else "started the session", style="bold")
+        + Text(f" in {file_name(workspace)}")
+    )
     show_stage(console, session, session["stage"])
     console.print(status(session, time.time()))
     return 0
 
 
-def save(console: Console, workspace: Path, workers=None, ticking: bool = False,
-         own_tests: OwnTestsVerdict | None = None) -> int:
+def save(
+    console: Console,
+    workspace: Path,
+    workers=None,
+    ticking: bool = False,
+    own_tests: OwnTestsVerdict | None = None,
+) -> int:
     """`kata interview save DIR`: snapshot, grade, record; the verdict and the status line (left
     to the interactive verb's own when it keeps one `ticking`). Without `workers`, they are
     started first: their torch imports overlap this process's own. `own_tests`: the verdict the
@@ -109,8 +118,15 @@ def _interrupted(console: Console, exc: "verbs.Interrupted", workspace: Path) ->
     return INTERRUPTED
 
 
-def report(console: Console, workspace: Path, markdown: Path | None, json_path: Path | None,
-           plot: Path | None, html: Path | None = None, sandbox=None) -> int:
+def report(
+    console: Console,
+    workspace: Path,
+    markdown: Path | None,
+    json_path: Path | None,
+    plot: Path | None,
+    html: Path | None = None,
+    sandbox=None,
+) -> int:
     """`kata interview report DIR`: the report in the terminal, and the files asked for (`html`:
     the page of graders.interview.page). With `sandbox` (`--verify`), every snapshot is graded
     again in it first and each claim checked (graders.interview.verify); without, the record is
@@ -128,8 +144,9 @@ def report(console: Console, workspace: Path, markdown: Path | None, json_path: 
             write_atomically(markdown, review.markdown(session, workspace, checked))
             console.print(Text(f"wrote {file_name(markdown)}"), soft_wrap=True)
         if json_path is not None:
-            write_atomically(json_path, json.dumps(review.to_json(session, workspace, checked),
-                                                   indent=2) + "\n")
+            write_atomically(
+                json_path, json.dumps(review.to_json(session, workspace, checked), indent=2) + "\n"
+            )
             console.print(Text(f"wrote {file_name(json_path)}"), soft_wrap=True)
         if html is not None:
             from graders.interview import page
@@ -140,8 +157,13 @@ def report(console: Console, workspace: Path, markdown: Path | None, json_path: 
             review.save_png(session, plot)
             console.print(Text(f"wrote {file_name(plot)}"), soft_wrap=True)
     except ImportError:
-        console.print(Text("matplotlib is not installed (pip install 'kvkata[bench]'): the "
-                           "text strip above is the plot", style="yellow"))
+        console.print(
+            Text(
+                "matplotlib is not installed (pip install 'kvkata[bench]'): the "
+                "text strip above is the plot",
+                style="yellow",
+            )
+        )
     except (OSError, OutputError, ValueError) as exc:
         return _error(console, exc)
     return 0
@@ -174,15 +196,17 @@ def _checked(console: Console, session: dict, workspace: Path, sandbox):
     try:
         sandbox.resolve()  # refused before anything is said or run
         count = len(review.saves(session)) + (session["final"] is not None)
-        console.print(Text(f"--verify: grading {count} snapshot(s) again ...", style="dim"),
-                      soft_wrap=True)
+        console.print(
+            Text(f"--verify: grading {count} snapshot(s) again ...", style="dim"), soft_wrap=True
+        )
         return verify.verify(session, workspace, sandbox)
     except SandboxUnavailable as exc:
         raise ValueError(str(exc)) from None
 
 
-def interactive(console: Console, workspace: Path, minutes: float, strict: bool,
-                track: tracks.Track) -> int:
+def interactive(
+    console: Console, workspace: Path, minutes: float, strict: bool, track: tracks.Track
+) -> int:
     """`kata interview [DIR]`: start or resume, show the stage, grade every save of the files
     until time up or Ctrl-C, then end. The whole session holds the workspace's lock."""
     from graders.workflows.watch import watch
@@ -195,26 +219,41 @@ def interactive(console: Console, workspace: Path, minutes: float, strict: bool,
                 return code if session is None else end(console, workspace)
             chosen = tracks.get(session["track"])
             paths = [p for p in verbs.files(workspace, chosen) if p]
-            console.print(Text(f"watching {', '.join(p.name for p in paths)}: save to be graded "
-                               "(Ctrl-C ends the session)", style="dim"))
+            console.print(
+                Text(
+                    f"watching {', '.join(p.name for p in paths)}: save to be graded "
+                    "(Ctrl-C ends the session)",
+                    style="dim",
+                )
+            )
             ahead, own_tests, ticker = NextWorkers(workspace), OwnTestsVerdict(), Ticker(console)
 
             def graded() -> None:
                 _clear_status(console)
                 with_tests = not own_tests.covers(verbs.files(workspace, chosen)[1])
-                save(console, workspace, ahead.take(with_tests), ticking=console.is_terminal,
-                     own_tests=own_tests)
+                save(
+                    console,
+                    workspace,
+                    ahead.take(with_tests),
+                    ticking=console.is_terminal,
+                    own_tests=own_tests,
+                )
                 ticker.reread()
                 ahead.start()  # torch imported in them while the files are edited
 
             try:
-                watch(paths, graded, poll=POLL_SECONDS,
-                      stop=lambda: ticker.time_up(workspace, time.time()))
+                watch(
+                    paths,
+                    graded,
+                    poll=POLL_SECONDS,
+                    stop=lambda: ticker.time_up(workspace, time.time()),
+                )
             finally:
                 _clear_status(console)
                 ahead.close()
-            console.print(Text("\nthe session ends: the final grade, with the hidden cases",
-                               style="bold"))
+            console.print(
+                Text("\nthe session ends: the final grade, with the hidden cases", style="bold")
+            )
             return end(console, workspace)
     except (record.SessionBusy, OSError, ValueError) as exc:  # ValueError: a record edited
         return _error(console, exc)
@@ -247,15 +286,18 @@ class Ticker:
         if due:
             self.warned.update(due)
             _clear_status(self.console)
-            self.console.print(Text(WARNINGS[min(due)], style="bold red" if min(due) == min(
-                WARNINGS) else "bold yellow"))  # wrapped at the terminal's width
+            self.console.print(
+                Text(
+                    WARNINGS[min(due)],
+                    style="bold red" if min(due) == min(WARNINGS) else "bold yellow",
+                )
+            )  # wrapped at the terminal's width
             self.ticked = float("-inf")
         if self.console.is_terminal and now - self.ticked >= 1:
             self.ticked = now
             self.console.file.write("\r")
             # one line, cut to the terminal's width: "\r" rewrites a line, not a wrapped one
-            self.console.print(status(self.session, now), end="", no_wrap=True,
-                               overflow="ellipsis")
+            self.console.print(status(self.session, now), end="", no_wrap=True, overflow="ellipsis")
             self.console.file.write("\x1b[K")
             self.console.file.flush()
         return left <= 0
@@ -273,8 +315,9 @@ def show_stage(console: Console, session: dict, stage: str) -> None:
         console.print(Text(f"  {item.id}: {item.title}"))
     questions = verbs.questions(stage) if track.levels else []
     if questions:
-        console.print(Text("\nQuestions (answer each under its heading in answers.md):",
-                           style="bold"))
+        console.print(
+            Text("\nQuestions (answer each under its heading in answers.md):", style="bold")
+        )
         for item in questions:
             console.print(Text(f"  {item.id}: {QUESTIONS[item.id]}"))
 
@@ -286,18 +329,29 @@ def show_verdict(console: Console, saved: verbs.Saved) -> None:
     from graders.formats.report import summary_lines
 
     event = saved.event
-    console.rule(Text(f"{printable(event['snapshot'])} at {review.clock(event['t'])}"),
-                 align="left", style="dim")
+    console.rule(
+        Text(f"{printable(event['snapshot'])} at {review.clock(event['t'])}"),
+        align="left",
+        style="dim",
+    )
     console.print(summary_lines(saved.result))
     if saved.result.unavailable:
         console.print(Text(f"  not run: {quote(saved.result.unavailable)}"), overflow="fold")
-    console.print(Text(f"{printable(event['level'])}, {event['score']:g} points, "
-                       f"{len(event['passing'])} of {len(saved.result.items)} items pass",
-                       style="bold green" if saved.result.passed else "bold"))
+    console.print(
+        Text(
+            f"{printable(event['level'])}, {event['score']:g} points, "
+            f"{len(event['passing'])} of {len(saved.result.items)} items pass",
+            style="bold green" if saved.result.passed else "bold",
+        )
+    )
     if saved.opened:
-        console.print(Text(f"Stage {printable(event['level'])} is complete: stage "
-                           f"{printable(saved.opened)} opens.",
-                           style="bold green"))
+        console.print(
+            Text(
+                f"Stage {printable(event['level'])} is complete: stage "
+                f"{printable(saved.opened)} opens.",
+                style="bold green",
+            )
+        )
 
 
 def warnings(session: dict, left: float) -> list[int]:
@@ -315,8 +369,11 @@ def status(session: dict, now: float) -> Text:
     under = warnings(session, left)
     warning = f", under {min(under) // 60} minutes!" if under else ""
     style = ("bold red" if min(under) == min(WARNINGS) else "bold yellow") if under else "cyan"
-    return Text(f"[{review.clock(left)} left{warning} | stage {printable(session['stage'])} | "
-                f"level {printable(level)} | {len(saves)} saves]", style=style)
+    return Text(
+        f"[{review.clock(left)} left{warning} | stage {printable(session['stage'])} | "
+        f"level {printable(level)} | {len(saves)} saves]",
+        style=style,
+    )
 
 
 def _clear_status(console: Console) -> None:

@@ -63,8 +63,9 @@ class Snapshot:
     readable: bool = True
 
 
-def write_html(session: dict, workspace: Path, path: Path,
-               checked: verify.Verification | None = None) -> None:
+def write_html(
+    session: dict, workspace: Path, path: Path, checked: verify.Verification | None = None
+) -> None:
     from graders.shared.output_files import write_atomically
 
     write_atomically(path, page(session, workspace, checked))
@@ -77,23 +78,38 @@ def page(session: dict, workspace: Path, checked: verify.Verification | None = N
     checked = checked or verify.unverified(session, workspace)
     track = tracks.get(session["track"])
     shots = snapshots(session, workspace)
-    final = (None if session["final"] is None
-             else result_from_json(session["final"], track.id))
+    final = None if session["final"] is None else result_from_json(session["final"], track.id)
     body = join(
-        el("h1", f"Interview session: {track.id}, {session['minutes']:g} minutes",
-           " (strict)" if session["strict"] else ""),
+        el(
+            "h1",
+            f"Interview session: {track.id}, {session['minutes']:g} minutes",
+            " (strict)" if session["strict"] else "",
+        ),
         _provenance(session, checked),
         _facts(session),
-        el("h2", "Timeline"), _timeline(session, shots, track), _legend(track),
+        el("h2", "Timeline"),
+        _timeline(session, shots, track),
+        _legend(track),
         el("h2", f"Snapshots ({len(shots)})"),
         _stepper(shots) if shots else el("p", "No save yet: nothing to step through."),
-        el("noscript", el("p", "Without JavaScript every snapshot is shown below, in order; "
-                               "stepping through them needs it.", cls="dim")),
+        el(
+            "noscript",
+            el(
+                "p",
+                "Without JavaScript every snapshot is shown below, in order; "
+                "stepping through them needs it.",
+                cls="dim",
+            ),
+        ),
         [_snapshot(shot, len(shots), shots, checked) for shot in shots],
-        el("h2", "Final grade (hidden cases)"), _final_check(session, checked),
-        grade_section(final) if final else el("p", "Not yet: the session has not ended "
-                                                   "(kata interview end DIR)."),
-        el("h2", "Conceptual questions"), _answers(session, workspace))
+        el("h2", "Final grade (hidden cases)"),
+        _final_check(session, checked),
+        grade_section(final)
+        if final
+        else el("p", "Not yet: the session has not ended (kata interview end DIR)."),
+        el("h2", "Conceptual questions"),
+        _answers(session, workspace),
+    )
     return document(f"Interview session: {track.id}", body)
 
 
@@ -107,9 +123,18 @@ def snapshots(session: dict, workspace: Path) -> list[Snapshot]:
     for event in session["events"]:
         if event["kind"] == "save":
             before = shots[-1].passing if shots else set()
-            shots.append(Snapshot(event, len(shots) + 1, track.id, stage,
-                                  verbs.stage_items(track, stage) if stage in verbs.stages(track)
-                                  else [], set(event["passing"]), before, since=waiting))
+            shots.append(
+                Snapshot(
+                    event,
+                    len(shots) + 1,
+                    track.id,
+                    stage,
+                    verbs.stage_items(track, stage) if stage in verbs.stages(track) else [],
+                    set(event["passing"]),
+                    before,
+                    since=waiting,
+                )
+            )
             waiting = []
         elif event["kind"] == "stage":
             stage = event["stage"]
@@ -143,14 +168,21 @@ def _read(shot: Snapshot, workspace: Path, track: tracks.Track, previous: dict) 
     if previous:
         lines = []
         for file in sorted(set(previous) | set(current)):
-            lines += difflib.unified_diff(previous.get(file, "").splitlines(),
-                                          current.get(file, "").splitlines(),
-                                          f"before/{file}", f"now/{file}", lineterm="")
+            lines += difflib.unified_diff(
+                previous.get(file, "").splitlines(),
+                current.get(file, "").splitlines(),
+                f"before/{file}",
+                f"now/{file}",
+                lineterm="",
+            )
         shot.diff = "\n".join(lines)
-    shot.files = {file: None if previous.get(file) == source else source
-                  for file, source in current.items()}
-    shot.changed = {file: _changed_lines(previous[file], source) if file in previous else set()
-                    for file, source in current.items()}
+    shot.files = {
+        file: None if previous.get(file) == source else source for file, source in current.items()
+    }
+    shot.changed = {
+        file: _changed_lines(previous[file], source) if file in previous else set()
+        for file, source in current.items()
+    }
     previous.clear()
     previous.update(current)
 
@@ -160,18 +192,29 @@ def _provenance(session: dict, checked: verify.Verification) -> Html:
     shown as written (no --verify), verified, or edited; the stages' check; the record's word."""
     said = review.verdict_lines(session, checked)
     state = "edited" if checked.edited else "verified" if checked.verified else "written"
-    first = (el("p", el("b", said[0])) if checked.verified  # "Verified: ..." or "EDITED: ..."
-             else el("p", el("b", "Shown as written. "), said[0]))
-    return el("div", first, [el("p", line) for line in said[1:]],
-              el("p", review.stages_line(session, checked)) if checked.verified else None,
-              el("p", f"The record's word (no grade checks it): {verify.RECORDS_WORD}.",
-                 cls="dim"), cls=f"provenance {state}")
+    first = (
+        el("p", el("b", said[0]))
+        if checked.verified  # "Verified: ..." or "EDITED: ..."
+        else el("p", el("b", "Shown as written. "), said[0])
+    )
+    return el(
+        "div",
+        first,
+        [el("p", line) for line in said[1:]],
+        el("p", review.stages_line(session, checked)) if checked.verified else None,
+        el("p", f"The record's word (no grade checks it): {verify.RECORDS_WORD}.", cls="dim"),
+        cls=f"provenance {state}",
+    )
 
 
 def _check_badge(verdict: verify.Verdict, differences: tuple[str, ...] = ()) -> Html:
     """A claim's check as a badge: agrees, DISAGREES or not checked, what differs as its title."""
-    return el("span", review.MARKS[verdict], cls=f"badge {CHECK_CLASS[verdict]}",
-              title=review.mark(verdict, differences))
+    return el(
+        "span",
+        review.MARKS[verdict],
+        cls=f"badge {CHECK_CLASS[verdict]}",
+        title=review.mark(verdict, differences),
+    )
 
 
 def _name_check(checked: verify.Verification, name: object) -> Html | None:
@@ -190,44 +233,78 @@ def _final_check(session: dict, checked: verify.Verification) -> Html | None:
     if final is None:
         return None
     check = checked.final
-    again = None if check is None else el(
-        "p", f"Graded again with --hidden at seed {final['seed']}: "
-        + (f"{check.graded.level}, {check.graded.score:g} points" if check.graded
-           else "no snapshot") + ": " + review.mark(check.verdict, check.differences),
-        cls=CHECK_CLASS[check.verdict])
+    again = (
+        None
+        if check is None
+        else el(
+            "p",
+            f"Graded again with --hidden at seed {final['seed']}: "
+            + (
+                f"{check.graded.level}, {check.graded.score:g} points"
+                if check.graded
+                else "no snapshot"
+            )
+            + ": "
+            + review.mark(check.verdict, check.differences),
+            cls=CHECK_CLASS[check.verdict],
+        )
+    )
     return join(again, _name_check(checked, str(final["implementation"]).split("/")[0]))
 
 
 def _facts(session: dict) -> Html:
     found = review.figures(session)
-    facts = [("Track", session["track"]), ("Started", session["started"]),
-             ("Ended", session["ended"] or "still running"), ("Stage reached", session["stage"]),
-             ("Saves", len(review.saves(session))),
-             *((f"Time to {level}", review.clock(t)) for level, t in
-               found["time_to_level"].items()),
-             ("Hints", len(found["hints"])), ("Solutions read", len(found["solutions"]))]
+    facts = [
+        ("Track", session["track"]),
+        ("Started", session["started"]),
+        ("Ended", session["ended"] or "still running"),
+        ("Stage reached", session["stage"]),
+        ("Saves", len(review.saves(session))),
+        *((f"Time to {level}", review.clock(t)) for level, t in found["time_to_level"].items()),
+        ("Hints", len(found["hints"])),
+        ("Solutions read", len(found["solutions"])),
+    ]
     if session["strict"]:
         facts.append(("Refused (strict)", len(found["refused"])))
     if found["final"]:
-        facts.append(("Final", f"{found['final']['level'] or 'partial'}, "
-                               f"{found['final']['score']:g}/{found['final']['max_score']:g}"))
-    first = el("details", el("summary", "First pass of each item"),
-               el("table", el("tbody", [el("tr", el("td", el("code", item)),
-                                           el("td", review.clock(t), cls="num"))
-                                        for item, t in found["first_pass"].items()])))
-    return join(el("ul", [el("li", el("b", name), str(value)) for name, value in facts],
-                   cls="facts"), first)
+        facts.append(
+            (
+                "Final",
+                f"{found['final']['level'] or 'partial'}, "
+                f"{found['final']['score']:g}/{found['final']['max_score']:g}",
+            )
+        )
+    first = el(
+        "details",
+        el("summary", "First pass of each item"),
+        el(
+            "table",
+            el(
+                "tbody",
+                [
+                    el("tr", el("td", el("code", item)), el("td", review.clock(t), cls="num"))
+                    for item, t in found["first_pass"].items()
+                ],
+            ),
+        ),
+    )
+    return join(
+        el("ul", [el("li", el("b", name), str(value)) for name, value in facts], cls="facts"), first
+    )
 
 
 def _timeline(session: dict, shots: list[Snapshot], track: tracks.Track) -> Html:
     """The session drawn: time across (minutes), the score of each save up, its level as its
     colour; stage openings as dashed lines, hints, solutions and refusals on the lane below."""
     order = verbs.ranks(track)
-    top_score = max([sum(i.points for i in rubric_data.load().track(track)),
-                     *(float(s.event["score"]) for s in shots)])
+    top_score = max(
+        [
+            sum(i.points for i in rubric_data.load().track(track)),
+            *(float(s.event["score"]) for s in shots),
+        ]
+    )
     last = max([float(e["t"]) for e in session["events"]], default=0.0)
-    ended = (verbs.elapsed(session, record.epoch(session["ended"])) if session["ended"]
-             else None)
+    ended = verbs.elapsed(session, record.epoch(session["ended"])) if session["ended"] else None
     span = max(60.0, session["minutes"] * 60, last, ended or 0.0)
 
     def x(t: float) -> float:
@@ -238,49 +315,102 @@ def _timeline(session: dict, shots: list[Snapshot], track: tracks.Track) -> Html
 
     parts = []
     for share in (0, 0.25, 0.5, 0.75, 1):
-        parts += [el("line", x1=LEFT, x2=WIDTH - RIGHT, y1=y(share * top_score),
-                     y2=y(share * top_score), cls="grid"),
-                  el("text", f"{share * top_score:g}", x=LEFT - 6, y=y(share * top_score) + 4,
-                     text_anchor="end")]
+        parts += [
+            el(
+                "line",
+                x1=LEFT,
+                x2=WIDTH - RIGHT,
+                y1=y(share * top_score),
+                y2=y(share * top_score),
+                cls="grid",
+            ),
+            el(
+                "text",
+                f"{share * top_score:g}",
+                x=LEFT - 6,
+                y=y(share * top_score) + 4,
+                text_anchor="end",
+            ),
+        ]
     step = 10 if span > 1800 else 5 if span > 600 else 1
     for minute in range(0, int(span // 60) + 1, step):
-        parts.append(el("text", f"{minute}m", x=x(minute * 60), y=HEIGHT - 12,
-                        text_anchor="middle"))
+        parts.append(
+            el("text", f"{minute}m", x=x(minute * 60), y=HEIGHT - 12, text_anchor="middle")
+        )
     parts.append(el("line", x1=LEFT, x2=WIDTH - RIGHT, y1=BOTTOM, y2=BOTTOM, cls="axis"))
     parts.append(el("text", "score", x=8, y=TOP - 10))
     parts.append(el("text", "events", x=8, y=LANE + 4))
     if ended is not None:
         right = x(ended) > WIDTH - 80  # the label on the line's left, where the right is short
-        parts += [el("line", x1=x(ended), x2=x(ended), y1=TOP, y2=LANE + 8, cls="end"),
-                  el("text", "ended", x=x(ended) + (-4 if right else 4), y=TOP - 10,
-                     text_anchor="end" if right else "start")]
+        parts += [
+            el("line", x1=x(ended), x2=x(ended), y1=TOP, y2=LANE + 8, cls="end"),
+            el(
+                "text",
+                "ended",
+                x=x(ended) + (-4 if right else 4),
+                y=TOP - 10,
+                text_anchor="end" if right else "start",
+            ),
+        ]
     stages = [event for event in session["events"] if event["kind"] == "stage"]
     for row, event in enumerate(stages):
         # Labels of stages opened close together stand on rows of their own.
-        parts += [el("line", x1=x(event["t"]), x2=x(event["t"]), y1=TOP - 4, y2=BOTTOM,
-                     cls="stage"),
-                  el("text", f"{event['stage']} opens", x=x(event["t"]) + 4,
-                     y=TOP + 8 + 13 * (row % 3), cls="stage-label")]
+        parts += [
+            el("line", x1=x(event["t"]), x2=x(event["t"]), y1=TOP - 4, y2=BOTTOM, cls="stage"),
+            el(
+                "text",
+                f"{event['stage']} opens",
+                x=x(event["t"]) + 4,
+                y=TOP + 8 + 13 * (row % 3),
+                cls="stage-label",
+            ),
+        ]
     for event in session["events"]:
         if event["kind"] in ("hint", "solution", "refused"):
             parts.append(_mark(event, x(event["t"])))
     points = [(x(0), y(0))]
     for shot in shots:
-        points += [(x(shot.event["t"]), points[-1][1]), (x(shot.event["t"]),
-                                                           y(shot.event["score"]))]
+        points += [
+            (x(shot.event["t"]), points[-1][1]),
+            (x(shot.event["t"]), y(shot.event["score"])),
+        ]
     points.append((x(ended if ended is not None else last), points[-1][1]))
     parts.append(el("polyline", points=" ".join(f"{a},{b}" for a, b in points), cls="score"))
     for shot in shots:
         level = str(shot.event["level"])
         rank = _rank(level, order)
-        label = (f"snapshot {shot.event['snapshot']} at {review.clock(shot.event['t'])}: "
-                 f"{level}, {float(shot.event['score']):g} points")
-        parts.append(el("a", el("g", el("circle", el("title", label), cx=x(shot.event["t"]),
-                                        cy=y(shot.event["score"]), r=6, cls=f"lv{rank}"),
-                                cls="save", data_step=shot.index - 1),
-                        href=f"#snap-{shot.index}"))
-    return el("svg", parts, viewBox=f"0 0 {WIDTH} {HEIGHT}", cls="timeline", role="img",
-              aria_label="the session's timeline", xmlns="http://www.w3.org/2000/svg")
+        label = (
+            f"snapshot {shot.event['snapshot']} at {review.clock(shot.event['t'])}: "
+            f"{level}, {float(shot.event['score']):g} points"
+        )
+        parts.append(
+            el(
+                "a",
+                el(
+                    "g",
+                    el(
+                        "circle",
+                        el("title", label),
+                        cx=x(shot.event["t"]),
+                        cy=y(shot.event["score"]),
+                        r=6,
+                        cls=f"lv{rank}",
+                    ),
+                    cls="save",
+                    data_step=shot.index - 1,
+                ),
+                href=f"#snap-{shot.index}",
+            )
+        )
+    return el(
+        "svg",
+        parts,
+        viewBox=f"0 0 {WIDTH} {HEIGHT}",
+        cls="timeline",
+        role="img",
+        aria_label="the session's timeline",
+        xmlns="http://www.w3.org/2000/svg",
+    )
 
 
 def _rank(level: object, order: list[str]) -> int:
@@ -292,93 +422,149 @@ def _rank(level: object, order: list[str]) -> int:
 def _mark(event: dict, at: float) -> Html:
     """A hint (a triangle), a solution read (a square) or a refusal (a diamond) on the lane."""
     kind = event["kind"]
-    what = (f"hint {event.get('item')} step {event.get('step')}" if kind == "hint"
-            else f"solution {event.get('item')}" if kind == "solution"
-            else f"refused: {event.get('what')} {event.get('item')}")
-    shape = {"hint": f"{at - 6},{LANE + 6} {at + 6},{LANE + 6} {at},{LANE - 6}",
-             "solution": f"{at - 5},{LANE - 5} {at + 5},{LANE - 5} {at + 5},{LANE + 5} "
-                         f"{at - 5},{LANE + 5}",
-             "refused": f"{at},{LANE - 7} {at + 7},{LANE} {at},{LANE + 7} {at - 7},{LANE}"}[kind]
-    return el("polygon", el("title", f"{what} at {review.clock(event['t'])}"), points=shape,
-              cls=kind)
+    what = (
+        f"hint {event.get('item')} step {event.get('step')}"
+        if kind == "hint"
+        else f"solution {event.get('item')}"
+        if kind == "solution"
+        else f"refused: {event.get('what')} {event.get('item')}"
+    )
+    shape = {
+        "hint": f"{at - 6},{LANE + 6} {at + 6},{LANE + 6} {at},{LANE - 6}",
+        "solution": f"{at - 5},{LANE - 5} {at + 5},{LANE - 5} {at + 5},{LANE + 5} "
+        f"{at - 5},{LANE + 5}",
+        "refused": f"{at},{LANE - 7} {at + 7},{LANE} {at},{LANE + 7} {at - 7},{LANE}",
+    }[kind]
+    return el(
+        "polygon", el("title", f"{what} at {review.clock(event['t'])}"), points=shape, cls=kind
+    )
 
 
 def _legend(track: tracks.Track) -> Html:
     def swatch(cls: str, shape: Html) -> Html:
         return el("svg", shape, width=14, height=14, viewBox="0 0 14 14", cls=cls)
 
-    levels = [el("span", swatch("", el("circle", cx=7, cy=7, r=6, cls=f"lv{rank}")), " ", level)
-              for rank, level in enumerate(verbs.ranks(track))]
-    marks = [el("span", swatch("timeline-mark", el("polygon", points=points, cls=kind)), " ",
-                label)
-             for kind, points, label in (("hint", "1,13 13,13 7,1", "hint asked"),
-                                         ("solution", "2,2 12,2 12,12 2,12", "solution read"),
-                                         ("refused", "7,0 14,7 7,14 0,7", "refused (strict)"))]
+    levels = [
+        el("span", swatch("", el("circle", cx=7, cy=7, r=6, cls=f"lv{rank}")), " ", level)
+        for rank, level in enumerate(verbs.ranks(track))
+    ]
+    marks = [
+        el("span", swatch("timeline-mark", el("polygon", points=points, cls=kind)), " ", label)
+        for kind, points, label in (
+            ("hint", "1,13 13,13 7,1", "hint asked"),
+            ("solution", "2,2 12,2 12,12 2,12", "solution read"),
+            ("refused", "7,0 14,7 7,14 0,7", "refused (strict)"),
+        )
+    ]
     return el("div", levels, marks, el("span", "dashed: a stage opens"), cls="legend")
 
 
 def _stepper(shots: list[Snapshot]) -> Html:
-    return el("div", el("button", "\u2190 previous", type="button", data_go="prev"),
-              el("input", type="range", min=0, max=len(shots) - 1, value=0,
-                 aria_label="snapshot"),
-              el("button", "next \u2192", type="button", data_go="next"),
-              el("output", _label(shots[0], len(shots))), data_stepper=True, cls="stepper")
+    return el(
+        "div",
+        el("button", "\u2190 previous", type="button", data_go="prev"),
+        el("input", type="range", min=0, max=len(shots) - 1, value=0, aria_label="snapshot"),
+        el("button", "next \u2192", type="button", data_go="next"),
+        el("output", _label(shots[0], len(shots))),
+        data_stepper=True,
+        cls="stepper",
+    )
 
 
 def _label(shot: Snapshot, total: int) -> str:
-    return (f"snapshot {shot.index} of {total} · {review.clock(shot.event['t'])} · "
-            f"{shot.event['level']} · {float(shot.event['score']):g} points")
+    return (
+        f"snapshot {shot.index} of {total} · {review.clock(shot.event['t'])} · "
+        f"{shot.event['level']} · {float(shot.event['score']):g} points"
+    )
 
 
-def _snapshot(shot: Snapshot, total: int, shots: list[Snapshot],
-              checked: verify.Verification) -> Html:
+def _snapshot(
+    shot: Snapshot, total: int, shots: list[Snapshot], checked: verify.Verification
+) -> Html:
     event = shot.event
     before = shots[shot.index - 2] if shot.index > 1 else None
     gained = float(event["score"]) - (float(before.event["score"]) if before else 0.0)
     order = verbs.ranks(tracks.get(shot.track))
     check = checked.save_of(event)
     name_check = _name_check(checked, event["snapshot"])
-    heading = el("h3", f"Snapshot {event['snapshot']}",
-                 el("span", f"at {review.clock(event['t'])}", cls="dim"),
-                 el("span", str(event["level"]), cls=f"badge lv{_rank(event['level'], order)}"),
-                 el("span", f"{float(event['score']):g} points ({gained:+g})"),
-                 _check_badge(check.verdict, check.differences) if check else None,
-                 el("span", "EDITED", cls="badge edited") if name_check else None)
-    again = None if check is None else el(
-        "p", f"Graded again at stage {check.stage}: "
-        + (check.graded.summary() if check.graded else "no snapshot") + ": "
-        + review.mark(check.verdict, check.differences),
-        cls=CHECK_CLASS[check.verdict])
-    verdict = el("div", el("h4", f"Verdict: the items of stage {shot.stage}"),
-                 el("ul", [_verdict_line(item, shot) for item in shot.graded], cls="verdict"),
-                 el("p", "The record keeps which items passed, not why the others did not.",
-                    cls="dim"),
-                 _since(shot))
+    heading = el(
+        "h3",
+        f"Snapshot {event['snapshot']}",
+        el("span", f"at {review.clock(event['t'])}", cls="dim"),
+        el("span", str(event["level"]), cls=f"badge lv{_rank(event['level'], order)}"),
+        el("span", f"{float(event['score']):g} points ({gained:+g})"),
+        _check_badge(check.verdict, check.differences) if check else None,
+        el("span", "EDITED", cls="badge edited") if name_check else None,
+    )
+    again = (
+        None
+        if check is None
+        else el(
+            "p",
+            f"Graded again at stage {check.stage}: "
+            + (check.graded.summary() if check.graded else "no snapshot")
+            + ": "
+            + review.mark(check.verdict, check.differences),
+            cls=CHECK_CLASS[check.verdict],
+        )
+    )
+    verdict = el(
+        "div",
+        el("h4", f"Verdict: the items of stage {shot.stage}"),
+        el("ul", [_verdict_line(item, shot) for item in shot.graded], cls="verdict"),
+        el("p", "The record keeps which items passed, not why the others did not.", cls="dim"),
+        _since(shot),
+    )
     if not shot.readable:
-        changes = el("p", "Not a snapshot name the kata makes (NNN-<8 hex digits>): its "
-                          "folder is not read.", cls="fail")
+        changes = el(
+            "p",
+            "Not a snapshot name the kata makes (NNN-<8 hex digits>): its folder is not read.",
+            cls="fail",
+        )
     elif before is None:
         changes = el("p", "The first snapshot: nothing before it.", cls="dim")
     else:
-        changes = el("div", el("h4", f"Diff from snapshot {before.event['snapshot']}"),
-                     _diff(shot.diff) if shot.diff else el("p", "No change in the files (a "
-                                                                "stage opened: graded again).",
-                                                           cls="dim"))
+        changes = el(
+            "div",
+            el("h4", f"Diff from snapshot {before.event['snapshot']}"),
+            _diff(shot.diff)
+            if shot.diff
+            else el("p", "No change in the files (a stage opened: graded again).", cls="dim"),
+        )
     files = [_file(name, source, shot, shots) for name, source in shot.files.items()]
     files += [el("p", el("code", name), ": ", why, cls="fail") for name, why in shot.unread.items()]
-    return el("section", heading, name_check, again, el("div", verdict, changes, cls="columns"),
-              files,
-              cls="snapshot", id=f"snap-{shot.index}", data_label=_label(shot, total))
+    return el(
+        "section",
+        heading,
+        name_check,
+        again,
+        el("div", verdict, changes, cls="columns"),
+        files,
+        cls="snapshot",
+        id=f"snap-{shot.index}",
+        data_label=_label(shot, total),
+    )
 
 
 def _verdict_line(item: str, shot: Snapshot) -> Html:
     passes = item in shot.passing
-    change = (el("span", "now passes" if passes else "stopped passing",
-                 cls=f"change {'new' if passes else 'lost'}")
-              if passes != (item in shot.before) else None)
-    return el("li", el("span", "PASS" if passes else "not passing",
-                       cls=f"badge {'pass' if passes else 'fail'}"),
-              el("span", item, cls="id"), change)
+    change = (
+        el(
+            "span",
+            "now passes" if passes else "stopped passing",
+            cls=f"change {'new' if passes else 'lost'}",
+        )
+        if passes != (item in shot.before)
+        else None
+    )
+    return el(
+        "li",
+        el(
+            "span", "PASS" if passes else "not passing", cls=f"badge {'pass' if passes else 'fail'}"
+        ),
+        el("span", item, cls="id"),
+        change,
+    )
 
 
 def _since(shot: Snapshot) -> Html | None:
@@ -387,41 +573,69 @@ def _since(shot: Snapshot) -> Html | None:
     lines = []
     for event in shot.since:
         kind, at = event["kind"], review.clock(event["t"])
-        lines.append(el("li", f"{at}: " + (
-            f"this save opened stage {event.get('stage')}" if kind == "stage"
-            else f"hint {event.get('item')}, step {event.get('step')}" if kind == "hint"
-            else f"solution {event.get('item')} read" if kind == "solution"
-            else f"refused (strict): {event.get('what')} {event.get('item')}" if kind == "refused"
-            else f"{kind}")))
+        lines.append(
+            el(
+                "li",
+                f"{at}: "
+                + (
+                    f"this save opened stage {event.get('stage')}"
+                    if kind == "stage"
+                    else f"hint {event.get('item')}, step {event.get('step')}"
+                    if kind == "hint"
+                    else f"solution {event.get('item')} read"
+                    if kind == "solution"
+                    else f"refused (strict): {event.get('what')} {event.get('item')}"
+                    if kind == "refused"
+                    else f"{kind}"
+                ),
+            )
+        )
     return join(el("h4", "Since the save before"), el("ul", lines, cls="events"))
 
 
 def _diff(diff: str) -> Html:
     classes = {"+": "a", "-": "d", "@": "h"}
-    lines = [el("span", line, cls="f" if line.startswith(("+++ ", "--- "))
-                else classes.get(line[:1])) for line in diff.split("\n")]
+    lines = [
+        el("span", line, cls="f" if line.startswith(("+++ ", "--- ")) else classes.get(line[:1]))
+        for line in diff.split("\n")
+    ]
     return el("pre", lines, cls="diff")
 
 
 def _file(name: str, source: str | None, shot: Snapshot, shots: list[Snapshot]) -> Html:
     if source is None:
-        shown = next(s for s in reversed(shots[:shot.index - 1]) if s.files.get(name) is not None)
-        return el("p", el("code", name), " unchanged since ",
-                  el("a", f"snapshot {shown.event['snapshot']}", href=f"#snap-{shown.index}"),
-                  cls="dim")
+        shown = next(s for s in reversed(shots[: shot.index - 1]) if s.files.get(name) is not None)
+        return el(
+            "p",
+            el("code", name),
+            " unchanged since ",
+            el("a", f"snapshot {shown.event['snapshot']}", href=f"#snap-{shown.index}"),
+            cls="dim",
+        )
     lines = source.split("\n")
     changed = shot.changed.get(name, set())
     note = f", {len(changed)} new or changed: highlighted" if changed else ""
-    return el("details", el("summary", el("code", name), f" ({len(lines)} lines{note})"),
-              el("pre", [el("span", line, cls="a" if n in changed else None)
-                         for n, line in enumerate(lines)], cls="code"), open=True)
+    return el(
+        "details",
+        el("summary", el("code", name), f" ({len(lines)} lines{note})"),
+        el(
+            "pre",
+            [el("span", line, cls="a" if n in changed else None) for n, line in enumerate(lines)],
+            cls="code",
+        ),
+        open=True,
+    )
 
 
 def _changed_lines(before: str, after: str) -> set[int]:
     """The lines of `after` (0-based) that are not in `before` as they stand."""
     matcher = difflib.SequenceMatcher(None, before.split("\n"), after.split("\n"))
-    return {n for tag, _, _, start, end in matcher.get_opcodes() if tag in ("replace", "insert")
-            for n in range(start, end)}
+    return {
+        n
+        for tag, _, _, start, end in matcher.get_opcodes()
+        if tag in ("replace", "insert")
+        for n in range(start, end)
+    }
 
 
 def _answers(session: dict, workspace: Path) -> Html:
@@ -433,17 +647,33 @@ def _answers(session: dict, workspace: Path) -> Html:
     readable = not os.path.lexists(answers) or (inside and answers.is_file())
     given = verbs.answers(workspace) if readable else {}
     ended = session["ended"] is not None
-    blocks = [] if readable else [el("p", "answers.md is not a file inside the workspace (a "
-                                          "link outside it, or no regular file): not read.",
-                                     cls="fail")]
+    blocks = (
+        []
+        if readable
+        else [
+            el(
+                "p",
+                "answers.md is not a file inside the workspace (a "
+                "link outside it, or no regular file): not read.",
+                cls="fail",
+            )
+        ]
+    )
     for item in verbs.asked(session):
         model = MODEL_ANSWERS[item.id] if ended else "(shown when the session ends)"
-        blocks.append(join(
-            el("h3", el("code", item.id), ": ", QUESTIONS[item.id]),
-            el("div", el("div", el("h4", "The candidate's answer"),
-                         el("div", quote(given.get(item.id, "")) or "(no answer)",
-                            cls="msg answer")),
-               el("div", el("h4", "Model answer"), el("div", model, cls="answer")),
-               cls="pair")))
+        blocks.append(
+            join(
+                el("h3", el("code", item.id), ": ", QUESTIONS[item.id]),
+                el(
+                    "div",
+                    el(
+                        "div",
+                        el("h4", "The candidate's answer"),
+                        el("div", quote(given.get(item.id, "")) or "(no answer)", cls="msg answer"),
+                    ),
+                    el("div", el("h4", "Model answer"), el("div", model, cls="answer")),
+                    cls="pair",
+                ),
+            )
+        )
     return join(blocks) if verbs.asked(session) else el("p", "No question asked yet.", cls="dim")
-

@@ -57,25 +57,25 @@ QUESTIONS = {
     "why-only-kv": "Why do you cache only K and V, and not Q or the hidden states?",
     "no-future-mask": "Your attend applies no causal mask. Why is that correct?",
     "total-still-quadratic": "With the cache, is generating n tokens linear in n? What does "
-                             "one step cost, and what does the whole generation cost?",
+    "one step cost, and what does the whole generation cost?",
     "cache-ownership": "Who owns a cache across requests? What happens at EOS, on "
-                       "cancellation, and when a new request arrives?",
+    "cancellation, and when a new request arrives?",
     "serving-memory": "Your cache is one tensor per layer. What changes in a server that "
-                      "decodes hundreds of sequences? Give me the memory figures for a Llama-8B "
-                      "shaped model.",
+    "decodes hundreds of sequences? Give me the memory figures for a Llama-8B "
+    "shaped model.",
     "gqa-memory": "What exactly does GQA save? Take Llama-8B's 32 query heads and 8 KV heads.",
     "why-chunk-mask": "Decoding one token needs no causal mask. Why does verifying k drafts in "
-                      "one call need one?",
+    "one call need one?",
     "window-trade": "What does a sliding window save in memory, and what does it lose in what "
-                    "the model can see?",
+    "the model can see?",
     "rejected-draft-cost": "The verifier rejects some drafts. What did they cost in compute, and "
-                           "what do they cost in the cache?",
+    "what do they cost in the cache?",
     "why-iteration-level": "Why schedule at every step instead of batching requests together "
-                           "until the batch is done?",
+    "until the batch is done?",
     "recompute-or-swap": "Your pool is full and a running request needs a block. Whom do you "
-                         "preempt, and do you recompute it later or swap its K and V out?",
+    "preempt, and do you recompute it later or swap its K and V out?",
     "token-budget": "What does max_batched_tokens trade, and why chunk a long prompt rather "
-                    "than prefill it in one step?",
+    "than prefill it in one step?",
 }
 
 MODEL_ANSWERS = {

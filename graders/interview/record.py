@@ -46,8 +46,17 @@ def path(workspace: Path) -> Path:
 def new(track: str, minutes: float, strict: bool, started: float, stage: str) -> dict:
     """A fresh record, keys in the contract's order; `started` is seconds since the epoch (kept
     to the whole second, which every event's `t` counts from)."""
-    return {"version": VERSION, "track": track, "minutes": minutes, "strict": strict,
-            "started": iso(started), "ended": None, "stage": stage, "events": [], "final": None}
+    return {
+        "version": VERSION,
+        "track": track,
+        "minutes": minutes,
+        "strict": strict,
+        "started": iso(started),
+        "ended": None,
+        "stage": stage,
+        "events": [],
+        "final": None,
+    }
 
 
 def iso(seconds: float) -> str:
@@ -68,8 +77,9 @@ def load(workspace: Path) -> object | None:
     except FileNotFoundError:
         return None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
-        raise ValueError(f"{quote(str(path(workspace)))} is not a session record: "
-                         f"{quote(str(exc))}") from None
+        raise ValueError(
+            f"{quote(str(path(workspace)))} is not a session record: {quote(str(exc))}"
+        ) from None
 
 
 def save(workspace: Path, record: dict) -> None:
@@ -93,8 +103,9 @@ def snapshot(workspace: Path, files: dict[str, bytes]) -> str:
     any) as the next snapshot folder; return its name, NNN-<hash>."""
     contents = list(files.values())
     digest = content_hash(contents[0], contents[1] if len(contents) > 1 else None)
-    numbers = [int(m.group(1)) for p in folder(workspace).iterdir()
-               if (m := SNAPSHOT.match(p.name))]
+    numbers = [
+        int(m.group(1)) for p in folder(workspace).iterdir() if (m := SNAPSHOT.match(p.name))
+    ]
     name = f"{max(numbers, default=0) + 1:03d}-{digest}"
     target = folder(workspace) / name
     target.mkdir()
@@ -125,8 +136,10 @@ def locked(workspace: Path):
             except FileExistsError:
                 holder = _holder(lock)
                 if holder is not None and _alive(holder):
-                    raise SessionBusy(f"another session runs in this workspace (pid {holder}): "
-                                      "one session at a time") from None
+                    raise SessionBusy(
+                        f"another session runs in this workspace (pid {holder}): "
+                        "one session at a time"
+                    ) from None
                 lock.unlink(missing_ok=True)  # stale: its process is gone
     finally:
         claim.unlink(missing_ok=True)

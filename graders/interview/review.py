@@ -49,10 +49,13 @@ def figures(session: dict) -> dict:
     order = verbs.ranks(track)
     to_level = {}
     for level in order[1:]:
-        to_level[level] = next((e["t"] for e in saves(session)
-                                if order.index(e["level"]) >= order.index(level)), None)
-    first_pass = {item.id: next((e["t"] for e in saves(session) if item.id in e["passing"]), None)
-                  for item in rubric_data.load().track(track)}
+        to_level[level] = next(
+            (e["t"] for e in saves(session) if order.index(e["level"]) >= order.index(level)), None
+        )
+    first_pass = {
+        item.id: next((e["t"] for e in saves(session) if item.id in e["passing"]), None)
+        for item in rubric_data.load().track(track)
+    }
     final = session["final"]
     return {
         "time_to_level": to_level,
@@ -62,8 +65,12 @@ def figures(session: dict) -> dict:
         "refused": [e for e in session["events"] if e["kind"] == "refused"],
         "stages": [e for e in session["events"] if e["kind"] == "stage"],
         "levels": [[e["t"], e["level"]] for e in saves(session)],
-        "final": None if final is None else {key: final.get(key) for key in (
-            "level", "score", "max_score", "similarity", "seed", "isolation")},
+        "final": None
+        if final is None
+        else {
+            key: final.get(key)
+            for key in ("level", "score", "max_score", "similarity", "seed", "isolation")
+        },
     }
 
 
@@ -74,8 +81,11 @@ def as_graded(session: dict, checked: Verification) -> dict:
     for event, original in zip(saves(graded), saves(session)):
         check = checked.save_of(original)
         if check is not None and check.graded is not None:
-            event.update(level=check.graded.level, score=check.graded.score,
-                         passing=list(check.graded.passing))
+            event.update(
+                level=check.graded.level,
+                score=check.graded.score,
+                passing=list(check.graded.passing),
+            )
     return graded
 
 
@@ -93,45 +103,65 @@ def strip(session: dict, width: int = STRIP_WIDTH) -> list[str]:
     least that row's; then the time axis."""
     track = tracks.get(session["track"])
     order = verbs.ranks(track)
-    span = max(60.0, verbs.elapsed(session, record.epoch(session["ended"])) if session["ended"]
-               else max([e["t"] for e in session["events"]], default=0.0))
+    span = max(
+        60.0,
+        verbs.elapsed(session, record.epoch(session["ended"]))
+        if session["ended"]
+        else max([e["t"] for e in session["events"]], default=0.0),
+    )
     steps = [(t, order.index(level)) for t, level in figures(session)["levels"]]
     held = []
     for column in range(width):
         moment = (column + 1) * span / width
         held.append(max([rank for t, rank in steps if t <= moment][-1:], default=0))
     label = max(len(level) for level in order[1:])
-    rows = [f"{level:>{label}} |" + "".join("█" if rank >= order.index(level) else " "
-                                            for rank in held)
-            for level in reversed(order[1:])]
+    rows = [
+        f"{level:>{label}} |" + "".join("█" if rank >= order.index(level) else " " for rank in held)
+        for level in reversed(order[1:])
+    ]
     axis = f"{'':>{label}}  0m" + clock(span).rjust(width - 2)
     return rows + [axis]
 
 
 # --- what was checked ---------------------------------------------------------------------------
 
-def verdict_lines(session: dict, checked: Verification,
-                  field: Callable[[str], str] = printable) -> list[str]:
+
+def verdict_lines(
+    session: dict, checked: Verification, field: Callable[[str], str] = printable
+) -> list[str]:
     """The report's first lines, in words every format shows: what was checked of the record,
     and whether it is edited. `field` shows a field read from the record (the terminal's
     printable, Markdown's code span)."""
     mismatched = [s.problem(field) for s in checked.mismatched]
     if not checked.verified:
-        out = ["This report shows the record as written: no snapshot was graded again "
-               "(--verify grades each one and checks every claim)."]
+        out = [
+            "This report shows the record as written: no snapshot was graded again "
+            "(--verify grades each one and checks every claim)."
+        ]
         if mismatched:
-            out.append(f"EDITED: {len(mismatched)} snapshot(s) do not match their names: "
-                       + "; ".join(mismatched) + ".")
+            out.append(
+                f"EDITED: {len(mismatched)} snapshot(s) do not match their names: "
+                + "; ".join(mismatched)
+                + "."
+            )
         return out
     seed = session["final"]["seed"] if session["final"] else None
-    how = ("every snapshot graded again (public cases, at the stages the grades open"
-           + (f"; the final with --hidden at seed {seed}" if seed is not None else "") + ")")
+    how = (
+        "every snapshot graded again (public cases, at the stages the grades open"
+        + (f"; the final with --hidden at seed {seed}" if seed is not None else "")
+        + ")"
+    )
     if checked.edited:
-        parts = [f"{checked.disagreeing} claim(s) disagree with the grades"] if \
-            checked.disagreeing else []
+        parts = (
+            [f"{checked.disagreeing} claim(s) disagree with the grades"]
+            if checked.disagreeing
+            else []
+        )
         parts += [f"{len(mismatched)} snapshot(s) do not match their names"] if mismatched else []
-        out = [f"EDITED: this record is not what its snapshots grade: {' and '.join(parts)} "
-               f"(marked DISAGREES below; {how})."]
+        out = [
+            f"EDITED: this record is not what its snapshots grade: {' and '.join(parts)} "
+            f"(marked DISAGREES below; {how})."
+        ]
         out += [f"  {problem}." for problem in mismatched]
     else:
         out = [f"Verified: {how}: every claim checked agrees."]
@@ -140,8 +170,9 @@ def verdict_lines(session: dict, checked: Verification,
     return out
 
 
-def mark(verdict: str, differences: tuple[str, ...] = (),
-          field: Callable[[str], str] = printable) -> str:
+def mark(
+    verdict: str, differences: tuple[str, ...] = (), field: Callable[[str], str] = printable
+) -> str:
     """A claim's check as the report shows it after the claim: each difference (which quotes
     the record) as `field` shows it."""
     shown = "; ".join(field(d) for d in differences)
@@ -149,8 +180,10 @@ def mark(verdict: str, differences: tuple[str, ...] = (),
 
 
 def _save_claim(event: dict) -> str:
-    return (f"{printable(event['level'])}, {event['score']:g} points, "
-            f"{len(event['passing'])} items pass")
+    return (
+        f"{printable(event['level'])}, {event['score']:g} points, "
+        f"{len(event['passing'])} items pass"
+    )
 
 
 def _save_lines(session: dict, checked: Verification, indent: str = "  ") -> list[str]:
@@ -158,12 +191,14 @@ def _save_lines(session: dict, checked: Verification, indent: str = "  ") -> lis
     it."""
     out = []
     for event in saves(session):
-        line = f"{indent}{printable(event['snapshot'])} at {clock(event['t'])}: " \
-               f"{_save_claim(event)}"
+        line = (
+            f"{indent}{printable(event['snapshot'])} at {clock(event['t'])}: {_save_claim(event)}"
+        )
         check = checked.save_of(event)
         if check is not None:
             graded = f"graded again at stage {check.stage}: " + (
-                check.graded.summary() if check.graded else "no snapshot")
+                check.graded.summary() if check.graded else "no snapshot"
+            )
             line += f" | {graded}: {mark(check.verdict, check.differences)}"
         snapshot = checked.snapshot(event["snapshot"])
         if snapshot is not None and not snapshot.matches:
@@ -172,15 +207,15 @@ def _save_lines(session: dict, checked: Verification, indent: str = "  ") -> lis
     return out
 
 
-def stages_line(session: dict, checked: Verification,
-                 field: Callable[[str], str] = printable) -> str:
+def stages_line(
+    session: dict, checked: Verification, field: Callable[[str], str] = printable
+) -> str:
     def said(opened) -> str:
         return ", ".join(f"{field(stage)} after save {n}" for n, stage in opened) or "none"
 
     line = f"Stages opened: {said(_claimed_stages(session))}"
     if checked.stages is not None:
-        line += (f" | the grades open: {said(checked.stages.graded)}: "
-                 f"{mark(checked.stages.verdict)}")
+        line += f" | the grades open: {said(checked.stages.graded)}: {mark(checked.stages.verdict)}"
     return line
 
 
@@ -195,36 +230,62 @@ def _claimed_stages(session: dict) -> list[tuple[int, str]]:
 
 # --- the report -----------------------------------------------------------------------------
 
+
 def lines(session: dict, workspace: Path, checked: Verification | None = None) -> list[str]:
     """The report as plain lines for the terminal: what was checked first, then the record,
     every field of it printable."""
     checked = checked or unverified(session, workspace)
     found = figures(session)
     regraded = figures(as_graded(session, checked)) if checked.verified else None
-    out = [*verdict_lines(session, checked), "",
-           f"Interview session in {printable(str(workspace))}: track "
-           f"{printable(session['track'])}, {session['minutes']:g} minutes"
-           + (", strict" if session["strict"] else ""),
-           f"started {printable(session['started'])}, "
-           + (f"ended {printable(session['ended'])}" if session["ended"] else "still running")
-           + f"; stage reached: {printable(session['stage'])}", "", "Saves"]
+    out = [
+        *verdict_lines(session, checked),
+        "",
+        f"Interview session in {printable(str(workspace))}: track "
+        f"{printable(session['track'])}, {session['minutes']:g} minutes"
+        + (", strict" if session["strict"] else ""),
+        f"started {printable(session['started'])}, "
+        + (f"ended {printable(session['ended'])}" if session["ended"] else "still running")
+        + f"; stage reached: {printable(session['stage'])}",
+        "",
+        "Saves",
+    ]
     out += _save_lines(session, checked) or ["  none"]
     out += [stages_line(session, checked), "", "Time to each level"]
-    out += [f"  {printable(level):<9}{clock(t)}" + _regraded(t, regraded, "time_to_level", level)
-            for level, t in found["time_to_level"].items()]
+    out += [
+        f"  {printable(level):<9}{clock(t)}" + _regraded(t, regraded, "time_to_level", level)
+        for level, t in found["time_to_level"].items()
+    ]
     out += ["", "First pass of each item"]
-    out += [f"  {item:<22}{clock(t)}" + _regraded(t, regraded, "first_pass", item)
-            for item, t in found["first_pass"].items()]
-    out += ["", "Hints asked (the record's word): " + (", ".join(
-        f"{printable(str(e['item']))} step {printable(str(e['step']))} at {clock(e['t'])}"
-        for e in found["hints"]) or "none")]
+    out += [
+        f"  {item:<22}{clock(t)}" + _regraded(t, regraded, "first_pass", item)
+        for item, t in found["first_pass"].items()
+    ]
+    out += [
+        "",
+        "Hints asked (the record's word): "
+        + (
+            ", ".join(
+                f"{printable(str(e['item']))} step {printable(str(e['step']))} at {clock(e['t'])}"
+                for e in found["hints"]
+            )
+            or "none"
+        ),
+    ]
     if found["solutions"]:
-        out.append("Solutions read: " + ", ".join(
-            f"{printable(str(e['item']))} at {clock(e['t'])}" for e in found["solutions"]))
+        out.append(
+            "Solutions read: "
+            + ", ".join(
+                f"{printable(str(e['item']))} at {clock(e['t'])}" for e in found["solutions"]
+            )
+        )
     if found["refused"]:
-        out.append("Refused (strict): " + ", ".join(
-            f"{printable(str(e['what']))} {printable(str(e['item']))} at {clock(e['t'])}"
-            for e in found["refused"]))
+        out.append(
+            "Refused (strict): "
+            + ", ".join(
+                f"{printable(str(e['what']))} {printable(str(e['item']))} at {clock(e['t'])}"
+                for e in found["refused"]
+            )
+        )
     out += ["", "Level over time", *(f"  {printable(row)}" for row in strip(session)), ""]
     out += _final_lines(session, workspace, checked)
     out += ["", f"The record's word (no grade checks it): {RECORDS_WORD}."]
@@ -253,51 +314,103 @@ def markdown(session: dict, workspace: Path, checked: Verification | None = None
     found = figures(session)
     regraded = figures(as_graded(session, checked)) if checked.verified else None
     verdict = verdict_lines(session, checked, _md)
-    out = [f"**{verdict[0]}**", *(f"{line}  " for line in verdict[1:]), "",
-           f"# Interview session: {_md(session['track'])}, {session['minutes']:g} minutes"
-           + (" (strict)" if session["strict"] else ""), "",
-           f"Started {_md(session['started'])}, "
-           + (f"ended {_md(session['ended'])}" if session["ended"] else "still running")
-           + f". Stage reached: {_md(session['stage'])}.", "", "## Saves", ""]
+    out = [
+        f"**{verdict[0]}**",
+        *(f"{line}  " for line in verdict[1:]),
+        "",
+        f"# Interview session: {_md(session['track'])}, {session['minutes']:g} minutes"
+        + (" (strict)" if session["strict"] else ""),
+        "",
+        f"Started {_md(session['started'])}, "
+        + (f"ended {_md(session['ended'])}" if session["ended"] else "still running")
+        + f". Stage reached: {_md(session['stage'])}.",
+        "",
+        "## Saves",
+        "",
+    ]
     checks = checked.verified
-    out += ["| snapshot | time | level | score | items pass |"
-            + (" graded again | check |" if checks else "") + " snapshot matches its name |",
-            "| --- | --- | --- | --- | --- |" + (" --- | --- |" if checks else "") + " --- |"]
+    out += [
+        "| snapshot | time | level | score | items pass |"
+        + (" graded again | check |" if checks else "")
+        + " snapshot matches its name |",
+        "| --- | --- | --- | --- | --- |" + (" --- | --- |" if checks else "") + " --- |",
+    ]
     for event in saves(session):
         check, snapshot = checked.save_of(event), checked.snapshot(event["snapshot"])
-        row = (f"| {_md(event['snapshot'])} | {clock(event['t'])} | {_md(event['level'])} | "
-               f"{event['score']:g} | {len(event['passing'])} |")
+        row = (
+            f"| {_md(event['snapshot'])} | {clock(event['t'])} | {_md(event['level'])} | "
+            f"{event['score']:g} | {len(event['passing'])} |"
+        )
         if checks:
-            graded = (f"stage {_md(check.stage)}: " + (_md(check.graded.summary())
-                                                        if check.graded else "no snapshot"))
+            graded = f"stage {_md(check.stage)}: " + (
+                _md(check.graded.summary()) if check.graded else "no snapshot"
+            )
             row += f" {graded} | {mark(check.verdict, check.differences, _md)} |"
-        row += " yes |" if snapshot is None or snapshot.matches else \
-            f" **EDITED**: {snapshot.problem(_md)} |"
+        row += (
+            " yes |"
+            if snapshot is None or snapshot.matches
+            else f" **EDITED**: {snapshot.problem(_md)} |"
+        )
         out.append(row)
-    out += ["", stages_line(session, checked, _md), "", "## Time to each level", "",
-            "| level | time |" + (" graded again |" if checks else ""),
-            "| --- | --- |" + (" --- |" if checks else "")]
-    out += [f"| {_md(level)} | {clock(t)} |" + _md_regraded(t, regraded, "time_to_level", level)
-            for level, t in found["time_to_level"].items()]
-    out += ["", "## First pass of each item", "",
-            "| item | first pass |" + (" graded again |" if checks else ""),
-            "| --- | --- |" + (" --- |" if checks else "")]
-    out += [f"| {item} | {clock(t)} |" + _md_regraded(t, regraded, "first_pass", item)
-            for item, t in found["first_pass"].items()]
+    out += [
+        "",
+        stages_line(session, checked, _md),
+        "",
+        "## Time to each level",
+        "",
+        "| level | time |" + (" graded again |" if checks else ""),
+        "| --- | --- |" + (" --- |" if checks else ""),
+    ]
+    out += [
+        f"| {_md(level)} | {clock(t)} |" + _md_regraded(t, regraded, "time_to_level", level)
+        for level, t in found["time_to_level"].items()
+    ]
+    out += [
+        "",
+        "## First pass of each item",
+        "",
+        "| item | first pass |" + (" graded again |" if checks else ""),
+        "| --- | --- |" + (" --- |" if checks else ""),
+    ]
+    out += [
+        f"| {item} | {clock(t)} |" + _md_regraded(t, regraded, "first_pass", item)
+        for item, t in found["first_pass"].items()
+    ]
     out += ["", "## Hints (the record's word)", ""]
-    out += [f"- {_md(e['item'])}, step {_md(e['step'])}, at {clock(e['t'])}"
-            for e in found["hints"]] or ["None asked."]
+    out += [
+        f"- {_md(e['item'])}, step {_md(e['step'])}, at {clock(e['t'])}" for e in found["hints"]
+    ] or ["None asked."]
     out += [f"- solution {_md(e['item'])} read at {clock(e['t'])}" for e in found["solutions"]]
-    out += [f"- refused: {_md(e['what'])} {_md(e['item'])} at {clock(e['t'])}"
-            for e in found["refused"]]
-    out += ["", "## Level over time", "", *_fenced("\n".join(strip(session))), "",
-            "## Final grade", ""]
+    out += [
+        f"- refused: {_md(e['what'])} {_md(e['item'])} at {clock(e['t'])}" for e in found["refused"]
+    ]
+    out += [
+        "",
+        "## Level over time",
+        "",
+        *_fenced("\n".join(strip(session))),
+        "",
+        "## Final grade",
+        "",
+    ]
     out += [f"{line}  " for line in _final_lines(session, workspace, checked, _md)]
     out += ["", f"The record's word (no grade checks it): {RECORDS_WORD}."]
     out += ["", "## Conceptual questions"]
     for item_id, question, answer, model in _answers(session, workspace):
-        out += ["", f"### {item_id}", "", f"*{question}*", "", "Candidate's answer:", "",
-                *_fenced(answer or "(no answer)"), "", "Model answer:", "", model]
+        out += [
+            "",
+            f"### {item_id}",
+            "",
+            f"*{question}*",
+            "",
+            "Candidate's answer:",
+            "",
+            *_fenced(answer or "(no answer)"),
+            "",
+            "Model answer:",
+            "",
+            model,
+        ]
     return "\n".join(out) + "\n"
 
 
@@ -313,13 +426,16 @@ def to_json(session: dict, workspace: Path, checked: Verification | None = None)
     """The report as JSON: what was checked, the record (every string printable), the figures
     and each question with its answers."""
     checked = checked or unverified(session, workspace)
-    return {"checked": _json_checked(session, checked),
-            "session": _printable_json(session),
-            "figures": _printable_json(figures(session)),
-            "answers": [{"id": item_id, "question": question, "answer": quote(answer),
-                         "model_answer": model}
-                        for item_id, question, answer, model in _answers(session, workspace)],
-            "records_word": RECORDS_WORD}
+    return {
+        "checked": _json_checked(session, checked),
+        "session": _printable_json(session),
+        "figures": _printable_json(figures(session)),
+        "answers": [
+            {"id": item_id, "question": question, "answer": quote(answer), "model_answer": model}
+            for item_id, question, answer, model in _answers(session, workspace)
+        ],
+        "records_word": RECORDS_WORD,
+    }
 
 
 def _json_checked(session: dict, checked: Verification) -> dict:
@@ -328,27 +444,56 @@ def _json_checked(session: dict, checked: Verification) -> dict:
     save's, the stages' and the final's check."""
 
     def graded(value) -> dict | None:
-        return None if value is None else {"level": value.level, "score": value.score,
-                                           "passing": list(value.passing),
-                                           "unchecked": list(value.unchecked)}
+        return (
+            None
+            if value is None
+            else {
+                "level": value.level,
+                "score": value.score,
+                "passing": list(value.passing),
+                "unchecked": list(value.unchecked),
+            }
+        )
 
-    out = {"verified": checked.verified, "edited": checked.edited,
-           "verdict": verdict_lines(session, checked),
-           "snapshots": [{"name": printable(s.name), "hash": s.actual, "matches": s.matches}
-                         for s in checked.snapshots]}
+    out = {
+        "verified": checked.verified,
+        "edited": checked.edited,
+        "verdict": verdict_lines(session, checked),
+        "snapshots": [
+            {"name": printable(s.name), "hash": s.actual, "matches": s.matches}
+            for s in checked.snapshots
+        ],
+    }
     if checked.verified:
         out["seconds"] = round(checked.seconds, 1)
-        out["saves"] = [{"snapshot": printable(c.event["snapshot"]), "stage": c.stage,
-                         "graded": graded(c.graded), "check": c.verdict,
-                         "differences": [printable(d) for d in c.differences]}
-                        for c in checked.saves]
-        out["stages"] = None if checked.stages is None else {
-            "claimed": [list(pair) for pair in checked.stages.claimed],
-            "graded": [list(pair) for pair in checked.stages.graded],
-            "check": checked.stages.verdict}
-        out["final"] = None if checked.final is None else {
-            "graded": graded(checked.final.graded), "check": checked.final.verdict,
-            "differences": [printable(d) for d in checked.final.differences]}
+        out["saves"] = [
+            {
+                "snapshot": printable(c.event["snapshot"]),
+                "stage": c.stage,
+                "graded": graded(c.graded),
+                "check": c.verdict,
+                "differences": [printable(d) for d in c.differences],
+            }
+            for c in checked.saves
+        ]
+        out["stages"] = (
+            None
+            if checked.stages is None
+            else {
+                "claimed": [list(pair) for pair in checked.stages.claimed],
+                "graded": [list(pair) for pair in checked.stages.graded],
+                "check": checked.stages.verdict,
+            }
+        )
+        out["final"] = (
+            None
+            if checked.final is None
+            else {
+                "graded": graded(checked.final.graded),
+                "check": checked.final.verdict,
+                "differences": [printable(d) for d in checked.final.differences],
+            }
+        )
     return out
 
 
@@ -380,9 +525,13 @@ def save_png(session: dict, path: Path) -> None:
     ax.step(times + [session["minutes"]], levels + levels[-1:], where="post")
     for event in found["stages"]:
         ax.axvline(event["t"] / 60, linestyle=":", alpha=0.5)
-    ax.set(xlim=(0, session["minutes"]), yticks=range(len(order)),
-           yticklabels=[_png_label(level) for level in order], xlabel="minutes",
-           title=_png_label(f"level over time ({session['track']} track)"))
+    ax.set(
+        xlim=(0, session["minutes"]),
+        yticks=range(len(order)),
+        yticklabels=[_png_label(level) for level in order],
+        xlabel="minutes",
+        title=_png_label(f"level over time ({session['track']} track)"),
+    )
     ax.grid(True, alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -396,6 +545,7 @@ def _png_label(text: str) -> str:
 
 # --- the replay -----------------------------------------------------------------------------
 
+
 def replay(session: dict, workspace: Path, step: int | None = None) -> list[tuple[dict, str]]:
     """Each save (or only the one of snapshot number `step`) with the unified diff of its
     snapshot from the one before ("" for the first, which has none before it). ValueError for
@@ -405,12 +555,12 @@ def replay(session: dict, workspace: Path, step: int | None = None) -> list[tupl
     if step is not None and not chosen:
         numbers = ", ".join(str(_number(e)) for e in events) or "none yet"
         raise ValueError(f"no snapshot {step}: the session's are {numbers}")
-    return [(events[n], _diff(workspace, events[n - 1] if n else None, events[n]))
-            for n in chosen]
+    return [(events[n], _diff(workspace, events[n - 1] if n else None, events[n])) for n in chosen]
 
 
-def replay_lines(session: dict, workspace: Path, step: int | None = None,
-                 checked: Verification | None = None) -> list[str]:
+def replay_lines(
+    session: dict, workspace: Path, step: int | None = None, checked: Verification | None = None
+) -> list[str]:
     """The replay for the terminal: what was checked, then a line per save (number, time,
     level, score, and its check), then its diff, printable."""
     checked = checked or unverified(session, workspace)
@@ -420,14 +570,18 @@ def replay_lines(session: dict, workspace: Path, step: int | None = None,
     out = [*verdict_lines(session, checked), ""]
     for event, diff in steps:
         out += _save_lines({**session, "events": [event]}, checked, indent="snapshot ")
-        out += [f"  {printable(line)}" for line in diff.splitlines()] if diff else [
-            "  (the first snapshot)"]
+        out += (
+            [f"  {printable(line)}" for line in diff.splitlines()]
+            if diff
+            else ["  (the first snapshot)"]
+        )
         out.append("")
     return out
 
 
-def _final_lines(session: dict, workspace: Path, checked: Verification,
-                 field: Callable[[str], str] = printable) -> list[str]:
+def _final_lines(
+    session: dict, workspace: Path, checked: Verification, field: Callable[[str], str] = printable
+) -> list[str]:
     """The final grade's lines: its level and score (and with --verify its check), the items
     that do not pass and the similarity line; for one interrupted (partial), the items it graded
     and how to grade the snapshot in full with the same cases. Every field of the record, and
@@ -441,27 +595,39 @@ def _final_lines(session: dict, workspace: Path, checked: Verification,
     check = ""
     if checked.final is not None:
         graded = checked.final.graded
-        check = " | graded again: " + (f"{graded.level}, {graded.score:g} points"
-                                       if graded else "no snapshot") + \
-            f": {mark(checked.final.verdict, checked.final.differences, field)}"
+        check = (
+            " | graded again: "
+            + (f"{graded.level}, {graded.score:g} points" if graded else "no snapshot")
+            + f": {mark(checked.final.verdict, checked.final.differences, field)}"
+        )
     snapshot = checked.snapshot(final["implementation"].split("/")[0])
     if snapshot is not None and not snapshot.matches:
         check += f" | EDITED: {snapshot.problem(field)}"
     if final["partial"]:  # the final grade was interrupted (Ctrl-C): the items it graded
         total = len(rubric_data.load().track(tracks.get(session["track"])))
         path = record.folder(Path(workspace)) / final["implementation"]
-        return [f"Final grade (--hidden, seed {final['seed']}): interrupted (Ctrl-C) after "
-                f"{len(final['items'])} of {total} items, {final['score']:g}/"
-                f"{final['max_score']:g} points on those; no level{check}",
-                "Items graded that do not pass: " + (", ".join(failing) or "none"),
-                "Grade the snapshot in full: "
-                + field(f"kata grade --hidden --seed {final['seed']} {path}")]
-    out = [f"Final grade (--hidden, seed {final['seed']}): {field(str(final['level']))}, "
-           f"{final['score']:g}/{final['max_score']:g} points{check}"]
+        return [
+            f"Final grade (--hidden, seed {final['seed']}): interrupted (Ctrl-C) after "
+            f"{len(final['items'])} of {total} items, {final['score']:g}/"
+            f"{final['max_score']:g} points on those; no level{check}",
+            "Items graded that do not pass: " + (", ".join(failing) or "none"),
+            "Grade the snapshot in full: "
+            + field(f"kata grade --hidden --seed {final['seed']} {path}"),
+        ]
+    out = [
+        f"Final grade (--hidden, seed {final['seed']}): {field(str(final['level']))}, "
+        f"{final['score']:g}/{final['max_score']:g} points{check}"
+    ]
     out.append("Items that do not pass: " + (", ".join(failing) or "none"))
     if final.get("similarity"):
-        out.append(similarity_line([{"solution": field(s["solution"]), "fraction": s["fraction"]}
-                                    for s in final["similarity"]]))
+        out.append(
+            similarity_line(
+                [
+                    {"solution": field(s["solution"]), "fraction": s["fraction"]}
+                    for s in final["similarity"]
+                ]
+            )
+        )
     return out
 
 
@@ -470,9 +636,15 @@ def _answers(session: dict, workspace: Path) -> list[tuple[str, str, str, str]]:
     model answers only once the session has ended ("" before)."""
     given = verbs.answers(workspace)
     ended = session["ended"] is not None
-    return [(item.id, QUESTIONS[item.id], given.get(item.id, ""),
-             MODEL_ANSWERS[item.id] if ended else "(shown when the session ends)")
-            for item in verbs.asked(session)]
+    return [
+        (
+            item.id,
+            QUESTIONS[item.id],
+            given.get(item.id, ""),
+            MODEL_ANSWERS[item.id] if ended else "(shown when the session ends)",
+        )
+        for item in verbs.asked(session)
+    ]
 
 
 def _diff(workspace: Path, before: dict | None, after: dict) -> str:
@@ -484,9 +656,12 @@ def _diff(workspace: Path, before: dict | None, after: dict) -> str:
     names = sorted({p.name for folder in (old, new) if folder.is_dir() for p in folder.iterdir()})
     text = []
     for name in names:
-        text += difflib.unified_diff(_read(old / name), _read(new / name),
-                                     fromfile=f"{before['snapshot']}/{name}",
-                                     tofile=f"{after['snapshot']}/{name}")
+        text += difflib.unified_diff(
+            _read(old / name),
+            _read(new / name),
+            fromfile=f"{before['snapshot']}/{name}",
+            tofile=f"{after['snapshot']}/{name}",
+        )
     return "".join(line if line.endswith("\n") else line + "\n" for line in text)
 
 

@@ -29,16 +29,36 @@ STATUSES = ("pass", "fail", "error", "timeout", "not_attempted")  # contract sec
 TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ")  # whole (fullmatch)
 MAX_SHOWN = 80  # characters of a wrong value a RecordError quotes
 # The fields of a record and of each kind of event, in the contract's order.
-RECORD_FIELDS = ("version", "track", "minutes", "strict", "started", "ended", "stage", "events",
-                 "final")
-EVENT_FIELDS = {"save": ("t", "kind", "snapshot", "level", "score", "passing"),
-                "hint": ("t", "kind", "item", "step"),
-                "stage": ("t", "kind", "stage"),
-                "solution": ("t", "kind", "item"),
-                "refused": ("t", "kind", "what", "item")}
+RECORD_FIELDS = (
+    "version",
+    "track",
+    "minutes",
+    "strict",
+    "started",
+    "ended",
+    "stage",
+    "events",
+    "final",
+)
+EVENT_FIELDS = {
+    "save": ("t", "kind", "snapshot", "level", "score", "passing"),
+    "hint": ("t", "kind", "item", "step"),
+    "stage": ("t", "kind", "stage"),
+    "solution": ("t", "kind", "item"),
+    "refused": ("t", "kind", "what", "item"),
+}
 # The fields of `final` (the contract's grade JSON) the report reads; the grade JSON may grow.
-FINAL_FIELDS = ("implementation", "level", "score", "max_score", "items", "tells", "hidden",
-                "partial", "seed")
+FINAL_FIELDS = (
+    "implementation",
+    "level",
+    "score",
+    "max_score",
+    "items",
+    "tells",
+    "hidden",
+    "partial",
+    "seed",
+)
 
 
 class RecordError(ValueError):
@@ -117,8 +137,10 @@ def _event(data: object, field: str, known: _Known) -> None:
     _number(event["t"], f"{field}.t", at_least=0)
     if kind == "save":
         if not SNAPSHOT.fullmatch(_text(event["snapshot"], f"{field}.snapshot")):
-            raise _Wrong(f"{field}.snapshot", f"{_shown(event['snapshot'])}: not a snapshot's "
-                         "name (NNN-<8 hex digits>)")
+            raise _Wrong(
+                f"{field}.snapshot",
+                f"{_shown(event['snapshot'])}: not a snapshot's name (NNN-<8 hex digits>)",
+            )
         _choice(event["level"], f"{field}.level", known.levels)
         _number(event["score"], f"{field}.score", at_least=0, at_most=known.max_score)
         _ids(event["passing"], f"{field}.passing", tuple(known.items))
@@ -141,10 +163,16 @@ def _solution(value: object, field: str, known: _Known) -> None:
     """A solution asked: a step's name, "FROM -> TO" (a diff of two) or "readme" (cli.py)."""
     text = _text(value, field)
     names = text.split(" -> ") if " -> " in text else [text]
-    if len(names) > 2 or not all(name in (*known.solutions, "readme") for name in names) or (
-            len(names) == 2 and "readme" in names):
-        raise _Wrong(field, f"{_shown(text)}: not a solution `kata solution` shows (a step of "
-                     f"{', '.join(known.solutions)}; FROM -> TO; readme)")
+    if (
+        len(names) > 2
+        or not all(name in (*known.solutions, "readme") for name in names)
+        or (len(names) == 2 and "readme" in names)
+    ):
+        raise _Wrong(
+            field,
+            f"{_shown(text)}: not a solution `kata solution` shows (a step of "
+            f"{', '.join(known.solutions)}; FROM -> TO; readme)",
+        )
 
 
 def _final(data: object, field: str, known: _Known) -> None:
@@ -152,8 +180,11 @@ def _final(data: object, field: str, known: _Known) -> None:
     implementation = _text(final["implementation"], f"{field}.implementation")
     folder, _, name = implementation.partition("/")
     if not SNAPSHOT.fullmatch(folder) or name != known.track.implementation:
-        raise _Wrong(f"{field}.implementation", f"{_shown(implementation)}: not a snapshot's "
-                     f"file (NNN-<8 hex digits>/{known.track.implementation})")
+        raise _Wrong(
+            f"{field}.implementation",
+            f"{_shown(implementation)}: not a snapshot's "
+            f"file (NNN-<8 hex digits>/{known.track.implementation})",
+        )
     partial = _boolean(final["partial"], f"{field}.partial")
     _boolean(final["hidden"], f"{field}.hidden")
     if partial:
@@ -161,8 +192,9 @@ def _final(data: object, field: str, known: _Known) -> None:
             raise _Wrong(f"{field}.level", f"{_shown(final['level'])}: a partial grade has none")
     else:
         _choice(final["level"], f"{field}.level", known.levels)
-    max_score = _number(final["max_score"], f"{field}.max_score", at_least=0,
-                        at_most=known.max_score)
+    max_score = _number(
+        final["max_score"], f"{field}.max_score", at_least=0, at_most=known.max_score
+    )
     _number(final["score"], f"{field}.score", at_least=0, at_most=max_score)
     if final["seed"] is not None:
         _integer(final["seed"], f"{field}.seed", at_least=0)
@@ -171,18 +203,25 @@ def _final(data: object, field: str, known: _Known) -> None:
     seen = set()
     for n, item in enumerate(final["items"]):
         where = f"{field}.items[{n}]"
-        entry = _fields(item, where, ("id", "level", "status", "points", "max_points",
-                                      "message"), exact=False)
+        entry = _fields(
+            item, where, ("id", "level", "status", "points", "max_points", "message"), exact=False
+        )
         item_id = _choice(entry["id"], f"{where}.id", tuple(known.items))
         if item_id in seen:
             raise _Wrong(f"{where}.id", f"{item_id} is listed twice")
         seen.add(item_id)
         if entry["level"] != known.items[item_id].level:
-            raise _Wrong(f"{where}.level", f"{_shown(entry['level'])}: {item_id}'s level is "
-                         f"{known.items[item_id].level}")
+            raise _Wrong(
+                f"{where}.level",
+                f"{_shown(entry['level'])}: {item_id}'s level is {known.items[item_id].level}",
+            )
         _choice(entry["status"], f"{where}.status", STATUSES)
-        top = _number(entry["max_points"], f"{where}.max_points", at_least=0,
-                      at_most=known.items[item_id].points)
+        top = _number(
+            entry["max_points"],
+            f"{where}.max_points",
+            at_least=0,
+            at_most=known.items[item_id].points,
+        )
         _number(entry["points"], f"{where}.points", at_least=0, at_most=top)
         _text(entry["message"], f"{where}.message")
     if not isinstance(final["tells"], list):
@@ -232,15 +271,26 @@ def _boolean(value: object, field: str) -> bool:
     return value
 
 
-def _number(value: object, field: str, *, at_least: float | None = None,
-            above: float | None = None, at_most: float | None = None) -> float:
+def _number(
+    value: object,
+    field: str,
+    *,
+    at_least: float | None = None,
+    above: float | None = None,
+    at_most: float | None = None,
+) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise _Wrong(field, f"{_shown(value)}: not a number")
-    if (at_least is not None and value < at_least) or (above is not None and value <= above) \
-            or (at_most is not None and value > at_most):
-        bounds = [f">= {at_least:g}" if at_least is not None else "",
-                  f"> {above:g}" if above is not None else "",
-                  f"<= {at_most:g}" if at_most is not None else ""]
+    if (
+        (at_least is not None and value < at_least)
+        or (above is not None and value <= above)
+        or (at_most is not None and value > at_most)
+    ):
+        bounds = [
+            f">= {at_least:g}" if at_least is not None else "",
+            f"> {above:g}" if above is not None else "",
+            f"<= {at_most:g}" if at_most is not None else "",
+        ]
         raise _Wrong(field, f"{_shown(value)}: not {' and '.join(b for b in bounds if b)}")
     return value
 
@@ -276,8 +326,9 @@ def _time(value: object, field: str) -> float:
     try:
         if not TIME.fullmatch(text):
             raise ValueError
-        return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(
-            tzinfo=timezone.utc).timestamp()
+        return (
+            datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc).timestamp()
+        )
     except ValueError:
         raise _Wrong(field, f"{_shown(text)}: not a UTC time (2026-12-02T10:00:00Z)") from None
 
@@ -294,6 +345,12 @@ def _shown(value: object) -> str:
 
 
 def _type(value: object) -> str:
-    return {dict: "an object", list: "a list", str: "a string", bool: "true or false",
-            type(None): "null", int: "a number", float: "a number"}.get(type(value),
-                                                                       type(value).__name__)
+    return {
+        dict: "an object",
+        list: "a list",
+        str: "a string",
+        bool: "true or false",
+        type(None): "null",
+        int: "a number",
+        float: "a number",
+    }.get(type(value), type(value).__name__)

@@ -98,7 +98,7 @@ def questions(stage: str) -> list[rubric_data.InterviewerItem]:
 def asked(session: dict) -> list[rubric_data.InterviewerItem]:
     """Every conceptual question asked so far: those of the stages opened, in rubric order."""
     track = tracks.get(session["track"])
-    opened = stages(track)[:stages(track).index(session["stage"]) + 1]
+    opened = stages(track)[: stages(track).index(session["stage"]) + 1]
     return [item for stage in opened for item in questions(stage)]
 
 
@@ -112,8 +112,14 @@ def time_left(session: dict, now: float) -> float:
     return max(0.0, session["minutes"] * 60 - elapsed(session, now))
 
 
-def start(workspace: Path, *, minutes: float = 60, strict: bool = False,
-          track: tracks.Track = DENSE, clock: Clock = time.time) -> tuple[dict, list[Path], bool]:
+def start(
+    workspace: Path,
+    *,
+    minutes: float = 60,
+    strict: bool = False,
+    track: tracks.Track = DENSE,
+    clock: Clock = time.time,
+) -> tuple[dict, list[Path], bool]:
     """Start a session in `workspace`, or resume the one there: (the record, the files made,
     whether it resumed). A folder without the track's file is made a workspace as `kata init`
     makes one (FileExistsError, nothing written, when it holds some of a workspace's files but
@@ -139,8 +145,9 @@ def load(workspace: Path) -> dict:
     field: graders.interview.schema) for one that is not a record."""
     session = _load(workspace)
     if session is None:
-        raise NoSession(f"no interview session in {workspace}: start one with "
-                        "`kata interview start DIR`")
+        raise NoSession(
+            f"no interview session in {workspace}: start one with `kata interview start DIR`"
+        )
     return session
 
 
@@ -149,12 +156,12 @@ def _load(workspace: Path) -> dict | None:
     from graders.interview import schema
 
     data = record.load(workspace)
-    return None if data is None else schema.check(data, str(record.path(workspace)), stages,
-                                                  ranks)
+    return None if data is None else schema.check(data, str(record.path(workspace)), stages, ranks)
 
 
-def save(workspace: Path, *, clock: Clock = time.time, sandbox=None, workers=None,
-         own_tests=None) -> Saved:
+def save(
+    workspace: Path, *, clock: Clock = time.time, sandbox=None, workers=None, own_tests=None
+) -> Saved:
     """What a watched save does: snapshot the files, grade them on the items of the stages
     opened so far, record the save (and the stage it opens). Nothing is recorded when the files
     are those of the last snapshot and no stage has opened since it was graded. After time up,
@@ -193,9 +200,13 @@ def _save(workspace: Path, clock: Clock, sandbox, workers, own_tests) -> Saved:
         name = record.snapshot(workspace, contents)
         implementation, tests = files(record.folder(workspace) / name, track)
         tests = tests if tests and tests.is_file() else None
-        request = GradeRequest(implementation, tests, track=track,
-                               only=frozenset(stage_items(track, session["stage"])),
-                               sandbox=sandbox or default_sandbox())
+        request = GradeRequest(
+            implementation,
+            tests,
+            track=track,
+            only=frozenset(stage_items(track, session["stage"])),
+            sandbox=sandbox or default_sandbox(),
+        )
         kept = own_tests is not None and request.runs_tests and own_tests.covers(tests)
         if kept:
             request = replace(request, only=request.only - {tracks.TESTS_ITEM})
@@ -212,10 +223,16 @@ def _save(workspace: Path, clock: Clock, sandbox, workers, own_tests) -> Saved:
         def add(session: dict) -> None:
             nonlocal opened
             t = _t(session, clock())
-            session["events"].append({
-                "t": t, "kind": "save", "snapshot": name, "level": level,
-                "score": result.score,
-                "passing": [i.id for i in result.items if i.passed]})
+            session["events"].append(
+                {
+                    "t": t,
+                    "kind": "save",
+                    "snapshot": name,
+                    "level": level,
+                    "score": result.score,
+                    "passing": [i.id for i in result.items if i.passed],
+                }
+            )
             order = stages(track)
             if level == session["stage"] and order.index(level) + 1 < len(order):
                 opened = session["stage"] = order[order.index(level) + 1]
@@ -257,15 +274,17 @@ def solution(workspace: Path, name: str, *, clock: Clock = time.time) -> None:
     _ask(workspace, "solution", name, clock, {})
 
 
-def asked_from(folder: Path, what: str, name: str, step: int = 1, *,
-               clock: Clock = time.time) -> None:
+def asked_from(
+    folder: Path, what: str, name: str, step: int = 1, *, clock: Clock = time.time
+) -> None:
     """A hint (`what` "hint": item `name`, `step`) or a solution (`what` "solution") asked by a
     command run in `folder`: inside a session's workspace (the folder itself or any folder
     under it), recorded, or refused (Refused) in a strict session, as `hint` and `solution`
     do. Nothing outside every session's workspace. cli.py's `kata hint` and `kata solution`
     (each of its forms) call this before they show anything."""
-    workspace = next((place for place in (folder, *folder.parents)
-                      if record.path(place).is_file()), None)
+    workspace = next(
+        (place for place in (folder, *folder.parents) if record.path(place).is_file()), None
+    )
     if workspace is None:
         return
     if what == "hint":
@@ -291,23 +310,34 @@ def end(workspace: Path, *, clock: Clock = time.time, sandbox=None) -> dict:
             return session
         track = tracks.get(session["track"])
         saves = [e for e in session["events"] if e["kind"] == "save"]
-        name = saves[-1]["snapshot"] if saves else record.snapshot(
-            workspace, _contents(workspace, track))
+        name = (
+            saves[-1]["snapshot"]
+            if saves
+            else record.snapshot(workspace, _contents(workspace, track))
+        )
         implementation, tests = files(record.folder(workspace) / name, track)
         seed, done = draw_seed(), []
-        request = GradeRequest(implementation, tests if tests and tests.is_file() else None,
-                               track=track, hidden=True, seed=seed,
-                               sandbox=sandbox or default_sandbox())
+        request = GradeRequest(
+            implementation,
+            tests if tests and tests.is_file() else None,
+            track=track,
+            hidden=True,
+            seed=seed,
+            sandbox=sandbox or default_sandbox(),
+        )
         try:
             result = grade(request, GradeWorkers.start(request), on_item=done.append)
         except KeyboardInterrupt:
             with _interrupts_ignored():
                 total = len(rubric_data.load().track(track))
-                session = _ended(workspace, name, _partial(implementation, track, done, seed),
-                                 clock())
-            raise Interrupted(f"the final grade was interrupted (Ctrl-C) after {len(done)} of "
-                              f"{total} items: the session ends with those, recorded",
-                              session) from None
+                session = _ended(
+                    workspace, name, _partial(implementation, track, done, seed), clock()
+                )
+            raise Interrupted(
+                f"the final grade was interrupted (Ctrl-C) after {len(done)} of "
+                f"{total} items: the session ends with those, recorded",
+                session,
+            ) from None
         return _ended(workspace, name, result, clock())
 
 
@@ -315,16 +345,18 @@ def _partial(implementation: Path, track: tracks.Track, done: list, seed: int):
     """The final grade interrupted: a partial hidden grade (graders.judge.result.GradeResult) of
     the items `done`, in rubric order; no level, no tells (their items may not have run), and
     no isolation (the workers' were not heard of): null in the record."""
-    return GradeResult.from_items(str(implementation), track, done, None, hidden=True,
-                                  isolation=None, seed=seed)
+    return GradeResult.from_items(
+        str(implementation), track, done, None, hidden=True, isolation=None, seed=seed
+    )
 
 
 def _ended(workspace: Path, name: str, result, ended: float) -> dict:
     """Record the session's end at `ended` with `result`, the final grade of snapshot `name`."""
     from graders.formats.report import to_json
 
-    result = replace(result, implementation=f"{name}/"
-                     f"{tracks.get(load(workspace)['track']).implementation}")
+    result = replace(
+        result, implementation=f"{name}/{tracks.get(load(workspace)['track']).implementation}"
+    )
 
     def close(session: dict) -> None:
         session["ended"] = record.iso(ended)
@@ -362,9 +394,14 @@ def write_answers(workspace: Path, session: dict) -> Path:
     encoding (bytes that are not UTF-8 travel as surrogate escapes); headings of questions newly
     asked are added at the end. Questions of stages not yet open are never written."""
     answers = workspace / "answers.md"
-    text = answers.read_bytes().decode("utf-8", "surrogateescape") if answers.exists() else (
-        "# Your answers\n\nAnswer each question under its heading, in a few sentences, as you "
-        "would say it aloud.\nThe session ends by showing each answer beside a model answer.\n")
+    text = (
+        answers.read_bytes().decode("utf-8", "surrogateescape")
+        if answers.exists()
+        else (
+            "# Your answers\n\nAnswer each question under its heading, in a few sentences, as you "
+            "would say it aloud.\nThe session ends by showing each answer beside a model answer.\n"
+        )
+    )
     from graders.interview.questions import QUESTIONS
 
     for item in asked(session):
@@ -404,12 +441,17 @@ def _ask(workspace: Path, what: str, item: str, clock: Clock, fields: dict) -> N
     if session is None or session["ended"] is not None:
         return
     if session["strict"]:
-        update(workspace, lambda s: s["events"].append(
-            {"t": _t(s, clock()), "kind": "refused", "what": what, "item": item}))
-        raise Refused(f"this is a strict interview session: no {what}s (the refusal is "
-                      "recorded)")
-    update(workspace, lambda s: s["events"].append(
-        {"t": _t(s, clock()), "kind": what, "item": item, **fields}))
+        update(
+            workspace,
+            lambda s: s["events"].append(
+                {"t": _t(s, clock()), "kind": "refused", "what": what, "item": item}
+            ),
+        )
+        raise Refused(f"this is a strict interview session: no {what}s (the refusal is recorded)")
+    update(
+        workspace,
+        lambda s: s["events"].append({"t": _t(s, clock()), "kind": what, "item": item, **fields}),
+    )
 
 
 @contextmanager

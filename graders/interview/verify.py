@@ -36,8 +36,10 @@ from graders.shared import rubric as rubric_data
 from graders.shared import tracks
 
 Verdict = Literal["agrees", "disagrees", "unchecked"]
-RECORDS_WORD = ("the time of every event, the hints and solutions asked (nothing but the record "
-                "records them), and the answers in answers.md")
+RECORDS_WORD = (
+    "the time of every event, the hints and solutions asked (nothing but the record "
+    "records them), and the answers in answers.md"
+)
 UNCHECKED_STATUSES = ("timeout",)  # a grade that could not say; `unavailable` items too
 
 
@@ -60,8 +62,9 @@ class Snapshot:
             return ""
         if self.actual is None:
             return f"snapshot {shown(self.name)} is missing (the record names it)"
-        return (f"snapshot {shown(self.name)}'s files do not match its name: they hash to "
-                f"{self.actual}")
+        return (
+            f"snapshot {shown(self.name)}'s files do not match its name: they hash to {self.actual}"
+        )
 
 
 @dataclass(frozen=True)
@@ -156,8 +159,10 @@ def snapshots(session: dict, workspace: Path) -> tuple[Snapshot, ...]:
     names = [e["snapshot"] for e in session["events"] if e["kind"] == "save"]
     if session["final"] is not None:
         names.append(session["final"]["implementation"].split("/")[0])
-    return tuple(Snapshot(name, _hash(record.folder(workspace) / name, track))
-                 for name in dict.fromkeys(names))
+    return tuple(
+        Snapshot(name, _hash(record.folder(workspace) / name, track))
+        for name in dict.fromkeys(names)
+    )
 
 
 def unverified(session: dict, workspace: Path) -> Verification:
@@ -175,11 +180,20 @@ def verify(session: dict, workspace: Path, sandbox) -> Verification:
     sandbox.resolve()  # refuse before anything runs
     track = tracks.get(session["track"])
     found = snapshots(session, workspace)
-    final = _Beside(lambda: _final(session, workspace, track, sandbox)
-                    ) if session["final"] is not None else None
+    final = (
+        _Beside(lambda: _final(session, workspace, track, sandbox))
+        if session["final"] is not None
+        else None
+    )
     saves, stages = _saves(session, workspace, track, sandbox)
-    return Verification(found, saves, stages, final.result() if final else None, verified=True,
-                        seconds=time.perf_counter() - started)
+    return Verification(
+        found,
+        saves,
+        stages,
+        final.result() if final else None,
+        verified=True,
+        seconds=time.perf_counter() - started,
+    )
 
 
 class _Beside:
@@ -205,8 +219,9 @@ class _Beside:
         return value
 
 
-def _saves(session: dict, workspace: Path, track: tracks.Track,
-           sandbox) -> tuple[tuple[SaveCheck, ...], StagesCheck]:
+def _saves(
+    session: dict, workspace: Path, track: tracks.Track, sandbox
+) -> tuple[tuple[SaveCheck, ...], StagesCheck]:
     """Each save graded again in order, at the stage the grades before it open."""
     from graders.interview.warm import OwnTestsVerdict
 
@@ -235,8 +250,9 @@ def _saves(session: dict, workspace: Path, track: tracks.Track,
         ahead.close()
     graded_stages = tuple(opened)
     agrees = graded_stages == claimed_stages and session["stage"] == stage
-    return tuple(checks), StagesCheck(claimed_stages, graded_stages,
-                                      "agrees" if agrees else "disagrees")
+    return tuple(checks), StagesCheck(
+        claimed_stages, graded_stages, "agrees" if agrees else "disagrees"
+    )
 
 
 def _claimed_stages(session: dict) -> tuple[tuple[int, str], ...]:
@@ -250,8 +266,9 @@ def _claimed_stages(session: dict) -> tuple[tuple[int, str], ...]:
     return tuple(out)
 
 
-def _grade_save(workspace: Path, track: tracks.Track, event: dict, stage: str, sandbox,
-                workers, kept) -> Graded | None:
+def _grade_save(
+    workspace: Path, track: tracks.Track, event: dict, stage: str, sandbox, workers, kept
+) -> Graded | None:
     """The grade of a save's snapshot on the items open at `stage` (None: no snapshot), with
     own-tests' verdict taken from `kept` when it holds this test file's; `workers` started for
     it ahead, or None."""
@@ -265,8 +282,13 @@ def _grade_save(workspace: Path, track: tracks.Track, event: dict, stage: str, s
             workers.close()
         return None
     tests = tests if tests and tests.is_file() else None
-    request = GradeRequest(implementation, tests, track=track,
-                           only=frozenset(verbs.stage_items(track, stage)), sandbox=sandbox)
+    request = GradeRequest(
+        implementation,
+        tests,
+        track=track,
+        only=frozenset(verbs.stage_items(track, stage)),
+        sandbox=sandbox,
+    )
     reuse = request.runs_tests and kept.covers(tests)
     if reuse:
         request = replace(request, only=request.only - {tracks.TESTS_ITEM})
@@ -282,10 +304,13 @@ def _grade_save(workspace: Path, track: tracks.Track, event: dict, stage: str, s
 
 
 def _graded(result, track: tracks.Track) -> Graded:
-    unchecked = tuple(i.id for i in result.items
-                      if i.status in UNCHECKED_STATUSES or i.unavailable)
-    return Graded(verbs.reached(result, track), result.score,
-                  tuple(i.id for i in result.items if i.passed), unchecked)
+    unchecked = tuple(i.id for i in result.items if i.status in UNCHECKED_STATUSES or i.unavailable)
+    return Graded(
+        verbs.reached(result, track),
+        result.score,
+        tuple(i.id for i in result.items if i.passed),
+        unchecked,
+    )
 
 
 def _compare_save(event: dict, stage: str, graded: Graded | None) -> SaveCheck:
@@ -320,17 +345,28 @@ def _final(session: dict, workspace: Path, track: tracks.Track, sandbox) -> Fina
     folder = record.folder(workspace) / claim["implementation"].split("/")[0]
     implementation, tests = verbs.files(folder, track)
     if not implementation.is_file() or claim["seed"] is None:
-        return FinalCheck(None, "unchecked", ("its snapshot is missing",) if claim["seed"]
-                          is not None else ("it records no seed",))
+        return FinalCheck(
+            None,
+            "unchecked",
+            ("its snapshot is missing",) if claim["seed"] is not None else ("it records no seed",),
+        )
     only = frozenset(i["id"] for i in claim["items"]) if claim["partial"] else None
-    request = GradeRequest(implementation, tests if tests and tests.is_file() else None,
-                           track=track, hidden=True, seed=claim["seed"], only=only,
-                           sandbox=sandbox)
+    request = GradeRequest(
+        implementation,
+        tests if tests and tests.is_file() else None,
+        track=track,
+        hidden=True,
+        seed=claim["seed"],
+        only=only,
+        sandbox=sandbox,
+    )
     result = grade(request, GradeWorkers.start(request))
-    graded = Graded(result.level or "none", result.score,
-                    tuple(i.id for i in result.items if i.passed),
-                    tuple(i.id for i in result.items
-                          if i.status in UNCHECKED_STATUSES or i.unavailable))
+    graded = Graded(
+        result.level or "none",
+        result.score,
+        tuple(i.id for i in result.items if i.passed),
+        tuple(i.id for i in result.items if i.status in UNCHECKED_STATUSES or i.unavailable),
+    )
     return _compare_final(claim, result, graded)
 
 
@@ -340,28 +376,42 @@ def _compare_final(claim: dict, result, graded: Graded) -> FinalCheck:
     differences, judged = [], False
     if not claim["partial"] and claim["level"] != result.level:
         differences.append(f"level {result.level}, not {claim['level']}")
-    if abs(claim["score"] - result.score) > 1e-9 or abs(claim["max_score"] - result.max_score) \
-            > 1e-9:
-        differences.append(f"{result.score:g}/{result.max_score:g} points, not "
-                           f"{claim['score']:g}/{claim['max_score']:g}")
+    if (
+        abs(claim["score"] - result.score) > 1e-9
+        or abs(claim["max_score"] - result.max_score) > 1e-9
+    ):
+        differences.append(
+            f"{result.score:g}/{result.max_score:g} points, not "
+            f"{claim['score']:g}/{claim['max_score']:g}"
+        )
     order = [item.id for item in rubric_data.load().items]
     for item_id in sorted(set(statuses) | set(claimed), key=order.index):
         if statuses.get(item_id) != claimed.get(item_id):
-            differences.append(f"{item_id} {statuses.get(item_id, 'not graded')}, not "
-                               f"{claimed.get(item_id, 'listed')}")
+            differences.append(
+                f"{item_id} {statuses.get(item_id, 'not graded')}, not "
+                f"{claimed.get(item_id, 'listed')}"
+            )
             judged = judged or item_id not in graded.unchecked
     detected = {t.id for t in result.tells if t.detected}
     claimed_tells = {t["id"] for t in claim["tells"] if t["detected"]}
     if detected != claimed_tells:
-        differences.append("tells detected: " + (", ".join(sorted(detected)) or "none")
-                           + ", not " + (", ".join(sorted(claimed_tells)) or "none"))
+        differences.append(
+            "tells detected: "
+            + (", ".join(sorted(detected)) or "none")
+            + ", not "
+            + (", ".join(sorted(claimed_tells)) or "none")
+        )
         judged = True
-    graded_shares, claimed_shares = _fractions(result.similarity), _fractions(
-        claim.get("similarity"))
+    graded_shares, claimed_shares = (
+        _fractions(result.similarity),
+        _fractions(claim.get("similarity")),
+    )
     for name in sorted(set(graded_shares) | set(claimed_shares)):
         if graded_shares.get(name) != claimed_shares.get(name):
-            differences.append(f"similarity to {name} {_share(graded_shares.get(name))}, not "
-                               f"{_share(claimed_shares.get(name))}")
+            differences.append(
+                f"similarity to {name} {_share(graded_shares.get(name))}, not "
+                f"{_share(claimed_shares.get(name))}"
+            )
             judged = True
     if not differences:
         return FinalCheck(graded, "agrees")
@@ -414,14 +464,19 @@ class _Ahead:
         self.close()
         if event is None:
             return
-        implementation, tests = verbs.files(record.folder(self.workspace) / event["snapshot"],
-                                            self.track)
+        implementation, tests = verbs.files(
+            record.folder(self.workspace) / event["snapshot"], self.track
+        )
         if not implementation.is_file():
             return
         run_tests = None
-        guess = GradeRequest(implementation, tests if tests and tests.is_file() else None,
-                             track=self.track, only=frozenset(verbs.stage_items(self.track, stage)),
-                             sandbox=self.sandbox)
+        guess = GradeRequest(
+            implementation,
+            tests if tests and tests.is_file() else None,
+            track=self.track,
+            only=frozenset(verbs.stage_items(self.track, stage)),
+            sandbox=self.sandbox,
+        )
         if guess.runs_tests:
             digest = hashlib.sha256(tests.read_bytes()).hexdigest()
             run_tests = None if digest in self.judged else tests

@@ -62,8 +62,11 @@ class OwnTestsVerdict:
         item in rubric order (its message saying where it comes from) and its tells checked."""
         from graders.shared import rubric as rubric_data
 
-        item = replace(self.item, message=f"as graded at {self.snapshot} (the test file is "
-                                          f"unchanged): {self.item.message}")
+        item = replace(
+            self.item,
+            message=f"as graded at {self.snapshot} (the test file is "
+            f"unchanged): {self.item.message}",
+        )
         order = [i.id for i in rubric_data.load().items]
         items = sorted([*result.items, item], key=lambda i: order.index(i.id))
         kept = {t.id: t for t in self.tells}
@@ -94,15 +97,22 @@ class NextWorkers:
         track = tracks.get(session["track"])
         implementation, tests = verbs.files(self.workspace, track)
         try:
-            request = GradeRequest(implementation, tests if tests and tests.is_file() else None,
-                                   track=track,
-                                   only=frozenset(verbs.stage_items(track, session["stage"])),
-                                   sandbox=verbs.default_sandbox())
+            request = GradeRequest(
+                implementation,
+                tests if tests and tests.is_file() else None,
+                track=track,
+                only=frozenset(verbs.stage_items(track, session["stage"])),
+                sandbox=verbs.default_sandbox(),
+            )
             self.implementation = GradeWorkers.start(replace(request, tests=None), ahead=True)
             if self.tests_worker is None and request.runs_tests:
-                self.tests_worker = Worker("tests", isolation=self.implementation.isolation,
-                                           limits=request.sandbox.limits(), files=[tests],
-                                           ahead=True).start()
+                self.tests_worker = Worker(
+                    "tests",
+                    isolation=self.implementation.isolation,
+                    limits=request.sandbox.limits(),
+                    files=[tests],
+                    ahead=True,
+                ).start()
                 self.tests = tests
         except Exception:  # the save starts its own, and says why if it cannot either
             return
@@ -118,8 +128,14 @@ class NextWorkers:
         if workers is None:
             return None
         if with_tests and self.tests_worker is not None:
-            workers = GradeWorkers(workers.implementation, self.tests, self.tests_worker,
-                                   workers.isolation, workers.model, workers.reference)
+            workers = GradeWorkers(
+                workers.implementation,
+                self.tests,
+                self.tests_worker,
+                workers.isolation,
+                workers.model,
+                workers.reference,
+            )
             self.tests_worker = None
         return workers if workers.go() else None
 

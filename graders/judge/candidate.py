@@ -14,8 +14,16 @@ import torch
 
 from graders.judge.isolation import limit_reached
 from graders.judge.workers import GradeWorkers, Worker
-from graders.shared.plans import (MEASURED_TIME, CandidateError, CandidateTimeout, NotAttempted, Plan,
-                           Raised, Results, Tell)
+from graders.shared.plans import (
+    MEASURED_TIME,
+    CandidateError,
+    CandidateTimeout,
+    NotAttempted,
+    Plan,
+    Raised,
+    Results,
+    Tell,
+)
 from graders.shared.untrusted import clip
 from graders.worker.limits import Limits
 
@@ -28,9 +36,15 @@ class Candidate:
     alone (the real-model item's two workers; None where a caller gave none).
     """
 
-    def __init__(self, worker: Worker, timeout: float, tests: Path | None = None,
-                 test_worker: Worker | None = None, model_worker: Worker | None = None,
-                 reference_worker: Worker | None = None):
+    def __init__(
+        self,
+        worker: Worker,
+        timeout: float,
+        tests: Path | None = None,
+        test_worker: Worker | None = None,
+        model_worker: Worker | None = None,
+        reference_worker: Worker | None = None,
+    ):
         self.worker = worker
         self.timeout = timeout
         self.tests = tests
@@ -50,12 +64,16 @@ class Candidate:
         if reply.malformed:
             raise CandidateError(reply.detail)
         if reply.status == "crashed":
-            raise CandidateError(self._limit_first(
-                f"the process running the implementation {reply.detail}"))
+            raise CandidateError(
+                self._limit_first(f"the process running the implementation {reply.detail}")
+            )
         if "error" in reply.body:
-            raise CandidateError(self._limit_first(
-                f"the implementation returned something that cannot be sent back: "
-                f"{reply.body['error'].strip()}"))
+            raise CandidateError(
+                self._limit_first(
+                    f"the implementation returned something that cannot be sent back: "
+                    f"{reply.body['error'].strip()}"
+                )
+            )
         results = Results()
         for op, result in zip(plan.ops, reply.body["results"]):
             if "raised" in result:
@@ -72,13 +90,17 @@ class Candidate:
         wrong there is the kata's fault, never the candidate's (RuntimeError)."""
         reply = self._model_workers()[1].run([{"plan": {"ops": plan.ops}}], self.timeout)[0]
         if reply.status != "done" or "error" in reply.body:
-            raise RuntimeError(f"the reference worker failed: {reply.status} {reply.detail}"
-                               f"{reply.body.get('error', '') if reply.body else ''}")
+            raise RuntimeError(
+                f"the reference worker failed: {reply.status} {reply.detail}"
+                f"{reply.body.get('error', '') if reply.body else ''}"
+            )
         values = []
         for result in reply.body["results"]:
             if "raised" in result:
-                raise RuntimeError(f"the reference worker raised {result['raised']['type']}: "
-                                   f"{result['raised']['message']}")
+                raise RuntimeError(
+                    f"the reference worker raised {result['raised']['type']}: "
+                    f"{result['raised']['message']}"
+                )
             values.append(result["ok"])
         return values
 
@@ -88,8 +110,12 @@ class Candidate:
         if self.model_worker is None or self.reference_worker is None:
             base = self.worker
             self.model_worker, self.reference_worker = GradeWorkers.model_workers(
-                Path(base.path), base.module, base.isolation, _Sandboxed(base.limits),
-                base.import_timeout)
+                Path(base.path),
+                base.module,
+                base.isolation,
+                _Sandboxed(base.limits),
+                base.import_timeout,
+            )
             base.companions += [self.model_worker, self.reference_worker]
         return self.model_worker, self.reference_worker
 
@@ -118,7 +144,8 @@ class Candidate:
             call, grow = _call_words(op, raised.get("cache"))
             raise CandidateError(
                 f"{call} raised {raised['type']}: {raised['message']}{where}{grow}",
-                signature=(str(raised["type"]), str(raised["message"]), where))
+                signature=(str(raised["type"]), str(raised["message"]), where),
+            )
         return Raised(raised["type"], raised["message"], tuple(raised["lineage"]))
 
 
@@ -135,7 +162,9 @@ class _Sandboxed:
 def last_candidate_line(traceback_text: str) -> str:
     """The last frame of the traceback in the candidate's own code: neither the kata's frames
     nor torch's or Python's (an IndexError raised in torch/_ops.py is the candidate's write)."""
-    lines = [line.strip() for line in traceback_text.splitlines() if line.strip().startswith("File ")]
+    lines = [
+        line.strip() for line in traceback_text.splitlines() if line.strip().startswith("File ")
+    ]
     lines = [line for line in lines if not any(part in line for part in LIBRARY_FRAMES)]
     return f" ({clip(lines[-1])})" if lines else ""
 
@@ -149,10 +178,14 @@ def _call_words(op: dict, cache) -> tuple[str, str]:
     capacity, what the contract asks of it ("" otherwise)."""
     key = op.get("key")
     key = key.get("noncontiguous") if isinstance(key, dict) else key
-    size = 1 if op["op"] == "decode_step" else (
-        key.shape[2] if isinstance(key, torch.Tensor) and key.dim() == 4 else None)
+    size = (
+        1
+        if op["op"] == "decode_step"
+        else (key.shape[2] if isinstance(key, torch.Tensor) and key.dim() == 4 else None)
+    )
     words = f"`{op.get('method', op['op'])}`" + (
-        f" of {size} position{'s' if size != 1 else ''}" if size else "")
+        f" of {size} position{'s' if size != 1 else ''}" if size else ""
+    )
     lengths = cache.get("lengths") if isinstance(cache, dict) else None
     capacity = cache.get("capacity") if isinstance(cache, dict) else None
     if not (isinstance(lengths, list) and lengths and all(type(n) is int for n in lengths)):
@@ -166,5 +199,7 @@ def _call_words(op: dict, cache) -> tuple[str, str]:
     grows = int(counts.max()) if isinstance(counts, torch.Tensor) and counts.numel() else size
     if None in (lengths, capacity, grows) or max(lengths) + grows <= capacity:
         return words, ""
-    return words, (f". Likely mistake: what append does when a row outgrows capacity {capacity} "
-                   "(this append took a row past it, and raised)")
+    return words, (
+        f". Likely mistake: what append does when a row outgrows capacity {capacity} "
+        "(this append took a row past it, and raised)"
+    )

@@ -58,12 +58,17 @@ def kata_graders(hidden: bool) -> tuple[Grader, ...]:
     """The kata's own graders, one file an item in each track's items package (`Track.items`):
     each file's `grade`, or with `hidden` its `grade_hidden` (a file without hidden cases has
     none), in file-name order across the tracks. Loaded once a process."""
-    found = sorted((info.name, track.items) for track in tracks.TRACKS.values()
-                   for info in pkgutil.iter_modules(importlib.import_module(track.items).__path__)
-                   if not info.name.startswith("_"))
+    found = sorted(
+        (info.name, track.items)
+        for track in tracks.TRACKS.values()
+        for info in pkgutil.iter_modules(importlib.import_module(track.items).__path__)
+        if not info.name.startswith("_")
+    )
     modules = [importlib.import_module(f"{package}.{name}") for name, package in found]
     if hidden:
-        return tuple(Grader(m.ITEM, m.grade_hidden, True) for m in modules if hasattr(m, "grade_hidden"))
+        return tuple(
+            Grader(m.ITEM, m.grade_hidden, True) for m in modules if hasattr(m, "grade_hidden")
+        )
     return tuple(Grader(m.ITEM, m.grade, False) for m in modules)
 
 
@@ -84,8 +89,10 @@ def private_graders(folder: Path, track: tracks.Track) -> tuple[Grader, ...]:
         if not isinstance(item, str):
             raise PrivateGraderError(f"{path}: defines no ITEM (the rubric id it grades)")
         if item not in items:
-            raise PrivateGraderError(f"{path}: ITEM {item!r} is not an item of the {track.id} "
-                                     "track (kata rubric lists them)")
+            raise PrivateGraderError(
+                f"{path}: ITEM {item!r} is not an item of the {track.id} "
+                "track (kata rubric lists them)"
+            )
         if not callable(getattr(module, "grade", None)):
             raise PrivateGraderError(f"{path}: defines no grade(candidate) function")
         graders.append(Grader(item, module.grade, True))
@@ -107,9 +114,12 @@ def _load_private(path: Path) -> ModuleType:
     return module
 
 
-def grade(request: GradeRequest, workers: GradeWorkers,
-          on_item: Callable[[ItemResult], None] | None = None,
-          kept: Mapping[str, ItemResult] | None = None) -> GradeResult:
+def grade(
+    request: GradeRequest,
+    workers: GradeWorkers,
+    on_item: Callable[[ItemResult], None] | None = None,
+    kept: Mapping[str, ItemResult] | None = None,
+) -> GradeResult:
     """Grade `request` (graders.judge.request.GradeRequest) in `workers`, started for it
     (GradeWorkers.start(request), by the caller: before it imports torch, or ahead of the
     grade); the judge uses them and closes them, whatever happens.
@@ -143,16 +153,31 @@ def grade(request: GradeRequest, workers: GradeWorkers,
         workers.limit_to(spent)
         torch.set_num_threads(1)
         with hidden_cases.run_seed(seed) if hidden else nullcontext():
-            candidate = Candidate(workers.implementation, request.timeout, workers.tests,
-                                  workers.test_worker, workers.model, workers.reference)
-            results, broke = _run_items(candidate, items, graders, request.exitfirst, on_item,
-                                        spent, kept or {})
+            candidate = Candidate(
+                workers.implementation,
+                request.timeout,
+                workers.tests,
+                workers.test_worker,
+                workers.model,
+                workers.reference,
+            )
+            results, broke = _run_items(
+                candidate, items, graders, request.exitfirst, on_item, spent, kept or {}
+            )
     finally:
         workers.close()
         reap_strays()  # nothing the candidate started outlives the grade
-    return GradeResult.from_items(str(request.implementation), track, results, candidate.tells,
-                                  hidden=hidden, grader_broke=broke,
-                                  isolation=workers.isolation, seed=seed, similarity=borrowed)
+    return GradeResult.from_items(
+        str(request.implementation),
+        track,
+        results,
+        candidate.tells,
+        hidden=hidden,
+        grader_broke=broke,
+        isolation=workers.isolation,
+        seed=seed,
+        similarity=borrowed,
+    )
 
 
 def draw_seed() -> int:
@@ -176,9 +201,15 @@ def _graders(hidden: bool, extra_graders: Path | None, track: tracks.Track) -> l
     return graders
 
 
-def _run_items(candidate: Candidate, items: list[rubric_data.Item], graders: list[Grader],
-               exitfirst: bool, on_item: Callable[[ItemResult], None] | None,
-               spent: Budget, kept: Mapping[str, ItemResult]) -> tuple[list[ItemResult], bool]:
+def _run_items(
+    candidate: Candidate,
+    items: list[rubric_data.Item],
+    graders: list[Grader],
+    exitfirst: bool,
+    on_item: Callable[[ItemResult], None] | None,
+    spent: Budget,
+    kept: Mapping[str, ItemResult],
+) -> tuple[list[ItemResult], bool]:
     """Each item's outcome, in the order run (those in `kept` taken as they are), and whether a
     grader broke."""
     results, broke, unavailable, timeouts = [], False, None, 0
@@ -200,12 +231,14 @@ def _run_items(candidate: Candidate, items: list[rubric_data.Item], graders: lis
             elif spent.spent() and not ran_beside:
                 result = _result(item, "timeout", f"not run: {spent.message()}")
             elif timeouts >= MAX_TIMEOUTS and not ran_beside:  # hangs of the implementation
-                result = _result(item, "timeout",
-                                 f"not run: the implementation already hung in {timeouts} items")
+                result = _result(
+                    item, "timeout", f"not run: the implementation already hung in {timeouts} items"
+                )
             else:
                 try:
-                    status, message, signature = (early.result() if ran_beside
-                                                  else _run_item(item_graders, candidate))
+                    status, message, signature = (
+                        early.result() if ran_beside else _run_item(item_graders, candidate)
+                    )
                     if signature is not None and signature in first_raised:
                         message = _same_error(message, first_raised[signature], signature)
                     elif signature is not None:
@@ -216,8 +249,9 @@ def _run_items(candidate: Candidate, items: list[rubric_data.Item], graders: lis
                     result = _not_run(item, exc)
                 except Exception:  # a bug in a grader, never the candidate's fault
                     broke = True
-                    result = _result(item, "error",
-                                     "internal grader error: " + traceback.format_exc(limit=-3))
+                    result = _result(
+                        item, "error", "internal grader error: " + traceback.format_exc(limit=-3)
+                    )
             timeouts += result.status == "timeout"
             results.append(result)
             if on_item:
@@ -230,12 +264,20 @@ def _run_items(candidate: Candidate, items: list[rubric_data.Item], graders: lis
 def _implementation_passed(results: list[ItemResult]) -> bool:
     """Whether every item of L4 to L6 graded so far that grades the implementation passed (the
     candidate's own tests are graded apart: they do not hold back L6+, though they cap the level)."""
-    return all(r.status == "pass" for r in results
-               if r.level != rubric_data.PLUS and r.id != tracks.TESTS_ITEM)
+    return all(
+        r.status == "pass"
+        for r in results
+        if r.level != rubric_data.PLUS and r.id != tracks.TESTS_ITEM
+    )
 
 
-def _start_tests_early(items: list[rubric_data.Item], graders: list[Grader], candidate: Candidate,
-                       beside: ThreadPoolExecutor, exitfirst: bool) -> Future | None:
+def _start_tests_early(
+    items: list[rubric_data.Item],
+    graders: list[Grader],
+    candidate: Candidate,
+    beside: ThreadPoolExecutor,
+    exitfirst: bool,
+) -> Future | None:
     """Start the candidate's own tests in `beside` when they are to run, so that they run in
     their worker while the other items run in the implementation's (the judge and that worker
     take turns, one core between them). Their outcome is the item's, in its rubric place in the
@@ -251,11 +293,23 @@ def _start_tests_early(items: list[rubric_data.Item], graders: list[Grader], can
     return beside.submit(_run_item, own, candidate)
 
 
-def _result(item: rubric_data.Item, status: Status, message: str,
-            unavailable: str | None = None,
-            signature: tuple[str, str, str] | None = None) -> ItemResult:
-    return ItemResult(item.id, item.level, status, item.points if status == "pass" else 0.0,
-                      item.points, message, unavailable, signature)
+def _result(
+    item: rubric_data.Item,
+    status: Status,
+    message: str,
+    unavailable: str | None = None,
+    signature: tuple[str, str, str] | None = None,
+) -> ItemResult:
+    return ItemResult(
+        item.id,
+        item.level,
+        status,
+        item.points if status == "pass" else 0.0,
+        item.points,
+        message,
+        unavailable,
+        signature,
+    )
 
 
 def _not_run(item: rubric_data.Item, exc: WorkerUnavailable) -> ItemResult:
@@ -275,8 +329,9 @@ def _one_line(reason: str) -> str:
     return f"{lines[0].split(':', 1)[0]}: {lines[-1]} ({where[1]}, line {where[2]})"
 
 
-def _run_item(graders: list[Grader],
-              candidate: Candidate) -> tuple[Status, str, tuple[str, str, str] | None]:
+def _run_item(
+    graders: list[Grader], candidate: Candidate
+) -> tuple[Status, str, tuple[str, str, str] | None]:
     """The item's status and message, and the signature of the candidate's exception that made
     it an error (its type, message and place in the candidate's file), if one did."""
     if not graders:

@@ -66,6 +66,7 @@ WORKER_ENV = {"GLIBC_TUNABLES": "glibc.malloc.hugetlb=1", "TORCH_COMPILE_DISABLE
 # module, from `_fallback_gaps`): the report and the scorecard of a grade in it say so, and so
 # does the refusal that sends an interviewer to it (README: "Isolation").
 
+
 def worker_user_problem() -> str | None:
     """Why a process-isolated worker runs as the judge's own user here, or None when it runs as
     one of its own: the judge must be root (to change users), and every folder a worker reads
@@ -88,8 +89,11 @@ def worker_user_problem() -> str | None:
 def _environment_closed() -> str | None:
     """The first folder of the Python environment or the kata's worker side closed to other
     users, or None (cached: they do not move while the kata runs, TMPDIR may)."""
-    for folder in (*_python_dirs(_shown_path_entries()), str(WORKER_SIDE),
-                   os.path.dirname(os.path.realpath(sys.executable))):
+    for folder in (
+        *_python_dirs(_shown_path_entries()),
+        str(WORKER_SIDE),
+        os.path.dirname(os.path.realpath(sys.executable)),
+    ):
         closed = _closed_to_others(folder)
         if closed is not None:
             return closed
@@ -114,14 +118,20 @@ def _fallback_gaps() -> str:
     """What the process fallback leaves open here, in one line."""
     problem = worker_user_problem()
     if problem is None:
-        return ("the process fallback runs the candidate's code as a user of its own, but does "
-                "not stop it from reading what every user may read or using the network")
+        return (
+            "the process fallback runs the candidate's code as a user of its own, but does "
+            "not stop it from reading what every user may read or using the network"
+        )
     if os.geteuid() == 0:
-        return ("the process fallback does not stop the candidate's code from reading or "
-                "writing root's files, reading the judge, forking without bound or using the "
-                f"network: it runs as root, the judge's user ({problem})")
-    return ("the process fallback does not stop the candidate's code from reading or writing "
-            "this user's files or using the network")
+        return (
+            "the process fallback does not stop the candidate's code from reading or "
+            "writing root's files, reading the judge, forking without bound or using the "
+            f"network: it runs as root, the judge's user ({problem})"
+        )
+    return (
+        "the process fallback does not stop the candidate's code from reading or writing "
+        "this user's files or using the network"
+    )
 
 
 class SandboxUnavailable(Exception):
@@ -142,21 +152,24 @@ class Sandbox:
     chosen: bool = field(default=True, compare=False)
 
     def resolve(self) -> str:
-        """"bwrap" or "process"; SandboxUnavailable when "require" cannot be met."""
+        """ "bwrap" or "process"; SandboxUnavailable when "require" cannot be met."""
         if self.mode == "process":
             return "process"
         problem = bwrap_problem()
         if problem is None:
             return "bwrap"
         if self.mode == "require" and self.chosen:
-            raise SandboxUnavailable(f"--sandbox require: bubblewrap cannot run here ({problem}); "
-                                     "install the 'bubblewrap' package (apt-get install bubblewrap)")
+            raise SandboxUnavailable(
+                f"--sandbox require: bubblewrap cannot run here ({problem}); "
+                "install the 'bubblewrap' package (apt-get install bubblewrap)"
+            )
         if self.mode == "require":
             raise SandboxUnavailable(
                 f"bubblewrap cannot run here ({problem}), and an interviewer's run (--hidden, "
                 "grade-all) grades a candidate's file only in its sandbox: install it (apt-get "
                 "install bubblewrap), or accept the process fallback with --sandbox process "
-                f"({PROCESS_FALLBACK_GAPS})")
+                f"({PROCESS_FALLBACK_GAPS})"
+            )
         return "process"
 
     def limits(self, **others) -> Limits:
@@ -197,9 +210,15 @@ class Launch:
             shutil.rmtree(self.scratch, ignore_errors=True)
 
 
-def launch(isolation: str, module: str | None, files: list[Path],
-           code: tuple[str, ...] = ("graders.worker",), tmp_bytes: int = TMP_BYTES,
-           staged: bool = False, user: int | None = None) -> Launch:
+def launch(
+    isolation: str,
+    module: str | None,
+    files: list[Path],
+    code: tuple[str, ...] = ("graders.worker",),
+    tmp_bytes: int = TMP_BYTES,
+    staged: bool = False,
+    user: int | None = None,
+) -> Launch:
     """How to run `python -m module` (None: `python -c ''`, bubblewrap only) under `isolation`,
     seeing `files` (read-only, at their own paths) and the kata's packages named in `code`
     ("graders.worker": the worker side alone), with a private /tmp of `tmp_bytes`. A root
@@ -225,10 +244,16 @@ def launch(isolation: str, module: str | None, files: list[Path],
 def _process_launch(made: Launch, module: str) -> None:
     """`made`, filled for the process fallback: a plain child with a scratch folder as its home."""
     made.scratch = tempfile.mkdtemp(prefix="kata-worker-")
-    env = {key: value for key, value in os.environ.items()
-           if key in PASSED_ON or key.startswith(("LC_", "PYTHON"))}
-    env.update(HOME=made.scratch, TMPDIR=made.scratch, PYTHONPATH=os.pathsep.join(
-        p for p in (str(KATA), os.environ.get("PYTHONPATH")) if p))
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if key in PASSED_ON or key.startswith(("LC_", "PYTHON"))
+    }
+    env.update(
+        HOME=made.scratch,
+        TMPDIR=made.scratch,
+        PYTHONPATH=os.pathsep.join(p for p in (str(KATA), os.environ.get("PYTHONPATH")) if p),
+    )
     if module == "graders.worker":
         env.update(WORKER_ENV)
     made.argv, made.env, made.cwd = [sys.executable, "-P", "-m", module], env, made.scratch
@@ -248,8 +273,15 @@ def bwrap_problem() -> str | None:
         return "bwrap is not installed"
     trial = launch("bwrap", None, [])
     try:
-        done = subprocess.run(trial.argv, env=trial.env, cwd=trial.cwd, pass_fds=trial.pass_fds,
-                              capture_output=True, text=True, timeout=60)
+        done = subprocess.run(
+            trial.argv,
+            env=trial.env,
+            cwd=trial.cwd,
+            pass_fds=trial.pass_fds,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"bwrap did not start: {exc}"
     finally:
@@ -260,28 +292,61 @@ def bwrap_problem() -> str | None:
     return None
 
 
-def _bwrap_launch(made: Launch, module: str | None, files: list[Path], code, tmp_bytes: int,
-                  staged: bool, user: int | None) -> None:
+def _bwrap_launch(
+    made: Launch,
+    module: str | None,
+    files: list[Path],
+    code,
+    tmp_bytes: int,
+    staged: bool,
+    user: int | None,
+) -> None:
     """`made`, filled for bubblewrap: its arguments, and the descriptors and staged copies
     they name."""
     args = ["bwrap", "--die-with-parent", "--new-session"]
     as_root = os.getuid() == 0 and shutil.which("setpriv") is not None
     if as_root:  # no user namespace: the worker drops to a user id of its own below
-        args += ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
-                 "--unshare-cgroup-try"]
+        args += [
+            "--unshare-ipc",
+            "--unshare-pid",
+            "--unshare-net",
+            "--unshare-uts",
+            "--unshare-cgroup-try",
+        ]
     else:
         args += ["--unshare-all"]
-    args += ["--perms", "1777", "--size", str(tmp_bytes), "--tmpfs", "/tmp",
-             "--proc", "/proc", "--dev", "/dev"]
+    args += [
+        "--perms",
+        "1777",
+        "--size",
+        str(tmp_bytes),
+        "--tmpfs",
+        "/tmp",
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+    ]
     tree = _Tree()
     for top in ("/usr", "/bin", "/lib", "/lib32", "/lib64", "/sbin"):
         if os.path.islink(top):
             args += ["--symlink", os.readlink(top), top]
         elif os.path.isdir(top):
             args += tree.bind(top, top)
-    for path in (*(f"/etc/{name}" for name in ("ld.so.cache", "ld.so.conf", "localtime",
-                                                "passwd", "group", "nsswitch.conf")),
-                 "/sys/devices/system/cpu"):  # what the C library, torch and the bench read
+    for path in (
+        *(
+            f"/etc/{name}"
+            for name in (
+                "ld.so.cache",
+                "ld.so.conf",
+                "localtime",
+                "passwd",
+                "group",
+                "nsswitch.conf",
+            )
+        ),
+        "/sys/devices/system/cpu",
+    ):  # what the C library, torch and the bench read
         if os.path.exists(path):
             args += tree.bind(path, path)
     shown = _shown_path_entries()
@@ -295,8 +360,13 @@ def _bwrap_launch(made: Launch, module: str | None, files: list[Path], code, tmp
         if package == "graders.worker":  # the worker side alone, in an empty graders package
             made.pass_fds.append(_empty_file())
             args += tree.bind(str(WORKER_SIDE), f"{SANDBOX_CODE}/graders/worker")
-            args += ["--perms", "0444", "--ro-bind-data", str(made.pass_fds[-1]),
-                     f"{SANDBOX_CODE}/graders/__init__.py"]
+            args += [
+                "--perms",
+                "0444",
+                "--ro-bind-data",
+                str(made.pass_fds[-1]),
+                f"{SANDBOX_CODE}/graders/__init__.py",
+            ]
         else:
             args += tree.bind(str(KATA / package), f"{SANDBOX_CODE}/{package}")
     if staged:
@@ -308,14 +378,30 @@ def _bwrap_launch(made: Launch, module: str | None, files: list[Path], code, tmp
             args += tree.parents(str(path)) + ["--ro-bind", str(made.staged[-1][1]), str(path)]
             continue
         made.pass_fds.append(os.open(path, os.O_RDONLY))
-        args += tree.parents(str(path)) + ["--perms", "0444", "--ro-bind-data",
-                                           str(made.pass_fds[-1]), str(path)]
+        args += tree.parents(str(path)) + [
+            "--perms",
+            "0444",
+            "--ro-bind-data",
+            str(made.pass_fds[-1]),
+            str(path),
+        ]
     args += ["--remount-ro", "/", "--chdir", "/tmp", "--clearenv"]
-    extra_path = [entry for entry in shown  # what the prefixes do not hold
-                  if not any(_inside(os.path.realpath(entry), prefix) for prefix in _prefixes())]
-    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "TMPDIR": "/tmp",
-           "LANG": "C.UTF-8", "USER": "kata", "LOGNAME": "kata", "PYTHONDONTWRITEBYTECODE": "1",
-           "PYTHONPATH": os.pathsep.join([SANDBOX_CODE, *extra_path]), "OMP_NUM_THREADS": "1"}
+    extra_path = [
+        entry
+        for entry in shown  # what the prefixes do not hold
+        if not any(_inside(os.path.realpath(entry), prefix) for prefix in _prefixes())
+    ]
+    env = {
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "HOME": "/tmp",
+        "TMPDIR": "/tmp",
+        "LANG": "C.UTF-8",
+        "USER": "kata",
+        "LOGNAME": "kata",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONPATH": os.pathsep.join([SANDBOX_CODE, *extra_path]),
+        "OMP_NUM_THREADS": "1",
+    }
     if module == "graders.worker":
         env.update(WORKER_ENV)
     for key, value in env.items():
@@ -323,8 +409,16 @@ def _bwrap_launch(made: Launch, module: str | None, files: list[Path], code, tmp
     if as_root:
         if user is None:  # a launch of its own (the bench, the trial run): its user is its own
             user = made.user = take_user()
-        args += ["/usr/bin/setpriv", "--reuid", str(user), "--regid", str(user),
-                 "--clear-groups", "--inh-caps=-all", "--bounding-set=-all"]
+        args += [
+            "/usr/bin/setpriv",
+            "--reuid",
+            str(user),
+            "--regid",
+            str(user),
+            "--clear-groups",
+            "--inh-caps=-all",
+            "--bounding-set=-all",
+        ]
     inner = ["-c", ""] if module is None else ["-P", "-m", module]
     made.argv = args + [sys.executable, *inner]
     made.env, made.cwd = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}, "/"
@@ -356,8 +450,9 @@ class _Tree:
         parts = Path(dest).parts
         for depth in range(2, len(parts)):
             folder = str(Path(*parts[:depth]))
-            shown = (any(_inside(folder, b) for b in self.binds)
-                     and not any(_inside(folder, m) for m in self.masks))
+            shown = any(_inside(folder, b) for b in self.binds) and not any(
+                _inside(folder, m) for m in self.masks
+            )
             if folder in self.made or shown:
                 continue
             args += ["--perms", "0755", "--dir", folder]
@@ -370,8 +465,12 @@ def _inside(path: str, folder: str) -> bool:
 
 
 def _prefixes() -> list[str]:
-    return sorted({os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix,
-                                                 sys.base_exec_prefix)})
+    return sorted(
+        {
+            os.path.realpath(p)
+            for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix)
+        }
+    )
 
 
 def _python_dirs(shown: list[str]) -> list[str]:
@@ -389,8 +488,11 @@ def _shown_path_entries() -> list[str]:
     """The entries of the judge's sys.path that a sandbox shows: existing folders, but neither
     the root, the kata's own checkout, nor one of the judge's own folders."""
     hidden = {"/", str(KATA), *_judges_own_folders()}
-    return [entry for entry in sys.path
-            if entry and os.path.isdir(entry) and os.path.realpath(entry) not in hidden]
+    return [
+        entry
+        for entry in sys.path
+        if entry and os.path.isdir(entry) and os.path.realpath(entry) not in hidden
+    ]
 
 
 def _judges_own_folders() -> set[str]:
@@ -408,8 +510,14 @@ def _judges_own_folders() -> set[str]:
 def _kata_paths() -> list[str]:
     """What of the kata a candidate may not see when it lies inside the Python environment
     (an installed wheel): its packages, the CLI, and the bundled files."""
-    paths = [KATA / "graders", KATA / "benchmarks", KATA / "cli.py",
-             bundled.STARTER, bundled.SOLUTIONS, bundled.RUBRIC.parent]
+    paths = [
+        KATA / "graders",
+        KATA / "benchmarks",
+        KATA / "cli.py",
+        bundled.STARTER,
+        bundled.SOLUTIONS,
+        bundled.RUBRIC.parent,
+    ]
     return sorted({str(p) for p in paths if p.exists()})
 
 
@@ -456,8 +564,10 @@ def end_user(uid: int) -> None:
             _signal(pid, signal.SIGKILL)
         reap_strays()
         if time.monotonic() > deadline:
-            raise RuntimeError(f"{len(pids)} processes of the worker's user {uid} outlived "
-                               f"SIGKILL for {END_USER_SECONDS:g} s")
+            raise RuntimeError(
+                f"{len(pids)} processes of the worker's user {uid} outlived "
+                f"SIGKILL for {END_USER_SECONDS:g} s"
+            )
         time.sleep(0.005)
 
 
@@ -607,7 +717,7 @@ def _parents_by_pid() -> dict[int, int]:
                     stat = f.read()
             except OSError:
                 continue
-            parents[int(entry.name)] = int(stat[stat.rindex(b")") + 2:].split()[1])
+            parents[int(entry.name)] = int(stat[stat.rindex(b")") + 2 :].split()[1])
     return parents
 
 
@@ -627,6 +737,7 @@ def _descendants(roots: list[int]) -> set[int]:
 
 # --- what a worker's error says of its sandbox: a file it was not shown, a limit reached -------
 
+
 def unseen_beside(error: str, path: str) -> str:
     """What to add to `error` when it comes from a file beside `path` that a sandbox does not
     show: a module the file imports, or the conftest.py holding its tests' fixtures (a grade
@@ -634,27 +745,34 @@ def unseen_beside(error: str, path: str) -> str:
     folder, name = Path(path).parent, Path(path).name
     module = re.search(r"No module named '([A-Za-z_]\w*)", error)
     if module:
-        helper = next((f for f in (f"{module.group(1)}.py", module.group(1))
-                       if (folder / f).exists()), None)
+        helper = next(
+            (f for f in (f"{module.group(1)}.py", module.group(1)) if (folder / f).exists()), None
+        )
     else:
         fixture = re.search(r"fixture '[^']+' not found", error)
         helper = "conftest.py" if fixture and (folder / "conftest.py").exists() else None
     if helper is None:
         return ""
-    return (f". {helper} lies beside {name}, but a grade shows {name} alone (the contract: one "
-            f"file): move what it needs from {helper} into {name}")
+    return (
+        f". {helper} lies beside {name}, but a grade shows {name} alone (the contract: one "
+        f"file): move what it needs from {helper} into {name}"
+    )
 
 
 def limit_reached(text: str, limits: Limits) -> str | None:
     """Which limit `text` (an exception or how a process ended) shows was reached, as a phrase
     naming it ("memory limit of 4 GiB reached"); None when it shows none."""
     signs = (
-        (("MemoryError", "can't allocate memory", "Cannot allocate memory"),
-         f"memory limit of {_size(limits.memory)} reached"),
+        (
+            ("MemoryError", "can't allocate memory", "Cannot allocate memory"),
+            f"memory limit of {_size(limits.memory)} reached",
+        ),
         (("SIGXCPU",), f"CPU time limit of {limits.cpu_seconds} s reached"),
         (("SIGXFSZ", "File too large"), f"file size limit of {_size(limits.file_size)} reached"),
-        (("Resource temporarily unavailable",),
-         f"process limit reached ({limits.processes} processes)"),
+        (
+            ("Resource temporarily unavailable",),
+            f"process limit reached ({limits.processes} processes)",
+        ),
         (("No space left on device",), f"the private /tmp is full ({_size(TMP_BYTES)})"),
     )
     for needles, phrase in signs:

@@ -45,8 +45,11 @@ CACHE_ROWS = 64  # an exception's optional "cache": {"lengths": [int] of at most
 # "capacity": int}, the state of the dense cache it was raised on (graders/worker/ops.py)
 TESTS_COUNTS = ("exit_code", "passed", "failed", "errors")
 # The beam search's choices; its scores' dtype follows what decode_step returned (floating).
-BEAMS = {"tokens": (torch.int64,), "beam_idx": (torch.int64,),
-         "scores": (torch.float16, torch.bfloat16, torch.float32, torch.float64)}
+BEAMS = {
+    "tokens": (torch.int64,),
+    "beam_idx": (torch.int64,),
+    "scores": (torch.float16, torch.bfloat16, torch.float32, torch.float64),
+}
 LARGEST = 3  # groups of an allocation measurement (graders.worker.ops.Allocations.LARGEST)
 MAX_TAIL = 4_000  # characters of a traceback kept (its last frames): read for one line
 
@@ -83,8 +86,7 @@ def status(body, index: int, batch: str) -> dict:
         raise MalformedReply(f"a status {_shown(kind)}, not one of {', '.join(STATUS_FIELDS)}")
     _in_step(fields, index, batch, f"the status ({kind})")
     expected = STATUS_FIELDS[kind]
-    _keys(fields, {"status", "index", "batch", *expected}, "the status",
-          optional=STATUS_OPTIONAL)
+    _keys(fields, {"status", "index", "batch", *expected}, "the status", optional=STATUS_OPTIONAL)
     if ("wall" in fields) != ("cpu" in fields):
         raise MalformedReply("a timeout on the clock without both its wall and cpu times")
     checked = {"status": kind}
@@ -123,8 +125,9 @@ def tests_reply(reply) -> dict:
     reply = _error_or(reply, "exit_code")
     if "error" in reply:
         return reply
-    checked = {key: _value(value, f"the tests' {key}", candidate=False)
-               for key, value in reply.items()}
+    checked = {
+        key: _value(value, f"the tests' {key}", candidate=False) for key, value in reply.items()
+    }
     for key in TESTS_COUNTS:
         _typed(reply.get(key), int, f"the tests' {key}")
     first = checked.get("first_failure")
@@ -159,8 +162,9 @@ def _op_result(result, op: dict, n: int) -> dict:
     what = f"the result of operation {n} ({op['op']})"
     fields = _dict(result, what)
     if ("ok" in fields) == ("raised" in fields):
-        raise MalformedReply(f"{what} holds {'both' if 'ok' in fields else 'neither'} of a value "
-                             "and an exception")
+        raise MalformedReply(
+            f"{what} holds {'both' if 'ok' in fields else 'neither'} of a value and an exception"
+        )
     allowed = {"ok", "raised"} | ({"inputs_after"} if op.get("return_inputs") else set())
     _keys(fields, allowed, what, optional=allowed)
     checked = {}
@@ -193,8 +197,10 @@ def _ok(value, op: dict, what: str):
         _keys(fields, {"output", "rows"}, what)
         rows = _dict(fields["rows"], f"{what}'s rows")
         _keys(rows, {"wq", "wk", "wv"}, f"{what}'s rows")
-        return {"output": _value(fields["output"], what, candidate=True),
-                "rows": {name: _count(n, f"{what}'s rows") for name, n in rows.items()}}
+        return {
+            "output": _value(fields["output"], what, candidate=True),
+            "rows": {name: _count(n, f"{what}'s rows") for name, n in rows.items()},
+        }
     if kind == "inventory":
         return _inventory(value, op, what)
     if kind == "beam_search":
@@ -214,12 +220,19 @@ def _measured(value, what: str) -> dict:
         raise MalformedReply(f"{what} names {len(largest)} largest allocations, not {LARGEST}")
     for group in largest:
         group = _typed(group, list, f"{what}'s largest allocations")
-        if (len(group) != 4 or not isinstance(group[0], str) or not isinstance(group[1], list)
-                or not all(_is_count(n) for n in (*group[1], group[2], group[3]))):
+        if (
+            len(group) != 4
+            or not isinstance(group[0], str)
+            or not isinstance(group[1], list)
+            or not all(_is_count(n) for n in (*group[1], group[2], group[3]))
+        ):
             raise MalformedReply(f"{what} has an allocation group of {_shown(group)}")
-    return {"allocations": _count(fields["allocations"], what),
-            "bytes": _count(fields["bytes"], what), "held": _count(fields["held"], what),
-            "largest": [[clip(g[0]), g[1], g[2], g[3]] for g in largest]}
+    return {
+        "allocations": _count(fields["allocations"], what),
+        "bytes": _count(fields["bytes"], what),
+        "held": _count(fields["held"], what),
+        "largest": [[clip(g[0]), g[1], g[2], g[3]] for g in largest],
+    }
 
 
 def _inventory(value, op: dict, what: str) -> dict:
@@ -232,8 +245,13 @@ def _inventory(value, op: dict, what: str) -> dict:
         shape = _typed(entry["shape"], list, f"{what}'s tensor shape")
         if not all(_is_count(n) for n in shape):
             raise MalformedReply(f"{what} has a tensor of shape {_shown(shape)}")
-        listing.append({"path": clip(_typed(entry["path"], str, what)), "shape": shape,
-                        "dtype": clip(_typed(entry["dtype"], str, what))})
+        listing.append(
+            {
+                "path": clip(_typed(entry["path"], str, what)),
+                "shape": shape,
+                "dtype": clip(_typed(entry["dtype"], str, what)),
+            }
+        )
     held = _dict(fields["held"], f"{what}'s probes")
     _keys(held, set(op.get("probes", {})), f"{what}'s probes")
     paths = {}
@@ -252,8 +270,9 @@ def _beams(value, op: dict, what: str) -> dict:
         tensor = fields[name]
         if type(tensor) is not torch.Tensor or tensor.dtype not in dtypes or tensor.shape != shape:
             kinds = " or ".join(str(dtype).removeprefix("torch.") for dtype in dtypes)
-            raise MalformedReply(f"{what}'s {name} is {_shown(tensor)}, not a {kinds} tensor "
-                                 f"{list(shape)}")
+            raise MalformedReply(
+                f"{what}'s {name} is {_shown(tensor)}, not a {kinds} tensor {list(shape)}"
+            )
     return fields
 
 
@@ -272,18 +291,28 @@ def _generation(value, op: dict, what: str, candidate: bool) -> dict:
     counted = {"calls"} if candidate else set()
     if candidate and "mismatch" in fields:
         _keys(fields, {"mismatch", "calls"}, what)
-        return {"mismatch": clip(_typed(fields["mismatch"], str, f"{what}'s mismatch")),
-                "calls": _calls(fields["calls"], what)}
+        return {
+            "mismatch": clip(_typed(fields["mismatch"], str, f"{what}'s mismatch")),
+            "calls": _calls(fields["calls"], what),
+        }
     _keys(fields, {"sequences", "logits"} | counted, what)
     batch, prompt = op["input_ids"].shape
     rows = batch * (op["beams"] if op["mode"] == "beam" else 1)
-    shapes = {"sequences": (torch.int64, (batch, prompt + op["new_tokens"])),
-              "logits": (torch.float32, (op["new_tokens"], rows, op["model"]["config"]["vocab_size"]))}
+    shapes = {
+        "sequences": (torch.int64, (batch, prompt + op["new_tokens"])),
+        "logits": (torch.float32, (op["new_tokens"], rows, op["model"]["config"]["vocab_size"])),
+    }
     for name, (dtype, shape) in shapes.items():
         tensor = fields[name]
-        if type(tensor) is not torch.Tensor or tensor.dtype != dtype or tuple(tensor.shape) != shape:
-            raise MalformedReply(f"{what}'s {name} is {_shown(tensor)}, not a "
-                                 f"{str(dtype).removeprefix('torch.')} tensor {list(shape)}")
+        if (
+            type(tensor) is not torch.Tensor
+            or tensor.dtype != dtype
+            or tuple(tensor.shape) != shape
+        ):
+            raise MalformedReply(
+                f"{what}'s {name} is {_shown(tensor)}, not a "
+                f"{str(dtype).removeprefix('torch.')} tensor {list(shape)}"
+            )
     checked = {"sequences": fields["sequences"], "logits": fields["logits"]}
     if candidate:
         checked["calls"] = _calls(fields["calls"], what)
@@ -299,8 +328,7 @@ def _calls(value, what: str) -> dict:
 
 TRACE_KEYS = {"steps", "adds", "error", "stalled"}
 STEP_KEYS = {"at", "batch", "produced", "finished", "free_after_schedule", "free_after_update"}
-DRIVE_ERROR = {"call": str, "step": int, "kind": str, "type": str, "message": str,
-               "traceback": str}
+DRIVE_ERROR = {"call": str, "step": int, "kind": str, "type": str, "message": str, "traceback": str}
 
 
 def drive_trace(value, workload: dict, max_steps: int, what: str = "the trace") -> batching.Trace:
@@ -325,10 +353,16 @@ def drive_trace(value, workload: dict, max_steps: int, what: str = "the trace") 
     for n, add in enumerate(adds):
         add = _dict(add, f"{what}'s adds")
         _keys(add, {"id", "at"}, f"{what}'s adds")
-        if n >= len(order) or add["id"] != order[n] or type(add["at"]) is not int \
-                or add["at"] < arrival[order[n]]:
-            raise MalformedReply(f"{what} adds {_shown(add)} where the driver adds the "
-                                 "workload's requests in arrival order, each once it arrived")
+        if (
+            n >= len(order)
+            or add["id"] != order[n]
+            or type(add["at"]) is not int
+            or add["at"] < arrival[order[n]]
+        ):
+            raise MalformedReply(
+                f"{what} adds {_shown(add)} where the driver adds the "
+                "workload's requests in arrival order, each once it arrived"
+            )
         added.append(batching.Add(order[n], add["at"]))
     known: dict[str, int] = {}
     outputs: dict[str, list] = {r["id"]: [] for r in requests}
@@ -349,24 +383,35 @@ def drive_trace(value, workload: dict, max_steps: int, what: str = "the trace") 
         raw = _typed(step["batch"], list, where)
         batch = tuple(_entry(entry, config, where) for entry in raw)
         if len(batch) > batching.ENTRIES_PER_SEQ * config["max_num_seqs"]:
-            raise MalformedReply(f"{where} holds {len(batch)} entries, more than the driver "
-                                 "records")
+            raise MalformedReply(
+                f"{where} holds {len(batch)} entries, more than the driver records"
+            )
         produced = batching.produced_by(raw, known, outputs, workload["oracle"])
         if step["produced"] != produced or any(  # 7.0 and True compare equal to ints
-                type(token) is not int for token in step["produced"].values()):
+            type(token) is not int for token in step["produced"].values()
+        ):
             raise MalformedReply(f"{where}'s produced tokens are not those the driver gives")
         for seq_id, token in produced.items():
             outputs[seq_id].append(token)
             known[seq_id] += 1
         finished = _typed(step["finished"], list, f"{where}'s finished")
         if len(finished) > len(requests) or not all(
-                type(f) is str and len(f) <= batching.ID_CHARS for f in finished):
+            type(f) is str and len(f) <= batching.ID_CHARS for f in finished
+        ):
             raise MalformedReply(f"{where}'s finished ids are {_shown(finished)}")
         for key in ("free_after_schedule", "free_after_update"):
             if step[key] is not None:
                 _bounded(step[key], f"{where}'s {key}")
-        checked.append(batching.Step(step["at"], batch, produced, tuple(finished),
-                                     step["free_after_schedule"], step["free_after_update"]))
+        checked.append(
+            batching.Step(
+                step["at"],
+                batch,
+                produced,
+                tuple(finished),
+                step["free_after_schedule"],
+                step["free_after_update"],
+            )
+        )
     return batching.Trace(tuple(checked), tuple(added), error, stalled)
 
 
@@ -377,12 +422,20 @@ def _drive_error(value, steps: int, what: str) -> batching.DriveError:
     _keys(error, set(DRIVE_ERROR), f"{what}'s error")
     for key, types in DRIVE_ERROR.items():
         _typed(error[key], types, f"{what}'s error {key}")
-    if error["call"] not in get_args(batching.Call) or error["kind"] not in get_args(
-            batching.ErrorKind) or not 0 <= error["step"] <= steps:
+    if (
+        error["call"] not in get_args(batching.Call)
+        or error["kind"] not in get_args(batching.ErrorKind)
+        or not 0 <= error["step"] <= steps
+    ):
         raise MalformedReply(f"{what}'s error is {_shown(error)}")
-    return batching.DriveError(error["call"], error["step"], error["kind"],
-                               clip(error["type"], batching.ID_CHARS), clip(error["message"]),
-                               error["traceback"][-MAX_TAIL:])
+    return batching.DriveError(
+        error["call"],
+        error["step"],
+        error["kind"],
+        clip(error["type"], batching.ID_CHARS),
+        clip(error["message"]),
+        error["traceback"][-MAX_TAIL:],
+    )
 
 
 def _entry(entry, config: dict, where: str) -> batching.Entry:
@@ -394,8 +447,9 @@ def _entry(entry, config: dict, where: str) -> batching.Entry:
     _bounded(entry[2], f"{where}'s tokens")
     table = _typed(entry[3], list, f"{where}'s block table")
     if len(table) > config["num_blocks"]:
-        raise MalformedReply(f"{where} has a table of {len(table)} blocks, more than the "
-                             "driver records")
+        raise MalformedReply(
+            f"{where} has a table of {len(table)} blocks, more than the driver records"
+        )
     for block in table:
         _bounded(block, f"{where}'s block table")
     return batching.Entry(entry[0], entry[1], entry[2], tuple(table))
@@ -418,10 +472,13 @@ def _raised(value, what: str) -> dict:
     _keys(fields, set(RAISED) | {"cache"}, f"{what}'s exception", optional={"cache"})
     for key, types in RAISED.items():
         _typed(fields[key], types, f"{what}'s exception {key}")
-    lineage = [clip(_typed(name, str, f"{what}'s exception lineage"))
-               for name in fields["lineage"]]
-    checked = {"type": clip(fields["type"]), "lineage": lineage,
-               "message": clip(fields["message"]), "traceback": fields["traceback"][-MAX_TAIL:]}
+    lineage = [clip(_typed(name, str, f"{what}'s exception lineage")) for name in fields["lineage"]]
+    checked = {
+        "type": clip(fields["type"]),
+        "lineage": lineage,
+        "message": clip(fields["message"]),
+        "traceback": fields["traceback"][-MAX_TAIL:],
+    }
     if "cache" in fields:
         checked["cache"] = _cache_state(fields["cache"], f"{what}'s exception")
     return checked
@@ -431,15 +488,17 @@ def _cache_state(value, what: str) -> dict:
     """An exception's "cache": lengths, a list of at most CACHE_ROWS ints, and capacity, an int;
     either may be absent."""
     fields = _dict(value, f"{what}'s cache state")
-    _keys(fields, {"lengths", "capacity"}, f"{what}'s cache state",
-          optional={"lengths", "capacity"})
+    _keys(
+        fields, {"lengths", "capacity"}, f"{what}'s cache state", optional={"lengths", "capacity"}
+    )
     if "capacity" in fields:
         _bounded(fields["capacity"], f"{what}'s cache capacity")
     if "lengths" in fields:
         lengths = _typed(fields["lengths"], list, f"{what}'s cache lengths")
         if len(lengths) > CACHE_ROWS:
-            raise MalformedReply(f"{what}'s cache lengths hold {len(lengths)} rows, at most "
-                                 f"{CACHE_ROWS} are sent")
+            raise MalformedReply(
+                f"{what}'s cache lengths hold {len(lengths)} rows, at most {CACHE_ROWS} are sent"
+            )
         for n in lengths:
             _bounded(n, f"{what}'s cache lengths")
     return fields
@@ -447,7 +506,7 @@ def _cache_state(value, what: str) -> dict:
 
 def _bounded(n, what: str) -> int:
     """An int of int64's range (no number of digits a message could not hold)."""
-    if type(n) is not int or not -2**63 <= n < 2**63:
+    if type(n) is not int or not -(2**63) <= n < 2**63:
         raise MalformedReply(f"{what} is {_shown(n) if type(n) is not int else 'out of range'}")
     return n
 
@@ -459,8 +518,9 @@ def _error_or(reply, key: str) -> dict:
         _keys(fields, {"error"}, "the reply")
         return {"error": clip(_typed(fields["error"], str, "the reply's error"))}
     if key not in fields:
-        raise MalformedReply(f"the reply holds neither {key!r} nor 'error': "
-                             f"{_shown(sorted(fields))}")
+        raise MalformedReply(
+            f"the reply holds neither {key!r} nor 'error': {_shown(sorted(fields))}"
+        )
     return fields
 
 
@@ -472,8 +532,9 @@ def _value(value, what: str, candidate: bool):
     if isinstance(value, str):
         return clip(value)
     if isinstance(value, wire.Opaque):
-        return wire.Opaque(clip(value.dtype), value.shape, clip(value.device),
-                           clip(value.type_name))
+        return wire.Opaque(
+            clip(value.dtype), value.shape, clip(value.device), clip(value.type_name)
+        )
     if isinstance(value, torch.Tensor) and not candidate:
         raise MalformedReply(f"{what} is a tensor")
     if isinstance(value, list):
@@ -485,9 +546,11 @@ def _value(value, what: str, candidate: bool):
 
 def _in_step(fields: dict, index: int, batch: str, what: str) -> None:
     if fields.get("batch") != batch or fields.get("index") != index:
-        raise MalformedReply(f"{what} answers request {_shown(fields.get('index'))} of batch "
-                             f"{_shown(fields.get('batch'))}, not request {index} of {batch} "
-                             "(out of step)")
+        raise MalformedReply(
+            f"{what} answers request {_shown(fields.get('index'))} of batch "
+            f"{_shown(fields.get('batch'))}, not request {index} of {batch} "
+            "(out of step)"
+        )
 
 
 def _dict(value, what: str) -> dict:

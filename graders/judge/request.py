@@ -18,7 +18,9 @@ from graders.shared import transformers_extra
 from graders.shared.tracks import DENSE, Track
 
 DEFAULT_TIMEOUT = 10.0  # CPU seconds one batch of the candidate's calls may take (--timeout)
-DEFAULT_IMPORT_TIMEOUT = 60.0  # a correct file may import a large library: transformers takes 8-27 s cold
+DEFAULT_IMPORT_TIMEOUT = (
+    60.0  # a correct file may import a large library: transformers takes 8-27 s cold
+)
 
 
 @dataclass(frozen=True)
@@ -91,8 +93,10 @@ class GradeRequest:
     def runs_model(self) -> bool:
         """Whether the grade runs the real-model item, and transformers is here to run it: its
         two workers then start with the others (graders.judge.workers.GradeWorkers.start)."""
-        return (self.track.runs_model({i.id for i in self.items})
-                and transformers_extra.problem() is None)
+        return (
+            self.track.runs_model({i.id for i in self.items})
+            and transformers_extra.problem() is None
+        )
 
     def selecting(self, only: frozenset[str] | None, first: frozenset[str]) -> GradeRequest:
         """The same grade of the items `only`, `first` run first (graders.workflows.last_failed)."""

@@ -76,29 +76,54 @@ class GradeResult:
     grader_broke: bool = False
     capped_by: list[str] = field(default_factory=list)
     track: str = DENSE.id
-    isolation: str | None = "process"  # how the code was isolated: "bwrap", "process" (None: not heard)
+    isolation: str | None = (
+        "process"  # how the code was isolated: "bwrap", "process" (None: not heard)
+    )
     partial: bool = False
     seed: int | None = None  # the hidden cases' seed (hidden runs only)
     similarity: list[dict] | None = None  # graders.judge.similarity.similarity (hidden runs only)
 
     @classmethod
-    def from_items(cls, implementation: str, track: Track, items: list[ItemResult],
-                   seen: list[Tell] | None, *, hidden: bool, grader_broke: bool = False,
-                   isolation: str | None = "process", seed: int | None = None,
-                   similarity: list[dict] | None = None) -> GradeResult:
+    def from_items(
+        cls,
+        implementation: str,
+        track: Track,
+        items: list[ItemResult],
+        seen: list[Tell] | None,
+        *,
+        hidden: bool,
+        grader_broke: bool = False,
+        isolation: str | None = "process",
+        seed: int | None = None,
+        similarity: list[dict] | None = None,
+    ) -> GradeResult:
         """The grade of `items` (in any order; listed in rubric order) and the tells `seen` (the
         observations of the items that ran; None: none heard, and no tells listed). A grade
         with fewer items than its track's (L6+ aside) is partial and has no level; else its level is
         `level`'s. A track without levels has no tells."""
         rubric = rubric_data.load()
         in_rubric = [item.id for item in rubric.track(track)]
-        items = sorted(items, key=lambda item: in_rubric.index(item.id))  # whatever order they ran in
+        items = sorted(
+            items, key=lambda item: in_rubric.index(item.id)
+        )  # whatever order they ran in
         core = [item for item in rubric.track(track) if item.level != rubric_data.PLUS]
         partial = len([i for i in items if i.level != rubric_data.PLUS]) < len(core)
         tells = tell_results(rubric, seen) if track.levels and seen is not None else []
         reached, capped_by = (None, []) if partial else level(track, items, tells)
-        return cls(implementation, reached, items, tells, hidden, grader_broke, capped_by,
-                   track.id, isolation, partial, seed, similarity)
+        return cls(
+            implementation,
+            reached,
+            items,
+            tells,
+            hidden,
+            grader_broke,
+            capped_by,
+            track.id,
+            isolation,
+            partial,
+            seed,
+            similarity,
+        )
 
     @property
     def unavailable(self) -> str | None:
@@ -139,8 +164,10 @@ class GradeResult:
     def passed(self) -> bool:
         """Every item passed; an L6+ item not attempted does not count against it (a file need
         not go past L6), one that fails does."""
-        return all(i.passed or (i.level == rubric_data.PLUS and i.status == "not_attempted")
-                   for i in self.items)
+        return all(
+            i.passed or (i.level == rubric_data.PLUS and i.status == "not_attempted")
+            for i in self.items
+        )
 
     def exit_code(self) -> int:
         if self.grader_broke:
@@ -160,13 +187,18 @@ def tell_results(rubric: rubric_data.Rubric, seen: list[Tell]) -> list[TellResul
         elif observations:
             results.append(TellResult(info.id, False, observations[0].message))
         else:
-            results.append(TellResult(info.id, False, "not checked: the item that looks for it "
-                                      "did not run", checked=False))
+            results.append(
+                TellResult(
+                    info.id,
+                    False,
+                    "not checked: the item that looks for it did not run",
+                    checked=False,
+                )
+            )
     return results
 
 
-def level(track: Track, items: list[ItemResult],
-          tells: list[TellResult]) -> tuple[str, list[str]]:
+def level(track: Track, items: list[ItemResult], tells: list[TellResult]) -> tuple[str, list[str]]:
     """The level `items` reach, and the tells that capped it: the contract's rule, applied to
     the items given (a whole grade's, or a save's on the stages open). A track without levels
     reaches its section when every item passes, else "none", and has no caps. On the levels:

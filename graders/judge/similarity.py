@@ -45,8 +45,11 @@ W = 10  # consecutive hashes winnowing keeps one of
 MAX_BYTES = 1 << 18  # a candidate's file is tens of KB: a larger one is compared on its start
 _BASE, _MASK = 1_000_003, 2**64 - 1  # the rolling hash's base (odd) and modulus
 
-SOLUTIONS = {DENSE: ("kv_cache.py", "concat_kv_cache.py"), SERVING: ("paged_kv_cache.py",),
-             BATCHING: ("scheduler.py",)}
+SOLUTIONS = {
+    DENSE: ("kv_cache.py", "concat_kv_cache.py"),
+    SERVING: ("paged_kv_cache.py",),
+    BATCHING: ("scheduler.py",),
+}
 
 _NAME, _STRING = "N", "S"
 _LAYOUT = {tokenize.COMMENT, tokenize.NL, tokenize.INDENT, tokenize.DEDENT, tokenize.ENDMARKER}
@@ -64,9 +67,13 @@ def similarity(candidate_path: Path, track: Track) -> list[dict]:
     with open(candidate_path, "rb") as file:
         candidate = file.read(MAX_BYTES).decode("utf-8", errors="replace")
     own = _own(candidate, (bundled.STARTER / track.implementation).read_text())
-    return [{"solution": f"solutions/{name}",
-             "fraction": round(_share(own, (bundled.SOLUTIONS / name).read_text()), 2)}
-            for name in SOLUTIONS[track]]
+    return [
+        {
+            "solution": f"solutions/{name}",
+            "fraction": round(_share(own, (bundled.SOLUTIONS / name).read_text()), 2),
+        }
+        for name in SOLUTIONS[track]
+    ]
 
 
 def fraction(candidate_source: str, solution_source: str, starter_source: str) -> float:
@@ -138,8 +145,10 @@ def _hashes(tokens: list[str]) -> list[int]:
     """The hash of every K consecutive tokens, in order: a Karp-Rabin rolling hash modulo 2**64
     (as the paper's) over a blake2b code of each token, the same in every process (Python's own
     str hash is salted a process)."""
-    codes = {token: int.from_bytes(hashlib.blake2b(token.encode(), digest_size=8).digest(), "big")
-             for token in set(tokens)}
+    codes = {
+        token: int.from_bytes(hashlib.blake2b(token.encode(), digest_size=8).digest(), "big")
+        for token in set(tokens)
+    }
     hashes, rolling, leading = [], 0, pow(_BASE, K - 1, 2**64)
     for i, token in enumerate(tokens):
         if i >= K:
@@ -157,7 +166,7 @@ def _winnow(hashes: list[int]) -> set[int]:
         return {min(hashes)} if hashes else set()
     selected, chosen = set(), -1
     for start in range(len(hashes) - W + 1):
-        window = hashes[start:start + W]
+        window = hashes[start : start + W]
         smallest = min(window)
         position = start + W - 1 - window[::-1].index(smallest)
         if position != chosen:

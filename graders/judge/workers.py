@@ -65,8 +65,10 @@ class Budget:
         return min(deadline, self.ends)
 
     def message(self) -> str:
-        return (f"the grade's time budget of {self.seconds:g} s on the clock was spent (every "
-                "item not graded by then is a timeout)")
+        return (
+            f"the grade's time budget of {self.seconds:g} s on the clock was spent (every "
+            "item not graded by then is a timeout)"
+        )
 
 
 class WorkerUnavailable(Exception):
@@ -87,10 +89,19 @@ class Worker:
     real-model item's worker, graders.worker.real_model).
     """
 
-    def __init__(self, mode: str, path: str | None = None, *, import_timeout: float = DEFAULT_IMPORT_TIMEOUT,
-                 module: str = "kv_cache",
-                 isolation: str = "process", limits: Limits = Limits(), files=(),
-                 ahead: bool = False, preload: bool = False):
+    def __init__(
+        self,
+        mode: str,
+        path: str | None = None,
+        *,
+        import_timeout: float = DEFAULT_IMPORT_TIMEOUT,
+        module: str = "kv_cache",
+        isolation: str = "process",
+        limits: Limits = Limits(),
+        files=(),
+        ahead: bool = False,
+        preload: bool = False,
+    ):
         """`path` is imported as `module`; with `ahead`, only once `go()` is called (the worker
         is started before the files it reads are saved)."""
         self.mode, self.path, self.import_timeout = mode, path, import_timeout
@@ -130,12 +141,19 @@ class Worker:
             self._pid, self._proc = _SPAWNER.spawn(ends), None
             kata_roots = isolation.kata_roots()
         else:
-            self._launch = isolation.launch(self.isolation, "graders.worker", self.files,
-                                            staged=self.ahead)
+            self._launch = isolation.launch(
+                self.isolation, "graders.worker", self.files, staged=self.ahead
+            )
             self._proc = isolation.start(
-                self._launch.argv, stdin=ends[0], stdout=ends[1], stderr=ends[2],
-                env=self._launch.env, cwd=self._launch.cwd, pass_fds=self._launch.pass_fds,
-                start_new_session=True)
+                self._launch.argv,
+                stdin=ends[0],
+                stdout=ends[1],
+                stderr=ends[2],
+                env=self._launch.env,
+                cwd=self._launch.cwd,
+                pass_fds=self._launch.pass_fds,
+                start_new_session=True,
+            )
             self._launch.close_fds()
             self._pid, kata_roots = self._proc.pid, self._launch.kata_roots
         for fd in ends:
@@ -155,12 +173,22 @@ class Worker:
 
     def _hello(self, kata_roots: list[str]) -> None:
         folder = self._folder
-        frames.write_json(self._in, {
-            "mode": self.mode, "path": self._seen_as(self.path), "module": self.module,
-            "named": folder and self.path,
-            "limits": self.limits.to_dict(), "wait": self.ahead, "preload": self.preload,
-            "import_seconds": self.import_timeout, "kata_roots": kata_roots,
-            "user": folder and folder.user, "home": folder and str(folder.home)})
+        frames.write_json(
+            self._in,
+            {
+                "mode": self.mode,
+                "path": self._seen_as(self.path),
+                "module": self.module,
+                "named": folder and self.path,
+                "limits": self.limits.to_dict(),
+                "wait": self.ahead,
+                "preload": self.preload,
+                "import_seconds": self.import_timeout,
+                "kata_roots": kata_roots,
+                "user": folder and folder.user,
+                "home": folder and str(folder.home),
+            },
+        )
 
     def _seen_as(self, path: str | None) -> str | None:
         """Where the worker reads the file at `path`: a copy of it when it runs as a user of its
@@ -192,8 +220,10 @@ class Worker:
             requests = [{**r, "test_path": self._seen_as(r["test_path"])} for r in requests]
         replies: list[Reply] = []
         try:
-            frames.write_json(self._in, {"count": len(requests), "timeout": timeout,
-                                         "parallel": parallel, "batch": batch})
+            frames.write_json(
+                self._in,
+                {"count": len(requests), "timeout": timeout, "parallel": parallel, "batch": batch},
+            )
             _replies().wire.write_frame(self._in, {"batch": batch, "requests": requests})
             for index, request in enumerate(requests):
                 replies.append(self._read_reply(index, batch, request, deadline))
@@ -204,13 +234,18 @@ class Worker:
             how = "stopped answering" if isinstance(exc, TimeoutError) else "died"
             detail = f"the worker process {how}{self._stderr_tail()}"
             self._discard()
-            return replies + [Reply("crashed", detail=detail) for _ in requests[len(replies):]]
+            return replies + [Reply("crashed", detail=detail) for _ in requests[len(replies) :]]
         except _replies().MalformedReply as exc:  # out of step: nothing after it can be trusted
             self._discard()
             replies.append(_malformed(f"{exc} (the worker was restarted)"))
-            return replies + [Reply("crashed", detail="not run: the worker was restarted after "
-                                                      "a malformed reply to an earlier request")
-                              for _ in requests[len(replies):]]
+            return replies + [
+                Reply(
+                    "crashed",
+                    detail="not run: the worker was restarted after "
+                    "a malformed reply to an earlier request",
+                )
+                for _ in requests[len(replies) :]
+            ]
         return replies
 
     def close(self) -> None:
@@ -253,36 +288,51 @@ class Worker:
         replies = _replies()
         within = self.budget.within if self.budget is not None else lambda deadline: deadline
         try:
-            replies.started(replies.decode(replies.read(
-                fd, within(time.monotonic() + TORCH_IMPORT_SECONDS), frames.STATUSES)))
+            replies.started(
+                replies.decode(
+                    replies.read(
+                        fd, within(time.monotonic() + TORCH_IMPORT_SECONDS), frames.STATUSES
+                    )
+                )
+            )
             if self.mode == "implementation":
-                loaded = replies.loaded(replies.decode(replies.read(
-                    fd, within(time.monotonic() + wall), frames.STATUSES)))
+                loaded = replies.loaded(
+                    replies.decode(
+                        replies.read(fd, within(time.monotonic() + wall), frames.STATUSES)
+                    )
+                )
                 if loaded["status"] == "import-timeout":
                     self._discard()
                     raise WorkerUnavailable(
                         f"importing the file used {seconds} s of CPU time without finishing "
                         "(the import limit; raise it with --import-timeout)",
-                        "timeout")
+                        "timeout",
+                    )
                 if loaded["status"] == "import-error":
                     self._discard()
                     limit = isolation.limit_reached(loaded["error"], self.limits)
-                    raise WorkerUnavailable(f"{limit + ': ' if limit else ''}"
-                                            f"the file does not import: {loaded['error']}"
-                                            f"{isolation.unseen_beside(loaded['error'], self.path)}")
+                    raise WorkerUnavailable(
+                        f"{limit + ': ' if limit else ''}"
+                        f"the file does not import: {loaded['error']}"
+                        f"{isolation.unseen_beside(loaded['error'], self.path)}"
+                    )
         except TimeoutError:
             self._discard()
             if self.budget is not None and self.budget.spent():
-                raise WorkerUnavailable(f"importing the file did not finish: "
-                                        f"{self.budget.message()}", "timeout") from None
+                raise WorkerUnavailable(
+                    f"importing the file did not finish: {self.budget.message()}", "timeout"
+                ) from None
             raise WorkerUnavailable(
                 f"importing the file did not finish within {wall:g} s on the clock "
                 f"({WALL_PER_CPU}x the import limit of {seconds} s of CPU time, for a file that "
-                "waits; raise it with --import-timeout)", "timeout") from None
+                "waits; raise it with --import-timeout)",
+                "timeout",
+            ) from None
         except replies.MalformedReply as exc:
             self._discard()
-            raise WorkerUnavailable(f"the worker's reply was malformed while it imported the "
-                                    f"file: {exc}") from None
+            raise WorkerUnavailable(
+                f"the worker's reply was malformed while it imported the file: {exc}"
+            ) from None
         except (frames.WireError, OSError):
             tail = self._stderr_tail()
             self._discard()
@@ -358,16 +408,29 @@ class GradeWorkers:
         # Inside warm_workers() (the test suite, trusted batches) "auto" takes the process
         # fallback, whose workers fork from a warm process; "require" still means bubblewrap.
         mode = "process" if sandbox.mode == "auto" and warm() else sandbox.resolve()
-        worker = Worker("implementation", str(implementation), import_timeout=import_timeout,
-                        module=module, isolation=mode, limits=sandbox.limits(),
-                        files=[implementation], ahead=ahead).start()
+        worker = Worker(
+            "implementation",
+            str(implementation),
+            import_timeout=import_timeout,
+            module=module,
+            isolation=mode,
+            limits=sandbox.limits(),
+            files=[implementation],
+            ahead=ahead,
+        ).start()
         started = [worker]
         try:
-            test_worker = (Worker("tests", isolation=mode, limits=sandbox.limits(), files=[tests],
-                                  ahead=ahead).start() if tests else None)
+            test_worker = (
+                Worker(
+                    "tests", isolation=mode, limits=sandbox.limits(), files=[tests], ahead=ahead
+                ).start()
+                if tests
+                else None
+            )
             started.append(test_worker)
-            model, reference = cls.model_workers(implementation, module, mode, sandbox,
-                                                 import_timeout, ahead and request.runs_model)
+            model, reference = cls.model_workers(
+                implementation, module, mode, sandbox, import_timeout, ahead and request.runs_model
+            )
             if request.runs_model:
                 started += [model.start(), reference.start()]
         except BaseException:
@@ -378,14 +441,28 @@ class GradeWorkers:
         return cls(worker, tests, test_worker, mode, model, reference)
 
     @staticmethod
-    def model_workers(implementation: Path, module: str, mode: str, sandbox: isolation.Sandbox,
-                      import_timeout: float, ahead: bool = False) -> tuple[Worker, Worker]:
+    def model_workers(
+        implementation: Path,
+        module: str,
+        mode: str,
+        sandbox: isolation.Sandbox,
+        import_timeout: float,
+        ahead: bool = False,
+    ) -> tuple[Worker, Worker]:
         """The real-model item's two workers, not started: the implementation beside
         transformers, and transformers alone. One not started `ahead` reads the file when its
         first request starts it."""
-        model = Worker("implementation", str(implementation), import_timeout=import_timeout,
-                       module=module, isolation=mode, limits=sandbox.limits(),
-                       files=[implementation], ahead=ahead, preload=True)
+        model = Worker(
+            "implementation",
+            str(implementation),
+            import_timeout=import_timeout,
+            module=module,
+            isolation=mode,
+            limits=sandbox.limits(),
+            files=[implementation],
+            ahead=ahead,
+            preload=True,
+        )
         return model, Worker("reference", isolation=mode, limits=sandbox.limits())
 
     def fits(self, request: GradeRequest) -> bool:
@@ -418,8 +495,11 @@ class GradeWorkers:
             worker.close()
 
     def _all(self) -> list[Worker]:
-        return [w for w in (self.implementation, self.test_worker, self.model, self.reference)
-                if w is not None]
+        return [
+            w
+            for w in (self.implementation, self.test_worker, self.model, self.reference)
+            if w is not None
+        ]
 
 
 class OutputTail:
@@ -449,11 +529,15 @@ def _timeout_detail(status: dict) -> str:
     the clock, having used little CPU (it slept or waited) or much of it (the machine was too
     busy to give it its time)."""
     if "wall" in status and status["cpu"] < status["seconds"] / 2:
-        return (f"did not finish within {status['wall']:g} s, though it used only "
-                f"{status['cpu']:.1f} s of CPU time (waiting for something that never comes?)")
+        return (
+            f"did not finish within {status['wall']:g} s, though it used only "
+            f"{status['cpu']:.1f} s of CPU time (waiting for something that never comes?)"
+        )
     if "wall" in status:  # it computed, but got little of the machine
-        return (f"did not finish within {status['wall']:g} s, having used {status['cpu']:.1f} s "
-                f"of its {status['seconds']:g} s of CPU time (a machine too busy to grade on?)")
+        return (
+            f"did not finish within {status['wall']:g} s, having used {status['cpu']:.1f} s "
+            f"of its {status['seconds']:g} s of CPU time (a machine too busy to grade on?)"
+        )
     return f"used {status['seconds']:g} s of CPU time without finishing (a loop that never ends?)"
 
 
@@ -475,8 +559,13 @@ class _Spawner:
         self._launch = isolation.launch("process", "graders.worker", [])
         self._proc = isolation.start(
             [*self._launch.argv, "--spawner", str(theirs.fileno())],
-            pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-            env=self._launch.env, start_new_session=True, cwd=self._launch.cwd)
+            pass_fds=[theirs.fileno()],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            env=self._launch.env,
+            start_new_session=True,
+            cwd=self._launch.cwd,
+        )
         theirs.close()
         self._sock, self._replies = ours, ours.makefile("rb")
         self._lock = threading.Lock()

@@ -17,8 +17,15 @@ from graders.serving.session import Session
 from graders.shared import cases
 
 
-def play(s: Session, g: torch.Generator, steps: int, weights: dict[str, int], longest: int,
-         most_admitted: int = 0, drop_full: bool = False) -> None:
+def play(
+    s: Session,
+    g: torch.Generator,
+    steps: int,
+    weights: dict[str, int],
+    longest: int,
+    most_admitted: int = 0,
+    drop_full: bool = False,
+) -> None:
     """`steps` seeded steps on `s`, each of a kind drawn by `weights`, with arguments drawn from
     the book's state (never from the candidate's outputs).
 
@@ -54,7 +61,9 @@ def play(s: Session, g: torch.Generator, steps: int, weights: dict[str, int], lo
         elif kind == "append":
             room = budget.get(seq, book.lengths[seq] + longest) - book.lengths[seq]
             full = room and s.append(seq, cases.randint(g, 1, min(room, longest))) == (
-                "raises", "CacheFull")
+                "raises",
+                "CacheFull",
+            )
             if full and drop_full:
                 s.free(seq)  # a scheduler drops (to recompute later) a request that does not fit
         elif kind == "fork" and seq not in budget:

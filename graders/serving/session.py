@@ -40,26 +40,55 @@ class Session:
     value rather than to float32's tolerance.
     """
 
-    def __init__(self, case: str, num_blocks: int, block_size: int, *, seed: int,
-                 watch=("tables", "length", "attend", "num_free_blocks"), heads: int = 2,
-                 head_dim: int = 8, hidden: bool = False, quantize: str | None = None):
+    def __init__(
+        self,
+        case: str,
+        num_blocks: int,
+        block_size: int,
+        *,
+        seed: int,
+        watch=("tables", "length", "attend", "num_free_blocks"),
+        heads: int = 2,
+        head_dim: int = 8,
+        hidden: bool = False,
+        quantize: str | None = None,
+    ):
         self.case, self.watch, self.hidden, self.quantize = case, set(watch), hidden, quantize
         self.book = Book(num_blocks, block_size)
         self.g, self.heads, self.head_dim = cases.generator(seed), heads, head_dim
         self.plan = Plan()
-        self.plan.paged_new("p", num_blocks, block_size, heads, head_dim,
-                            **({"quantize": quantize} if quantize else {}))
+        self.plan.paged_new(
+            "p",
+            num_blocks,
+            block_size,
+            heads,
+            head_dim,
+            **({"quantize": quantize} if quantize else {}),
+        )
         self.kv: dict = {}  # seq -> (keys, values) [heads, n, head_dim]: what was written to it
         self.checks: list[Check] = []
         self.steps, self.forked = 0, False
 
-    def add(self, seq): return self.step("add", seq)
-    def admit(self, seq, max_tokens): return self.step("admit", seq, max_tokens)
-    def can_admit(self, tokens): return self.step("can_admit", tokens)
-    def append(self, seq, t): return self.step("append", seq, t)
-    def fork(self, src, dst): return self.step("fork", src, dst)
-    def free(self, seq): return self.step("free", seq)
-    def evict(self): return self.step("evict")
+    def add(self, seq):
+        return self.step("add", seq)
+
+    def admit(self, seq, max_tokens):
+        return self.step("admit", seq, max_tokens)
+
+    def can_admit(self, tokens):
+        return self.step("can_admit", tokens)
+
+    def append(self, seq, t):
+        return self.step("append", seq, t)
+
+    def fork(self, src, dst):
+        return self.step("fork", src, dst)
+
+    def free(self, seq):
+        return self.step("free", seq)
+
+    def evict(self):
+        return self.step("evict")
 
     def step(self, method: str, *args) -> tuple:
         """One call, to the book and into the plan: what the book returned or raised is expected
@@ -72,14 +101,15 @@ class Session:
         filled = self._filled()
         outcome = self._book_outcome(method, args)
         counted = method == "evict" and freed is not None and "freed" in self.watch
-        unchanged = (outcome == ("raises", "CacheFull") and "unchanged" in self.watch and filled)
+        unchanged = outcome == ("raises", "CacheFull") and "unchanged" in self.watch and filled
         free_before = self.plan.get("p", "num_free_blocks") if counted else None
         reads_before = self._read_attention(filled) if unchanged else None
         call = self.plan.call("p", method, *sent, may_raise=True)
         self.checks.append(Outcome(label, method, call, outcome, room))
         if counted:
-            self.checks.append(Freed(label, free_before, self.plan.get("p", "num_free_blocks"),
-                                     freed))
+            self.checks.append(
+                Freed(label, free_before, self.plan.get("p", "num_free_blocks"), freed)
+            )
         if unchanged:
             query, before = reads_before
             after = self.plan.call("p", "attend", filled, query, may_raise=True)
@@ -133,8 +163,9 @@ class Session:
     def _remember(self, method: str, args: tuple, sent: tuple, value) -> None:
         """What each sequence holds, after a call that succeeded."""
         if method == "append":
-            self.kv[args[0]] = tuple(torch.cat(pair, dim=1)
-                                     for pair in zip(self.kv[args[0]], sent[1:]))
+            self.kv[args[0]] = tuple(
+                torch.cat(pair, dim=1) for pair in zip(self.kv[args[0]], sent[1:])
+            )
         elif method == "fork":
             self.kv[args[1]], self.forked = self.kv[args[0]], True
         elif method in ("free", "evict"):
@@ -149,17 +180,24 @@ class Session:
             got = [plan.call("p", "block_table", seq, may_raise=True) for seq in seqs]
             self.checks.append(Tables(label, got, {s: list(book.tables[s]) for s in seqs}))
         for seq in seqs if "length" in self.watch else ():
-            self.checks.append(Length(label, seq, plan.call("p", "length", seq, may_raise=True),
-                                      book.lengths[seq]))
+            self.checks.append(
+                Length(label, seq, plan.call("p", "length", seq, may_raise=True), book.lengths[seq])
+            )
         filled = self._filled()
         if "attend" in self.watch and filled:
             query, index = self._read_attention(filled)
-            want = [reference.causal_attention(query[i : i + 1], k[None], v[None])  # float64
-                    for i, (k, v) in enumerate(self.kv[s] for s in filled)]
-            largest = (torch.tensor([float(self.kv[s][1].abs().max()) for s in filled])
-                       if self.quantize else None)  # [rows]: each sequence's largest value
-            self.checks.append(Attention(label, filled, index, torch.cat(want), self.forked,
-                                         largest))
+            want = [
+                reference.causal_attention(query[i : i + 1], k[None], v[None])  # float64
+                for i, (k, v) in enumerate(self.kv[s] for s in filled)
+            ]
+            largest = (
+                torch.tensor([float(self.kv[s][1].abs().max()) for s in filled])
+                if self.quantize
+                else None
+            )  # [rows]: each sequence's largest value
+            self.checks.append(
+                Attention(label, filled, index, torch.cat(want), self.forked, largest)
+            )
         if "num_free_blocks" in self.watch:
             self.checks.append(FreeCount(label, plan.get("p", "num_free_blocks"), book.num_free))
 
@@ -191,8 +229,10 @@ class Outcome:
             if kind == "raises" and got.is_a(want):
                 return None
             room = f" ({self.room})" if self.method == "append" else ""
-            return (f"it raised {got.type} ({got.message[:120]}), expected "
-                    f"{want if kind == 'raises' else 'no exception'}{room}")
+            return (
+                f"it raised {got.type} ({got.message[:120]}), expected "
+                f"{want if kind == 'raises' else 'no exception'}{room}"
+            )
         if kind == "raises":
             return f"expected {want}, but it returned {_shown(got)}"
         if want is not None and not (type(got) is type(want) and got == want):
@@ -248,8 +288,9 @@ class Freed:
     def problem(self, results: Results) -> str | None:
         before, after = results[self.before], results[self.after]
         if None in (_int(before), _int(after)) or _int(after) - _int(before) != self.expected:
-            return (f"num_free_blocks went from {before!r} to {after!r}, expected {self.expected} "
-                    "more")
+            return (
+                f"num_free_blocks went from {before!r} to {after!r}, expected {self.expected} more"
+            )
         return None
 
 
@@ -297,24 +338,35 @@ class Attention:
         d = first_divergence([got], [self.expected], TOL)
         if d is None:
             return None
-        error = (f"{d.error()}: {UNWRITTEN_SLOTS}" if d.nonfinite  # no row is empty here
-                 else f"max abs error {d.max_abs:.2e} (tolerance {TOL})")
-        return (f"attend row {d.row} (sequence {self.seqs[d.row]!r}), head {d.head} is not "
-                f"attention over that sequence's own positions: {error}")
+        error = (
+            f"{d.error()}: {UNWRITTEN_SLOTS}"
+            if d.nonfinite  # no row is empty here
+            else f"max abs error {d.max_abs:.2e} (tolerance {TOL})"
+        )
+        return (
+            f"attend row {d.row} (sequence {self.seqs[d.row]!r}), head {d.head} is not "
+            f"attention over that sequence's own positions: {error}"
+        )
 
     def _int8_problem(self, got: torch.Tensor) -> str | None:
         """The first row whose error passes INT8_BOUND of its largest value, or None."""
-        error = ((got.double() - self.expected).abs().nan_to_num(float("inf"))
-                 .amax(dim=(1, 2, 3)) / self.largest)  # [rows]: share of the largest value
+        error = (got.double() - self.expected).abs().nan_to_num(float("inf")).amax(
+            dim=(1, 2, 3)
+        ) / self.largest  # [rows]: share of the largest value
         over = (error > INT8_BOUND).nonzero()
         if not len(over):
             return None
         row = int(over[0])
-        shown = (f"non-finite output: {UNWRITTEN_SLOTS}" if not torch.isfinite(got[row]).all()
-                 else f"error {float(error[row]):.2e} of its largest value, past the int8 bound "
-                      f"{INT8_BOUND:.0e}")
-        return (f"attend row {row} (sequence {self.seqs[row]!r}) of the int8 pool is not "
-                f"attention over that sequence's own positions: {shown}")
+        shown = (
+            f"non-finite output: {UNWRITTEN_SLOTS}"
+            if not torch.isfinite(got[row]).all()
+            else f"error {float(error[row]):.2e} of its largest value, past the int8 bound "
+            f"{INT8_BOUND:.0e}"
+        )
+        return (
+            f"attend row {row} (sequence {self.seqs[row]!r}) of the int8 pool is not "
+            f"attention over that sequence's own positions: {shown}"
+        )
 
 
 @dataclass(frozen=True)
@@ -336,13 +388,20 @@ class Unchanged:
             return problem
         broken = (~torch.isfinite(before)).nonzero()  # ordinary inputs: a slot it should not read
         if len(broken):
-            return (f"the attention of sequence {self.seqs[int(broken[0, 0])]!r} is not finite "
-                    "even before the append that raised CacheFull, so whether that append changed "
-                    f"it cannot be told: {UNWRITTEN_SLOTS}")
+            return (
+                f"the attention of sequence {self.seqs[int(broken[0, 0])]!r} is not finite "
+                "even before the append that raised CacheFull, so whether that append changed "
+                f"it cannot be told: {UNWRITTEN_SLOTS}"
+            )
         wrong = (~close(after, before, TOL)).nonzero()
-        return None if not len(wrong) else (
-            f"the attention of sequence {self.seqs[int(wrong[0, 0])]!r} is not what it was before "
-            "the append that raised CacheFull")
+        return (
+            None
+            if not len(wrong)
+            else (
+                f"the attention of sequence {self.seqs[int(wrong[0, 0])]!r} is not what it was before "
+                "the append that raised CacheFull"
+            )
+        )
 
 
 Check = Outcome | Length | FreeCount | Freed | Tables | Attention | Unchanged
@@ -367,19 +426,25 @@ def _sharing(got: list, want: dict) -> str | None:
         if not isinstance(ids, list) or None in map(_int, ids):
             return f"block_table({seq!r}) is {_shown(table)}, expected a list of ints"
         if len(ids) != len(names):
-            return (f"block_table({seq!r}) has {len(ids)} blocks, expected {len(names)} "
-                    "(ceil(length / block_size): a block is taken when a position needs it)")
+            return (
+                f"block_table({seq!r}) has {len(ids)} blocks, expected {len(names)} "
+                "(ceil(length / block_size): a block is taken when a position needs it)"
+            )
         for entry, (block, name) in enumerate(zip(ids, names)):
             seq2, entry2, name2 = where.setdefault(("id", block), (seq, entry, name))
             if name2 != name:
-                return (f"block_table({seq!r})[{entry}] and block_table({seq2!r})[{entry2}] are "
-                        f"both block {block}, where the contract has two different blocks (a "
-                        "write into a shared block copies it first)")
+                return (
+                    f"block_table({seq!r})[{entry}] and block_table({seq2!r})[{entry2}] are "
+                    f"both block {block}, where the contract has two different blocks (a "
+                    "write into a shared block copies it first)"
+                )
             seq2, entry2, block2 = where.setdefault(("name", name), (seq, entry, block))
             if block2 != block:
-                return (f"block_table({seq!r})[{entry}] is block {block} but block_table("
-                        f"{seq2!r})[{entry2}] is block {block2}: the contract has one shared "
-                        "block there (a fork shares every block; full blocks stay shared)")
+                return (
+                    f"block_table({seq!r})[{entry}] is block {block} but block_table("
+                    f"{seq2!r})[{entry2}] is block {block2}: the contract has one shared "
+                    "block there (a fork shares every block; full blocks stay shared)"
+                )
     return None
 
 

@@ -30,18 +30,35 @@ class KataFileMissing(Exception):
 
 def required_files() -> list[Path]:
     """Every file of the kata's own that some command reads."""
-    return [*(STARTER / name for name in ("kv_cache.py", "test_kv_cache.py", "paged_kv_cache.py",
-                                          "scheduler.py")),
-            *(SOLUTIONS / name for name in ("kv_cache.py", "kv_cache_l6.py", "concat_kv_cache.py",
-                                            "paged_kv_cache.py", "test_kv_cache.py",
-                                            "scheduler.py")),
-            SOLUTIONS_README, RUBRIC, TILED_ATTENTION, FUSED_ATTENTION, TILED_PAGED_ATTENTION,
-            FUSED_PAGED_ATTENTION]
+    return [
+        *(
+            STARTER / name
+            for name in ("kv_cache.py", "test_kv_cache.py", "paged_kv_cache.py", "scheduler.py")
+        ),
+        *(
+            SOLUTIONS / name
+            for name in (
+                "kv_cache.py",
+                "kv_cache_l6.py",
+                "concat_kv_cache.py",
+                "paged_kv_cache.py",
+                "test_kv_cache.py",
+                "scheduler.py",
+            )
+        ),
+        SOLUTIONS_README,
+        RUBRIC,
+        TILED_ATTENTION,
+        FUSED_ATTENTION,
+        TILED_PAGED_ATTENTION,
+        FUSED_PAGED_ATTENTION,
+    ]
 
 
 def check() -> None:
     """Raise KataFileMissing, with a one-line message, naming the first required file missing."""
     for path in required_files():
         if not path.is_file():
-            raise KataFileMissing(f"the kata's file {path} is missing from this installation "
-                                  "(reinstall kvkata)")
+            raise KataFileMissing(
+                f"the kata's file {path} is missing from this installation (reinstall kvkata)"
+            )

@@ -30,8 +30,9 @@ def generator(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
 
-def randn(g: torch.Generator, *shape: int, dtype: torch.dtype = torch.float32,
-          scale: float = 1.0) -> torch.Tensor:
+def randn(
+    g: torch.Generator, *shape: int, dtype: torch.dtype = torch.float32, scale: float = 1.0
+) -> torch.Tensor:
     """Standard normal values drawn in float64 from `g`, times `scale`, in `dtype`."""
     key = (_state_bytes(g), shape, dtype, scale)
     with _kept_lock:
@@ -69,8 +70,16 @@ def _size(key: tuple, drawn: tuple[torch.Tensor, torch.Tensor]) -> int:
     return len(key[0]) + tensor.untyped_storage().nbytes() + state.numel()
 
 
-def sequence(g: torch.Generator, B: int, Hq: int, Hkv: int, T: int, D: int,
-             dtype: torch.dtype = torch.float32, scale: float = 1.0) -> dict[str, torch.Tensor]:
+def sequence(
+    g: torch.Generator,
+    B: int,
+    Hq: int,
+    Hkv: int,
+    T: int,
+    D: int,
+    dtype: torch.dtype = torch.float32,
+    scale: float = 1.0,
+) -> dict[str, torch.Tensor]:
     """Queries [B, Hq, T, D] and keys, values [B, Hkv, T, D] for T positions of B sequences."""
     return {
         "q": randn(g, B, Hq, T, D, dtype=dtype, scale=scale),
@@ -113,10 +122,11 @@ def padded(x: torch.Tensor, row_counts: list[int]) -> torch.Tensor:
     return x
 
 
-def layer_weights(g: torch.Generator, d_model: int, n_heads: int, n_kv_heads: int,
-                  head_dim: int) -> dict[str, torch.Tensor]:
+def layer_weights(
+    g: torch.Generator, d_model: int, n_heads: int, n_kv_heads: int, head_dim: int
+) -> dict[str, torch.Tensor]:
     """wq, wk, wv, wo as [out_features, in_features] float32, scaled like a trained layer."""
-    scale = d_model ** -0.5
+    scale = d_model**-0.5
     return {
         "wq": randn(g, n_heads * head_dim, d_model, scale=scale),
         "wk": randn(g, n_kv_heads * head_dim, d_model, scale=scale),
@@ -125,8 +135,17 @@ def layer_weights(g: torch.Generator, d_model: int, n_heads: int, n_kv_heads: in
     }
 
 
-def large_logits(g: torch.Generator, B: int, H: int, T: int, D: int, logit: float, spread: float,
-                 dtype: torch.dtype, sideways: float = 0.0) -> dict[str, torch.Tensor]:
+def large_logits(
+    g: torch.Generator,
+    B: int,
+    H: int,
+    T: int,
+    D: int,
+    logit: float,
+    spread: float,
+    dtype: torch.dtype,
+    sideways: float = 0.0,
+) -> dict[str, torch.Tensor]:
     """q and k [B, H, T, D] along one direction per (row, head), of norms that put every logit
     q.k / sqrt(D) near `logit`, give or take a few `spread`s; v ordinary. In `dtype`.
 
@@ -156,8 +175,10 @@ def exact_queries(g: torch.Generator, *shape: int, D: int) -> torch.Tensor:
     """Integer-valued queries [*shape, D], float32: EXACT_QUERY in the first coordinate, -2..2 in
     the others. With `exact_keys`, every product q.k is an integer float32 holds exactly, so a
     logit is exact whatever the order of the sums (and at D = 16, the scale 1/4 too)."""
-    return torch.cat((torch.full((*shape, 1), EXACT_QUERY),
-                      torch.randint(-2, 3, (*shape, D - 1), generator=g)), dim=-1).float()
+    return torch.cat(
+        (torch.full((*shape, 1), EXACT_QUERY), torch.randint(-2, 3, (*shape, D - 1), generator=g)),
+        dim=-1,
+    ).float()
 
 
 def exact_keys(g: torch.Generator, offsets: torch.Tensor, t: int, D: int) -> torch.Tensor:

@@ -59,16 +59,20 @@ def close(got: torch.Tensor, expected: torch.Tensor, tol: Tolerance) -> torch.Te
 # What `F.scaled_dot_product_attention(q, k, v, is_causal=True)` gives for one query over T
 # keys: its causal mask is aligned to the top-left corner (query i sees keys 0..i), so the one
 # query sees key 0 alone and returns its value (PyTorch issue #103082).
-SDPA_IS_CAUSAL = ("the mask of attention (the output is the first key's value alone: "
-                  "scaled_dot_product_attention's is_causal with a single query masks from the "
-                  "top-left corner, PyTorch #103082)")
+SDPA_IS_CAUSAL = (
+    "the mask of attention (the output is the first key's value alone: "
+    "scaled_dot_product_attention's is_causal with a single query masks from the "
+    "top-left corner, PyTorch #103082)"
+)
 
 # Why an output is NaN or inf where the float64 reference is finite, unless the case says
 # otherwise: with ordinary inputs, a slot attention should never have read. A slot past a row's
 # length that is masked still gets weight exactly 0, and 0 * NaN = NaN, so a slot never written
 # (torch.empty; the worker fills new memory with NaN) or holding stale NaN shows every time.
-UNWRITTEN_SLOTS = ("uninitialized or stale cache slots likely reached attention (e.g. a row read "
-                   "past its length: a masked slot gets weight 0, and 0 * NaN = NaN)")
+UNWRITTEN_SLOTS = (
+    "uninitialized or stale cache slots likely reached attention (e.g. a row read "
+    "past its length: a masked slot gets weight 0, and 0 * NaN = NaN)"
+)
 
 
 @dataclass(frozen=True)
@@ -92,21 +96,27 @@ class Divergence:
         is not finite (which no tolerance admits)."""
         if self.nonfinite:
             return f"non-finite output ({self.nonfinite}) where the float64 reference is finite"
-        return (f"max abs error {self.max_abs:.2e}, max rel error {self.max_rel:.2e}"
-                f"{'' if tol is None else f', tolerance {tol}'}")
+        return (
+            f"max abs error {self.max_abs:.2e}, max rel error {self.max_rel:.2e}"
+            f"{'' if tol is None else f', tolerance {tol}'}"
+        )
 
-    def describe(self, step_name: str = "step", first_step: int = 0,
-                 cause: str = UNWRITTEN_SLOTS) -> str:
+    def describe(
+        self, step_name: str = "step", first_step: int = 0, cause: str = UNWRITTEN_SLOTS
+    ) -> str:
         """The place and the error; for a non-finite output, also its likely `cause`."""
-        where = (f"{step_name} {self.step + first_step}, row {self.row}, head {self.head}"
-                 f"{'' if self.position < 0 else f', position {self.position}'}")
+        where = (
+            f"{step_name} {self.step + first_step}, row {self.row}, head {self.head}"
+            f"{'' if self.position < 0 else f', position {self.position}'}"
+        )
         if self.nonfinite:
             return f"{self.error()}, first at {where}: {cause}"
         return f"first differs at {where}: {self.error()}"
 
 
-def first_divergence(got: list[torch.Tensor], expected: list[torch.Tensor],
-                     tol: Tolerance) -> Divergence | None:
+def first_divergence(
+    got: list[torch.Tensor], expected: list[torch.Tensor], tol: Tolerance
+) -> Divergence | None:
     """The first step whose output is not within `tol`, or None. Each step's tensors are
     [B, H, T, D] (T is 1 for a newest-token output, whose position is then reported as -1).
     Within that step, an element that is not finite where the reference is comes first."""
@@ -119,15 +129,23 @@ def first_divergence(got: list[torch.Tensor], expected: list[torch.Tensor],
         diff = (g.double() - e.double()).abs().nan_to_num(float("inf"))
         rel = diff / e.double().abs().clamp_min(1e-12)
         what = None if not nonfinite.any() else "NaN" if g[b, h, t, d].isnan() else "inf"
-        return Divergence(step, b, h, t if g.shape[2] > 1 else -1,
-                          float(diff.max()), float(rel.max()), what)
+        return Divergence(
+            step, b, h, t if g.shape[2] > 1 else -1, float(diff.max()), float(rel.max()), what
+        )
     return None
 
 
-def require_close(got: list[torch.Tensor], expected: list[torch.Tensor], tol: Tolerance, *,
-                  case: str, step_name: str = "step", first_step: int = 0,
-                  likely: dict[str, list[torch.Tensor]] | None = None,
-                  nonfinite_cause: str = UNWRITTEN_SLOTS) -> None:
+def require_close(
+    got: list[torch.Tensor],
+    expected: list[torch.Tensor],
+    tol: Tolerance,
+    *,
+    case: str,
+    step_name: str = "step",
+    first_step: int = 0,
+    likely: dict[str, list[torch.Tensor]] | None = None,
+    nonfinite_cause: str = UNWRITTEN_SLOTS,
+) -> None:
     """Fail with a diagnostic unless every step of `got` is within `tol` of `expected`.
 
     Steps are numbered from `first_step` in the message. An output that is NaN or inf where the

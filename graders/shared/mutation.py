@@ -67,8 +67,10 @@ class Mutant:
         for old, new in self.replace:
             found = text.count(old)
             if found != 1:
-                raise MutationError(f"{self.name}: {old!r} occurs {found} times in the reference "
-                                    "(its comments and docstrings removed)")
+                raise MutationError(
+                    f"{self.name}: {old!r} occurs {found} times in the reference "
+                    "(its comments and docstrings removed)"
+                )
             text = text.replace(old, new)
         if self.statements:
             text = _edit_statements(text, self.statements, self.name)
@@ -104,8 +106,11 @@ Position = tuple[int, int]  # (row from 1, column in characters), as tokenize gi
 
 def _prose(lines: list[str]) -> list[tuple[Position, Position, str]]:
     """(start, end, replacement) of every comment and docstring of the source `lines`."""
-    comments = [(t.start, t.end, "") for t in tokenize.generate_tokens(iter(lines).__next__)
-                if t.type == tokenize.COMMENT]
+    comments = [
+        (t.start, t.end, "")
+        for t in tokenize.generate_tokens(iter(lines).__next__)
+        if t.type == tokenize.COMMENT
+    ]
     return comments + _docstrings(lines)
 
 
@@ -115,13 +120,19 @@ def _docstrings(lines: list[str]) -> list[tuple[Position, Position, str]]:
         tree = ast.parse("".join(lines))
     found = []
     for node in ast.walk(tree):
-        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) \
-                and ast.get_docstring(node, clean=False) is not None:
+        if (
+            isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+            and ast.get_docstring(node, clean=False) is not None
+        ):
             doc = node.body[0]
             alone = len(node.body) == 1 and not isinstance(node, ast.Module)
-            found.append(((doc.lineno, _chars(lines[doc.lineno - 1], doc.col_offset)),
-                          (doc.end_lineno, _chars(lines[doc.end_lineno - 1], doc.end_col_offset)),
-                          "pass" if alone else ""))
+            found.append(
+                (
+                    (doc.lineno, _chars(lines[doc.lineno - 1], doc.col_offset)),
+                    (doc.end_lineno, _chars(lines[doc.end_lineno - 1], doc.end_col_offset)),
+                    "pass" if alone else "",
+                )
+            )
     return found
 
 
@@ -133,8 +144,9 @@ def _chars(line: str, utf8_offset: int) -> int:
 def _swap_function(text: str, name: str, definition: str, mutant: str) -> str:
     with PARSE_LOCK:
         tree = ast.parse(text)
-    defs = [n for n in tree.body
-            if isinstance(n, (ast.FunctionDef, ast.ClassDef)) and n.name == name]
+    defs = [
+        n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef)) and n.name == name
+    ]
     if len(defs) > 1:
         raise MutationError(f"{mutant}: `{name}` is defined {len(defs)} times in the reference")
     if not defs:
@@ -142,25 +154,34 @@ def _swap_function(text: str, name: str, definition: str, mutant: str) -> str:
     node = defs[0]
     lines = text.splitlines(keepends=True)
     start = min([node.lineno] + [d.lineno for d in node.decorator_list]) - 1
-    return "".join(lines[:start]) + definition.strip("\n") + "\n" + "".join(lines[node.end_lineno:])
+    return (
+        "".join(lines[:start]) + definition.strip("\n") + "\n" + "".join(lines[node.end_lineno :])
+    )
 
 
 def _edit_statements(text: str, edits: tuple[tuple[str, str], ...], mutant: str) -> str:
     """`text` with each (old, new) statement edit made on its syntax tree, unparsed."""
     with PARSE_LOCK:
         tree = ast.parse(text)
-        parsed = [(ast.parse(textwrap.dedent(old)).body, ast.parse(textwrap.dedent(new)).body)
-                  for old, new in edits]
+        parsed = [
+            (ast.parse(textwrap.dedent(old)).body, ast.parse(textwrap.dedent(new)).body)
+            for old, new in edits
+        ]
     for (old, new), (written, _) in zip(parsed, edits):
         wanted = [ast.dump(statement) for statement in old]
-        found = [(body, start) for body in _bodies(tree)
-                 for start in range(len(body) - len(old) + 1)
-                 if [ast.dump(s) for s in body[start:start + len(old)]] == wanted]
+        found = [
+            (body, start)
+            for body in _bodies(tree)
+            for start in range(len(body) - len(old) + 1)
+            if [ast.dump(s) for s in body[start : start + len(old)]] == wanted
+        ]
         if len(found) != 1:
-            raise MutationError(f"{mutant}: the statements {written!r} occur {len(found)} times "
-                                "in the reference's code")
+            raise MutationError(
+                f"{mutant}: the statements {written!r} occur {len(found)} times "
+                "in the reference's code"
+            )
         body, start = found[0]
-        body[start:start + len(old)] = new
+        body[start : start + len(old)] = new
         if not body:
             body.append(ast.Pass())
     return ast.unparse(tree) + "\n"
@@ -169,6 +190,11 @@ def _edit_statements(text: str, edits: tuple[tuple[str, str], ...], mutant: str)
 def _bodies(tree: ast.AST) -> list[list[ast.stmt]]:
     """Every list of statements in `tree`: the module's, each block's, each `else` and
     `finally`."""
-    return [body for node in ast.walk(tree) for name in ("body", "orelse", "finalbody")
-            if isinstance(body := getattr(node, name, None), list)
-            and body and isinstance(body[0], ast.stmt)]
+    return [
+        body
+        for node in ast.walk(tree)
+        for name in ("body", "orelse", "finalbody")
+        if isinstance(body := getattr(node, name, None), list)
+        and body
+        and isinstance(body[0], ast.stmt)
+    ]

@@ -105,8 +105,7 @@ def write_atomically(path: Path, data: str | bytes) -> None:
         return
     if mode is not None and not _written_as_file(mode):
         raise OutputError(f"cannot write {path}: it is {_kind(mode)}, not a file")
-    _replace(_target(path), content,
-             stat.S_IMODE(mode) if mode is not None else 0o666 & ~_UMASK)
+    _replace(_target(path), content, stat.S_IMODE(mode) if mode is not None else 0o666 & ~_UMASK)
 
 
 def _replace(target: Path, content: bytes, mode: int) -> None:

@@ -87,14 +87,24 @@ class Plan:
     def new(self, cache: str = "c", capacity: int | None = None, window: int | None = None) -> int:
         return self._add("new", cache=cache, capacity=capacity, window=window)
 
-    def append(self, cache, key, value, counts=None, *, may_raise=None, return_inputs=None,
-               measure=None) -> int:
-        return self._add("append", cache=cache, key=key, value=value, counts=counts,
-                         may_raise=may_raise, return_inputs=return_inputs, measure=measure)
+    def append(
+        self, cache, key, value, counts=None, *, may_raise=None, return_inputs=None, measure=None
+    ) -> int:
+        return self._add(
+            "append",
+            cache=cache,
+            key=key,
+            value=value,
+            counts=counts,
+            may_raise=may_raise,
+            return_inputs=return_inputs,
+            measure=measure,
+        )
 
     def attend(self, cache, query, *, may_raise=None, return_inputs=None) -> int:
-        return self._add("attend", cache=cache, query=query, may_raise=may_raise,
-                         return_inputs=return_inputs)
+        return self._add(
+            "attend", cache=cache, query=query, may_raise=may_raise, return_inputs=return_inputs
+        )
 
     def state(self, cache: str = "c", names: tuple[str, ...] = STATE) -> int:
         """A snapshot of the cache's attributes `names`, copied when the op runs (a later op may
@@ -107,10 +117,24 @@ class Plan:
     def release(self, cache: str, index: int) -> int:
         return self._add("release", cache=cache, index=index)
 
-    def layer(self, name: str, weights: dict, n_heads: int, n_kv_heads: int, head_dim: int,
-              rope_base: float) -> int:
-        return self._add("layer", layer=name, weights=weights, n_heads=n_heads,
-                         n_kv_heads=n_kv_heads, head_dim=head_dim, rope_base=rope_base)
+    def layer(
+        self,
+        name: str,
+        weights: dict,
+        n_heads: int,
+        n_kv_heads: int,
+        head_dim: int,
+        rope_base: float,
+    ) -> int:
+        return self._add(
+            "layer",
+            layer=name,
+            weights=weights,
+            n_heads=n_heads,
+            n_kv_heads=n_kv_heads,
+            head_dim=head_dim,
+            rope_base=rope_base,
+        )
 
     def decode_step(self, layer: str, cache: str, x, counts=None) -> int:
         return self._add("decode_step", layer=layer, cache=cache, x=x, counts=counts)
@@ -140,18 +164,40 @@ class Plan:
 
     def attend_chunk(self, cache: str, query, *, may_raise=None, return_inputs=None) -> int:
         """attend_chunk(cache, query) of contract section 8: query [B, Hq, t, D]."""
-        return self._add("attend_chunk", cache=cache, query=query, may_raise=may_raise,
-                         return_inputs=return_inputs)
+        return self._add(
+            "attend_chunk",
+            cache=cache,
+            query=query,
+            may_raise=may_raise,
+            return_inputs=return_inputs,
+        )
 
     def truncate(self, cache: str, lengths, *, may_raise=None) -> int:
         """truncate(cache, lengths) of contract section 8: lengths int64 [B]."""
         return self._add("truncate", cache=cache, lengths=lengths, may_raise=may_raise)
 
-    def beam_search(self, weights: dict, prompt, beams: int, steps: int, n_heads: int,
-                    n_kv_heads: int, head_dim: int, rope_base: float) -> int:
-        return self._add("beam_search", weights=weights, prompt=prompt, beams=beams, steps=steps,
-                         n_heads=n_heads, n_kv_heads=n_kv_heads, head_dim=head_dim,
-                         rope_base=rope_base)
+    def beam_search(
+        self,
+        weights: dict,
+        prompt,
+        beams: int,
+        steps: int,
+        n_heads: int,
+        n_kv_heads: int,
+        head_dim: int,
+        rope_base: float,
+    ) -> int:
+        return self._add(
+            "beam_search",
+            weights=weights,
+            prompt=prompt,
+            beams=beams,
+            steps=steps,
+            n_heads=n_heads,
+            n_kv_heads=n_kv_heads,
+            head_dim=head_dim,
+            rope_base=rope_base,
+        )
 
     def real_model(self, run: dict) -> int:
         """generate of a tiny transformers Llama through the candidate's cache: `run` holds

@@ -12,8 +12,9 @@ import math
 import torch
 
 
-def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                     lengths: torch.Tensor | None = None) -> torch.Tensor:
+def causal_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lengths: torch.Tensor | None = None
+) -> torch.Tensor:
     """Full causal attention. q [B, Hq, T, D], k and v [B, Hkv, T, D] -> [B, Hq, T, D], float64.
 
     Query head h reads KV head h // (Hq // Hkv). With `lengths` ([B]), row b uses only its first
@@ -34,8 +35,13 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     return weights @ v
 
 
-def attention_at(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor,
-                 window: int | None = None) -> torch.Tensor:
+def attention_at(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    positions: torch.Tensor,
+    window: int | None = None,
+) -> torch.Tensor:
     """Queries at absolute positions over their row's keys, float64 (contract section 8).
 
     q [B, Hq, t, D], positions int64 [B, t]: the query's position; k, v [B, Hkv, T, D], row b's
@@ -63,7 +69,9 @@ def rope(x: torch.Tensor, positions: torch.Tensor, base: float) -> torch.Tensor:
     x = x.double()
     half = x.shape[-1] // 2
     i = torch.arange(half, dtype=torch.float64)
-    theta = positions.double()[:, None, :, None] * base ** (-2.0 * i / x.shape[-1])  # [B, 1, T, D/2]
+    theta = positions.double()[:, None, :, None] * base ** (
+        -2.0 * i / x.shape[-1]
+    )  # [B, 1, T, D/2]
     first, second = x[..., :half], x[..., half:]
     return torch.cat(
         (first * theta.cos() - second * theta.sin(), second * theta.cos() + first * theta.sin()),
@@ -77,9 +85,15 @@ def split_heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
     return x.reshape(B, T, n_heads, -1).transpose(1, 2)
 
 
-def attention_layer(x: torch.Tensor, weights: dict, n_heads: int, n_kv_heads: int,
-                    rope_base: float, positions: torch.Tensor | None = None,
-                    window: int | None = None) -> dict:
+def attention_layer(
+    x: torch.Tensor,
+    weights: dict,
+    n_heads: int,
+    n_kv_heads: int,
+    rope_base: float,
+    positions: torch.Tensor | None = None,
+    window: int | None = None,
+) -> dict:
     """One attention layer over whole sequences, float64. x [B, T, d_model].
 
     Returns the layer output [B, T, d_model] and, for the judge's other checks, the projections:

@@ -77,11 +77,22 @@ def load(path: Path = RUBRIC_FILE) -> Rubric:
     data = tomllib.loads(path.read_text())
     return Rubric(
         levels=tuple(data["levels"]),
-        items=tuple(Item(d["id"], d["level"], float(d["points"]), d["title"], d["checks"],
-                         tuple(d["hints"]), tuple(d.get("depends_on", ())))
-               for d in data["item"]),
+        items=tuple(
+            Item(
+                d["id"],
+                d["level"],
+                float(d["points"]),
+                d["title"],
+                d["checks"],
+                tuple(d["hints"]),
+                tuple(d.get("depends_on", ())),
+            )
+            for d in data["item"]
+        ),
         tells=tuple(TellInfo(d["id"], d["caps"], d["title"], d["message"]) for d in data["tell"]),
-        interviewer=tuple(InterviewerItem(d["id"], d["level"], d["prompt"]) for d in data["interviewer"]),
+        interviewer=tuple(
+            InterviewerItem(d["id"], d["level"], d["prompt"]) for d in data["interviewer"]
+        ),
     )
 
 
@@ -89,6 +100,13 @@ def selected(track: Track, only: set[str] | None, up_to: str | None) -> list[Ite
     """The track's items, in rubric order, narrowed to the ids in `only` and the levels up to
     `up_to` (a track without levels ignores `up_to`)."""
     rubric = load()
-    return [i for i in rubric.track(track) if (only is None or i.id in only) and (
-        up_to is None or not track.levels
-        or rubric.levels.index(i.level) <= rubric.levels.index(up_to))]
+    return [
+        i
+        for i in rubric.track(track)
+        if (only is None or i.id in only)
+        and (
+            up_to is None
+            or not track.levels
+            or rubric.levels.index(i.level) <= rubric.levels.index(up_to)
+        )
+    ]

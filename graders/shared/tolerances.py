@@ -75,6 +75,7 @@ def _load(name: str):
 def _decoder(module, attend=None):
     """A function decoding seq one token at a time through `module`'s cache (attending with
     `attend` if given) and returning every step's output, [B, Hq, T, D]."""
+
     def run(seq: dict) -> torch.Tensor:
         cache, outputs = module.KVCache(), []
         for t in range(seq["k"].shape[2]):
@@ -82,6 +83,7 @@ def _decoder(module, attend=None):
             query = seq["q"][:, :, t : t + 1]
             outputs.append((attend or module.attend)(cache, query))
         return torch.cat(outputs, dim=2)
+
     return run
 
 
@@ -125,16 +127,31 @@ def _cases(dtype: torch.dtype):
     extra, other = range(10_000, 10_000 + EXTRA_SEEDS), range(20_000, 20_000 + EXTRA_SEEDS)
     tol = TOLERANCE[dtype]
     for name, B, Hq, Hkv, T, D, seed in SHAPES:
-        yield name, tol, [cases.sequence(cases.generator(s), B, Hq, Hkv, T, D, dtype=dtype)
-                          for s in (seed, *extra)]
+        yield (
+            name,
+            tol,
+            [
+                cases.sequence(cases.generator(s), B, Hq, Hkv, T, D, dtype=dtype)
+                for s in (seed, *extra)
+            ],
+        )
     if dtype in LOW_PRECISION:
         g = cases.generator(LOW_PRECISION_SEEDS[dtype])
         ordinary = cases.sequence(g, LP_B, LP_H, LP_H, LP_T, LP_D, dtype=dtype)
-        yield "low-precision ordinary", tol, [ordinary] + [
-            cases.sequence(cases.generator(s), LP_B, LP_H, LP_H, LP_T, LP_D, dtype=dtype)
-            for s in other]
-        yield "low-precision large logits", LARGE_LOGITS_LOW_PRECISION, [
-            _large_logits(g, dtype)] + [_large_logits(cases.generator(s), dtype) for s in extra]
+        yield (
+            "low-precision ordinary",
+            tol,
+            [ordinary]
+            + [
+                cases.sequence(cases.generator(s), LP_B, LP_H, LP_H, LP_T, LP_D, dtype=dtype)
+                for s in other
+            ],
+        )
+        yield (
+            "low-precision large logits",
+            LARGE_LOGITS_LOW_PRECISION,
+            [_large_logits(g, dtype)] + [_large_logits(cases.generator(s), dtype) for s in extra],
+        )
 
 
 def _large_logits(g: torch.Generator, dtype: torch.dtype) -> dict[str, torch.Tensor]:
@@ -150,7 +167,8 @@ def main() -> None:
         "sdpa": _decoder(solution, _sdpa),
         "MISTAKE softmax in cache dtype": _decoder(solution, _softmax_in_cache_dtype),
         "MISTAKE the same, q scaled first": _decoder(
-            solution, lambda cache, query: _softmax_in_cache_dtype(cache, query, prescale=True)),
+            solution, lambda cache, query: _softmax_in_cache_dtype(cache, query, prescale=True)
+        ),
     }
     print(f"{'dtype':9} {'case':27} {'style':33} {'max abs':>8} {'eps units':>9} {'tol share':>9}")
     for dtype in DTYPES:
@@ -164,10 +182,14 @@ def main() -> None:
                     abs_err = max(abs_err, float(err.max()))
                     eps_units = max(eps_units, float((err / (eps * (1 + e.abs()))).max()))
                     share = max(share, float((err / (tol.atol + tol.rtol * e.abs())).max()))
-                print(f"{str(dtype)[6:]:9} {name:27} {style:33} {abs_err:8.1e} {eps_units:9.2f} "
-                      f"{share:9.3f}")
-            gap = max(float((_float32_reference(s).double() - e).abs().max())
-                      for s, e in zip(seqs, expected))
+                print(
+                    f"{str(dtype)[6:]:9} {name:27} {style:33} {abs_err:8.1e} {eps_units:9.2f} "
+                    f"{share:9.3f}"
+                )
+            gap = max(
+                float((_float32_reference(s).double() - e).abs().max())
+                for s, e in zip(seqs, expected)
+            )
             print(f"{str(dtype)[6:]:9} {name:27} {'float32-softmax reference':33} {gap:8.1e}")
 
 

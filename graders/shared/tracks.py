@@ -1,11 +1,11 @@
 """The tracks a candidate can be graded on: the one place that says what a track is.
 
-    dense     the question itself: kv_cache.py and the candidate's own tests, graded by levels
-              L4-L6 and capped by the down-level tells (contract sections 1-3)
-    serving   beyond L6: paged_kv_cache.py, a paged cache for many sequences, graded all or
-              nothing beside the levels, with no own-tests item and no tells (section 4)
-    batching  the question's "related" topic: scheduler.py, continuous batching over a paged
-              pool, graded as the serving track is (section 6)
+dense     the question itself: kv_cache.py and the candidate's own tests, graded by levels
+          L4-L6 and capped by the down-level tells (contract sections 1-3)
+serving   beyond L6: paged_kv_cache.py, a paged cache for many sequences, graded all or
+          nothing beside the levels, with no own-tests item and no tells (section 4)
+batching  the question's "related" topic: scheduler.py, continuous batching over a paged
+          pool, graded as the serving track is (section 6)
 """
 
 from __future__ import annotations
@@ -48,12 +48,35 @@ class Track:
 TESTS_ITEM = "own-tests"  # the rubric item that runs the candidate's own tests
 MODEL_ITEM = "real-model"  # the rubric item that runs the candidate's cache inside transformers
 
-DENSE = Track("dense", "the levels", "kv_cache", "kv_cache.py", "test_kv_cache.py", levels=True,
-              items="graders.dense.items")
-SERVING = Track("serving", "serving track", "paged_kv_cache", "paged_kv_cache.py", None,
-                levels=False, items="graders.serving.items", section="serving")
-BATCHING = Track("batching", "batching track", "scheduler", "scheduler.py", None, levels=False,
-                 items="graders.batching.items", section="batching")
+DENSE = Track(
+    "dense",
+    "the levels",
+    "kv_cache",
+    "kv_cache.py",
+    "test_kv_cache.py",
+    levels=True,
+    items="graders.dense.items",
+)
+SERVING = Track(
+    "serving",
+    "serving track",
+    "paged_kv_cache",
+    "paged_kv_cache.py",
+    None,
+    levels=False,
+    items="graders.serving.items",
+    section="serving",
+)
+BATCHING = Track(
+    "batching",
+    "batching track",
+    "scheduler",
+    "scheduler.py",
+    None,
+    levels=False,
+    items="graders.batching.items",
+    section="batching",
+)
 TRACKS = {track.id: track for track in (DENSE, SERVING, BATCHING)}
 SECTIONS = tuple(track.section for track in TRACKS.values() if track.section)
 
@@ -64,8 +87,9 @@ def get(track_id: str) -> Track:
         return TRACKS[track_id]
     except KeyError:
         names = [repr(name) for name in TRACKS]
-        raise KeyError(f"no track {track_id!r}: choose {', '.join(names[:-1])} or {names[-1]}"
-                       ) from None
+        raise KeyError(
+            f"no track {track_id!r}: choose {', '.join(names[:-1])} or {names[-1]}"
+        ) from None
 
 
 def groups(levels: tuple[str, ...]) -> list[tuple[str, str, Track | None]]:
@@ -73,4 +97,5 @@ def groups(levels: tuple[str, ...]) -> list[tuple[str, str, Track | None]]:
     title, the track graded beside the levels or None): each of the rubric's `levels`, then
     each track graded beside them."""
     return [(level, level, None) for level in levels] + [
-        (track.section, track.title, track) for track in TRACKS.values() if track.section]
+        (track.section, track.title, track) for track in TRACKS.values() if track.section
+    ]

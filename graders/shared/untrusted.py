@@ -59,8 +59,10 @@ def quote(text: str, limit: int = MAX_QUOTE) -> str:
     shown = printable(head.replace("\r\n", "\n"))
     if len(text) <= limit and len(shown) <= limit:
         return shown
-    pieces = ["" if char == "\r" and head[n + 1:n + 2] == "\n" else printable(char)
-              for n, char in enumerate(head)]
+    pieces = [
+        "" if char == "\r" and head[n + 1 : n + 2] == "\n" else printable(char)
+        for n, char in enumerate(head)
+    ]
     budget = limit - len(f" [... {len(text):,} more characters cut]")
     kept = used = 0
     while kept < len(pieces) and used + len(pieces[kept]) <= budget:
@@ -108,8 +110,14 @@ def html_text(text: str) -> str:
     """`text` (printable, XML-legal) with &, <, >, " and ' as character references: in an
     element's content or a quoted attribute value it is text alone, never a tag, an attribute,
     an entity or the end of a raw-text element (</script>, </style>)."""
-    return (xml_text(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-            .replace('"', "&quot;").replace("'", "&#39;"))
+    return (
+        xml_text(text)
+        .replace("&", "&amp;")
+        .replace("<", "&lt;")
+        .replace(">", "&gt;")
+        .replace('"', "&quot;")
+        .replace("'", "&#39;")
+    )
 
 
 def file_name(name: str | bytes | os.PathLike) -> str:

@@ -135,16 +135,26 @@ def drive(new_scheduler, workload: dict, max_steps: int, *, request_type) -> dic
         while True:
             while pending and pending[0]["arrival"] <= clock:
                 request = pending.pop(0)
-                built = _call("add", len(steps), lambda: request_type(
-                    id=request["id"], prompt=tuple(request["prompt"]),
-                    max_new_tokens=request["max_new_tokens"], eos=request["eos"]))
+                built = _call(
+                    "add",
+                    len(steps),
+                    lambda: request_type(
+                        id=request["id"],
+                        prompt=tuple(request["prompt"]),
+                        max_new_tokens=request["max_new_tokens"],
+                        eos=request["eos"],
+                    ),
+                )
                 _call("add", len(steps), lambda: scheduler.add(built))
                 known[request["id"]] = len(request["prompt"])
                 trace["adds"].append({"id": request["id"], "at": clock})
             working = _call("has_work", len(steps), scheduler.has_work)
             if type(working) not in (bool, int):
-                raise _Stop(_returned("has_work", len(steps),
-                                      f"has_work() returned {_kind(working)}, not a bool"))
+                raise _Stop(
+                    _returned(
+                        "has_work", len(steps), f"has_work() returned {_kind(working)}, not a bool"
+                    )
+                )
             if not working:
                 if not pending:
                     break
@@ -183,9 +193,14 @@ def produced_by(batch: list, known: dict, outputs: dict, oracle: dict) -> dict:
     nothing: the judge names the rule it breaks."""
     produced = {}
     for seq_id, start, tokens, _ in batch:
-        if (seq_id in known and seq_id not in produced
-                and len(outputs[seq_id]) < len(oracle[seq_id])
-                and start >= 0 and tokens >= 1 and start + tokens == known[seq_id]):
+        if (
+            seq_id in known
+            and seq_id not in produced
+            and len(outputs[seq_id]) < len(oracle[seq_id])
+            and start >= 0
+            and tokens >= 1
+            and start + tokens == known[seq_id]
+        ):
             produced[seq_id] = oracle[seq_id][len(outputs[seq_id])]
     return produced
 
@@ -200,15 +215,27 @@ def _call(call: str, step: int, fn):
         if isinstance(exc, KeyboardInterrupt):
             raise
         frames = traceback.format_exception(type(exc), exc, exc.__traceback__)
-        raise _Stop({"call": call, "step": step, "kind": "raised",
-                     "type": type(exc).__name__[:ID_CHARS],
-                     "message": _text(partial(str, exc))[:MESSAGE_CHARS],
-                     "traceback": "".join(frames)[-MESSAGE_CHARS:]}) from None
+        raise _Stop(
+            {
+                "call": call,
+                "step": step,
+                "kind": "raised",
+                "type": type(exc).__name__[:ID_CHARS],
+                "message": _text(partial(str, exc))[:MESSAGE_CHARS],
+                "traceback": "".join(frames)[-MESSAGE_CHARS:],
+            }
+        ) from None
 
 
 def _returned(call: str, step: int, message: str) -> dict:
-    return {"call": call, "step": step, "kind": "returned", "type": "", "message": message,
-            "traceback": ""}
+    return {
+        "call": call,
+        "step": step,
+        "kind": "returned",
+        "type": "",
+        "message": message,
+        "traceback": "",
+    }
 
 
 def _batch(batch, config: dict, n: int) -> list:
@@ -217,8 +244,14 @@ def _batch(batch, config: dict, n: int) -> list:
         raise _Stop(_returned("schedule", n, f"schedule() returned {_kind(batch)}, not a list"))
     most = ENTRIES_PER_SEQ * config["max_num_seqs"]
     if len(batch) > most:
-        raise _Stop(_returned("schedule", n, f"schedule() returned {len(batch)} entries, more "
-                              f"than {ENTRIES_PER_SEQ} x max_num_seqs ({most})"))
+        raise _Stop(
+            _returned(
+                "schedule",
+                n,
+                f"schedule() returned {len(batch)} entries, more "
+                f"than {ENTRIES_PER_SEQ} x max_num_seqs ({most})",
+            )
+        )
     return [_entry(entry, config["num_blocks"], n, i) for i, entry in enumerate(batch)]
 
 
@@ -231,26 +264,43 @@ def _entry(entry, num_blocks: int, n: int, i: int) -> list:
         except _Stop as stop:
             if stop.error["type"] != "AttributeError":
                 raise
-            raise _Stop(_returned("schedule", n, f"{what} is {_kind(entry)} without a {name}, "
-                                                 "not a Scheduled")) from None
+            raise _Stop(
+                _returned(
+                    "schedule", n, f"{what} is {_kind(entry)} without a {name}, not a Scheduled"
+                )
+            ) from None
     seq_id, start, tokens, table = fields
     if type(seq_id) is not str:
-        raise _Stop(_returned("schedule", n, f"{what} has a seq_id of {_kind(seq_id)}, not a "
-                                             "str"))
+        raise _Stop(_returned("schedule", n, f"{what} has a seq_id of {_kind(seq_id)}, not a str"))
     for name, value in (("start", start), ("tokens", tokens)):
         if not _is_int(value):
-            raise _Stop(_returned("schedule", n, f"{what} has a {name} of {_kind(value)}, not "
-                                                 "an int of int64's range"))
+            raise _Stop(
+                _returned(
+                    "schedule",
+                    n,
+                    f"{what} has a {name} of {_kind(value)}, not an int of int64's range",
+                )
+            )
     if type(table) not in (list, tuple):
-        raise _Stop(_returned("schedule", n, f"{what} has a block_table of {_kind(table)}, not "
-                                             "a tuple"))
+        raise _Stop(
+            _returned("schedule", n, f"{what} has a block_table of {_kind(table)}, not a tuple")
+        )
     if len(table) > num_blocks:
-        raise _Stop(_returned("schedule", n, f"{what} has a block_table of {len(table)} blocks, "
-                                             f"more than the pool's {num_blocks}"))
+        raise _Stop(
+            _returned(
+                "schedule",
+                n,
+                f"{what} has a block_table of {len(table)} blocks, "
+                f"more than the pool's {num_blocks}",
+            )
+        )
     for block in table:
         if not _is_int(block):
-            raise _Stop(_returned("schedule", n, f"{what} has a block_table holding "
-                                                 f"{_kind(block)}, not only ints"))
+            raise _Stop(
+                _returned(
+                    "schedule", n, f"{what} has a block_table holding {_kind(block)}, not only ints"
+                )
+            )
     return [seq_id[:ID_CHARS], start, tokens, list(table)]
 
 
@@ -258,13 +308,22 @@ def _finished(finished, most: int, n: int) -> list:
     if type(finished) not in (list, tuple, set, frozenset):
         raise _Stop(_returned("update", n, f"update() returned {_kind(finished)}, not a list"))
     if len(finished) > most:
-        raise _Stop(_returned("update", n, f"update() returned {len(finished)} finished ids, "
-                                           f"more than the workload's {most} requests"))
+        raise _Stop(
+            _returned(
+                "update",
+                n,
+                f"update() returned {len(finished)} finished ids, "
+                f"more than the workload's {most} requests",
+            )
+        )
     ids = list(finished)
     for seq_id in ids:
         if type(seq_id) is not str:
-            raise _Stop(_returned("update", n, f"update() returned a finished id of "
-                                               f"{_kind(seq_id)}, not a str"))
+            raise _Stop(
+                _returned(
+                    "update", n, f"update() returned a finished id of {_kind(seq_id)}, not a str"
+                )
+            )
     return [seq_id[:ID_CHARS] for seq_id in ids]
 
 
@@ -278,14 +337,15 @@ def _free(scheduler, n: int) -> int | None:
             return None
         raise
     if not _is_int(free):
-        raise _Stop(_returned("num_free_blocks", n, f"num_free_blocks is {_kind(free)}, not an "
-                                                    "int"))
+        raise _Stop(
+            _returned("num_free_blocks", n, f"num_free_blocks is {_kind(free)}, not an int")
+        )
     return free
 
 
 def _is_int(value) -> bool:
     """A plain int of int64's range (what the wire and the judge's tensors hold)."""
-    return type(value) is int and -2**63 <= value < 2**63
+    return type(value) is int and -(2**63) <= value < 2**63
 
 
 def _kind(value) -> str:

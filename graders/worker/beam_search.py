@@ -29,10 +29,21 @@ def mlp(h: torch.Tensor, layer: dict) -> torch.Tensor:
 def beam_search(state, op: dict) -> dict:
 
     w, beams = op["weights"], op["beams"]
-    layers = [Layer({k: layer[k] for k in ("wq", "wk", "wv", "wo")}, op["n_heads"],
-                     op["n_kv_heads"], op["head_dim"], op["rope_base"]).requires_grad_(False)
-              for layer in w["layers"]]
-    new_cache, decode_step, reorder = state.fn("KVCache"), state.fn("decode_step"), state.fn("reorder")
+    layers = [
+        Layer(
+            {k: layer[k] for k in ("wq", "wk", "wv", "wo")},
+            op["n_heads"],
+            op["n_kv_heads"],
+            op["head_dim"],
+            op["rope_base"],
+        ).requires_grad_(False)
+        for layer in w["layers"]
+    ]
+    new_cache, decode_step, reorder = (
+        state.fn("KVCache"),
+        state.fn("decode_step"),
+        state.fn("reorder"),
+    )
     caches = [new_cache() for _ in layers]
 
     def next_log_probs(tokens: torch.Tensor) -> torch.Tensor:  # tokens [B] -> [B, vocab]
@@ -40,8 +51,10 @@ def beam_search(state, op: dict) -> dict:
         for layer, cache, weights in zip(layers, caches, w["layers"]):
             out = decode_step(layer, cache, h)
             if not isinstance(out, torch.Tensor) or out.shape != h.shape:
-                raise TypeError(f"decode_step returned {type(out).__name__} "
-                                f"{list(getattr(out, 'shape', []))}, expected {list(h.shape)}")
+                raise TypeError(
+                    f"decode_step returned {type(out).__name__} "
+                    f"{list(getattr(out, 'shape', []))}, expected {list(h.shape)}"
+                )
             h = h + out
             h = h + mlp(h, weights)
         return torch.log_softmax(h[:, 0] @ w["embed"].T, dim=-1)

@@ -81,8 +81,9 @@ def read_frame(fd: int, deadline: float | None = None, caps: Caps = REQUESTS) ->
     head = read_exactly(fd, HEADER.size, deadline)
     (header_len,) = HEADER.unpack(head)
     if header_len > caps.header:
-        raise WireError(f"a frame header of {header_len:,} bytes, more than the {caps.header:,} "
-                        "allowed")
+        raise WireError(
+            f"a frame header of {header_len:,} bytes, more than the {caps.header:,} allowed"
+        )
     header = read_exactly(fd, header_len, deadline)
     size = HEADER.size + header_len + payload_size(header, caps)
     frame = bytearray(size)
@@ -112,8 +113,10 @@ class FrameBuffer:
         if self.size is None and len(self.data) >= HEADER.size:
             (header_len,) = HEADER.unpack_from(self.data)
             if header_len > self.caps.header:
-                raise WireError(f"a frame header of {header_len:,} bytes, more than the "
-                                f"{self.caps.header:,} allowed")
+                raise WireError(
+                    f"a frame header of {header_len:,} bytes, more than the "
+                    f"{self.caps.header:,} allowed"
+                )
             if len(self.data) >= HEADER.size + header_len:
                 header = bytes(self.data[HEADER.size : HEADER.size + header_len])
                 self.size = HEADER.size + header_len + payload_size(header, self.caps)
@@ -140,8 +143,10 @@ def payload_size(header: bytes, caps: Caps = REQUESTS) -> int:
     except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
         raise WireError(f"malformed frame header: {type(exc).__name__}: {exc}"[:200]) from None
     if not 0 <= payload <= caps.frame - HEADER.size - len(header):
-        raise WireError(f"a frame of {HEADER.size + len(header) + payload:,} bytes, more than "
-                        f"the {caps.frame:,} allowed")
+        raise WireError(
+            f"a frame of {HEADER.size + len(header) + payload:,} bytes, more than "
+            f"the {caps.frame:,} allowed"
+        )
     return payload
 
 

@@ -13,11 +13,18 @@ import torch
 class Layer(torch.nn.Module):
     """What `decode_step` receives: the four projections and the head geometry."""
 
-    def __init__(self, weights: dict, n_heads: int, n_kv_heads: int, head_dim: int, rope_base: float):
+    def __init__(
+        self, weights: dict, n_heads: int, n_kv_heads: int, head_dim: int, rope_base: float
+    ):
         super().__init__()
         for name, weight in weights.items():
             out_features, in_features = weight.shape
             linear = torch.nn.Linear(in_features, out_features, bias=False, dtype=weight.dtype)
             linear.weight.data.copy_(weight)
             setattr(self, name, linear)
-        self.n_heads, self.n_kv_heads, self.head_dim, self.rope_base = n_heads, n_kv_heads, head_dim, rope_base
+        self.n_heads, self.n_kv_heads, self.head_dim, self.rope_base = (
+            n_heads,
+            n_kv_heads,
+            head_dim,
+            rope_base,
+        )

@@ -167,15 +167,22 @@ class _KataGuard:
         top = name.split(".")[0]
         if top not in cls.BLOCKED or name == "graders" or name.startswith(cls.ALLOWED):
             return None
-        raise KataImportBlocked(f"import of {name!r} refused: a candidate's file may not use "
-                                "the kata's graders, hidden cases or solutions")
+        raise KataImportBlocked(
+            f"import of {name!r} refused: a candidate's file may not use "
+            "the kata's graders, hidden cases or solutions"
+        )
 
 
 def guard_imports(kata_roots: list[str]) -> None:
     """Take `kata_roots` (the folders holding the kata's packages) off sys.path and refuse
     imports of the kata's modules from here on; what is already imported stays usable."""
     sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") not in kata_roots]
-    for name in [n for n in sys.modules if n.split(".")[0] in _KataGuard.BLOCKED
-                 and n != "graders" and not n.startswith(_KataGuard.ALLOWED)]:
+    for name in [
+        n
+        for n in sys.modules
+        if n.split(".")[0] in _KataGuard.BLOCKED
+        and n != "graders"
+        and not n.startswith(_KataGuard.ALLOWED)
+    ]:
         del sys.modules[name]
     sys.meta_path.insert(0, _KataGuard)

@@ -74,8 +74,17 @@ from graders.worker.wire import TEXT_CHARS
 PROJECTIONS = ("wq", "wk", "wv")
 LINEAGE = 64  # classes of an exception's lineage sent: ValueError's is 4
 CACHE_ROWS = 64  # rows of a cache's lengths sent with an exception raised on it
-CACHE_OPS = ("append", "attend", "reset", "release", "decode_step", "reorder", "fork",
-             "attend_chunk", "truncate")
+CACHE_OPS = (
+    "append",
+    "attend",
+    "reset",
+    "release",
+    "decode_step",
+    "reorder",
+    "fork",
+    "attend_chunk",
+    "truncate",
+)
 SECTION_8 = ("attend_chunk", "truncate")  # L6+: a file without them has not started it
 
 
@@ -96,8 +105,9 @@ def execute(module, plan: dict) -> list[dict]:
             if not op.get("may_raise"):
                 break
         if op.get("return_inputs"):
-            results[-1]["inputs_after"] = {k: _snapshot(op[k]) for k in ("key", "value", "query", "x")
-                                           if k in op}
+            results[-1]["inputs_after"] = {
+                k: _snapshot(op[k]) for k in ("key", "value", "query", "x") if k in op
+            }
     return results
 
 
@@ -114,8 +124,12 @@ class _State:
             return getattr(self.module, name)
         except AttributeError:
             if name in SECTION_8:
-                raise NotWritten(f"the file defines no `{name}` (contract section 8, L6+)") from None
-            raise MissingName(f"the file defines no `{name}`, which the contract requires") from None
+                raise NotWritten(
+                    f"the file defines no `{name}` (contract section 8, L6+)"
+                ) from None
+            raise MissingName(
+                f"the file defines no `{name}`, which the contract requires"
+            ) from None
 
 
 class MissingName(Exception):
@@ -178,8 +192,12 @@ def _append(state: _State, op: dict):
         return None
     with Allocations(state.kept.setdefault(op["cache"], [])) as allocations:
         state.fn("append")(*args)
-    return {"allocations": allocations.count, "bytes": allocations.bytes,
-            "held": allocations.held(), "largest": allocations.largest()}
+    return {
+        "allocations": allocations.count,
+        "bytes": allocations.bytes,
+        "held": allocations.held(),
+        "largest": allocations.largest(),
+    }
 
 
 class Allocations(TorchDispatchMode):
@@ -227,12 +245,18 @@ class Allocations(TorchDispatchMode):
         result = func(*args, **kwargs)
         if func.is_view:
             return result
-        outputs = [out for out in _tensors(result)
-                   if out.device.type != "meta" and out.untyped_storage().nbytes()]
+        outputs = [
+            out
+            for out in _tensors(result)
+            if out.device.type != "meta" and out.untyped_storage().nbytes()
+        ]
         if not outputs:
             return result
-        inputs = {t.untyped_storage().data_ptr() for t in _tensors((args, kwargs))
-                  if t.device.type != "meta"}
+        inputs = {
+            t.untyped_storage().data_ptr()
+            for t in _tensors((args, kwargs))
+            if t.device.type != "meta"
+        }
         for out in outputs:
             storage = out.untyped_storage()
             if storage.data_ptr() not in inputs:
@@ -289,8 +313,7 @@ def _attend(state: _State, op: dict):
 def _state(state: _State, op: dict):
     """A snapshot: tensors are copied now, since a later operation may write into a view."""
     cache = state.caches[op["cache"]]
-    return {name: _snapshot(getattr(cache, name, Missing))
-            for name in op["names"]}
+    return {name: _snapshot(getattr(cache, name, Missing)) for name in op["names"]}
 
 
 def _snapshot(value):
@@ -318,7 +341,11 @@ def _decode_step(state: _State, op: dict):
     args = (layer, state.caches[op["cache"]], op["x"])
     counts = op.get("counts")
     with counter:
-        out = state.fn("decode_step")(*args) if counts is None else state.fn("decode_step")(*args, counts)
+        out = (
+            state.fn("decode_step")(*args)
+            if counts is None
+            else state.fn("decode_step")(*args, counts)
+        )
     return {"output": out, "rows": counter.rows}
 
 
@@ -369,8 +396,9 @@ class _ProjectionRows(TorchFunctionMode):
 
     def _weights_in(self, t: torch.Tensor) -> frozenset[str]:
         """The projections whose weights `t` reads or was computed from alone."""
-        found = frozenset(name for name, weight in self.weights.items()
-                          if _shares_storage(t, weight))
+        found = frozenset(
+            name for name, weight in self.weights.items() if _shares_storage(t, weight)
+        )
         if t.device.type == "meta":
             return found
         ref, names = self.derived.get(t.untyped_storage().data_ptr(), (None, frozenset()))
@@ -420,8 +448,18 @@ def _truncate(state: _State, op: dict):
     state.fn("truncate")(state.caches[op["cache"]], op["lengths"])
 
 
-PAGED_METHODS = {"add", "admit", "can_admit", "append", "attend", "fork", "free", "evict",
-                 "length", "block_table"}
+PAGED_METHODS = {
+    "add",
+    "admit",
+    "can_admit",
+    "append",
+    "attend",
+    "fork",
+    "free",
+    "evict",
+    "length",
+    "block_table",
+}
 PAGED_ATTRIBUTES = {"num_free_blocks", "pool_bytes"}
 
 
@@ -454,8 +492,10 @@ def _inventory(state: _State, op: dict):
     answer names the tensors that hold any.
     """
     found = reachable_tensors(state.caches[op["cache"]])
-    listing = [{"path": path, "shape": list(t.shape), "dtype": str(t.dtype).removeprefix("torch.")}
-               for path, t in found]
+    listing = [
+        {"path": path, "shape": list(t.shape), "dtype": str(t.dtype).removeprefix("torch.")}
+        for path, t in found
+    ]
     held = {}
     for name, probes in op.get("probes", {}).items():
         hits = {path: _found(t, probes) for path, t in found}
@@ -499,7 +539,12 @@ def _found(t: torch.Tensor, probes: torch.Tensor) -> torch.Tensor:
     """[N] bool: which probe vectors appear as rows along the last dimension of `t`."""
     width = probes.shape[-1]
     none = torch.zeros(len(probes), dtype=torch.bool)
-    if not t.is_floating_point() or t.device.type != "cpu" or t.numel() == 0 or t.shape[-1] != width:
+    if (
+        not t.is_floating_point()
+        or t.device.type != "cpu"
+        or t.numel() == 0
+        or t.shape[-1] != width
+    ):
         return none
     rows = t.detach().reshape(-1, width).double()
     rows = rows[torch.isfinite(rows).all(dim=-1)]
@@ -513,8 +558,9 @@ def _found(t: torch.Tensor, probes: torch.Tensor) -> torch.Tensor:
 def _drive_scheduler(state: _State, op: dict):
     """The candidate module's Scheduler driven on op["workload"], each request built with its
     own Request: the trace (what the scheduler raises or returns wrongly is in it)."""
-    return _drive(state.fn("Scheduler"), op["workload"], op["max_steps"],
-                  request_type=state.fn("Request"))
+    return _drive(
+        state.fn("Scheduler"), op["workload"], op["max_steps"], request_type=state.fn("Request")
+    )
 
 
 class _MissingType:
@@ -535,8 +581,12 @@ def _cache_facts(state: _State, op: dict) -> dict | None:
     facts = {}
     try:  # the candidate's properties run here, and may raise too
         lengths, capacity = getattr(cache, "lengths", None), getattr(cache, "capacity", None)
-        if (type(lengths) is torch.Tensor and lengths.dtype == torch.int64 and lengths.dim() == 1
-                and lengths.device.type == "cpu"):
+        if (
+            type(lengths) is torch.Tensor
+            and lengths.dtype == torch.int64
+            and lengths.dim() == 1
+            and lengths.device.type == "cpu"
+        ):
             facts["lengths"] = [int(n) for n in lengths[:CACHE_ROWS].tolist()]
         if type(capacity) is int and 0 <= capacity < 2**63:  # what a tensor's size can be
             facts["capacity"] = capacity

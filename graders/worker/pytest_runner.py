@@ -67,8 +67,20 @@ def run(test_path: str, implementation: dict, exitfirst: bool = False) -> dict:
     # No ini file and no conftest.py from the folders above: the tests run as the candidate
     # wrote them, whatever project they happen to lie in.
     exit_code = pytest.main(
-        [test_path, "-q", "-p", "no:cacheprovider", "-c", os.devnull, "--confcutdir", folder,
-         "--no-header", "--rootdir", folder, *(["-x"] if exitfirst else [])],
+        [
+            test_path,
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-c",
+            os.devnull,
+            "--confcutdir",
+            folder,
+            "--no-header",
+            "--rootdir",
+            folder,
+            *(["-x"] if exitfirst else []),
+        ],
         plugins=[outcomes],
     )
     return {

@@ -90,12 +90,24 @@ def generate(op: dict, cache) -> dict:
     model = build(op["model"], ATTENTION if op["attention"] == "candidate" else "sdpa")
     beams = op["beams"] if op["mode"] == "beam" else 1
     config = GenerationConfig(  # no EOS: every run generates new_tokens tokens
-        max_new_tokens=op["new_tokens"], do_sample=False, num_beams=beams, use_cache=True,
-        output_logits=True, return_dict_in_generate=True, pad_token_id=0, eos_token_id=None,
-        **({"early_stopping": False, "length_penalty": 0.0} if beams > 1 else {}))
+        max_new_tokens=op["new_tokens"],
+        do_sample=False,
+        num_beams=beams,
+        use_cache=True,
+        output_logits=True,
+        return_dict_in_generate=True,
+        pad_token_id=0,
+        eos_token_id=None,
+        **({"early_stopping": False, "length_penalty": 0.0} if beams > 1 else {}),
+    )
     assistant = build(op["assistant"], "sdpa") if op["mode"] == "assisted" else None
-    out = model.generate(input_ids=op["input_ids"], attention_mask=op["attention_mask"],
-                         cache=cache, generation_config=config, assistant_model=assistant)
+    out = model.generate(
+        input_ids=op["input_ids"],
+        attention_mask=op["attention_mask"],
+        cache=cache,
+        generation_config=config,
+        assistant_model=assistant,
+    )
     return {"sequences": out.sequences, "logits": torch.stack(out.logits).float()}
 
 
@@ -137,8 +149,9 @@ def _active(cache):
         _ACTIVE.pop()
 
 
-def candidate_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
-                        **kwargs):
+def candidate_attention(
+    module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs
+):
     """The candidate's attend (t == 1) or attend_chunk (t > 1) over layer `module.layer_idx`'s
     cache, as transformers calls an attention: query [B, Hq, t, D] after RoPE -> [B, t, Hq, D].
     `key`, `value` (what update returned) and the mask (None: no mask function is registered
@@ -148,8 +161,10 @@ def candidate_attention(module, query, key, value, attention_mask, scaling=None,
     name = "attend" if t == 1 else "attend_chunk"
     out = layer.contract(name, layer.cache, query)
     if not isinstance(out, torch.Tensor) or out.shape != query.shape:
-        raise TypeError(f"{name} returned {type(out).__name__} {list(getattr(out, 'shape', []))}"
-                        f", expected a tensor {list(query.shape)}")
+        raise TypeError(
+            f"{name} returned {type(out).__name__} {list(getattr(out, 'shape', []))}"
+            f", expected a tensor {list(query.shape)}"
+        )
     return out.transpose(1, 2).contiguous(), None
 
 
@@ -200,13 +215,17 @@ def _define():
                 return key_states, value_states
             keys, values = self.cache.keys, self.cache.values  # [B, Hkv, T, D]
             for name, held in (("keys", keys), ("values", values)):
-                if not isinstance(held, torch.Tensor) or held.dim() != 4 \
-                        or held.shape[-2] != self.length:
+                if (
+                    not isinstance(held, torch.Tensor)
+                    or held.dim() != 4
+                    or held.shape[-2] != self.length
+                ):
                     raise Mismatch(
                         f"after append, cache.{name} is {type(held).__name__} "
                         f"{list(getattr(held, 'shape', []))}, where the model has written "
                         f"{self.length} positions of each row (contract: [B, Hkv, T, D], "
-                        "T = max(lengths))")
+                        "T = max(lengths))"
+                    )
             return keys, values
 
         def get_mask_sizes(self, query_length: int) -> tuple[int, int]:

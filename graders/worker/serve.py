@@ -87,8 +87,7 @@ def serve(proto_in: int, proto_out: int) -> None:
             frames.read_frame(proto_in)
         limits.guard_imports(hello["kata_roots"])
         with limits.cpu_for_import(limits.cpu_seconds(hello["import_seconds"])):
-            module, reply = _load_implementation(hello["path"], hello["module"],
-                                                 hello.get("named"))
+            module, reply = _load_implementation(hello["path"], hello["module"], hello.get("named"))
         wire.write_frame(proto_out, reply)
         if module is None:
             return
@@ -111,8 +110,9 @@ def serve(proto_in: int, proto_out: int) -> None:
         limits.guard_imports(hello["kata_roots"])
 
         def job(request):
-            return pytest_runner.run(request["test_path"], request["implementation"],
-                                     request.get("exitfirst", False))
+            return pytest_runner.run(
+                request["test_path"], request["implementation"], request.get("exitfirst", False)
+            )
 
     # Everything imported so far is shared by every forked child: move it out of the collector's
     # sight, so a child's gc.collect() (pytest runs several) does not walk all of torch.
@@ -124,8 +124,9 @@ def serve(proto_in: int, proto_out: int) -> None:
             requests = frames.read_frame(proto_in)  # decoded by each child, for its own request
         except frames.WireError:  # the judge closed the pipe: it is done with us
             return
-        replies = supervise(spares, requests, batch["count"], batch["timeout"],
-                            batch.get("parallel", 1))
+        replies = supervise(
+            spares, requests, batch["count"], batch["timeout"], batch.get("parallel", 1)
+        )
         for index, (status, frame) in enumerate(replies):
             wire.write_frame(proto_out, {**status, "index": index, "batch": batch.get("batch")})
             if frame is not None:
@@ -240,7 +241,7 @@ def import_error(exc: BaseException, path: str) -> str:
 
 
 def _first_line(text: str) -> str:
-    return text.strip().split("\n", 1)[0][:wire.TEXT_CHARS]
+    return text.strip().split("\n", 1)[0][: wire.TEXT_CHARS]
 
 
 def supervise(spares: "Spares", requests: bytes, count: int, timeout: float, parallel: int):
@@ -258,8 +259,14 @@ def supervise(spares: "Spares", requests: bytes, count: int, timeout: float, par
             try:
                 child = spares.take().hand(index, requests, timeout)
             except OSError as exc:  # fork failed: the process limit, most likely
-                done[index] = {"status": "crashed", "stderr": "",
-                               "how": f"could not start a process for the call ({exc.strerror})"}, None
+                done[index] = (
+                    {
+                        "status": "crashed",
+                        "stderr": "",
+                        "how": f"could not start a process for the call ({exc.strerror})",
+                    },
+                    None,
+                )
                 continue
             running[child.pid] = child
             selector.register(child.fd, selectors.EVENT_READ, child.read_answer)
@@ -402,8 +409,13 @@ class _Child:
         stderr = self.output.decode(errors="replace")
         cpu = usage.ru_utime + usage.ru_stime
         if timed_out:  # on the clock, with CPU time to spare
-            return {"status": "timeout", "seconds": self.timeout, "wall": self.timeout *
-                    limits.WALL_PER_CPU, "cpu": round(cpu, 1), "stderr": stderr}, None
+            return {
+                "status": "timeout",
+                "seconds": self.timeout,
+                "wall": self.timeout * limits.WALL_PER_CPU,
+                "cpu": round(cpu, 1),
+                "stderr": stderr,
+            }, None
         if _used_its_cpu(status, cpu, self.timeout):
             return {"status": "timeout", "seconds": self.timeout, "stderr": stderr}, None
         return {"status": "crashed", "how": _how_it_ended(status), "stderr": stderr}, None
@@ -443,7 +455,7 @@ def _run_child(job, job_fd: int, write_fd: int, output_fd: int) -> None:
             if not frames.fits(frame, frames.REPLIES):
                 frame = wire.encode({**envelope, "reply": {"error": _too_large(frame)}})
         except BaseException as exc:  # noqa: BLE001 - the child must always answer or die
-            error = "".join(traceback.format_exception_only(type(exc), exc))[:wire.TEXT_CHARS]
+            error = "".join(traceback.format_exception_only(type(exc), exc))[: wire.TEXT_CHARS]
             frame = wire.encode({**envelope, "reply": {"error": error}})
         frames.write_all(write_fd, frame)
     finally:
@@ -463,10 +475,14 @@ def _close_all_but(*keep: int) -> None:
 def _too_large(frame: bytes) -> str:
     (header_len,) = frames.HEADER.unpack_from(frame)
     if header_len > frames.REPLIES.header:
-        return (f"the result is {header_len >> 10:,} KiB of numbers and text, more than the "
-                f"{frames.REPLIES.header >> 10:,} KiB a reply may carry besides its tensors")
-    return (f"the result is {len(frame) >> 20} MiB, more than the {frames.REPLIES.frame >> 20} "
-            "MiB a reply may carry")
+        return (
+            f"the result is {header_len >> 10:,} KiB of numbers and text, more than the "
+            f"{frames.REPLIES.header >> 10:,} KiB a reply may carry besides its tensors"
+        )
+    return (
+        f"the result is {len(frame) >> 20} MiB, more than the {frames.REPLIES.frame >> 20} "
+        "MiB a reply may carry"
+    )
 
 
 def _used_its_cpu(status: int, cpu: float, seconds: int) -> bool:
@@ -474,8 +490,9 @@ def _used_its_cpu(status: int, cpu: float, seconds: int) -> bool:
     when SIGXCPU is caught?"""
     if not os.WIFSIGNALED(status):
         return False
-    return (os.WTERMSIG(status) == signal.SIGXCPU
-            or (os.WTERMSIG(status) == signal.SIGKILL and cpu >= seconds))
+    return os.WTERMSIG(status) == signal.SIGXCPU or (
+        os.WTERMSIG(status) == signal.SIGKILL and cpu >= seconds
+    )
 
 
 def _how_it_ended(status: int) -> str:
@@ -527,4 +544,3 @@ def spawner(sock_fd: int) -> None:
         for fd in fds:
             os.close(fd)
         sock.sendall(f"{pid}\n".encode())
-

@@ -60,6 +60,7 @@ _MAX_DIM = 1 << 62  # the largest size of one dimension
 # them travels as its repr, so it cannot stand for a tensor it did not return.
 _MARKS = ({"__tensor__"}, {"__repr__"})
 
+
 @dataclass(frozen=True)
 class Opaque:
     """A tensor that arrived without data: on another device, of an unknown dtype, or a subclass.

@@ -93,15 +93,22 @@ def survey(root: Path, track: Track = DENSE) -> tuple[list[Submission], list[Ski
             path = folder / entry.name
             if entry.is_dir(follow_symlinks=False):
                 folders.append(path)
-            elif (entry.is_symlink() and entry.is_dir() and not _within(path, inside)
-                  and os.path.lexists(path / track.implementation)):
-                skipped.append(Skipped(_name(root, path),
-                                       "a link to a folder outside the folder graded"))
+            elif (
+                entry.is_symlink()
+                and entry.is_dir()
+                and not _within(path, inside)
+                and os.path.lexists(path / track.implementation)
+            ):
+                skipped.append(
+                    Skipped(_name(root, path), "a link to a folder outside the folder graded")
+                )
         if any(entry.name == track.implementation for entry in entries):
             found = _submission(name, folder, inside, track)
             (submissions if isinstance(found, Submission) else skipped).append(found)
-    return (sorted(submissions, key=lambda found: _sort_key(found.name)),
-            sorted(skipped, key=lambda found: _sort_key(found.name)))
+    return (
+        sorted(submissions, key=lambda found: _sort_key(found.name)),
+        sorted(skipped, key=lambda found: _sort_key(found.name)),
+    )
 
 
 def find_submissions(root: Path, track: Track = DENSE) -> list[Submission]:
@@ -134,8 +141,11 @@ def _refusal(path: Path, inside: Path) -> str | None:
     try:
         mode = path.stat().st_mode
     except OSError as exc:
-        return f"{path.name} is a link to nothing" if path.is_symlink() else (
-            f"{path.name} cannot be read: {exc.strerror}")
+        return (
+            f"{path.name} is a link to nothing"
+            if path.is_symlink()
+            else (f"{path.name} cannot be read: {exc.strerror}")
+        )
     return None if stat.S_ISREG(mode) else f"{path.name} is not a regular file"
 
 
@@ -147,8 +157,12 @@ def _name(root: Path, path: Path) -> str:
     return path.relative_to(root).as_posix()
 
 
-def grade_all(submissions: list[Submission], jobs: int, settings: GradeRequest,
-              on_done: Callable[[Outcome], None] | None = None) -> list[Outcome]:
+def grade_all(
+    submissions: list[Submission],
+    jobs: int,
+    settings: GradeRequest,
+    on_done: Callable[[Outcome], None] | None = None,
+) -> list[Outcome]:
     """Grade `submissions` with `jobs` threads; one Outcome each, in the submissions' order.
 
     Each is graded as `settings` says, on its own files (the request's are replaced); in a
@@ -165,9 +179,12 @@ def grade_all(submissions: list[Submission], jobs: int, settings: GradeRequest,
     outcomes: list[Outcome | None] = [None] * len(submissions)
     pool = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="kata-grade")
     try:
-        futures = {pool.submit(_grade_one, replace(settings, implementation=s.implementation,
-                                                   tests=s.tests), s): n
-                   for n, s in enumerate(submissions)}
+        futures = {
+            pool.submit(
+                _grade_one, replace(settings, implementation=s.implementation, tests=s.tests), s
+            ): n
+            for n, s in enumerate(submissions)
+        }
         for future in as_completed(futures):
             outcome = outcomes[futures[future]] = future.result()
             if on_done:
@@ -185,12 +202,20 @@ def _grade_one(request: GradeRequest, submission: Submission) -> Outcome:
     except SandboxUnavailable:
         raise
     except Exception:
-        return Outcome(submission, error="grading raised: " + traceback.format_exc(limit=-3),
-                       seconds=time.monotonic() - start)
+        return Outcome(
+            submission,
+            error="grading raised: " + traceback.format_exc(limit=-3),
+            seconds=time.monotonic() - start,
+        )
 
 
-def write_summary(outcomes: list[Outcome], csv_path: Path, markdown_path: Path,
-                  track: Track = DENSE, skipped: list[Skipped] = ()) -> None:
+def write_summary(
+    outcomes: list[Outcome],
+    csv_path: Path,
+    markdown_path: Path,
+    track: Track = DENSE,
+    skipped: list[Skipped] = (),
+) -> None:
     """Write one row per outcome and per skipped folder, sorted by submission name, as CSV and
     as a Markdown table (each file replaced whole: a batch rewrites both after every grade).
 
@@ -209,8 +234,18 @@ def write_summary(outcomes: list[Outcome], csv_path: Path, markdown_path: Path,
     entries = sorted([*outcomes, *skipped], key=lambda e: _sort_key(_entry_name(e)))
     rows = [_row(entry, item_ids) for entry in entries]
     plus = ["plus_score"] if track.levels else []
-    header = ["submission", "level", "score", "max_score", *plus, *item_ids, "tells",
-              "similarity", "seed", "error"]
+    header = [
+        "submission",
+        "level",
+        "score",
+        "max_score",
+        *plus,
+        *item_ids,
+        "tells",
+        "similarity",
+        "seed",
+        "error",
+    ]
     table = io.StringIO(newline="")
     writer = csv.writer(table)
     writer.writerow(header)
@@ -218,8 +253,9 @@ def write_summary(outcomes: list[Outcome], csv_path: Path, markdown_path: Path,
     write_atomically(csv_path, table.getvalue())
 
     seeds = sorted({row["seed"] for row in rows if row["seed"]})
-    lines = ([f"Hidden cases of seed {', '.join(seeds)} (`--seed` replays them).", ""]
-             if seeds else [])
+    lines = (
+        [f"Hidden cases of seed {', '.join(seeds)} (`--seed` replays them).", ""] if seeds else []
+    )
     shown = [h for h in header if h != "seed"]  # said once, above the table
     lines += ["| " + " | ".join(shown) + " |", "|" + " --- |" * len(shown)]
     for row in rows:
@@ -232,23 +268,39 @@ def terminal_table(outcomes: list[Outcome], skipped: list[Skipped] = ()) -> list
     score, the ids of the items that did not pass, similarity (hidden runs), seconds; a skipped
     folder or a grade that raised says so after its name. Names are printable and cut to fit;
     summary.md has the full table."""
-    columns = [("submission", 16), ("level", 8), ("score", 5), ("not passing", 20),
-               ("similarity", 16), ("time", 5)]  # 80 columns with the gaps
+    columns = [
+        ("submission", 16),
+        ("level", 8),
+        ("score", 5),
+        ("not passing", 20),
+        ("similarity", 16),
+        ("time", 5),
+    ]  # 80 columns with the gaps
     lines = ["  ".join(_fit(title, width) for title, width in columns).rstrip()]
     for entry in sorted([*outcomes, *skipped], key=lambda e: _sort_key(_entry_name(e))):
         name = _fit(file_name(_entry_name(entry)), columns[0][1])
         if isinstance(entry, Skipped) or entry.result is None:
-            why = (f"not graded: {entry.reason}" if isinstance(entry, Skipped)
-                   else "grading raised: summary.md has the error")
+            why = (
+                f"not graded: {entry.reason}"
+                if isinstance(entry, Skipped)
+                else "grading raised: summary.md has the error"
+            )
             lines.append(f"{name}  {_fit(why, WIDTH - columns[0][1] - 2)}".rstrip())
             continue
         result = entry.result
         failing = [item.id for item in result.reported if not item.passed]
-        cells = [result.level or "partial", f"{result.score:g}", _listed(failing, columns[3][1]),
-                 _similarity(result), f"{entry.seconds:.0f}s"]
-        lines.append("  ".join([name, *(_fit(cell, width)
-                                         for cell, (_, width) in zip(cells, columns[1:]))])
-                     .rstrip())
+        cells = [
+            result.level or "partial",
+            f"{result.score:g}",
+            _listed(failing, columns[3][1]),
+            _similarity(result),
+            f"{entry.seconds:.0f}s",
+        ]
+        lines.append(
+            "  ".join(
+                [name, *(_fit(cell, width) for cell, (_, width) in zip(cells, columns[1:]))]
+            ).rstrip()
+        )
     return lines
 
 
@@ -280,8 +332,20 @@ def _sort_key(name: str) -> tuple[str, ...]:
 
 def _row(entry: Outcome | Skipped, item_ids: list[str]) -> dict[str, str]:
     """The raw cells of one row, candidate text unescaped (each format escapes it)."""
-    row = dict.fromkeys(["level", "score", "max_score", "plus_score", *item_ids, "tells",
-                         "similarity", "seed", "error"], "")
+    row = dict.fromkeys(
+        [
+            "level",
+            "score",
+            "max_score",
+            "plus_score",
+            *item_ids,
+            "tells",
+            "similarity",
+            "seed",
+            "error",
+        ],
+        "",
+    )
     row["submission"] = file_name(_entry_name(entry))
     if isinstance(entry, Skipped):
         row["error"] = f"not graded: {entry.reason}"
@@ -290,12 +354,17 @@ def _row(entry: Outcome | Skipped, item_ids: list[str]) -> dict[str, str]:
     if result is None:
         row["error"] = entry.error or ""
         return row
-    row.update({"level": result.level or "", "score": f"{result.score:g}",
-                "max_score": f"{result.max_score:g}",
-                "plus_score": f"{result.plus_score:g}" if result.plus_started else "",
-                "tells": ";".join(t.id for t in result.tells if t.detected),
-                "similarity": _similarity(result),
-                "seed": "" if result.seed is None else str(result.seed)})
+    row.update(
+        {
+            "level": result.level or "",
+            "score": f"{result.score:g}",
+            "max_score": f"{result.max_score:g}",
+            "plus_score": f"{result.plus_score:g}" if result.plus_started else "",
+            "tells": ";".join(t.id for t in result.tells if t.detected),
+            "similarity": _similarity(result),
+            "seed": "" if result.seed is None else str(result.seed),
+        }
+    )
     row.update({item.id: _status(item) for item in result.items})
     if result.grader_broke:
         row["error"] = "the grader itself broke on some item: not the candidate's fault"
@@ -330,6 +399,7 @@ def _markdown_cell(column: str, text: str, item_ids: list[str]) -> str:
     if column == "tells":
         return text.replace(";", ", ")
     if column in ("submission", "error"):
-        return markdown_code(clip((text.strip().splitlines() or [""])[-1] if column == "error"
-                                  else text))
+        return markdown_code(
+            clip((text.strip().splitlines() or [""])[-1] if column == "error" else text)
+        )
     return text

@@ -77,9 +77,14 @@ def check_private_graders(folder: Path, track: tracks.Track) -> None:
         raise ValueError(f"--graders: {exc}") from None
 
 
-def grade(make_console: Consoles, request: GradeRequest, outputs: Outputs,
-          follow: Follow = "none", workers: GradeWorkers | None = None,
-          verdicts: Verdicts | None = None) -> int:
+def grade(
+    make_console: Consoles,
+    request: GradeRequest,
+    outputs: Outputs,
+    follow: Follow = "none",
+    workers: GradeWorkers | None = None,
+    verdicts: Verdicts | None = None,
+) -> int:
     """One grade, from `request` to written outputs: the items the record says to run
     (graders.workflows.last_failed, by `follow`), the workers started (or `workers`, started
     ahead, when they fit), the judge, the record of what did not pass, a line naming the files
@@ -100,9 +105,15 @@ def grade(make_console: Consoles, request: GradeRequest, outputs: Outputs,
     # A report written to standard output (-) has it alone: the terminal's report goes to stderr.
     files = (outputs.json_path, outputs.markdown, outputs.junit, outputs.html)
     console = make_console(stderr=STDOUT in files)
-    progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
-                        MofNCompleteColumn(), console=console, transient=True,
-                        disable=not console.is_terminal)
+    progress = Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        console=console,
+        transient=True,
+        disable=not console.is_terminal,
+    )
     with progress:
         task = progress.add_task(f"grading {outputs.shown}", total=None)
 
@@ -111,28 +122,37 @@ def grade(make_console: Consoles, request: GradeRequest, outputs: Outputs,
             if verdicts:
                 verdicts.hear(item)
 
-        result = replace(judge(request, workers, on_item=advance, kept=kept),
-                         implementation=outputs.shown)
+        result = replace(
+            judge(request, workers, on_item=advance, kept=kept), implementation=outputs.shown
+        )
 
     last_failed.record(request.implementation, result)
     if outputs.detail not in ("quiet", "brief"):
         tests = request.tests
-        console.print(Text.assemble(("kata grade ", "bold"), relative(request.implementation),
-                                    f"  (tests: {relative(tests)})" if tests
-                                    else "  (no test file)"))
+        console.print(
+            Text.assemble(
+                ("kata grade ", "bold"),
+                relative(request.implementation),
+                f"  (tests: {relative(tests)})" if tests else "  (no test file)",
+            )
+        )
         if selection.note:
             console.print(Text(selection.note, style="dim"))
     report.render(result, console, outputs.detail, outputs.command, first=request.first)
-    failures = write_outputs(result, json_path=outputs.json_path,
-                             output_format=outputs.output_format, markdown=outputs.markdown,
-                             junit=outputs.junit, html=outputs.html)
+    failures = write_outputs(
+        result,
+        json_path=outputs.json_path,
+        output_format=outputs.output_format,
+        markdown=outputs.markdown,
+        junit=outputs.junit,
+        html=outputs.html,
+    )
     for failure in failures:  # each file apart: one that fails costs no other
         make_console(stderr=True).print(Text(f"kata: error: {failure}"), soft_wrap=True)
     return max([result.exit_code(), *(f.exit_code for f in failures)])
 
 
-def watch(make_console: Consoles, request: GradeRequest, outputs: Outputs,
-          follow: Follow) -> int:
+def watch(make_console: Consoles, request: GradeRequest, outputs: Outputs, follow: Follow) -> int:
     """`grade` now and again at each save of the files, until the watch ends (then 0); once a
     report is out, the next grade's workers start, so that their torch is imported while the
     files are edited, not after the save."""
@@ -146,9 +166,13 @@ def watch(make_console: Consoles, request: GradeRequest, outputs: Outputs,
         grade(make_console, request, outputs, follow, ahead.pop() if ahead else None, verdicts)
         ahead.append(GradeWorkers.start(_selection(request, follow).apply(request), ahead=True))
 
-    make_console().print(Text(f"watching {request.implementation}"
-                              + (f" and {request.tests}" if request.tests else "")
-                              + " (Ctrl-C to stop)"))
+    make_console().print(
+        Text(
+            f"watching {request.implementation}"
+            + (f" and {request.tests}" if request.tests else "")
+            + " (Ctrl-C to stop)"
+        )
+    )
     try:
         watch_files([p for p in (request.implementation, request.tests) if p], again)
         return 0
@@ -198,8 +222,13 @@ def _selection(request: GradeRequest, follow: Follow) -> last_failed.Selection:
     did not pass first ("failed-first") or alone ("last-failed")."""
     if follow == "none":
         return last_failed.Selection(request.only, request.first, "")
-    return last_failed.plan(request.implementation, request.track, request.only, request.up_to,
-                            last_failed=follow == "last-failed")
+    return last_failed.plan(
+        request.implementation,
+        request.track,
+        request.only,
+        request.up_to,
+        last_failed=follow == "last-failed",
+    )
 
 
 def _fitting(workers: GradeWorkers | None, request: GradeRequest) -> GradeWorkers | None:

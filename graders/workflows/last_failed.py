@@ -72,8 +72,14 @@ def failed(implementation: Path, track: str) -> set[str]:
     return set(_load(cache_file(implementation)).get(implementation.name, {}).get(track, []))
 
 
-def plan(implementation: Path, track: Track, only: frozenset[str] | None, up_to: str | None, *,
-         last_failed: bool) -> Selection:
+def plan(
+    implementation: Path,
+    track: Track,
+    only: frozenset[str] | None,
+    up_to: str | None,
+    *,
+    last_failed: bool,
+) -> Selection:
     """The items chosen by --item (`only`) and --level (`up_to`) that did not pass last time
     run first, or, with `last_failed`, alone; when none of the chosen items failed last time,
     every chosen item runs."""
@@ -81,13 +87,22 @@ def plan(implementation: Path, track: Track, only: frozenset[str] | None, up_to:
     again = [item for item in chosen if item in failed(implementation, track.id)]
     named = ", ".join(again) if len(again) <= 4 else f"the {len(again)} items"
     if not again:
-        return Selection(only, frozenset(), "--last-failed: no item failed last time: grading "
-                         "every item" if last_failed else "")
+        return Selection(
+            only,
+            frozenset(),
+            "--last-failed: no item failed last time: grading every item" if last_failed else "",
+        )
     if last_failed:
-        return Selection(frozenset(again), frozenset(), f"--last-failed: grading only {named}, "
-                         "which did not pass last time")
-    return Selection(only, frozenset(again), f"--failed-first: grading {named} first, which did "
-                     "not pass last time")
+        return Selection(
+            frozenset(again),
+            frozenset(),
+            f"--last-failed: grading only {named}, which did not pass last time",
+        )
+    return Selection(
+        only,
+        frozenset(again),
+        f"--failed-first: grading {named} first, which did not pass last time",
+    )
 
 
 def record(implementation: Path, result: GradeResult) -> None:
@@ -110,8 +125,9 @@ def record(implementation: Path, result: GradeResult) -> None:
     try:
         if not _exists(".gitignore", folder):
             _replace(".gitignore", IGNORE_ALL, folder)
-        _replace(path.name, json.dumps({"version": VERSION, "failed": data}, indent=1) + "\n",
-                 folder)
+        _replace(
+            path.name, json.dumps({"version": VERSION, "failed": data}, indent=1) + "\n", folder
+        )
     except OSError:
         pass
     finally:
@@ -125,9 +141,15 @@ def _load(path: Path) -> Record:
         data = json.loads(_read(path))
         if data["version"] != VERSION:
             return {}
-        return {name: {track: [item for item in ids if isinstance(item, str)]
-                       for track, ids in tracks.items() if isinstance(ids, list)}
-                for name, tracks in data["failed"].items() if isinstance(tracks, dict)}
+        return {
+            name: {
+                track: [item for item in ids if isinstance(item, str)]
+                for track, ids in tracks.items()
+                if isinstance(ids, list)
+            }
+            for name, tracks in data["failed"].items()
+            if isinstance(tracks, dict)
+        }
     except (OSError, ValueError, LookupError, TypeError, AttributeError, RecursionError):
         return {}
 
@@ -161,8 +183,7 @@ def _replace(name: str, text: str, folder: int) -> None:
     """Write `text` as `name` in the open `folder`: a temporary file renamed over the name
     (a link of that name is replaced, never written through)."""
     temporary = f".{name}.{secrets.token_hex(6)}.tmp"
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NO_FOLLOW, 0o644,
-                 dir_fd=folder)
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NO_FOLLOW, 0o644, dir_fd=folder)
     try:
         with os.fdopen(fd, "wb") as file:
             file.write(text.encode())

@@ -72,10 +72,14 @@ def step_diff(old: str, new: str) -> str:
     """The unified diff from step `old` to step `new` (names of SOLUTIONS), "" when they are the
     same. Each step is its whole file as `step_source` gives it."""
     (old_label, old_text), (new_label, new_text) = step_source(old), step_source(new)
-    return "".join(difflib.unified_diff(old_text.splitlines(keepends=True),
-                                        new_text.splitlines(keepends=True),
-                                        fromfile=f"{old} ({old_label})",
-                                        tofile=f"{new} ({new_label})"))
+    return "".join(
+        difflib.unified_diff(
+            old_text.splitlines(keepends=True),
+            new_text.splitlines(keepends=True),
+            fromfile=f"{old} ({old_label})",
+            tofile=f"{new} ({new_label})",
+        )
+    )
 
 
 def step_source(name: str) -> tuple[str, str]:
@@ -88,5 +92,7 @@ def step_source(name: str) -> tuple[str, str]:
     if step is None:
         return SOLUTIONS[name].name, SOLUTIONS[name].read_text()
     start = SOLUTIONS[step.start]
-    return (f"{start.name}, attend's math in {step.file.name}",
-            attention_steps.step_file(name, start.read_text()))
+    return (
+        f"{start.name}, attend's math in {step.file.name}",
+        attention_steps.step_file(name, start.read_text()),
+    )

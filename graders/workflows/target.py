@@ -35,8 +35,9 @@ def python_file(path: Path, what: str) -> Path:
     return path
 
 
-def grade_target(cwd: Path, path: Path | None, tests: Path | None,
-                 track: Track) -> tuple[Path, Path | None]:
+def grade_target(
+    cwd: Path, path: Path | None, tests: Path | None, track: Track
+) -> tuple[Path, Path | None]:
     """(implementation, tests) that `kata grade [PATH] [--tests TESTS]` grades from `cwd`, paths
     relative to it: PATH, or the workspace's file (workspace.default_target); TESTS, or
     test_<name>.py beside the implementation when it exists; no tests for a track without
@@ -46,7 +47,8 @@ def grade_target(cwd: Path, path: Path | None, tests: Path | None,
         if found is None:
             raise FileNotFoundError(
                 f"no {track.implementation} here ({cwd}): make a workspace with `kata init DIR` "
-                "and grade inside it, or name the file: `kata grade PATH`")
+                "and grade inside it, or name the file: `kata grade PATH`"
+            )
         path, default_tests = found
         tests = tests or default_tests
     implementation = python_file(cwd / path, "implementation")
@@ -63,14 +65,17 @@ def check_selection(track: Track, items: list[str], level: str | None) -> None:
     rubric = load()
     unknown = sorted(set(items) - {item.id for item in rubric.track(track)})
     if unknown:
-        raise ValueError(f"no rubric item {unknown[0]!r} in the {track.id} track "
-                         "(kata rubric lists them)")
+        raise ValueError(
+            f"no rubric item {unknown[0]!r} in the {track.id} track (kata rubric lists them)"
+        )
     if level is not None and level not in rubric.levels:
         raise ValueError(f"no level {level!r}: choose one of {', '.join(rubric.levels)}")
     if not selected(track, set(items) or None, level):
         named = ", ".join(items)
-        raise ValueError(f"--level {level} and --item {named} choose no item: "
-                         f"{'it is' if len(items) == 1 else 'they are'} above {level}")
+        raise ValueError(
+            f"--level {level} and --item {named} choose no item: "
+            f"{'it is' if len(items) == 1 else 'they are'} above {level}"
+        )
 
 
 def regrade_command(path: Path | str | None, tests: Path | str | None, track: Track) -> str:
@@ -78,9 +83,13 @@ def regrade_command(path: Path | str | None, tests: Path | str | None, track: Tr
     --tests and --track they gave, quoted for a POSIX shell. A path holding a character that a
     terminal would act on (an escape, a bidi control, a byte that is not UTF-8: a candidate may
     name a folder so) is written in bash's $'...' quoting, printable and still runnable."""
-    words = ["kata", "grade", *([str(path)] if path else []),
-             *(["--tests", str(tests)] if tests else []),
-             *(["--track", track.id] if track != DENSE else [])]
+    words = [
+        "kata",
+        "grade",
+        *([str(path)] if path else []),
+        *(["--tests", str(tests)] if tests else []),
+        *(["--track", track.id] if track != DENSE else []),
+    ]
     return " ".join(_shell_word(word) for word in words)
 
 

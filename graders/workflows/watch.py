@@ -12,8 +12,13 @@ from typing import Callable
 Snapshot = tuple[tuple[int, int] | None, ...]
 
 
-def watch(paths: list[Path], run: Callable[[], None], *, poll: float = 0.1,
-          stop: Callable[[], bool] = lambda: False) -> int:
+def watch(
+    paths: list[Path],
+    run: Callable[[], None],
+    *,
+    poll: float = 0.1,
+    stop: Callable[[], bool] = lambda: False,
+) -> int:
     """Call `run()` now, then again after every change to `paths`; return how many runs started.
 
     Every `poll` seconds the modification time and size of each path are read (a missing file
@@ -50,8 +55,10 @@ def _noted(ended: list, *signals: signal.Signals):
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    before = {number: signal.signal(number, lambda signum, frame: ended.append(signum))
-              for number in signals}
+    before = {
+        number: signal.signal(number, lambda signum, frame: ended.append(signum))
+        for number in signals
+    }
     try:
         yield
     finally:

@@ -96,16 +96,24 @@ def init_workspace(target: Path) -> list[Path]:
     When writing fails (or is interrupted), what this call wrote and the folders it made are
     removed before the error propagates: a failed init leaves nothing behind.
     """
-    files = [target / DENSE.implementation, target / DENSE.tests, target / SERVING.implementation,
-             target / BATCHING.implementation, target / "README.md"]
+    files = [
+        target / DENSE.implementation,
+        target / DENSE.tests,
+        target / SERVING.implementation,
+        target / BATCHING.implementation,
+        target / "README.md",
+    ]
     blocking = next((p for p in (target, *target.parents) if p.exists() and not p.is_dir()), None)
     if blocking is not None:
-        raise FileExistsError(f"{blocking} is a file, not a folder: choose another place "
-                              "for the workspace")
+        raise FileExistsError(
+            f"{blocking} is a file, not a folder: choose another place for the workspace"
+        )
     existing = [path.name for path in files if os.path.lexists(path)]  # a link to nothing too
     if existing:
-        raise FileExistsError(f"{target} already holds {', '.join(existing)}; not overwriting "
-                              "a workspace: choose another folder or remove them")
+        raise FileExistsError(
+            f"{target} already holds {', '.join(existing)}; not overwriting "
+            "a workspace: choose another folder or remove them"
+        )
     made = [folder for folder in (target, *target.parents) if not folder.exists()]
     ignore = target / ".gitignore"
     written = files + ([] if os.path.lexists(ignore) else [ignore])

@@ -29,15 +29,18 @@ from tests.wrong import Wrong
 
 SOLUTION = SOLUTIONS / "scheduler.py"
 
-_ADMIT = ("        while not preempted and self.waiting and len(self.running) < "
-          "self.max_num_seqs \\\n"
-          "                and tokens_left > 0:\n"
-          "            seq = self.waiting[0]\n")
+_ADMIT = (
+    "        while not preempted and self.waiting and len(self.running) < "
+    "self.max_num_seqs \\\n"
+    "                and tokens_left > 0:\n"
+    "            seq = self.waiting[0]\n"
+)
 _FITS = "            if self._blocks(start + n) - len(cached) + to_hold > self.pool.num_free():\n"
 _POP_HEAD = "            self.waiting.popleft()\n"
 _BUDGET_LEFT = "        tokens_left = self.max_batched_tokens - sum(n for _, n in plan)\n"
-_RELEASE = ("                self.running.remove(seq)\n"
-            "                self.pool.release(seq.block_table)\n")
+_RELEASE = (
+    "                self.running.remove(seq)\n                self.pool.release(seq.block_table)\n"
+)
 
 
 @dataclass(frozen=True)
@@ -53,67 +56,118 @@ class WrongScheduler:
 
 
 def _wrong(name: str, description: str, replace: tuple, fails: set[str]) -> WrongScheduler:
-    return WrongScheduler(Mutant(name, description, replace=replace, base=SOLUTION),
-                          frozenset(fails))
+    return WrongScheduler(
+        Mutant(name, description, replace=replace, base=SOLUTION), frozenset(fails)
+    )
 
 
 SCHEDULERS = [
-    _wrong("static-batching", "starts new requests only when nothing is running: every batch "
-           "waits for its longest sequence to finish",
-           ((_BUDGET_LEFT, _BUDGET_LEFT + "        idle = not self.running\n"),
-            ("while not preempted and self.waiting", "while not preempted and idle and "
-                                                     "self.waiting")),
-           {"iteration-level", "fcfs"}),
-    _wrong("preempts-oldest", "preempts the oldest running sequence, the one with the most "
-           "work done, instead of the most recently arrived",
-           (("self._preempt(self.running.pop())", "self._preempt(self.running.pop(0))"),),
-           {"preemption"}),
-    _wrong("never-preempts", "when the running sequences need more blocks than are free, the "
-           "ones that cannot grow are left out of the step but keep their blocks (no "
-           "preemption): the others run on until none can grow, then the engine stalls",
-           (("            self._preempt(self.running.pop())\n"
-             "            preempted = True\n"
-             "            plan = self._fill(self.running)\n",
-             "            plan = [(seq, n) for seq, n in plan if self._new_blocks(seq, n) == 0]\n"
-             "            preempted = True\n"),),
-           {"preemption", "batch-equivalence", "iteration-level", "chunked-prefill"}),
-    _wrong("never-frees-finished", "a finished sequence leaves the running list but keeps its "
-           "blocks: the pool leaks until nothing fits",
-           ((_RELEASE, "                self.running.remove(seq)\n"),),
-           {"block-accounting", "batch-equivalence", "preemption", "iteration-level"}),
-    _wrong("prefix-hash-own-tokens", "a block's prefix-cache hash is of its own tokens only: "
-           "the same tokens after a different prefix share K/V computed in another context",
-           (("parent = seq.block_hashes[i - 1] if i else None", "parent = None"),),
-           {"prefix-caching", "batch-equivalence"}),
-    _wrong("prefill-starves-decodes", "running prefills are planned before decodes: a long "
-           "prompt takes the whole token budget and everyone else's decodes wait",
-           (("for seq in decodes + prefills:", "for seq in prefills + decodes:"),),
-           {"chunked-prefill", "iteration-level"}),
-    _wrong("seats-off-by-one", "admits while len(running) <= max_num_seqs: one sequence more "
-           "than the budget runs",
-           (("len(self.running) < self.max_num_seqs", "len(self.running) <= self.max_num_seqs"),),
-           {"budgets"}),
-    _wrong("skips-the-head", "a waiting request that does not fit is skipped and a later one "
-           "that fits starts first (no head-of-line rule)",
-           ((_ADMIT, "        for seq in list(self.waiting):\n"
-                     "            if preempted or len(self.running) >= self.max_num_seqs \\\n"
-                     "                    or tokens_left <= 0:\n"
-                     "                break\n"),
-            (_FITS + "                break\n" + _POP_HEAD,
-             _FITS + "                continue\n" + "            self.waiting.remove(seq)\n")),
-           {"fcfs"}),
-    _wrong("free-count-off-by-one", "num_free_blocks reports one block fewer than are free",
-           (("        return self.pool.num_free()\n",
-             "        return self.pool.num_free() - 1\n"),),
-           {"block-accounting"}),
-    _wrong("no-chunking", "a waiting prompt starts only when all of it fits in the tokens left: "
-           "one longer than max_batched_tokens never starts",
-           (("            n = min(seq.num_left - start, tokens_left)\n",
-             "            n = seq.num_left - start\n"
-             "            if n > tokens_left:\n"
-             "                break\n"),),
-           {"chunked-prefill", "batch-equivalence", "preemption", "fcfs", "iteration-level"}),
+    _wrong(
+        "static-batching",
+        "starts new requests only when nothing is running: every batch "
+        "waits for its longest sequence to finish",
+        (
+            (_BUDGET_LEFT, _BUDGET_LEFT + "        idle = not self.running\n"),
+            (
+                "while not preempted and self.waiting",
+                "while not preempted and idle and self.waiting",
+            ),
+        ),
+        {"iteration-level", "fcfs"},
+    ),
+    _wrong(
+        "preempts-oldest",
+        "preempts the oldest running sequence, the one with the most "
+        "work done, instead of the most recently arrived",
+        (("self._preempt(self.running.pop())", "self._preempt(self.running.pop(0))"),),
+        {"preemption"},
+    ),
+    _wrong(
+        "never-preempts",
+        "when the running sequences need more blocks than are free, the "
+        "ones that cannot grow are left out of the step but keep their blocks (no "
+        "preemption): the others run on until none can grow, then the engine stalls",
+        (
+            (
+                "            self._preempt(self.running.pop())\n"
+                "            preempted = True\n"
+                "            plan = self._fill(self.running)\n",
+                "            plan = [(seq, n) for seq, n in plan if self._new_blocks(seq, n) == 0]\n"
+                "            preempted = True\n",
+            ),
+        ),
+        {"preemption", "batch-equivalence", "iteration-level", "chunked-prefill"},
+    ),
+    _wrong(
+        "never-frees-finished",
+        "a finished sequence leaves the running list but keeps its "
+        "blocks: the pool leaks until nothing fits",
+        ((_RELEASE, "                self.running.remove(seq)\n"),),
+        {"block-accounting", "batch-equivalence", "preemption", "iteration-level"},
+    ),
+    _wrong(
+        "prefix-hash-own-tokens",
+        "a block's prefix-cache hash is of its own tokens only: "
+        "the same tokens after a different prefix share K/V computed in another context",
+        (("parent = seq.block_hashes[i - 1] if i else None", "parent = None"),),
+        {"prefix-caching", "batch-equivalence"},
+    ),
+    _wrong(
+        "prefill-starves-decodes",
+        "running prefills are planned before decodes: a long "
+        "prompt takes the whole token budget and everyone else's decodes wait",
+        (("for seq in decodes + prefills:", "for seq in prefills + decodes:"),),
+        {"chunked-prefill", "iteration-level"},
+    ),
+    _wrong(
+        "seats-off-by-one",
+        "admits while len(running) <= max_num_seqs: one sequence more than the budget runs",
+        (("len(self.running) < self.max_num_seqs", "len(self.running) <= self.max_num_seqs"),),
+        {"budgets"},
+    ),
+    _wrong(
+        "skips-the-head",
+        "a waiting request that does not fit is skipped and a later one "
+        "that fits starts first (no head-of-line rule)",
+        (
+            (
+                _ADMIT,
+                "        for seq in list(self.waiting):\n"
+                "            if preempted or len(self.running) >= self.max_num_seqs \\\n"
+                "                    or tokens_left <= 0:\n"
+                "                break\n",
+            ),
+            (
+                _FITS + "                break\n" + _POP_HEAD,
+                _FITS + "                continue\n" + "            self.waiting.remove(seq)\n",
+            ),
+        ),
+        {"fcfs"},
+    ),
+    _wrong(
+        "free-count-off-by-one",
+        "num_free_blocks reports one block fewer than are free",
+        (("        return self.pool.num_free()\n", "        return self.pool.num_free() - 1\n"),),
+        {"block-accounting"},
+    ),
+    _wrong(
+        "no-chunking",
+        "a waiting prompt starts only when all of it fits in the tokens left: "
+        "one longer than max_batched_tokens never starts",
+        (
+            (
+                "            n = min(seq.num_left - start, tokens_left)\n",
+                "            n = seq.num_left - start\n"
+                "            if n > tokens_left:\n"
+                "                break\n",
+            ),
+        ),
+        {"chunked-prefill", "batch-equivalence", "preemption", "fcfs", "iteration-level"},
+    ),
 ]
 
-WRONG = [Wrong(w.mutant, w.fails, track=BATCHING) for w in SCHEDULERS
-         if w.name in ("static-batching", "free-count-off-by-one")]
+WRONG = [
+    Wrong(w.mutant, w.fails, track=BATCHING)
+    for w in SCHEDULERS
+    if w.name in ("static-batching", "free-count-off-by-one")
+]

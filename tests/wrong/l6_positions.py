@@ -75,64 +75,167 @@ def reorder(cache: KVCache, beam_idx: Tensor) -> None:
 
 WRONG = [
     # RoPE positions in decode_step
-    wrong(Mutant("rope-position-zero", "positions of the new token within x (always 0), as in a prefill",
-                 replace=((POSITIONS, "    positions = torch.arange(x.shape[1]).expand(batch, -1)  # [B, 1]\n"),)),
-          fails={"rope-absolute", "rope-fork-offset", "beam-reorder"}),
-    wrong(Mutant("rope-longest-row", "one position for the batch: the time dimension of cache.keys",
-                 replace=((POSITIONS, "    start = 0 if cache.keys is None else cache.keys.shape[2]\n"
-                                      "    positions = torch.full((batch, 1), start)  # [B, 1]\n"),)),
-          fails={"rope-absolute", "rope-fork-offset"}),
-    wrong(Mutant("rope-query-unrotated", "RoPE applied to the key before caching, never to the query",
-                 replace=((ROTATE_Q, ""),)),
-          fails={"rope-absolute", "rope-fork-offset", "beam-reorder"}),
-    wrong(Mutant("rope-key-unrotated", "RoPE applied to the query only; keys cached as projected",
-                 replace=((ROTATE_K, ""),)),
-          fails={"rope-absolute", "rope-fork-offset", "beam-reorder"}),
-    wrong(Mutant("rope-interleaved", "decode_step rotates with its own RoPE, pairs (2i, 2i+1)",
-                 replace=(("apply_rope(q, positions", "rope_pairs(q, positions"),
-                          ("apply_rope(k, positions", "rope_pairs(k, positions")),
-                 functions={"rope_pairs": ROPE_PAIRS}),
-          fails={"rope-absolute", "rope-fork-offset", "beam-reorder"}),
-    wrong(Mutant("rope-one-position-late", "positions are the lengths after appending (1-based)",
-                 replace=((POSITIONS, "    positions = (lengths + 1).to(x.device)[:, None]  # [B, 1]\n"),)),
-          fails={"rope-absolute", "rope-fork-offset"}),
-    wrong(Mutant("rope-at-attend-time", "keys cached before RoPE, rotated when read; the query at the "
-                 "longest row's last position", replace=(ROTATE_AT_ATTEND,)),
-          fails={"rope-absolute", "rope-fork-offset"}),
+    wrong(
+        Mutant(
+            "rope-position-zero",
+            "positions of the new token within x (always 0), as in a prefill",
+            replace=(
+                (
+                    POSITIONS,
+                    "    positions = torch.arange(x.shape[1]).expand(batch, -1)  # [B, 1]\n",
+                ),
+            ),
+        ),
+        fails={"rope-absolute", "rope-fork-offset", "beam-reorder"},
+    ),
+    wrong(
+        Mutant(
+            "rope-longest-row",
+            "one position for the batch: the time dimension of cache.keys",
+            replace=(
+                (
+                    POSITIONS,
+                    "    start = 0 if cache.keys is None else cache.keys.shape[2]\n"
+                    "    positions = torch.full((batch, 1), start)  # [B, 1]\n",
+                ),
+            ),
+        ),
+        fails={"rope-absolute", "rope-fork-offset"},
+    ),
+    wrong(
+        Mutant(
+            "rope-query-unrotated",
+            "RoPE applied to the key before caching, never to the query",
+            replace=((ROTATE_Q, ""),),
+        ),
+        fails={"rope-absolute", "rope-fork-offset", "beam-reorder"},
+    ),
+    wrong(
+        Mutant(
+            "rope-key-unrotated",
+            "RoPE applied to the query only; keys cached as projected",
+            replace=((ROTATE_K, ""),),
+        ),
+        fails={"rope-absolute", "rope-fork-offset", "beam-reorder"},
+    ),
+    wrong(
+        Mutant(
+            "rope-interleaved",
+            "decode_step rotates with its own RoPE, pairs (2i, 2i+1)",
+            replace=(
+                ("apply_rope(q, positions", "rope_pairs(q, positions"),
+                ("apply_rope(k, positions", "rope_pairs(k, positions"),
+            ),
+            functions={"rope_pairs": ROPE_PAIRS},
+        ),
+        fails={"rope-absolute", "rope-fork-offset", "beam-reorder"},
+    ),
+    wrong(
+        Mutant(
+            "rope-one-position-late",
+            "positions are the lengths after appending (1-based)",
+            replace=(
+                (POSITIONS, "    positions = (lengths + 1).to(x.device)[:, None]  # [B, 1]\n"),
+            ),
+        ),
+        fails={"rope-absolute", "rope-fork-offset"},
+    ),
+    wrong(
+        Mutant(
+            "rope-at-attend-time",
+            "keys cached before RoPE, rotated when read; the query at the "
+            "longest row's last position",
+            replace=(ROTATE_AT_ATTEND,),
+        ),
+        fails={"rope-absolute", "rope-fork-offset"},
+    ),
     # fork
-    wrong(Mutant("fork-shares-storage", "fork copies the references to storage, not the tensors",
-                 replace=(("copy.k_storage = cache.k_storage.clone()", "copy.k_storage = cache.k_storage"),
-                          ("copy.v_storage = cache.v_storage.clone()", "copy.v_storage = cache.v_storage"))),
-          fails={"rope-fork-offset"}),
-    wrong(Mutant("fork-forgets-lengths", "fork copies keys and values but not lengths",
-                 replace=(("        copy.lengths = cache.lengths.clone()\n", ""),)),
-          fails={"rope-fork-offset"}),
-    wrong(Mutant("fork-shares-lengths", "fork is a shallow copy with cloned storage, and append "
-                 "grows lengths in place, so both branches grow one lengths tensor",
-                 replace=(("import math\n", "import copy\nimport math\n"),
-                          ("    cache.lengths = new_lengths\n",
-                           "    if cache.lengths is None:\n        cache.lengths = new_lengths\n"
-                           "    else:\n        cache.lengths += counts  # in place\n")),
-                 functions={"fork": FORK_SHALLOW}),
-          fails={"rope-fork-offset"}),
-    wrong(Mutant("fork-returns-itself", "fork returns the cache it was given",
-                 functions={"fork": "def fork(cache: KVCache) -> KVCache:\n    return cache\n"}),
-          fails={"rope-fork-offset"}),
+    wrong(
+        Mutant(
+            "fork-shares-storage",
+            "fork copies the references to storage, not the tensors",
+            replace=(
+                ("copy.k_storage = cache.k_storage.clone()", "copy.k_storage = cache.k_storage"),
+                ("copy.v_storage = cache.v_storage.clone()", "copy.v_storage = cache.v_storage"),
+            ),
+        ),
+        fails={"rope-fork-offset"},
+    ),
+    wrong(
+        Mutant(
+            "fork-forgets-lengths",
+            "fork copies keys and values but not lengths",
+            replace=(("        copy.lengths = cache.lengths.clone()\n", ""),),
+        ),
+        fails={"rope-fork-offset"},
+    ),
+    wrong(
+        Mutant(
+            "fork-shares-lengths",
+            "fork is a shallow copy with cloned storage, and append "
+            "grows lengths in place, so both branches grow one lengths tensor",
+            replace=(
+                ("import math\n", "import copy\nimport math\n"),
+                (
+                    "    cache.lengths = new_lengths\n",
+                    "    if cache.lengths is None:\n        cache.lengths = new_lengths\n"
+                    "    else:\n        cache.lengths += counts  # in place\n",
+                ),
+            ),
+            functions={"fork": FORK_SHALLOW},
+        ),
+        fails={"rope-fork-offset"},
+    ),
+    wrong(
+        Mutant(
+            "fork-returns-itself",
+            "fork returns the cache it was given",
+            functions={"fork": "def fork(cache: KVCache) -> KVCache:\n    return cache\n"},
+        ),
+        fails={"rope-fork-offset"},
+    ),
     # reorder
-    wrong(Mutant("reorder-keys-only", "reorder moves keys but not values or lengths",
-                 replace=((REORDER_V, ""), (REORDER_LENGTHS, ""))),
-          fails={"beam-reorder"}),
-    wrong(Mutant("reorder-not-lengths", "reorder moves keys and values but not lengths",
-                 replace=((REORDER_LENGTHS, ""),)),
-          fails={"beam-reorder"}),
-    wrong(Mutant("reorder-in-place", "reorder copies the gathered rows into the old storage: B' must be B",
-                 replace=((REORDER_K, "    cache.k_storage.copy_(cache.k_storage[beam_idx])\n"),
-                          (REORDER_V, "    cache.v_storage.copy_(cache.v_storage[beam_idx])\n"))),
-          fails={"beam-reorder"}),
-    wrong(Mutant("reorder-scatter", "reorder scatters old row j to row beam_idx[j] instead of gathering",
-                 functions={"reorder": REORDER_SCATTER}),
-          fails={"beam-reorder"}),
-    wrong(Mutant("reorder-row-loop", "reorder copies rows in place one by one, overwriting rows still "
-                 "to be read", functions={"reorder": REORDER_ROW_LOOP}),
-          fails={"beam-reorder"}),
+    wrong(
+        Mutant(
+            "reorder-keys-only",
+            "reorder moves keys but not values or lengths",
+            replace=((REORDER_V, ""), (REORDER_LENGTHS, "")),
+        ),
+        fails={"beam-reorder"},
+    ),
+    wrong(
+        Mutant(
+            "reorder-not-lengths",
+            "reorder moves keys and values but not lengths",
+            replace=((REORDER_LENGTHS, ""),),
+        ),
+        fails={"beam-reorder"},
+    ),
+    wrong(
+        Mutant(
+            "reorder-in-place",
+            "reorder copies the gathered rows into the old storage: B' must be B",
+            replace=(
+                (REORDER_K, "    cache.k_storage.copy_(cache.k_storage[beam_idx])\n"),
+                (REORDER_V, "    cache.v_storage.copy_(cache.v_storage[beam_idx])\n"),
+            ),
+        ),
+        fails={"beam-reorder"},
+    ),
+    wrong(
+        Mutant(
+            "reorder-scatter",
+            "reorder scatters old row j to row beam_idx[j] instead of gathering",
+            functions={"reorder": REORDER_SCATTER},
+        ),
+        fails={"beam-reorder"},
+    ),
+    wrong(
+        Mutant(
+            "reorder-row-loop",
+            "reorder copies rows in place one by one, overwriting rows still to be read",
+            functions={"reorder": REORDER_ROW_LOOP},
+        ),
+        fails={"beam-reorder"},
+    ),
 ]

@@ -23,57 +23,111 @@ from tests.wrong import wrong
 _KEEP_ALL = "        cache.lengths = keep.clone()\n"
 _RANGE = "    if (keep < 0).any() or (keep > seen).any():\n"
 _WINDOW_KEEP = "    cache.lengths, cache.seen = (keep - oldest).clamp_min(0), keep.clone()\n"
-_CAUSAL = "    visible = (slot < held[:, None])[:, None, :] & (at[:, None, :] <= asks[:, :, None])\n"
+_CAUSAL = (
+    "    visible = (slot < held[:, None])[:, None, :] & (at[:, None, :] <= asks[:, :, None])\n"
+)
 _WINDOW_CHUNK = "        visible &= at[:, None, :] > asks[:, :, None] - cache.window\n"
 _WINDOW_NEWEST = "    seen_from = cache.seen[:, None] - cache.window\n"
 _TIME_ORDER = "    return storage.gather(2, index)\n"
 
 WRONG = [
-    wrong(Mutant(
-        "truncate-zero-keeps-all", "truncate reads a length of 0 as no limit (a falsy "
-        "max_length), so a row rolled back to 0 keeps everything",
-        replace=((_KEEP_ALL, "        cache.lengths = torch.where(keep == 0, seen, keep)\n"),),
-    ), fails={"speculative-rollback"}),
-    wrong(Mutant(
-        "truncate-current-empties", "truncate slices off the rejected count from the end, "
-        "keys[:, :, :-dropped]: with nothing dropped, [:-0] keeps nothing",
-        replace=((_KEEP_ALL, "        cache.lengths = torch.where(keep == seen, 0, keep)\n"),),
-    ), fails={"speculative-rollback"}),
-    wrong(Mutant(
-        "truncate-negative-wraps", "truncate takes a negative length as a negative slice does "
-        "(that many from the end) instead of raising: a rollback longer than a row wraps around",
-        replace=((_RANGE, "    keep = torch.where(keep < 0, seen + keep, keep)\n"
-                          "    if (keep < 0).any() or (keep > seen).any():\n"),),
-    ), fails={"speculative-rollback"}),
-    wrong(Mutant(
-        "trim-moves-offset-only", "truncate on a windowed cache moves the positions back but "
-        "keeps the count of held positions, so the view starts before the oldest one held, at "
-        "slots the dropped drafts wrote",
-        replace=((_WINDOW_KEEP, "    cache.seen = keep.clone()\n"),),
-    ), fails={"speculative-rollback"}),
-    wrong(Mutant(
-        "one-acceptance-count", "truncate rolls every row back by row 0's number of rejected "
-        "drafts (one count for the batch)",
-        replace=((_KEEP_ALL, "        cache.lengths = (seen - (seen[0] - keep[0])).clamp_min(0)\n"),),
-    ), fails={"speculative-rollback"}),
-    wrong(Mutant(
-        "ring-in-storage-order", "a windowed cache's keys and values are its ring's slots in "
-        "storage order: right until the ring wraps, then the oldest position is not first",
-        replace=((_TIME_ORDER, "    return storage[:, :, :span]\n"),),
-    ), fails={"sliding-window"}),
-    wrong(Mutant(
-        "window-one-too-wide", "the window's mask lets the query at p see p - W as well",
-        replace=((_WINDOW_CHUNK, _WINDOW_CHUNK.replace("- cache.window", "- cache.window - 1")),
-                 (_WINDOW_NEWEST, _WINDOW_NEWEST.replace("- cache.window", "- cache.window - 1"))),
-    ), fails={"sliding-window"}),
-    wrong(Mutant(
-        "window-one-too-narrow", "the window's mask hides p - W + 1 from the query at p",
-        replace=((_WINDOW_CHUNK, _WINDOW_CHUNK.replace("- cache.window", "- cache.window + 1")),
-                 (_WINDOW_NEWEST, _WINDOW_NEWEST.replace("- cache.window", "- cache.window + 1"))),
-    ), fails={"sliding-window"}),
-    wrong(Mutant(
-        "chunk-without-causal-mask", "attend_chunk masks by lengths alone: every query of the "
-        "chunk sees the whole chunk, the positions after its own included",
-        replace=((_CAUSAL, "    visible = (slot < held[:, None])[:, None, :].expand(-1, t, -1).clone()\n"),),
-    ), fails={"chunk-causal-mask", "speculative-rollback", "sliding-window", "real-model"}),
+    wrong(
+        Mutant(
+            "truncate-zero-keeps-all",
+            "truncate reads a length of 0 as no limit (a falsy "
+            "max_length), so a row rolled back to 0 keeps everything",
+            replace=((_KEEP_ALL, "        cache.lengths = torch.where(keep == 0, seen, keep)\n"),),
+        ),
+        fails={"speculative-rollback"},
+    ),
+    wrong(
+        Mutant(
+            "truncate-current-empties",
+            "truncate slices off the rejected count from the end, "
+            "keys[:, :, :-dropped]: with nothing dropped, [:-0] keeps nothing",
+            replace=((_KEEP_ALL, "        cache.lengths = torch.where(keep == seen, 0, keep)\n"),),
+        ),
+        fails={"speculative-rollback"},
+    ),
+    wrong(
+        Mutant(
+            "truncate-negative-wraps",
+            "truncate takes a negative length as a negative slice does "
+            "(that many from the end) instead of raising: a rollback longer than a row wraps around",
+            replace=(
+                (
+                    _RANGE,
+                    "    keep = torch.where(keep < 0, seen + keep, keep)\n"
+                    "    if (keep < 0).any() or (keep > seen).any():\n",
+                ),
+            ),
+        ),
+        fails={"speculative-rollback"},
+    ),
+    wrong(
+        Mutant(
+            "trim-moves-offset-only",
+            "truncate on a windowed cache moves the positions back but "
+            "keeps the count of held positions, so the view starts before the oldest one held, at "
+            "slots the dropped drafts wrote",
+            replace=((_WINDOW_KEEP, "    cache.seen = keep.clone()\n"),),
+        ),
+        fails={"speculative-rollback"},
+    ),
+    wrong(
+        Mutant(
+            "one-acceptance-count",
+            "truncate rolls every row back by row 0's number of rejected "
+            "drafts (one count for the batch)",
+            replace=(
+                (_KEEP_ALL, "        cache.lengths = (seen - (seen[0] - keep[0])).clamp_min(0)\n"),
+            ),
+        ),
+        fails={"speculative-rollback"},
+    ),
+    wrong(
+        Mutant(
+            "ring-in-storage-order",
+            "a windowed cache's keys and values are its ring's slots in "
+            "storage order: right until the ring wraps, then the oldest position is not first",
+            replace=((_TIME_ORDER, "    return storage[:, :, :span]\n"),),
+        ),
+        fails={"sliding-window"},
+    ),
+    wrong(
+        Mutant(
+            "window-one-too-wide",
+            "the window's mask lets the query at p see p - W as well",
+            replace=(
+                (_WINDOW_CHUNK, _WINDOW_CHUNK.replace("- cache.window", "- cache.window - 1")),
+                (_WINDOW_NEWEST, _WINDOW_NEWEST.replace("- cache.window", "- cache.window - 1")),
+            ),
+        ),
+        fails={"sliding-window"},
+    ),
+    wrong(
+        Mutant(
+            "window-one-too-narrow",
+            "the window's mask hides p - W + 1 from the query at p",
+            replace=(
+                (_WINDOW_CHUNK, _WINDOW_CHUNK.replace("- cache.window", "- cache.window + 1")),
+                (_WINDOW_NEWEST, _WINDOW_NEWEST.replace("- cache.window", "- cache.window + 1")),
+            ),
+        ),
+        fails={"sliding-window"},
+    ),
+    wrong(
+        Mutant(
+            "chunk-without-causal-mask",
+            "attend_chunk masks by lengths alone: every query of the "
+            "chunk sees the whole chunk, the positions after its own included",
+            replace=(
+                (
+                    _CAUSAL,
+                    "    visible = (slot < held[:, None])[:, None, :].expand(-1, t, -1).clone()\n",
+                ),
+            ),
+        ),
+        fails={"chunk-causal-mask", "speculative-rollback", "sliding-window", "real-model"},
+    ),
 ]

@@ -33,52 +33,109 @@ _GROWTH = "        capacity = _next_power_of_two(needed)\n"
 _RELEASED = "    cache.lengths[index] = 0\n"
 
 SEGMENTED_FORK_SHARES_OLD = Mutant(
-    "segmented-fork-shares-old", "fixed 256-position segments; fork copies only the newest "
+    "segmented-fork-shares-old",
+    "fixed 256-position segments; fork copies only the newest "
     "segment and shares the full ones (they are full: why copy them?)",
-    replace=(("    copy.k_segments = [s.clone() for s in cache.k_segments]\n"
-              "    copy.v_segments = [s.clone() for s in cache.v_segments]\n",
-              "    copy.k_segments = [*cache.k_segments[:-1], cache.k_segments[-1].clone()]\n"
-              "    copy.v_segments = [*cache.v_segments[:-1], cache.v_segments[-1].clone()]\n"),),
+    replace=(
+        (
+            "    copy.k_segments = [s.clone() for s in cache.k_segments]\n"
+            "    copy.v_segments = [s.clone() for s in cache.v_segments]\n",
+            "    copy.k_segments = [*cache.k_segments[:-1], cache.k_segments[-1].clone()]\n"
+            "    copy.v_segments = [*cache.v_segments[:-1], cache.v_segments[-1].clone()]\n",
+        ),
+    ),
     base=SEGMENTED,
 )
 
 WRONG = [
-    wrong(Mutant(
-        "segmented-reorders-newest", "fixed 256-position segments; reorder index-selects only "
-        "the newest segment (the residual) and the lengths, and checks shapes against it",
-        replace=(("        stored = cache.k_segments[0]\n", "        stored = cache.k_segments[-1]\n"),
-                 ("    stored = cache.k_segments[0]\n    kv_heads",
-                  "    stored = cache.k_segments[-1]\n    kv_heads"),
-                 ("    cache.k_segments = [s.index_select(0, beam_idx) for s in cache.k_segments]\n"
-                  "    cache.v_segments = [s.index_select(0, beam_idx) for s in cache.v_segments]\n",
-                  "    cache.k_segments[-1] = cache.k_segments[-1].index_select(0, beam_idx)\n"
-                  "    cache.v_segments[-1] = cache.v_segments[-1].index_select(0, beam_idx)\n")),
-        base=SEGMENTED,
-    ), fails={"beam-reorder"}),
-    wrong(Mutant(
-        "grows-only-when-full", "storage grows only when the longest row is exactly at the "
-        "capacity: an append that crosses it part-way writes past the storage",
-        replace=((_RESERVED, "    if cache.k_storage is not None and "
-                             "int(cache.lengths.max()) < cache.capacity:\n"),),
-    ), fails={"length-vs-capacity", "beam-reorder"}),
-    wrong(Mutant(
-        "fixed-2048-slots", "storage of max_seq_len = 2048 slots (or the capacity asked for), "
-        "allocated at the first append and never grown (Meta's Llama reference)",
-        replace=((_RESERVED, "    if cache.k_storage is not None:\n"),
-                 (_GROWTH, "        capacity = 2048\n")),
-    ), fails={"length-vs-capacity", "prealloc"}),
-    wrong(Mutant(
-        "release-clears-a-head", "release zeroes storage[:, index] (head `index` of every row) "
-        "where it means row `index`",
-        replace=((_RELEASED, _RELEASED + "    cache.k_storage[:, index] = 0\n"
-                                         "    cache.v_storage[:, index] = 0\n"),),
-    ), fails={"release"}),
-    wrong(Mutant(
-        "sdpa-is-causal", "attend calls scaled_dot_product_attention with is_causal=True instead "
-        "of the lengths mask: its mask is aligned top-left, so the one query sees key 0 alone",
-        replace=(("attn_mask=mask,", "is_causal=True,"),),
-        base=SDPA,
-    ), fails={"prefix-equivalence", "stable-softmax", "reset", "release", "length-vs-capacity",
-              "ragged-batch", "gqa", "rope-absolute", "rope-fork-offset", "beam-reorder",
-              "finished-beams", "low-precision"}),
+    wrong(
+        Mutant(
+            "segmented-reorders-newest",
+            "fixed 256-position segments; reorder index-selects only "
+            "the newest segment (the residual) and the lengths, and checks shapes against it",
+            replace=(
+                (
+                    "        stored = cache.k_segments[0]\n",
+                    "        stored = cache.k_segments[-1]\n",
+                ),
+                (
+                    "    stored = cache.k_segments[0]\n    kv_heads",
+                    "    stored = cache.k_segments[-1]\n    kv_heads",
+                ),
+                (
+                    "    cache.k_segments = [s.index_select(0, beam_idx) for s in cache.k_segments]\n"
+                    "    cache.v_segments = [s.index_select(0, beam_idx) for s in cache.v_segments]\n",
+                    "    cache.k_segments[-1] = cache.k_segments[-1].index_select(0, beam_idx)\n"
+                    "    cache.v_segments[-1] = cache.v_segments[-1].index_select(0, beam_idx)\n",
+                ),
+            ),
+            base=SEGMENTED,
+        ),
+        fails={"beam-reorder"},
+    ),
+    wrong(
+        Mutant(
+            "grows-only-when-full",
+            "storage grows only when the longest row is exactly at the "
+            "capacity: an append that crosses it part-way writes past the storage",
+            replace=(
+                (
+                    _RESERVED,
+                    "    if cache.k_storage is not None and "
+                    "int(cache.lengths.max()) < cache.capacity:\n",
+                ),
+            ),
+        ),
+        fails={"length-vs-capacity", "beam-reorder"},
+    ),
+    wrong(
+        Mutant(
+            "fixed-2048-slots",
+            "storage of max_seq_len = 2048 slots (or the capacity asked for), "
+            "allocated at the first append and never grown (Meta's Llama reference)",
+            replace=(
+                (_RESERVED, "    if cache.k_storage is not None:\n"),
+                (_GROWTH, "        capacity = 2048\n"),
+            ),
+        ),
+        fails={"length-vs-capacity", "prealloc"},
+    ),
+    wrong(
+        Mutant(
+            "release-clears-a-head",
+            "release zeroes storage[:, index] (head `index` of every row) "
+            "where it means row `index`",
+            replace=(
+                (
+                    _RELEASED,
+                    _RELEASED + "    cache.k_storage[:, index] = 0\n"
+                    "    cache.v_storage[:, index] = 0\n",
+                ),
+            ),
+        ),
+        fails={"release"},
+    ),
+    wrong(
+        Mutant(
+            "sdpa-is-causal",
+            "attend calls scaled_dot_product_attention with is_causal=True instead "
+            "of the lengths mask: its mask is aligned top-left, so the one query sees key 0 alone",
+            replace=(("attn_mask=mask,", "is_causal=True,"),),
+            base=SDPA,
+        ),
+        fails={
+            "prefix-equivalence",
+            "stable-softmax",
+            "reset",
+            "release",
+            "length-vs-capacity",
+            "ragged-batch",
+            "gqa",
+            "rope-absolute",
+            "rope-fork-offset",
+            "beam-reorder",
+            "finished-beams",
+            "low-precision",
+        },
+    ),
 ]

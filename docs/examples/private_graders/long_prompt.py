@@ -35,9 +35,18 @@ def grade(candidate: Candidate) -> str:
     for out in got:
         require_shape(out, (B, H, 1, D), "attend's output after a long prompt")
     # One newest query sees every position, so no causal mask is needed for the reference either.
-    expected = [reference.causal_attention(seq["q"][:, :, t : t + 1], seq["k"][:, :, : t + 1],
-                                           seq["v"][:, :, : t + 1])
-                for t in range(PROMPT, PROMPT + STEPS)]
-    require_close(got, expected, TOLERANCE[torch.float32], case="a long prompt (private case)",
-                  step_name="prefix length", first_step=PROMPT + 1)
+    expected = [
+        reference.causal_attention(
+            seq["q"][:, :, t : t + 1], seq["k"][:, :, : t + 1], seq["v"][:, :, : t + 1]
+        )
+        for t in range(PROMPT, PROMPT + STEPS)
+    ]
+    require_close(
+        got,
+        expected,
+        TOLERANCE[torch.float32],
+        case="a long prompt (private case)",
+        step_name="prefix length",
+        first_step=PROMPT + 1,
+    )
     return f"a {PROMPT}-token prompt then {STEPS} steps match full attention"

@@ -20,10 +20,10 @@ from graders.batching import grading
 ITEM = "batch-equivalence"
 
 LIKELY = {  # each names where to look and what the trace shows, never the fix
-    'finished-early': "when a sequence counts as finished (it ended before its tokens were all produced)",
-    'finished-late': "when a sequence counts as finished (it went on past its last token)",
-    'misread': "which blocks a table points at (a step read what another sequence, or the sequence before a restart, wrote)",
-    'misread-other-prefix': "what identifies a prefix-cache block (equal blocks after different prefixes were shared)",
+    "finished-early": "when a sequence counts as finished (it ended before its tokens were all produced)",
+    "finished-late": "when a sequence counts as finished (it went on past its last token)",
+    "misread": "which blocks a table points at (a step read what another sequence, or the sequence before a restart, wrote)",
+    "misread-other-prefix": "what identifies a prefix-cache block (equal blocks after different prefixes were shared)",
 }
 
 
@@ -31,8 +31,10 @@ def _judged(runs: list[grading.Run]) -> str:
     grading.first(runs, ITEM, LIKELY)
     requests = sum(len(run.workload["requests"]) for run in runs)
     tokens = sum(len(tokens) for run in runs for tokens in run.workload["oracle"].values())
-    return (f"all {requests} requests of {len(runs)} workloads produced exactly their greedy "
-            f"decoding alone ({tokens} tokens), every slot read holding the right data")
+    return (
+        f"all {requests} requests of {len(runs)} workloads produced exactly their greedy "
+        f"decoding alone ({tokens} tokens), every slot read holding the right data"
+    )
 
 
 grade, grade_hidden = grading.graders(_judged)

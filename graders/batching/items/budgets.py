@@ -17,21 +17,23 @@ ITEM = "budgets"
 
 OFF_BY_ONE = "the budget checks (one over the limit)"
 LIKELY = {  # each names where to look and what the trace shows, never the fix
-    'seqs-by-one': OFF_BY_ONE,
-    'tokens-by-one': OFF_BY_ONE,
-    'running-by-one': OFF_BY_ONE,
-    'cover': "the blocks a step's table covers (fewer than start + tokens)",
-    'written-shared': "when a prefix block becomes shareable (it was shared in the step that computes it)",
-    'past-known': "how many positions a step computes (past the last token known)",
+    "seqs-by-one": OFF_BY_ONE,
+    "tokens-by-one": OFF_BY_ONE,
+    "running-by-one": OFF_BY_ONE,
+    "cover": "the blocks a step's table covers (fewer than start + tokens)",
+    "written-shared": "when a prefix block becomes shareable (it was shared in the step that computes it)",
+    "past-known": "how many positions a step computes (past the last token known)",
 }
 
 
 def _judged(runs: list[grading.Run]) -> str:
     grading.first(runs, ITEM, LIKELY)
     steps = sum(run.found.steps for run in runs)
-    return (f"{steps} steps over {len(runs)} workloads within max_num_seqs, "
-            "max_batched_tokens and the pool, every table covering what it computes, no block "
-            "written twice or read in the step that writes it")
+    return (
+        f"{steps} steps over {len(runs)} workloads within max_num_seqs, "
+        "max_batched_tokens and the pool, every table covering what it computes, no block "
+        "written twice or read in the step that writes it"
+    )
 
 
 grade, grade_hidden = grading.graders(_judged)

@@ -17,10 +17,10 @@ from graders.batching import grading
 ITEM = "chunked-prefill"
 
 LIKELY = {  # each names where to look and what the trace shows, never the fix
-    'decode-left-out-for-prefill': "the order of a step's plan (running decodes waited while a prefill took the token budget)",
-    'decode-left-out': "which running decodes a step plans (one was left out while the budgets had room)",
-    'prefill-left-out-for-new': "the order of a step's plan (waiting requests started before the running prefills had their chunks)",
-    'long-prompt-never-started': "how a prompt longer than the tokens left starts (it never did)",
+    "decode-left-out-for-prefill": "the order of a step's plan (running decodes waited while a prefill took the token budget)",
+    "decode-left-out": "which running decodes a step plans (one was left out while the budgets had room)",
+    "prefill-left-out-for-new": "the order of a step's plan (waiting requests started before the running prefills had their chunks)",
+    "long-prompt-never-started": "how a prompt longer than the tokens left starts (it never did)",
 }
 
 
@@ -29,8 +29,10 @@ def _judged(runs: list[grading.Run]) -> str:
     run = next(run for run in runs if run.kind == "long-prompt")
     budget = run.workload["config"]["max_batched_tokens"]
     longest = max(len(r["prompt"]) for r in run.workload["requests"])
-    return (f"{run.case}: a prompt of {longest} tokens computed in chunks of at most {budget}, "
-            "the running decodes going on every step")
+    return (
+        f"{run.case}: a prompt of {longest} tokens computed in chunks of at most {budget}, "
+        "the running decodes going on every step"
+    )
 
 
 grade, grade_hidden = grading.graders(_judged)

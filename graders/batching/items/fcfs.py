@@ -19,16 +19,18 @@ from graders.batching import grading
 ITEM = "fcfs"
 
 LIKELY = {  # each names where to look and what the trace shows, never the fix
-    'queue-order': "the order of the waiting queue (a request started before an earlier one still waiting)",
-    'head-kept-out': "what admission waits for (the head of the queue waited while the budgets and the free blocks had room)",
+    "queue-order": "the order of the waiting queue (a request started before an earlier one still waiting)",
+    "head-kept-out": "what admission waits for (the head of the queue waited while the budgets and the free blocks had room)",
 }
 
 
 def _judged(runs: list[grading.Run]) -> str:
     grading.first(runs, ITEM, LIKELY)
     requests = sum(len(run.workload["requests"]) for run in runs)
-    return (f"{requests} requests of {len(runs)} workloads started in arrival order, each as "
-            "soon as the budgets and the free blocks let the head of the queue in")
+    return (
+        f"{requests} requests of {len(runs)} workloads started in arrival order, each as "
+        "soon as the budgets and the free blocks let the head of the queue in"
+    )
 
 
 grade, grade_hidden = grading.graders(_judged)

@@ -28,24 +28,33 @@ OF_STATIC = 0.7
 def _judged(runs: list[grading.Run]) -> str:
     for run in runs:
         if run.found.stalled or run.found.unfinished:
-            why = ("the scheduler stalled" if run.found.stalled else
-                   f"request {name(run.found.unfinished[0])} did not get all its tokens")
+            why = (
+                "the scheduler stalled"
+                if run.found.stalled
+                else f"request {name(run.found.unfinished[0])} did not get all its tokens"
+            )
             raise Fail(f"{run.case} did not finish ({why}): no step count to compare")
     for run in runs:
         steps, reference = run.found.steps, run.reference
         if steps > OF_REFERENCE * reference.steps:
-            raise Fail(f"{run.case}: {steps} steps, more than {OF_REFERENCE}x the reference "
-                       f"scheduler's {reference.steps} (static batching: "
-                       f"{reference.static_steps}). Likely mistake: when waiting requests are "
-                       "admitted, and how full a step is")
+            raise Fail(
+                f"{run.case}: {steps} steps, more than {OF_REFERENCE}x the reference "
+                f"scheduler's {reference.steps} (static batching: "
+                f"{reference.static_steps}). Likely mistake: when waiting requests are "
+                "admitted, and how full a step is"
+            )
     mixed = next(run for run in runs if run.kind == "mixed")
     steps, reference = mixed.found.steps, mixed.reference
     ratio = steps / reference.static_steps
-    figures = (f"{steps} steps, the reference scheduler {reference.steps}, static batching "
-               f"{reference.static_steps} ({ratio:.2f}x static)")
+    figures = (
+        f"{steps} steps, the reference scheduler {reference.steps}, static batching "
+        f"{reference.static_steps} ({ratio:.2f}x static)"
+    )
     if ratio > OF_STATIC:
-        raise Fail(f"{mixed.case}: {figures}, more than {OF_STATIC}x static batching's. Likely "
-                   "mistake: static batching (new requests wait for the whole batch to finish)")
+        raise Fail(
+            f"{mixed.case}: {figures}, more than {OF_STATIC}x static batching's. Likely "
+            "mistake: static batching (new requests wait for the whole batch to finish)"
+        )
     return f"{mixed.case}: {figures}; every workload within {OF_REFERENCE}x the reference"
 
 

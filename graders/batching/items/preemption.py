@@ -20,20 +20,22 @@ from graders.batching import grading
 ITEM = "preemption"
 
 LIKELY = {  # each names where to look and what the trace shows, never the fix
-    'victim': "which running sequence is preempted (it arrived before another that kept running)",
-    'start-in-preempting-step': "what a step that preempted admits (it started a waiting request)",
-    'misread-after-restart': "where a restarted sequence computes from (it read its old table or position)",
-    'stall-empty': "why a step schedules nothing (blocks held by sequences that do not run, or a waiting head that cannot fit)",
-    'stall-max-steps': "what is preempted and restarted (the same sequences, again and again)",
+    "victim": "which running sequence is preempted (it arrived before another that kept running)",
+    "start-in-preempting-step": "what a step that preempted admits (it started a waiting request)",
+    "misread-after-restart": "where a restarted sequence computes from (it read its old table or position)",
+    "stall-empty": "why a step schedules nothing (blocks held by sequences that do not run, or a waiting head that cannot fit)",
+    "stall-max-steps": "what is preempted and restarted (the same sequences, again and again)",
 }
 
 
 def _judged(runs: list[grading.Run]) -> str:
     grading.first(runs, ITEM, LIKELY)
     run = next(run for run in runs if run.kind == "preemption")
-    return (f"{run.case}: {run.found.preemptions} preemptions, each of the most recently "
-            "arrived running sequence, none in a step that started a request; restarted "
-            "sequences recomputed their exact tokens; no workload stalled")
+    return (
+        f"{run.case}: {run.found.preemptions} preemptions, each of the most recently "
+        "arrived running sequence, none in a step that started a request; restarted "
+        "sequences recomputed their exact tokens; no workload stalled"
+    )
 
 
 grade, grade_hidden = grading.graders(_judged)

@@ -23,8 +23,9 @@ from graders.shared.plans import Fail
 
 ITEM = "prefix-caching"
 
-LIKELY = {"other-prefix": "a block identified by its own tokens alone, without the tokens "
-                          "before it"}
+LIKELY = {
+    "other-prefix": "a block identified by its own tokens alone, without the tokens before it"
+}
 
 
 def _judged(runs: list[grading.Run]) -> str:
@@ -32,8 +33,10 @@ def _judged(runs: list[grading.Run]) -> str:
     run = next(run for run in runs if run.kind == "shared-prefix")
     wrong = run.found.first.get("batch-equivalence")
     if wrong is not None and wrong.kind.startswith("misread"):
-        raise Fail(f"{run.case}: {wrong.message}: a prefix cache gives a sequence exactly the "
-                   "K/V it would compute itself")
+        raise Fail(
+            f"{run.case}: {wrong.message}: a prefix cache gives a sequence exactly the "
+            "K/V it would compute itself"
+        )
     if run.found.stalled or run.found.unfinished:
         raise Fail(f"{run.case} did not finish: no prompt tokens to compare")
     got, reference = run.found.prompt_tokens, run.reference.prompt_tokens
@@ -47,12 +50,19 @@ def _judged(runs: list[grading.Run]) -> str:
             f"reference scheduler {run.reference.prompt_tokens_computed} ({unshared} of the "
             f"{total} are unshared); request {name(seq_id)} computed {got[seq_id]} where the "
             f"reference computes {reference[seq_id]}"
-            + (": it started when nothing else was running, and the blocks it begins with were "
-               "cached, held by no one. Likely mistake: what becomes of a cached block when its "
-               "last holder finishes" if alone else ""))
-    return (f"{run.case}: {run.found.prompt_tokens_computed} prompt tokens computed of "
-            f"{total}, as the reference scheduler ({unshared} unshared); no block shared after "
-            "a different prefix")
+            + (
+                ": it started when nothing else was running, and the blocks it begins with were "
+                "cached, held by no one. Likely mistake: what becomes of a cached block when its "
+                "last holder finishes"
+                if alone
+                else ""
+            )
+        )
+    return (
+        f"{run.case}: {run.found.prompt_tokens_computed} prompt tokens computed of "
+        f"{total}, as the reference scheduler ({unshared} unshared); no block shared after "
+        "a different prefix"
+    )
 
 
 grade, grade_hidden = grading.graders(_judged)

@@ -49,8 +49,12 @@ def grade(candidate: Candidate) -> str:
     plan.new("c")
     ops, total = [], 0
     for t in APPENDS:
-        appended = plan.append("c", seq["k"][:, :, total : total + t],
-                               seq["v"][:, :, total : total + t], may_raise=True)
+        appended = plan.append(
+            "c",
+            seq["k"][:, :, total : total + t],
+            seq["v"][:, :, total : total + t],
+            may_raise=True,
+        )
         ops.append((appended, plan.state("c")))
         total += t
     results = candidate.run(plan)
@@ -61,27 +65,36 @@ def grade(candidate: Candidate) -> str:
         where = f"after append {step} ({t} position{'s' if t > 1 else ''}, {total} in all)"
         if isinstance(results[appended], Raised):
             raised = results[appended]
-            raise Fail(f"append {step} ({t} position{'s' if t > 1 else ''} after {total - t}) "
-                       f"raised {raised.type}: {raised.message}")
+            raise Fail(
+                f"append {step} ({t} position{'s' if t > 1 else ''} after {total - t}) "
+                f"raised {raised.type}: {raised.message}"
+            )
         for name, part in (("keys", "k"), ("values", "v")):
             got = tensor(results[state][name], f"cache.{name} {where}")
             expected = (B, HKV, total, D)
             require_shape(got, expected, f"cache.{name} {where}", _shape_hint(got, expected))
-            divergence = first_divergence([got], [seq[part][:, :, :total]],
-                                          TOLERANCE[torch.float32])
+            divergence = first_divergence(
+                [got], [seq[part][:, :, :total]], TOLERANCE[torch.float32]
+            )
             if divergence:
-                raise Fail(f"cache.{name} {where}: row {divergence.row}, head {divergence.head}, "
-                           f"time {divergence.position} is not what was appended there (max abs "
-                           f"error {divergence.max_abs:.2e}). Likely mistake: what append keeps of "
-                           "the cache, and where it writes")
+                raise Fail(
+                    f"cache.{name} {where}: row {divergence.row}, head {divergence.head}, "
+                    f"time {divergence.position} is not what was appended there (max abs "
+                    f"error {divergence.max_abs:.2e}). Likely mistake: what append keeps of "
+                    "the cache, and where it writes"
+                )
         lengths = tensor(results[state]["lengths"], f"cache.lengths {where}")
         if lengths.dtype != torch.int64 or tuple(lengths.shape) != (B,):
-            raise Fail(f"cache.lengths {where} is {str(lengths.dtype).removeprefix('torch.')} "
-                       f"{list(lengths.shape)}, expected int64 [{B}] (one length per row)")
+            raise Fail(
+                f"cache.lengths {where} is {str(lengths.dtype).removeprefix('torch.')} "
+                f"{list(lengths.shape)}, expected int64 [{B}] (one length per row)"
+            )
         if lengths.tolist() != [total] * B:
             raise Fail(f"cache.lengths {where} is {lengths.tolist()}, expected {[total] * B}")
-    return (f"appends of {', '.join(map(str, APPENDS))} positions: keys and values grew along "
-            "time holding what was appended, lengths int64 [B] right after each")
+    return (
+        f"appends of {', '.join(map(str, APPENDS))} positions: keys and values grew along "
+        "time holding what was appended, lengths int64 [B] right after each"
+    )
 
 
 def grade_hidden(candidate: Candidate) -> str:
@@ -89,20 +102,39 @@ def grade_hidden(candidate: Candidate) -> str:
         g = cases.generator(seed)
         b, h, d = cases.randint(g, 1, 4), cases.randint(g, 1, 4), cases.choice(g, (4, 8, 16))
         appends = cases.chunks(g, cases.randint(g, 20, 50), 9)
-        _check_chunked(candidate, g, seed, (b, h, d), appends,
-                       f"{hidden_cases.shape(b, h, d, 'kv head')}, {len(appends)} appends of 1 to "
-                       "9 positions, every other one non-contiguous")
+        _check_chunked(
+            candidate,
+            g,
+            seed,
+            (b, h, d),
+            appends,
+            f"{hidden_cases.shape(b, h, d, 'kv head')}, {len(appends)} appends of 1 to "
+            "9 positions, every other one non-contiguous",
+        )
     g = cases.generator(hidden_cases.seed(LONG_SEED))
-    _check_chunked(candidate, g, hidden_cases.seed(LONG_SEED), (2, 2, 4), LONG_APPENDS,
-                   f"a long cache: {sum(LONG_APPENDS)} positions, appends of up to "
-                   f"{max(LONG_APPENDS)}")
-    return (f"{len(HIDDEN_SEEDS) + 1} seeded cases (random shapes and chunk sizes, non-contiguous "
-            f"inputs, {sum(LONG_APPENDS)} positions): keys, values and lengths right after every "
-            "append")
+    _check_chunked(
+        candidate,
+        g,
+        hidden_cases.seed(LONG_SEED),
+        (2, 2, 4),
+        LONG_APPENDS,
+        f"a long cache: {sum(LONG_APPENDS)} positions, appends of up to {max(LONG_APPENDS)}",
+    )
+    return (
+        f"{len(HIDDEN_SEEDS) + 1} seeded cases (random shapes and chunk sizes, non-contiguous "
+        f"inputs, {sum(LONG_APPENDS)} positions): keys, values and lengths right after every "
+        "append"
+    )
 
 
-def _check_chunked(candidate: Candidate, g: torch.Generator, seed: int,
-                   shape: tuple[int, int, int], appends, what: str) -> None:
+def _check_chunked(
+    candidate: Candidate,
+    g: torch.Generator,
+    seed: int,
+    shape: tuple[int, int, int],
+    appends,
+    what: str,
+) -> None:
     """Append a sequence of `shape` (batch, kv_heads, head_dim) in chunks of `appends`
     positions, every other chunk non-contiguous; Fail unless keys, values and lengths are right
     after each."""
@@ -124,21 +156,27 @@ def _check_chunked(candidate: Candidate, g: torch.Generator, seed: int,
     total = 0
     for i, (t, index) in enumerate(zip(appends, states), start=1):
         total += t
-        where = (f"{case}: after append {i} ({t} position{'s' if t > 1 else ''} into a cache "
-                 f"holding {total - t}{', sent non-contiguous' if i % 2 == 0 else ''})")
+        where = (
+            f"{case}: after append {i} ({t} position{'s' if t > 1 else ''} into a cache "
+            f"holding {total - t}{', sent non-contiguous' if i % 2 == 0 else ''})"
+        )
         for attr, part in (("keys", "k"), ("values", "v")):
             got = tensor(results[index][attr], f"{where}, cache.{attr}")
             require_shape(got, (b, h, total, d), f"{where}, cache.{attr}")
             divergence = first_divergence([got], [seq[part][:, :, :total]], TOL)
             if divergence:
-                raise Fail(f"{where}: cache.{attr} at row {divergence.row}, head "
-                           f"{divergence.head}, time {divergence.position} is not what was "
-                           "appended there. Likely mistake: how append reads its input (a "
-                           "non-contiguous layout)")
+                raise Fail(
+                    f"{where}: cache.{attr} at row {divergence.row}, head "
+                    f"{divergence.head}, time {divergence.position} is not what was "
+                    "appended there. Likely mistake: how append reads its input (a "
+                    "non-contiguous layout)"
+                )
         lengths = tensor(results[index]["lengths"], f"{where}, cache.lengths")
         if lengths.dtype != torch.int64 or lengths.tolist() != [total] * b:
-            raise Fail(f"{where}: cache.lengths is not int64 [B] counting the {total} positions "
-                       "appended so far")
+            raise Fail(
+                f"{where}: cache.lengths is not int64 [B] counting the {total} positions "
+                "appended so far"
+            )
 
 
 def _shape_hint(got: torch.Tensor, expected: tuple[int, ...]) -> str:
@@ -146,16 +184,24 @@ def _shape_hint(got: torch.Tensor, expected: tuple[int, ...]) -> str:
     if got.dim() != 4:
         return ": keys and values are 4-d, [batch, kv_heads, time, head_dim]"
     if tuple(got.shape) == (expected[0], expected[2], expected[1], expected[3]):
-        return (": that is [batch, time, kv_heads, head_dim]; the layout is "
-                "[batch, kv_heads, time, head_dim]")
+        return (
+            ": that is [batch, time, kv_heads, head_dim]; the layout is "
+            "[batch, kv_heads, time, head_dim]"
+        )
     wrong = [d for d in (0, 1, 3) if got.shape[d] != expected[d]]
     if wrong and got.shape[wrong[0]] > expected[wrong[0]] and got.shape[2] < expected[2]:
-        return (f". Likely mistake: which dimension append grows (dim {wrong[0]}, "
-                f"{DIMS[wrong[0]]}, grew; time did not)")
+        return (
+            f". Likely mistake: which dimension append grows (dim {wrong[0]}, "
+            f"{DIMS[wrong[0]]}, grew; time did not)"
+        )
     if wrong:
-        return (f". Likely mistake: which dimension append grows (dim {wrong[0]}, "
-                f"{DIMS[wrong[0]]}, changed)")
+        return (
+            f". Likely mistake: which dimension append grows (dim {wrong[0]}, "
+            f"{DIMS[wrong[0]]}, changed)"
+        )
     if got.shape[2] > expected[2]:
-        return (". Likely mistake: what keys and values expose (their time dimension is longer "
-                "than the positions appended)")
+        return (
+            ". Likely mistake: what keys and values expose (their time dimension is longer "
+            "than the positions appended)"
+        )
     return ". Likely mistake: what append keeps of the cache (appended positions are missing)"

@@ -62,13 +62,17 @@ def grade_hidden(candidate: Candidate) -> str:
     for case in _hidden_cases():
         with hidden_cases.labelled(case.name):
             outputs += _check(candidate, [case])
-    return (f"{outputs} outputs over {len(HIDDEN_SEEDS) + 1} seeded shapes and lengths, each "
-            "[B, Hq, 1, D]")
+    return (
+        f"{outputs} outputs over {len(HIDDEN_SEEDS) + 1} seeded shapes and lengths, each "
+        "[B, Hq, 1, D]"
+    )
 
 
 def _public_cases() -> list[Case]:
-    return [Case(name, cases.sequence(cases.generator(200 + seed), B, H, H, sum(appends), D),
-                 appends) for seed, (name, B, H, D, appends) in enumerate(PUBLIC)]
+    return [
+        Case(name, cases.sequence(cases.generator(200 + seed), B, H, H, sum(appends), D), appends)
+        for seed, (name, B, H, D, appends) in enumerate(PUBLIC)
+    ]
 
 
 def _hidden_cases() -> list[Case]:
@@ -79,13 +83,23 @@ def _hidden_cases() -> list[Case]:
         B, H = cases.randint(g, 1, 6), cases.randint(g, 1, 6)
         D = cases.choice(g, (2, 6, 12, 24, 64))
         appends = tuple(cases.chunks(g, cases.randint(g, 6, 20), 6))
-        found.append(Case(hidden_cases.name(seed, f"{hidden_cases.shape(B, H, D)}, chunked "
-                                                  "appends"),
-                          cases.sequence(g, B, H, H, sum(appends), D), appends))
+        found.append(
+            Case(
+                hidden_cases.name(seed, f"{hidden_cases.shape(B, H, D)}, chunked appends"),
+                cases.sequence(g, B, H, H, sum(appends), D),
+                appends,
+            )
+        )
     g = cases.generator(hidden_cases.seed(LONG_SEED))
-    found.append(Case(hidden_cases.name(hidden_cases.seed(LONG_SEED), f"a long cache of {sum(LONG_APPENDS)} "
-                                                                      "positions"),
-                      cases.sequence(g, 2, 3, 3, sum(LONG_APPENDS), 8), LONG_APPENDS))
+    found.append(
+        Case(
+            hidden_cases.name(
+                hidden_cases.seed(LONG_SEED), f"a long cache of {sum(LONG_APPENDS)} positions"
+            ),
+            cases.sequence(g, 2, 3, 3, sum(LONG_APPENDS), 8),
+            LONG_APPENDS,
+        )
+    )
     return found
 
 

@@ -73,24 +73,71 @@ class Schedule(NamedTuple):
 
 
 SCHEDULES = [
-    Schedule(110, "ragged rows reordered with duplicates, then two reorders in a row", 3, [
-        ("step", (1, 1, 1)), ("step", (1, 0, 1)), ("step", (1, 1, 0)), ("reorder", [2, 0, 0]),
-        ("step", (1, 1, 1)), ("reorder", [1, 2, 0]), ("reorder", [2, 2, 1]), ("step", (1, 1, 1)),
-        ("step", (0, 1, 1))]),
-    Schedule(111, "one row expanded to three (B' != B), then shrunk to two", 1, [
-        ("step", (1,)), ("step", (1,)), ("reorder", [0, 0, 0]), ("step", (1, 0, 1)),
-        ("reorder", [2, 1]), ("step", (1, 1)), ("reorder", [1, 1, 0]), ("step", (1, 1, 1))]),
-    Schedule(112, "a 1,100-position cache grown by chunks and single tokens, then reordered",
-             3, [
-                 ("chunk", 300), ("step", (1, 1, 1)), ("step", (1, 1, 1)), ("chunk", 500),
-                 ("step", (1, 0, 1)), ("chunk", 297), ("step", (1, 1, 1)),
-                 ("reorder", [2, 0, 1]), ("step", (1, 1, 1)), ("reorder", [1, 1, 0]),
-                 ("step", (1, 1, 1))]),
-    Schedule(113, "a 1,050-position cache grown by chunks and single tokens, expanded to three "
-             "rows (B' != B), then shrunk to two", 2, [
-                 ("chunk", 600), ("step", (1, 1)), ("chunk", 448), ("step", (1, 0)),
-                 ("reorder", [0, 1, 0]), ("step", (1, 0, 1)), ("reorder", [2, 0]),
-                 ("step", (1, 1))]),
+    Schedule(
+        110,
+        "ragged rows reordered with duplicates, then two reorders in a row",
+        3,
+        [
+            ("step", (1, 1, 1)),
+            ("step", (1, 0, 1)),
+            ("step", (1, 1, 0)),
+            ("reorder", [2, 0, 0]),
+            ("step", (1, 1, 1)),
+            ("reorder", [1, 2, 0]),
+            ("reorder", [2, 2, 1]),
+            ("step", (1, 1, 1)),
+            ("step", (0, 1, 1)),
+        ],
+    ),
+    Schedule(
+        111,
+        "one row expanded to three (B' != B), then shrunk to two",
+        1,
+        [
+            ("step", (1,)),
+            ("step", (1,)),
+            ("reorder", [0, 0, 0]),
+            ("step", (1, 0, 1)),
+            ("reorder", [2, 1]),
+            ("step", (1, 1)),
+            ("reorder", [1, 1, 0]),
+            ("step", (1, 1, 1)),
+        ],
+    ),
+    Schedule(
+        112,
+        "a 1,100-position cache grown by chunks and single tokens, then reordered",
+        3,
+        [
+            ("chunk", 300),
+            ("step", (1, 1, 1)),
+            ("step", (1, 1, 1)),
+            ("chunk", 500),
+            ("step", (1, 0, 1)),
+            ("chunk", 297),
+            ("step", (1, 1, 1)),
+            ("reorder", [2, 0, 1]),
+            ("step", (1, 1, 1)),
+            ("reorder", [1, 1, 0]),
+            ("step", (1, 1, 1)),
+        ],
+    ),
+    Schedule(
+        113,
+        "a 1,050-position cache grown by chunks and single tokens, expanded to three "
+        "rows (B' != B), then shrunk to two",
+        2,
+        [
+            ("chunk", 600),
+            ("step", (1, 1)),
+            ("chunk", 448),
+            ("step", (1, 0)),
+            ("reorder", [0, 1, 0]),
+            ("step", (1, 0, 1)),
+            ("reorder", [2, 0]),
+            ("step", (1, 1)),
+        ],
+    ),
 ]
 HIDDEN_SEEDS = [1400 + i for i in range(2)]
 LONG_SEED = 1420
@@ -99,9 +146,11 @@ LONG_SEED = 1420
 def grade(candidate: Candidate) -> str:
     steps = sum(_decode_schedule(candidate, schedule) for schedule in SCHEDULES)
     _beam_search(candidate)
-    return (f"fixed beam indices: {steps} steps on {LAYERS} caches equal full attention; "
-            f"beam search ({BEAMS} beams, {STEPS} steps, {LAYERS} layers) made the uncached "
-            f"search's choices, scores within {TOL}")
+    return (
+        f"fixed beam indices: {steps} steps on {LAYERS} caches equal full attention; "
+        f"beam search ({BEAMS} beams, {STEPS} steps, {LAYERS} layers) made the uncached "
+        f"search's choices, scores within {TOL}"
+    )
 
 
 def grade_hidden(candidate: Candidate) -> str:
@@ -110,9 +159,11 @@ def grade_hidden(candidate: Candidate) -> str:
     for schedule in [*schedules, _long_schedule(hidden_cases.seed(LONG_SEED))]:
         with hidden_cases.labelled(schedule.name):
             steps += _decode_schedule(candidate, schedule)
-    return (f"{len(HIDDEN_SEEDS) + 1} seeded schedules, {steps} steps, one of them over more "
-            "than 1,000 positions: after expansions of one row, collapses and random reorders, "
-            "every row equals attention over its own history")
+    return (
+        f"{len(HIDDEN_SEEDS) + 1} seeded schedules, {steps} steps, one of them over more "
+        "than 1,000 positions: after expansions of one row, collapses and random reorders, "
+        "every row equals attention over its own history"
+    )
 
 
 def _hidden_schedule(seed: int) -> Schedule:
@@ -134,8 +185,11 @@ def _hidden_schedule(seed: int) -> Schedule:
             events.append(("reorder", [cases.randint(g, 0, rows - 1) for _ in range(new_rows)]))
             rows = new_rows
     events.append(("step", (1,) * rows))
-    name = hidden_cases.name(seed, f"{len(events)} events from B={batch}: one row expanded to "
-                                   "every beam, then random steps and reorders")
+    name = hidden_cases.name(
+        seed,
+        f"{len(events)} events from B={batch}: one row expanded to "
+        "every beam, then random steps and reorders",
+    )
     return Schedule(seed, name, batch, events)
 
 
@@ -160,8 +214,11 @@ def _long_schedule(seed: int) -> Schedule:
             events.append(("reorder", [cases.randint(g, 0, rows - 1) for _ in range(new_rows)]))
             rows = new_rows
     events.append(("step", (1,) * rows))
-    name = hidden_cases.name(seed, f"a long cache, {total} positions from B={batch} by chunks and "
-                                   "single tokens, then reordered (B' != B)")
+    name = hidden_cases.name(
+        seed,
+        f"a long cache, {total} positions from B={batch} by chunks and "
+        "single tokens, then reordered (B' != B)",
+    )
     return Schedule(seed, name, batch, events)
 
 
@@ -177,17 +234,24 @@ def _decode_schedule(candidate: Candidate, schedule: Schedule) -> int:
         want = [h.shape[2] for h in history[n]]
         got = tensor(results[state]["lengths"], f"cache.lengths of cache {n}").tolist()
         if got != want:
-            raise Fail(f"{schedule.name}: at the end, cache {n}'s lengths are {got}, expected "
-                       f"{want}: reorder must move lengths with their rows (row j = old row "
-                       "beam_idx[j])")
+            raise Fail(
+                f"{schedule.name}: at the end, cache {n}'s lengths are {got}, expected "
+                f"{want}: reorder must move lengths with their rows (row j = old row "
+                "beam_idx[j])"
+            )
     for read in reads:
         got = tensor(results[read.index], f"attend's output at step {read.step}")
         require_shape(got, tuple(read.expected.shape), f"attend's output at step {read.step}")
         mask = read.active[:, None, None, None]
-        require_close([got.double().where(mask, 0.0)], [read.expected.where(mask, 0.0)], TOL,
-                      case=f"{schedule.name}: cache {read.cache}, {read.after}, against attention "
-                      "over each row's own history (new row j must continue old row beam_idx[j] "
-                      "in keys, values and lengths alike)", first_step=read.step)
+        require_close(
+            [got.double().where(mask, 0.0)],
+            [read.expected.where(mask, 0.0)],
+            TOL,
+            case=f"{schedule.name}: cache {read.cache}, {read.after}, against attention "
+            "over each row's own history (new row j must continue old row beam_idx[j] "
+            "in keys, values and lengths alike)",
+            first_step=read.step,
+        )
     return len(reads) // LAYERS
 
 
@@ -227,8 +291,9 @@ def _plan(schedule: Schedule) -> tuple[Plan, list, list[Read]]:
             q = new["q"][:, :, -1:]  # [B, H, 1, D]: the newest position's query
             index = plan.attend(f"c{n}", q)
             kv = torch.stack((new["k"], new["v"]), dim=1)  # [B, 2, H, t, D]
-            history[n] = [torch.cat((h, kv[b]), dim=2) if arg[b] else h
-                          for b, h in enumerate(history[n])]
+            history[n] = [
+                torch.cat((h, kv[b]), dim=2) if arg[b] else h for b, h in enumerate(history[n])
+            ]
             want = torch.cat([_newest(q[b : b + 1], h) for b, h in enumerate(history[n])])
             reads.append(Read(index, n, len(reads) // LAYERS, last_reorder, active, want))
     return plan, history, reads
@@ -247,34 +312,48 @@ def _beam_search(candidate: Candidate) -> None:
     plan = Plan()
     index = plan.beam_search(weights, prompt, BEAMS, STEPS, HEADS, HEADS, HEAD_DIM, BASE)
     found = candidate.run(plan)[index]
-    found = {k: tensor(found[k], f"the beam search's {k}") for k in ("tokens", "beam_idx", "scores")}
+    found = {
+        k: tensor(found[k], f"the beam search's {k}") for k in ("tokens", "beam_idx", "scores")
+    }
     for k, value in found.items():
         require_shape(value, (STEPS, BEAMS), f"the beam search's {k}")
     sequences, scores = prompt[None], torch.zeros(1, dtype=torch.float64)
     for step in range(STEPS):
-        when = ("the first choice, before any reorder" if step == 0 else
-                f"after reorder(cache, {found['beam_idx'][step - 1].tolist()}) on every layer")
+        when = (
+            "the first choice, before any reorder"
+            if step == 0
+            else f"after reorder(cache, {found['beam_idx'][step - 1].tolist()}) on every layer"
+        )
         log_probs = decoder.log_probs(weights, sequences, HEADS, HEADS, BASE)  # [beams, vocab]
         table = (scores[:, None] + log_probs).flatten()
         beam_idx, tokens = found["beam_idx"][step].long(), found["tokens"][step].long()
         picked = beam_idx * VOCAB + tokens
         in_range = (0 <= tokens) & (tokens < VOCAB) & (0 <= beam_idx) & (beam_idx < len(sequences))
         if not in_range.all() or picked.unique().numel() < BEAMS:
-            raise Fail(f"beam search, step {step}: beams {beam_idx.tolist()} with tokens "
-                       f"{tokens.tolist()} are not {BEAMS} distinct continuations")
+            raise Fail(
+                f"beam search, step {step}: beams {beam_idx.tolist()} with tokens "
+                f"{tokens.tolist()} are not {BEAMS} distinct continuations"
+            )
         want, got = table[picked], found["scores"][step].double()
         wrong = (~close(got, want, TOL)).nonzero()
         if len(wrong):
             j = int(wrong[0])
-            hint = ("decode_step is wrong before any reorder (see rope-absolute)" if step == 0 else
-                    "is every layer's cache reordered, keys, values and lengths?")
-            raise Fail(f"beam search, step {step} ({when}): new beam {j} (old beam "
-                       f"{int(beam_idx[j])} + token {int(tokens[j])}) scores {float(got[j]):.5f}, "
-                       f"the uncached decoder {float(want[j]):.5f}: {hint}")
+            hint = (
+                "decode_step is wrong before any reorder (see rope-absolute)"
+                if step == 0
+                else "is every layer's cache reordered, keys, values and lengths?"
+            )
+            raise Fail(
+                f"beam search, step {step} ({when}): new beam {j} (old beam "
+                f"{int(beam_idx[j])} + token {int(tokens[j])}) scores {float(got[j]):.5f}, "
+                f"the uncached decoder {float(want[j]):.5f}: {hint}"
+            )
         kth = table.topk(BEAMS).values[-1]
         if want.min() < kth - (TOL.atol + TOL.rtol * kth.abs()):
-            raise Fail(f"beam search, step {step} ({when}): chose a continuation scoring "
-                       f"{float(want.min()):.5f} in the uncached decoder, below its top {BEAMS} "
-                       f"(the {BEAMS}th scores {float(kth):.5f})")
+            raise Fail(
+                f"beam search, step {step} ({when}): chose a continuation scoring "
+                f"{float(want.min()):.5f} in the uncached decoder, below its top {BEAMS} "
+                f"(the {BEAMS}th scores {float(kth):.5f})"
+            )
         sequences = torch.cat((sequences[beam_idx], tokens[:, None]), dim=1)
         scores = want

@@ -38,12 +38,23 @@ HIDDEN_SEEDS = (4200, 4210, 4220)
 
 def grade(candidate: Candidate) -> str:
     for hq, hkv in LAYOUTS:
-        _check_run(candidate, cases.generator(420 + hq), f"{hq}/{hkv} heads", len(PROMPTS), hq,
-                   hkv, HEAD_DIM, PROMPTS, CHUNKS)
+        _check_run(
+            candidate,
+            cases.generator(420 + hq),
+            f"{hq}/{hkv} heads",
+            len(PROMPTS),
+            hq,
+            hkv,
+            HEAD_DIM,
+            PROMPTS,
+            CHUNKS,
+        )
     _check_short_rows(candidate)
-    return (f"chunks of {', '.join(map(str, CHUNKS))} over rows of {PROMPTS} positions, MHA and "
-            "GQA: every query equals full causal attention (t == 1 equals attend); a chunk past "
-            "what a row holds raises ValueError")
+    return (
+        f"chunks of {', '.join(map(str, CHUNKS))} over rows of {PROMPTS} positions, MHA and "
+        "GQA: every query equals full causal attention (t == 1 equals attend); a chunk past "
+        "what a row holds raises ValueError"
+    )
 
 
 def grade_hidden(candidate: Candidate) -> str:
@@ -55,15 +66,37 @@ def grade_hidden(candidate: Candidate) -> str:
         d = cases.choice(g, (8, 16))
         prompts = [cases.randint(g, 0, 12) for _ in range(batch)]
         chunks = [cases.randint(g, 1, 8) for _ in range(3)]
-        what = (f"{hidden_cases.shape(batch, hkv, d, 'kv head')}, {hidden_cases.layout(hq, hkv)}, "
-                f"prompts {prompts}, chunks {chunks}, a release")
-        _check_run(candidate, g, hidden_cases.name(seed, what), batch, hq, hkv, d, prompts, chunks,
-                   release=True)
+        what = (
+            f"{hidden_cases.shape(batch, hkv, d, 'kv head')}, {hidden_cases.layout(hq, hkv)}, "
+            f"prompts {prompts}, chunks {chunks}, a release"
+        )
+        _check_run(
+            candidate,
+            g,
+            hidden_cases.name(seed, what),
+            batch,
+            hq,
+            hkv,
+            d,
+            prompts,
+            chunks,
+            release=True,
+        )
     return "seeded shapes, ragged prompts and chunks, after a release: every query equals full causal attention"
 
 
-def _check_run(candidate: Candidate, g: torch.Generator, case: str, batch: int, hq: int, hkv: int,
-               d: int, prompts: list[int], chunks: list[int], release: bool = False) -> None:
+def _check_run(
+    candidate: Candidate,
+    g: torch.Generator,
+    case: str,
+    batch: int,
+    hq: int,
+    hkv: int,
+    d: int,
+    prompts: list[int],
+    chunks: list[int],
+    release: bool = False,
+) -> None:
     plan = Plan()
     run = Run(plan, g, batch, hq, hkv, d)
     if max(prompts) > 0:
@@ -72,8 +105,11 @@ def _check_run(candidate: Candidate, g: torch.Generator, case: str, batch: int, 
     for i, t in enumerate(chunks):
         if release and i == len(chunks) - 1:
             run.release(0)  # row 0 starts again: it holds only this chunk
-        check = run.chunk(t, f"attend_chunk of the chunk {i} ({t} queries, at positions "
-                             f"{[p - t for p in run.positions]} + 0..{t - 1})")
+        check = run.chunk(
+            t,
+            f"attend_chunk of the chunk {i} ({t} queries, at positions "
+            f"{[p - t for p in run.positions]} + 0..{t - 1})",
+        )
         if t == 1:
             t1.append((check, plan.attend("c", _same_query(plan, check))))
     results = hidden_cases.run(candidate, plan, case)
@@ -82,8 +118,10 @@ def _check_run(candidate: Candidate, g: torch.Generator, case: str, batch: int, 
         chunk = tensor(results[check.index], f"{case}: attend_chunk")
         single = tensor(results[index], f"{case}: attend")
         if first_divergence([chunk.double()], [single.double()], TOL) is not None:
-            raise Fail(f"{case}: attend_chunk of one query differs from attend with the same query "
-                       "(the contract: with t == 1 it equals attend)")
+            raise Fail(
+                f"{case}: attend_chunk of one query differs from attend with the same query "
+                "(the contract: with t == 1 it equals attend)"
+            )
 
 
 def _same_query(plan: Plan, check) -> torch.Tensor:
@@ -100,6 +138,8 @@ def _check_short_rows(candidate: Candidate) -> None:
     index = plan.attend_chunk("c", cases.randn(g, 2, 2, 3, HEAD_DIM), may_raise=True)
     got = candidate.run(plan)[index]
     if not (isinstance(got, Raised) and got.is_a("ValueError")):
-        raise Fail("attend_chunk of 3 queries on rows that hold 2 positions each "
-                   + (f"raised {got.type}" if isinstance(got, Raised) else "returned")
-                   + ", expected ValueError (the contract: a chunk needs its t positions cached)")
+        raise Fail(
+            "attend_chunk of 3 queries on rows that hold 2 positions each "
+            + (f"raised {got.type}" if isinstance(got, Raised) else "returned")
+            + ", expected ValueError (the contract: a chunk needs its t positions cached)"
+        )

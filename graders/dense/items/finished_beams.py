@@ -62,19 +62,23 @@ HIDDEN_STEPS = 8  # appends after the prompt, before the one in which every row 
 def grade(candidate: Candidate) -> str:
     _check_append(candidate)
     _check_decode(candidate)
-    return (f"rows with counts 0 kept their lengths and, with the same query, their outputs "
-            f"(within {TOL} of the reference) over {len(STEPS)} steps while others went on; "
-            "through decode_step too, with their cached keys unchanged")
+    return (
+        f"rows with counts 0 kept their lengths and, with the same query, their outputs "
+        f"(within {TOL} of the reference) over {len(STEPS)} steps while others went on; "
+        "through decode_step too, with their cached keys unchanged"
+    )
 
 
 def grade_hidden(candidate: Candidate) -> str:
     _check_hidden_append(candidate)
     _check_hidden_decode(candidate)
     _check_hidden_long(candidate)
-    return (f"rows finishing at random over {HIDDEN_STEPS} multi-position appends, then all of "
-            f"them: lengths kept and outputs unchanged (within {TOL}); through decode_step too; "
-            f"in a cache of over {LONG_POSITIONS[0]} positions, finished rows dropped by a "
-            "reorder")
+    return (
+        f"rows finishing at random over {HIDDEN_STEPS} multi-position appends, then all of "
+        f"them: lengths kept and outputs unchanged (within {TOL}); through decode_step too; "
+        f"in a cache of over {LONG_POSITIONS[0]} positions, finished rows dropped by a "
+        "reorder"
+    )
 
 
 def _check_append(candidate: Candidate) -> None:
@@ -106,16 +110,23 @@ def _check_append(candidate: Candidate) -> None:
         row = divergence.row
         error = divergence.error(TOL)
         if counts is None or counts[row]:
-            raise Fail(f"attend {where}: row {row}, which took a token, differs from the reference "
-                       f"at head {divergence.head} ({error})"
-                       + (f": {UNWRITTEN_SLOTS}" if divergence.nonfinite else ""))
-        why = (f"{UNWRITTEN_SLOTS}; here the NaN past the row's length is the padding given for "
-               "its count-0 position, stored, or memory never written (torch.empty)."
-               if divergence.nonfinite else "did a count-0 append write into its valid positions, "
-               "or does attend read past the row's own length?")
-        raise Fail(f"attend {where}: row {row} has counts 0 (finished), yet its output for the "
-                   f"same query changed ({error}): {why} A row with counts 0 writes nothing and "
-                   "attends over its own lengths[b] positions")
+            raise Fail(
+                f"attend {where}: row {row}, which took a token, differs from the reference "
+                f"at head {divergence.head} ({error})"
+                + (f": {UNWRITTEN_SLOTS}" if divergence.nonfinite else "")
+            )
+        why = (
+            f"{UNWRITTEN_SLOTS}; here the NaN past the row's length is the padding given for "
+            "its count-0 position, stored, or memory never written (torch.empty)."
+            if divergence.nonfinite
+            else "did a count-0 append write into its valid positions, "
+            "or does attend read past the row's own length?"
+        )
+        raise Fail(
+            f"attend {where}: row {row} has counts 0 (finished), yet its output for the "
+            f"same query changed ({error}): {why} A row with counts 0 writes nothing and "
+            "attends over its own lengths[b] positions"
+        )
 
 
 def _check_decode(candidate: Candidate) -> None:
@@ -143,17 +154,22 @@ def _check_decode(candidate: Candidate) -> None:
         for b in range(B):
             n = int(lengths[b])
             if not counts[b] and not torch.equal(keys[b, :, :n], previous[b, :, :n]):
-                raise Fail(f"{where}: row {b} has counts 0 (finished), yet its cached keys "
-                           "changed: a row with counts 0 must write nothing")
+                raise Fail(
+                    f"{where}: row {b} has counts 0 (finished), yet its cached keys "
+                    "changed: a row with counts 0 must write nothing"
+                )
         previous = keys
-    values = _holding(results[states[-1][2]]["values"], lengths,
-                      "cache.values after the last decode_step")
+    values = _holding(
+        results[states[-1][2]]["values"], lengths, "cache.values after the last decode_step"
+    )
     for b in range(B):
         own = torch.stack(tokens[b])[None].double()  # [1, n, d_model]: the tokens row b took
         v = reference.split_heads(own @ weights["wv"].double().T, H)  # [1, H, n, D]
         if first_divergence([values[b : b + 1, :, : len(tokens[b])]], [v], TOL):
-            raise Fail(f"after the last decode_step, row {b}'s cached values are not those of its "
-                       f"own {len(tokens[b])} tokens in order (v = wv(x) of the steps it took)")
+            raise Fail(
+                f"after the last decode_step, row {b}'s cached values are not those of its "
+                f"own {len(tokens[b])} tokens in order (v = wv(x) of the steps it took)"
+            )
 
 
 def _holding(value, lengths: torch.Tensor, what: str) -> torch.Tensor:
@@ -171,11 +187,20 @@ def _require_lengths(state: dict, want: torch.Tensor, counts, where: str) -> Non
         got = got.tolist() if isinstance(got, torch.Tensor) else [got] * B
     if got == want.tolist():
         return
-    grew = (counts is not None and isinstance(got, list) and len(got) == B
-            and all(g > w for g, w, c in zip(got, want.tolist(), counts) if not c))
-    raise Fail(f"{where}: cache.lengths is {got!r}, expected {want.tolist()}"
-               + (": rows with counts 0 grew; counts[b] == 0 means row b takes no position"
-                  if grew and 0 in counts else ""))
+    grew = (
+        counts is not None
+        and isinstance(got, list)
+        and len(got) == B
+        and all(g > w for g, w, c in zip(got, want.tolist(), counts) if not c)
+    )
+    raise Fail(
+        f"{where}: cache.lengths is {got!r}, expected {want.tolist()}"
+        + (
+            ": rows with counts 0 grew; counts[b] == 0 means row b takes no position"
+            if grew and 0 in counts
+            else ""
+        )
+    )
 
 
 def _finishing(g: torch.Generator, B: int, steps: int) -> list[list[int]]:
@@ -194,9 +219,12 @@ def _check_hidden_append(candidate: Candidate) -> None:
     prompt = cases.randint(g, 2, 5)
     going = _finishing(g, B, HIDDEN_STEPS)
     sizes = [cases.randint(g, 1, 4) for _ in going]
-    case = hidden_cases.name(seed, f"{hidden_cases.shape(B, H)}, rows finishing at random "
-                                   "in appends of 1 to 4 positions, then a step with every "
-                                   "row finished")
+    case = hidden_cases.name(
+        seed,
+        f"{hidden_cases.shape(B, H)}, rows finishing at random "
+        "in appends of 1 to 4 positions, then a step with every "
+        "row finished",
+    )
     seq = cases.sequence(g, B, H, H, prompt + sum(sizes), D)
     plan = Plan()
     plan.new("c")
@@ -204,9 +232,12 @@ def _check_hidden_append(candidate: Candidate) -> None:
     lengths, ops = [prompt] * B, []
     for active, t in zip(going, sizes):
         counts = [t * a for a in active]
-        new = {p: cases.padded(torch.stack([seq[p][b, :, n : n + t]
-                                            for b, n in enumerate(lengths)]), counts)
-               for p in "kv"}
+        new = {
+            p: cases.padded(
+                torch.stack([seq[p][b, :, n : n + t] for b, n in enumerate(lengths)]), counts
+            )
+            for p in "kv"
+        }
         plan.append("c", new["k"], new["v"], cases.counts(*counts))
         lengths = [n + c for n, c in zip(lengths, counts)]
         query = torch.stack([seq["q"][b, :, n - 1 : n] for b, n in enumerate(lengths)])
@@ -216,20 +247,31 @@ def _check_hidden_append(candidate: Candidate) -> None:
     for step, (counts, lengths, state, attended) in enumerate(ops, start=1):
         where = f"{case}: append {step}" + (" (every row finished)" if not any(counts) else "")
         if tensor(results[state]["lengths"], f"{where}, cache.lengths").tolist() != lengths:
-            raise Fail(f"{where}: cache.lengths is not what it should be: a row with counts 0 "
-                       "takes no position, the others take their counts")
+            raise Fail(
+                f"{where}: cache.lengths is not what it should be: a row with counts 0 "
+                "takes no position, the others take their counts"
+            )
         out = tensor(results[attended], f"{where}, attend's output")
         require_shape(out, (B, H, 1, D), f"{where}, attend's output")
-        expected = torch.cat([decode_loop.newest({p: x[b : b + 1] for p, x in seq.items()}, n)
-                              for b, n in enumerate(lengths)])
+        expected = torch.cat(
+            [
+                decode_loop.newest({p: x[b : b + 1] for p, x in seq.items()}, n)
+                for b, n in enumerate(lengths)
+            ]
+        )
         divergence = first_divergence([out], [expected], TOL)
         if divergence is not None:
             row = divergence.row
             doing = "has finished" if not counts[row] else "takes positions"
-            raise Fail(f"{where}: row {row}, which {doing}, is not attention over its own "
-                       f"positions ({divergence.error(TOL)}): " + (
-                           UNWRITTEN_SLOTS if divergence.nonfinite else
-                           "a row with counts 0 must write nothing and keep its output"))
+            raise Fail(
+                f"{where}: row {row}, which {doing}, is not attention over its own "
+                f"positions ({divergence.error(TOL)}): "
+                + (
+                    UNWRITTEN_SLOTS
+                    if divergence.nonfinite
+                    else "a row with counts 0 must write nothing and keep its output"
+                )
+            )
 
 
 def _check_hidden_decode(candidate: Candidate) -> None:
@@ -239,8 +281,9 @@ def _check_hidden_decode(candidate: Candidate) -> None:
     g = cases.generator(seed)
     B, H, D, d_model = 4, 2, 8, 16
     going = _finishing(g, B, 6)
-    case = hidden_cases.name(seed, f"decode_step, B={B}, rows finishing at random, then a "
-                                   "step with every row finished")
+    case = hidden_cases.name(
+        seed, f"decode_step, B={B}, rows finishing at random, then a step with every row finished"
+    )
     weights = cases.layer_weights(g, d_model, H, H, D)
     x = cases.randn(g, B, len(going), d_model)
     plan = Plan()
@@ -257,14 +300,18 @@ def _check_hidden_decode(candidate: Candidate) -> None:
     for t, (counts, lengths, state) in enumerate(states):
         where = f"{case}: after decode_step {t}"
         if tensor(results[state]["lengths"], f"{where}, cache.lengths").tolist() != lengths:
-            raise Fail(f"{where}: cache.lengths is not what it should be: a row with counts 0 "
-                       "takes no position")
+            raise Fail(
+                f"{where}: cache.lengths is not what it should be: a row with counts 0 "
+                "takes no position"
+            )
         keys = tensor(results[state]["keys"], f"{where}, cache.keys")
         require_shape(keys, (B, H, max(lengths), D), f"{where}, cache.keys")
         for b, n in enumerate(lengths):
             if not counts[b] and not torch.equal(keys[b, :, :n], previous[b, :, :n]):
-                raise Fail(f"{where}: row {b} has finished (counts 0), yet its cached keys "
-                           "changed: a row with counts 0 must write nothing")
+                raise Fail(
+                    f"{where}: row {b} has finished (counts 0), yet its cached keys "
+                    "changed: a row with counts 0 must write nothing"
+                )
         previous = keys
 
 
@@ -281,43 +328,65 @@ def _check_hidden_long(candidate: Candidate) -> None:
     going = [[int(b not in ends or s < ends[b]) for b in range(B)] for s in range(LONG_STEPS)]
     kept = [b for b in range(B) if b not in ends]
     beam_idx = [*kept, kept[0]]
-    case = hidden_cases.name(seed, f"B={B}, a {sum(chunks)}-position prefix by chunks, rows "
-                                   f"finishing at random, then reorder(cache, {beam_idx})")
+    case = hidden_cases.name(
+        seed,
+        f"B={B}, a {sum(chunks)}-position prefix by chunks, rows "
+        f"finishing at random, then reorder(cache, {beam_idx})",
+    )
     seq = cases.sequence(g, B, H, H, sum(chunks) + LONG_STEPS + 3, D)
     plan = Plan()
     plan.new("c")
     rows, lengths, ops = list(range(B)), [0] * B, []  # rows: the row of `seq` each one continues
-    events = ([("append", [t] * B) for t in chunks] + [("append", c) for c in going]
-              + [("reorder", beam_idx)] + [("append", [1] * len(beam_idx))] * 3)
+    events = (
+        [("append", [t] * B) for t in chunks]
+        + [("append", c) for c in going]
+        + [("reorder", beam_idx)]
+        + [("append", [1] * len(beam_idx))] * 3
+    )
     for kind, arg in events:
         if kind == "reorder":
             plan.reorder("c", torch.tensor(arg))
             rows, lengths = [rows[i] for i in arg], [lengths[i] for i in arg]
             continue
         t = max(arg)
-        new = {p: cases.padded(torch.stack([seq[p][r, :, n : n + t]
-                                            for r, n in zip(rows, lengths)]), arg)
-               for p in "kv"}  # [B', H, t, D], NaN past each row's count
+        new = {
+            p: cases.padded(
+                torch.stack([seq[p][r, :, n : n + t] for r, n in zip(rows, lengths)]), arg
+            )
+            for p in "kv"
+        }  # [B', H, t, D], NaN past each row's count
         plan.append("c", new["k"], new["v"], cases.counts(*arg))
         lengths = [n + c for n, c in zip(lengths, arg)]
         query = torch.stack([seq["q"][r, :, n - 1 : n] for r, n in zip(rows, lengths)])
-        ops.append((arg, list(rows), lengths, plan.state("c", ("lengths",)),
-                    plan.attend("c", query)))
+        ops.append(
+            (arg, list(rows), lengths, plan.state("c", ("lengths",)), plan.attend("c", query))
+        )
     results = hidden_cases.run(candidate, plan, case)
 
     for step, (counts, rows, lengths, state, attended) in enumerate(ops, start=1):
         where = f"{case}: append {step}" + (" (after the reorder)" if len(rows) != B else "")
         if tensor(results[state]["lengths"], f"{where}, cache.lengths").tolist() != lengths:
-            raise Fail(f"{where}: cache.lengths is not what it should be: a row with counts 0 "
-                       "takes no position, and a reorder moves each row's length with it")
+            raise Fail(
+                f"{where}: cache.lengths is not what it should be: a row with counts 0 "
+                "takes no position, and a reorder moves each row's length with it"
+            )
         out = tensor(results[attended], f"{where}, attend's output")
         require_shape(out, (len(rows), H, 1, D), f"{where}, attend's output")
-        expected = torch.cat([decode_loop.newest({p: x[r : r + 1] for p, x in seq.items()}, n)
-                              for r, n in zip(rows, lengths)])
+        expected = torch.cat(
+            [
+                decode_loop.newest({p: x[r : r + 1] for p, x in seq.items()}, n)
+                for r, n in zip(rows, lengths)
+            ]
+        )
         divergence = first_divergence([out], [expected], TOL)
         if divergence is not None:
-            raise Fail(f"{where}: row {divergence.row} is not attention over its own "
-                       f"{lengths[divergence.row]} positions ({divergence.error(TOL)}): " + (
-                           UNWRITTEN_SLOTS if divergence.nonfinite else
-                           "a row with counts 0 writes nothing, and reorder moves every "
-                           "position of a row, the oldest as much as the newest"))
+            raise Fail(
+                f"{where}: row {divergence.row} is not attention over its own "
+                f"{lengths[divergence.row]} positions ({divergence.error(TOL)}): "
+                + (
+                    UNWRITTEN_SLOTS
+                    if divergence.nonfinite
+                    else "a row with counts 0 writes nothing, and reorder moves every "
+                    "position of a row, the oldest as much as the newest"
+                )
+            )

@@ -56,8 +56,10 @@ B, T, D, PROMPT = 2, 7, 8, 3
 LAYERS = {"GQA": (6, 2), "MHA": (2, 2)}  # decode_step: n_heads, n_kv_heads
 D_MODEL, STEPS, BASE = 32, 5, 10000.0
 TOL = TOLERANCE[torch.float32]
-MAPPING = ("the GQA head mapping: which KV head each query head reads (the outputs match "
-           "query head h reading KV head h % Hkv)")
+MAPPING = (
+    "the GQA head mapping: which KV head each query head reads (the outputs match "
+    "query head h reading KV head h % Hkv)"
+)
 
 HIDDEN_LAYOUTS = ((4, 2), (6, 3), (8, 2), (16, 2), (5, 1))  # (Hq, Hkv): groups of 2, 2, 4, 8; MQA
 SINGLE_SEED, LAYER_SEED = 1310, 1320
@@ -83,16 +85,22 @@ def grade(candidate: Candidate) -> str:
     heads, kv_heads = LAYERS["GQA"]
     where = f"decode_step with n_heads={heads}, n_kv_heads={kv_heads}"
     divergence = _decode(candidate, "GQA", where)
-    layouts = (f"{len(PUBLIC)} head layouts (GQA 6/2 and 12/4, MQA, MHA) within {TOL} of full "
-               "attention with expanded heads at every prefix; caches keep kv_heads heads")
+    layouts = (
+        f"{len(PUBLIC)} head layouts (GQA 6/2 and 12/4, MQA, MHA) within {TOL} of full "
+        "attention with expanded heads at every prefix; caches keep kv_heads heads"
+    )
     if divergence is None:
         return f"{layouts}; {where} equals a full forward"
     if _decode(candidate, "MHA", "decode_step with an MHA layer"):
-        return (f"{layouts}. decode_step's outputs are wrong for an MHA layer too, so they are not "
-                "judged here (see rope-absolute)")
-    raise Fail(f"{where}: {divergence}, while an MHA layer decodes right: does decode_step split "
-               "k and v into n_kv_heads heads and let query head h read KV head "
-               "h // (n_heads // n_kv_heads), as attend does?")
+        return (
+            f"{layouts}. decode_step's outputs are wrong for an MHA layer too, so they are not "
+            "judged here (see rope-absolute)"
+        )
+    raise Fail(
+        f"{where}: {divergence}, while an MHA layer decodes right: does decode_step split "
+        "k and v into n_kv_heads heads and let query head h read KV head "
+        "h // (n_heads // n_kv_heads), as attend does?"
+    )
 
 
 def grade_hidden(candidate: Candidate) -> str:
@@ -101,14 +109,22 @@ def grade_hidden(candidate: Candidate) -> str:
             state = _check_attend(candidate, [case])[case.name]
         _require_storage(state, tuple(case.seq["k"].shape), f"{case.name}: at the end")
     _check_hidden_layer(candidate)
-    return (f"{len(HIDDEN_LAYOUTS) + 1} seeded head layouts (group sizes 2 to 8, MQA, B=1, "
-            f"chunked) within {TOL} of attention with expanded heads; caches keep kv_heads "
-            "heads, through decode_step too")
+    return (
+        f"{len(HIDDEN_LAYOUTS) + 1} seeded head layouts (group sizes 2 to 8, MQA, B=1, "
+        f"chunked) within {TOL} of attention with expanded heads; caches keep kv_heads "
+        "heads, through decode_step too"
+    )
 
 
 def _public_cases() -> list[Case]:
-    return [Case(name, cases.sequence(cases.generator(seed), B, Hq, Hkv, T, D),
-                 (PROMPT,) + (1,) * (T - PROMPT)) for name, Hq, Hkv, seed in PUBLIC]
+    return [
+        Case(
+            name,
+            cases.sequence(cases.generator(seed), B, Hq, Hkv, T, D),
+            (PROMPT,) + (1,) * (T - PROMPT),
+        )
+        for name, Hq, Hkv, seed in PUBLIC
+    ]
 
 
 def _hidden_cases() -> list[Case]:
@@ -117,16 +133,20 @@ def _hidden_cases() -> list[Case]:
     for seed, (Hq, Hkv) in enumerate(HIDDEN_LAYOUTS, start=hidden_cases.seed(1300)):
         g = cases.generator(seed)
         b, d = cases.randint(g, 1, 3), cases.choice(g, (4, 8, 16))
-        found.append(_hidden_case(g, seed, b, Hq, Hkv, d,
-                                  cases.chunks(g, cases.randint(g, 6, 15), 5)))
+        found.append(
+            _hidden_case(g, seed, b, Hq, Hkv, d, cases.chunks(g, cases.randint(g, 6, 15), 5))
+        )
     seed = hidden_cases.seed(SINGLE_SEED)
     found.append(_hidden_case(cases.generator(seed), seed, 1, 4, 1, 8, [1, 1, 3]))
     return found
 
 
 def _hidden_case(g, seed: int, b: int, Hq: int, Hkv: int, d: int, appends: list[int]) -> Case:
-    name = hidden_cases.name(seed, f"{hidden_cases.layout(Hq, Hkv)}, B={b}, head_dim {d}, "
-                                   f"{sum(appends)} positions in {len(appends)} appends")
+    name = hidden_cases.name(
+        seed,
+        f"{hidden_cases.layout(Hq, Hkv)}, B={b}, head_dim {d}, "
+        f"{sum(appends)} positions in {len(appends)} appends",
+    )
     return Case(name, cases.sequence(g, b, Hq, Hkv, sum(appends), d), tuple(appends))
 
 
@@ -144,16 +164,29 @@ def _check_attend(candidate: Candidate, batch: list[Case]) -> dict[str, dict]:
     for case in batch:
         seq, (Hq, Hkv) = case.seq, case.heads
         b, _, _, d = seq["q"].shape
-        got = decode_loop.outputs(results, steps[case.name], (b, Hq, 1, d),
-                                  lambda n, _: f"{case.name}: attend's output at step {n}")
+        got = decode_loop.outputs(
+            results,
+            steps[case.name],
+            (b, Hq, 1, d),
+            lambda n, _: f"{case.name}: attend's output at step {n}",
+        )
         group = Hq // Hkv
-        modulo = {"q": seq["q"], "k": seq["k"].repeat(1, group, 1, 1),
-                  "v": seq["v"].repeat(1, group, 1, 1)}  # head h reads h % Hkv
-        require_close(got, decode_loop.expected(seq, steps[case.name]), TOL, case=case.name,
-                      likely={MAPPING: decode_loop.expected(modulo, steps[case.name])},
-                      **decode_loop.numbering(case.appends))
-        _require_kv_heads(results[states[case.name]], Hkv, Hq,
-                          f"{case.name}: after {sum(case.appends)} positions")
+        modulo = {
+            "q": seq["q"],
+            "k": seq["k"].repeat(1, group, 1, 1),
+            "v": seq["v"].repeat(1, group, 1, 1),
+        }  # head h reads h % Hkv
+        require_close(
+            got,
+            decode_loop.expected(seq, steps[case.name]),
+            TOL,
+            case=case.name,
+            likely={MAPPING: decode_loop.expected(modulo, steps[case.name])},
+            **decode_loop.numbering(case.appends),
+        )
+        _require_kv_heads(
+            results[states[case.name]], Hkv, Hq, f"{case.name}: after {sum(case.appends)} positions"
+        )
     return {name: results[index] for name, index in states.items()}
 
 
@@ -179,17 +212,23 @@ def _decode(candidate: Candidate, kind: str, where: str) -> str | None:
         require_shape(out, (B, 1, D_MODEL), f"{where}: output at step {t}")
         got.append(out[:, None])  # [B, 1, 1, d_model]
     divergence = first_divergence(got, [expected[:, None, t : t + 1] for t in range(STEPS)], TOL)
-    return None if divergence is None else (
-        f"output first differs from a full forward at step {divergence.step}, row "
-        f"{divergence.row}: max abs error {divergence.max_abs:.2e} (tolerance {TOL})")
+    return (
+        None
+        if divergence is None
+        else (
+            f"output first differs from a full forward at step {divergence.step}, row "
+            f"{divergence.row}: max abs error {divergence.max_abs:.2e} (tolerance {TOL})"
+        )
+    )
 
 
 def _check_hidden_layer(candidate: Candidate) -> None:
     """decode_step with a GQA layer of 8 query heads on 2, B=1: the cache holds exactly
     [1, 2, steps, head_dim]."""
     seed = hidden_cases.seed(LAYER_SEED)
-    case = hidden_cases.name(seed, f"decode_step with n_heads={LAYER_HEADS}, "
-                                   f"n_kv_heads={LAYER_KV_HEADS}, B=1")
+    case = hidden_cases.name(
+        seed, f"decode_step with n_heads={LAYER_HEADS}, n_kv_heads={LAYER_KV_HEADS}, B=1"
+    )
     g = cases.generator(seed)
     weights = cases.layer_weights(g, LAYER_D_MODEL, LAYER_HEADS, LAYER_KV_HEADS, LAYER_HEAD_DIM)
     x = cases.randn(g, 1, LAYER_STEPS, LAYER_D_MODEL)
@@ -200,8 +239,11 @@ def _check_hidden_layer(candidate: Candidate) -> None:
         plan.decode_step("L", "c", x[:, t : t + 1])
     state = plan.state("c")
     results = hidden_cases.run(candidate, plan, case)
-    _require_storage(results[state], (1, LAYER_KV_HEADS, LAYER_STEPS, LAYER_HEAD_DIM),
-                     f"{case}: after {LAYER_STEPS} steps")
+    _require_storage(
+        results[state],
+        (1, LAYER_KV_HEADS, LAYER_STEPS, LAYER_HEAD_DIM),
+        f"{case}: after {LAYER_STEPS} steps",
+    )
 
 
 def _require_kv_heads(state: dict, kv_heads: int, q_heads: int, where: str) -> None:
@@ -211,10 +253,14 @@ def _require_kv_heads(state: dict, kv_heads: int, q_heads: int, where: str) -> N
         if stored.dim() == 4 and stored.shape[1] == kv_heads:
             continue
         repeated = stored.dim() == 4 and stored.shape[1] == q_heads
-        hint = (": K and V were repeated for the query heads; store kv_heads heads (the memory "
-                "GQA saves) and let each group of query heads read its shared KV head")
-        raise Fail(f"{where}, cache.{name} has shape {list(stored.shape)}, expected "
-                   f"{kv_heads} heads ([B, Hkv, T, D]){hint if repeated else ''}")
+        hint = (
+            ": K and V were repeated for the query heads; store kv_heads heads (the memory "
+            "GQA saves) and let each group of query heads read its shared KV head"
+        )
+        raise Fail(
+            f"{where}, cache.{name} has shape {list(stored.shape)}, expected "
+            f"{kv_heads} heads ([B, Hkv, T, D]){hint if repeated else ''}"
+        )
 
 
 def _require_storage(state: dict, shape: tuple[int, ...], where: str) -> None:
@@ -222,5 +268,7 @@ def _require_storage(state: dict, shape: tuple[int, ...], where: str) -> None:
     for attr in ("keys", "values"):
         stored = tensor(state[attr], f"{where}, cache.{attr}")
         if tuple(stored.shape) != shape:
-            raise Fail(f"{where}: cache.{attr} has shape {list(stored.shape)}, expected "
-                       f"{list(shape)}: store kv_heads heads, never copies for the query heads")
+            raise Fail(
+                f"{where}: cache.{attr} has shape {list(stored.shape)}, expected "
+                f"{list(shape)}: store kv_heads heads, never copies for the query heads"
+            )

@@ -64,9 +64,11 @@ LONG_SEED = 1010
 LONG_CAPACITY, LONG_APPENDS = 1531, (500, 700, 331, 1, 599)  # 1531 exactly, then 2131
 RAGGED_SEED = 1020
 # Keys shorter than lengths claim, with storage no larger: a fixed-size cache that drops writes.
-DROPPED = ("positions appended past the last slot were dropped while lengths still count them? An "
-           "append that does not fit must grow the storage (capacity >= max(lengths) always), "
-           "never lose positions")
+DROPPED = (
+    "positions appended past the last slot were dropped while lengths still count them? An "
+    "append that does not fit must grow the storage (capacity >= max(lengths) always), "
+    "never lose positions"
+)
 
 
 def grade(candidate: Candidate) -> str:
@@ -95,8 +97,10 @@ def grade(candidate: Candidate) -> str:
     state = results[empty]
     for name in ("keys", "values", "lengths"):
         if state[name] is not None:
-            raise Fail(f"KVCache() before any append: cache.{name} is {_describe(state[name])}, "
-                       "expected None")
+            raise Fail(
+                f"KVCache() before any append: cache.{name} is {_describe(state[name])}, "
+                "expected None"
+            )
     if _capacity(state["capacity"], "KVCache() before any append") != 0:
         raise Fail(f"KVCache() before any append: capacity is {state['capacity']}, expected 0")
 
@@ -106,32 +110,48 @@ def grade(candidate: Candidate) -> str:
         capacity = _check(results[index], [total] * 2, where)
         first = capacity if first is None else first
         if total <= REQUESTED and (capacity < REQUESTED or capacity != first):
-            hint = ("" if capacity != total else ": it counts the valid positions, not the "
-                    "allocated slots")
-            raise Fail(f"{where}: capacity is {capacity}, expected {REQUESTED} (KVCache(capacity=N)"
-                       " allocates N slots at the first append and keeps them while they suffice)"
-                       f"{hint}")
+            hint = (
+                ""
+                if capacity != total
+                else ": it counts the valid positions, not the allocated slots"
+            )
+            raise Fail(
+                f"{where}: capacity is {capacity}, expected {REQUESTED} (KVCache(capacity=N)"
+                " allocates N slots at the first append and keeps them while they suffice)"
+                f"{hint}"
+            )
 
     query, k, v = pre["q"][:, :, 2:3], pre["k"][:, :, :3], pre["v"][:, :, :3]
     empty_slots = torch.zeros(2, H, REQUESTED - 3, D)
-    over_capacity = reference.causal_attention(query.expand(-1, -1, REQUESTED, -1),
-                                               torch.cat((k, empty_slots), dim=2),
-                                               torch.cat((v, empty_slots), dim=2))[:, :, -1:]
-    require_close([tensor(results[attended], "attend's output")],
-                  [reference.causal_attention(pre["q"][:, :, :3], k, v)[:, :, 2:3]],
-                  TOLERANCE[torch.float32],
-                  case=f"attend after 3 positions in KVCache(capacity={REQUESTED})",
-                  likely={"which slots attention reads (the output matches every allocated "
-                          "slot's)":
-                          [over_capacity]})
+    over_capacity = reference.causal_attention(
+        query.expand(-1, -1, REQUESTED, -1),
+        torch.cat((k, empty_slots), dim=2),
+        torch.cat((v, empty_slots), dim=2),
+    )[:, :, -1:]
+    require_close(
+        [tensor(results[attended], "attend's output")],
+        [reference.causal_attention(pre["q"][:, :, :3], k, v)[:, :, 2:3]],
+        TOLERANCE[torch.float32],
+        case=f"attend after 3 positions in KVCache(capacity={REQUESTED})",
+        likely={
+            "which slots attention reads (the output matches every allocated slot's)": [
+                over_capacity
+            ]
+        },
+    )
 
     for step, (expected, index) in enumerate(ragged_states):
-        _check(results[index], expected, f"KVCache() after ragged append {step} (counts "
-                                         f"{list(RAGGED[step][1])})")
+        _check(
+            results[index],
+            expected,
+            f"KVCache() after ragged append {step} (counts {list(RAGGED[step][1])})",
+        )
     _check_crossing(results, crossing)
-    return (f"empty cache; KVCache(capacity={REQUESTED}) kept {REQUESTED} slots while they "
-            "sufficed; ragged counts: lengths, capacity and keys' time dimension right every "
-            "step; chunks crossing the capacity part-way kept every position")
+    return (
+        f"empty cache; KVCache(capacity={REQUESTED}) kept {REQUESTED} slots while they "
+        "sufficed; ragged counts: lengths, capacity and keys' time dimension right every "
+        "step; chunks crossing the capacity part-way kept every position"
+    )
 
 
 def grade_hidden(candidate: Candidate) -> str:
@@ -143,9 +163,11 @@ def grade_hidden(candidate: Candidate) -> str:
     g = cases.generator(hidden_cases.seed(LONG_SEED))
     _preallocated(candidate, g, hidden_cases.seed(LONG_SEED), LONG_CAPACITY, LONG_APPENDS)
     _ragged_then_release(candidate)
-    return (f"KVCache(capacity={capacity}) and KVCache(capacity={LONG_CAPACITY}) kept their "
-            f"slots while they sufficed; lengths, capacity and the keys' time dimension right "
-            "after ragged appends and a release of the longest row")
+    return (
+        f"KVCache(capacity={capacity}) and KVCache(capacity={LONG_CAPACITY}) kept their "
+        f"slots while they sufficed; lengths, capacity and the keys' time dimension right "
+        "after ragged appends and a release of the longest row"
+    )
 
 
 def _crossing(plan: Plan) -> list[tuple[str, torch.Tensor, list[tuple[int, int]]]]:
@@ -178,10 +200,12 @@ def _check_crossing(results, crossing) -> None:
             for n, name in enumerate(("keys", "values")):
                 held = tensor(results[index][name], f"cache.{name} {where}")
                 if not torch.equal(held, kv[n, :, :, :total]):
-                    raise Fail(f"{where} (capacity now {capacity}): cache.{name} is not every "
-                               "position appended, in order: an append that crosses the "
-                               "capacity part-way must keep what is stored and write the rest "
-                               "into the grown storage")
+                    raise Fail(
+                        f"{where} (capacity now {capacity}): cache.{name} is not every "
+                        "position appended, in order: an append that crosses the "
+                        "capacity part-way must keep what is stored and write the rest "
+                        "into the grown storage"
+                    )
             previous = total
 
 
@@ -189,22 +213,33 @@ def _check(state: dict, expected: list[int], where: str) -> int:
     """Lengths, capacity >= max(lengths) and keys/values time = max(lengths); returns capacity."""
     lengths = tensor(state["lengths"], f"cache.lengths {where}")
     if lengths.dtype != torch.int64 or lengths.tolist() != expected:
-        raise Fail(f"{where}: cache.lengths is {lengths.tolist()}, {_describe(lengths)}, "
-                   f"expected int64 {expected}")
+        raise Fail(
+            f"{where}: cache.lengths is {lengths.tolist()}, {_describe(lengths)}, "
+            f"expected int64 {expected}"
+        )
     capacity = _capacity(state["capacity"], where)
     for name in ("keys", "values"):
         time = tensor(state[name], f"cache.{name} {where}").shape[2]
         if time < max(expected) and capacity < max(expected):
-            raise Fail(f"{where}: lengths are right, but cache.{name} holds only {time} positions "
-                       f"(capacity {capacity}) where max(lengths) = {max(expected)}: {DROPPED}")
+            raise Fail(
+                f"{where}: lengths are right, but cache.{name} holds only {time} positions "
+                f"(capacity {capacity}) where max(lengths) = {max(expected)}: {DROPPED}"
+            )
         if time != max(expected):
-            hint = (": that is the capacity; keys and values are the valid prefix of the storage"
-                    if time == capacity else "")
-            raise Fail(f"{where}: cache.{name} has time dimension {time}, expected max(lengths) = "
-                       f"{max(expected)}{hint}")
+            hint = (
+                ": that is the capacity; keys and values are the valid prefix of the storage"
+                if time == capacity
+                else ""
+            )
+            raise Fail(
+                f"{where}: cache.{name} has time dimension {time}, expected max(lengths) = "
+                f"{max(expected)}{hint}"
+            )
     if capacity < max(expected):
-        raise Fail(f"{where}: capacity {capacity} is less than max(lengths) = {max(expected)}: "
-                   "capacity counts the allocated time slots")
+        raise Fail(
+            f"{where}: capacity {capacity} is less than max(lengths) = {max(expected)}: "
+            "capacity counts the allocated time slots"
+        )
     return capacity
 
 
@@ -223,8 +258,10 @@ def _describe(value) -> str:
 def _preallocated(candidate: Candidate, g, seed: int, capacity: int, appends) -> None:
     """KVCache(capacity) filled by `appends`: its capacity at least `capacity` and unchanged
     while the rows fit."""
-    case = hidden_cases.name(seed, f"KVCache(capacity={capacity}), {len(appends)} appends "
-                                   f"reaching {sum(appends)} positions")
+    case = hidden_cases.name(
+        seed,
+        f"KVCache(capacity={capacity}), {len(appends)} appends reaching {sum(appends)} positions",
+    )
     seq = cases.sequence(g, 2, H, H, sum(appends), HIDDEN_D)
     plan = Plan()
     plan.new("c", capacity=capacity)
@@ -240,9 +277,11 @@ def _preallocated(candidate: Candidate, g, seed: int, capacity: int, appends) ->
         got = _check_hidden(results[index], [total] * 2, where)
         first = got if first is None else first
         if total <= capacity and (got < capacity or got != first):
-            raise Fail(f"{where}: capacity is {got}, expected at least {capacity} and the same as "
-                       f"after the first append ({first}): KVCache(capacity=N) allocates N slots "
-                       "at the first append and keeps them while they suffice")
+            raise Fail(
+                f"{where}: capacity is {got}, expected at least {capacity} and the same as "
+                f"after the first append ({first}): KVCache(capacity=N) allocates N slots "
+                "at the first append and keeps them while they suffice"
+            )
 
 
 def _ragged_then_release(candidate: Candidate) -> None:
@@ -253,8 +292,9 @@ def _ragged_then_release(candidate: Candidate) -> None:
     longest = cases.randint(g, 0, B - 1)  # takes every position offered, so it stays the longest
     steps = _ragged_steps(g, B, longest)
     lengths = [sum(c[b] for _, c in steps) for b in range(B)]
-    case = hidden_cases.name(seed, f"B={B}, ragged counts, then the longest row released "
-                                   "and grown again")
+    case = hidden_cases.name(
+        seed, f"B={B}, ragged counts, then the longest row released and grown again"
+    )
     seq = cases.sequence(g, B, H, H, sum(t for t, _ in steps) + 3, HIDDEN_D)
     shortest = min(range(B), key=lengths.__getitem__)
     seq["k"][shortest, :, lengths[shortest] - 1] = 0.0  # a real position with an all-zero key
@@ -263,8 +303,9 @@ def _ragged_then_release(candidate: Candidate) -> None:
     plan.new("c")
     checks, done = [], [0] * B
     for step, (t, counts) in enumerate(steps, start=1):
-        chunk = {p: torch.stack([seq[p][b, :, done[b] : done[b] + t] for b in range(B)])
-                 for p in "kv"}
+        chunk = {
+            p: torch.stack([seq[p][b, :, done[b] : done[b] + t] for b in range(B)]) for p in "kv"
+        }
         plan.append("c", chunk["k"], chunk["v"], cases.counts(*counts))
         done = [n + c for n, c in zip(done, counts)]
         checks.append((f"after ragged append {step}", list(done), plan.state("c")))
@@ -273,11 +314,16 @@ def _ragged_then_release(candidate: Candidate) -> None:
     checks.append(("after releasing the longest row", list(done), plan.state("c")))
     for step in range(3):
         counts = [int(b == longest) for b in range(B)]
-        plan.append("c", seq["k"][:, :, step : step + 1], seq["v"][:, :, step : step + 1],
-                    cases.counts(*counts))
+        plan.append(
+            "c",
+            seq["k"][:, :, step : step + 1],
+            seq["v"][:, :, step : step + 1],
+            cases.counts(*counts),
+        )
         done[longest] += 1
-        checks.append((f"after {step + 1} positions in the released row", list(done),
-                       plan.state("c")))
+        checks.append(
+            (f"after {step + 1} positions in the released row", list(done), plan.state("c"))
+        )
     results = hidden_cases.run(candidate, plan, case)
     for when, expected, index in checks:
         _check_hidden(results[index], expected, f"{case}: {when}")
@@ -287,8 +333,7 @@ def _ragged_steps(g: torch.Generator, B: int, longest: int) -> list[tuple[int, l
     """Six appends (t, counts): row `longest` takes every position offered, the others fewer
     (at least one in the first)."""
     first = cases.randint(g, 2, 5)
-    steps = [(first, [first if b == longest else cases.randint(g, 1, first - 1)
-                      for b in range(B)])]
+    steps = [(first, [first if b == longest else cases.randint(g, 1, first - 1) for b in range(B)])]
     for t in [cases.randint(g, 1, 5) for _ in range(5)]:
         steps.append((t, [t if b == longest else cases.randint(g, 0, t) for b in range(B)]))
     return steps
@@ -299,21 +344,32 @@ def _check_hidden(state: dict, expected: list[int], where: str) -> int:
     the capacity."""
     lengths = tensor(state["lengths"], f"{where}, cache.lengths")
     if lengths.dtype != torch.int64 or lengths.tolist() != expected:
-        raise Fail(f"{where}: cache.lengths is not int64 holding each row's count of valid "
-                   "positions (count what was appended, never what the storage holds)")
+        raise Fail(
+            f"{where}: cache.lengths is not int64 holding each row's count of valid "
+            "positions (count what was appended, never what the storage holds)"
+        )
     capacity = state["capacity"]
     is_int = isinstance(capacity, int) and not isinstance(capacity, bool)
     if not is_int or capacity < max(expected):
-        short = is_int and any(tensor(state[attr], f"{where}, cache.{attr}").shape[2]
-                               < max(expected) for attr in ("keys", "values"))
-        raise Fail(f"{where}: " + (
-            "lengths are right, but cache.keys or cache.values hold fewer positions than "
-            f"max(lengths), and capacity is below it too: {DROPPED}" if short else
-            "capacity is not an int >= max(lengths)"))
+        short = is_int and any(
+            tensor(state[attr], f"{where}, cache.{attr}").shape[2] < max(expected)
+            for attr in ("keys", "values")
+        )
+        raise Fail(
+            f"{where}: "
+            + (
+                "lengths are right, but cache.keys or cache.values hold fewer positions than "
+                f"max(lengths), and capacity is below it too: {DROPPED}"
+                if short
+                else "capacity is not an int >= max(lengths)"
+            )
+        )
     for attr in ("keys", "values"):
         time = tensor(state[attr], f"{where}, cache.{attr}").shape[2]
         if time != max(expected):
-            raise Fail(f"{where}: cache.{attr} has time dimension {time}, expected max(lengths) "
-                       f"= {max(expected)}: the valid prefix as it is now, not the largest it has "
-                       "been")
+            raise Fail(
+                f"{where}: cache.{attr} has time dimension {time}, expected max(lengths) "
+                f"= {max(expected)}: the valid prefix as it is now, not the largest it has "
+                "been"
+            )
     return capacity

@@ -69,8 +69,7 @@ HIDDEN_CASES = [  # kind, B, H, T, D, largest chunk
     ("large logits", 2, 2, 24, 32, 4),
     ("ordinary", 1, 2, 300, 128, 16),
 ]
-HIDDEN_SEEDS = {torch.bfloat16: 1700,
-                torch.float16: 1710}
+HIDDEN_SEEDS = {torch.bfloat16: 1700, torch.float16: 1710}
 
 
 def grade(candidate: Candidate) -> str:
@@ -95,16 +94,20 @@ def grade(candidate: Candidate) -> str:
             out = tensor(results[index], what)
             require_shape(out, inputs[dtype, kind]["q"][:, :, :1].shape, what)
             if out.dtype != dtype:
-                raise Fail(f"{what} is {_name(out.dtype)}: return the query's dtype "
-                           f"({_name(dtype)}); compute the scores (q.k and the scale) and the "
-                           "softmax in float32, then cast back")
+                raise Fail(
+                    f"{what} is {_name(out.dtype)}: return the query's dtype "
+                    f"({_name(dtype)}); compute the scores (q.k and the scale) and the "
+                    "softmax in float32, then cast back"
+                )
             got[dtype, kind].append(out)
         for name in ("keys", "values"):
             stored = tensor(results[states[dtype, kind]][name], f"cache.{name} ({_name(dtype)})")
             if stored.dtype != dtype:
-                raise Fail(f"cache.{name} of a {_name(dtype)} cache ({kind}) is "
-                           f"{_name(stored.dtype)}: store the dtype appended (a low-precision "
-                           "cache exists to halve memory); upcast only inside attend")
+                raise Fail(
+                    f"cache.{name} of a {_name(dtype)} cache ({kind}) is "
+                    f"{_name(stored.dtype)}: store the dtype appended (a low-precision "
+                    "cache exists to halve memory); upcast only inside attend"
+                )
 
     for kind in ("ordinary", "large logits"):  # ordinary first: its failures are the plainer ones
         for dtype in SEEDS:
@@ -112,28 +115,38 @@ def grade(candidate: Candidate) -> str:
             full = reference.causal_attention(seq["q"], seq["k"], seq["v"])  # float64
             expected = [full[:, :, t : t + 1] for t in range(full.shape[2])]
             if kind == "ordinary":
-                require_close(got[dtype, kind], expected, TOLERANCE[dtype],
-                              case=f"{_name(dtype)} cache, {kind}")
+                require_close(
+                    got[dtype, kind],
+                    expected,
+                    TOLERANCE[dtype],
+                    case=f"{_name(dtype)} cache, {kind}",
+                )
                 continue
             _require_finite(got[dtype, kind], _name(dtype))
             divergence = first_divergence(got[dtype, kind], expected, LARGE_LOGIT_TOLERANCE)
             if divergence:
-                raise Fail(f"{_name(dtype)} cache, large logits: {divergence.describe()} "
-                           f"(tolerance {LARGE_LOGIT_TOLERANCE}), while ordinary logits are right: "
-                           f"are the scores rounded to {_name(dtype)} before the softmax? Compute "
-                           "q.k, the scale and the softmax in float32")
-    return (f"bf16 and fp16 caches keep their dtype and answer in the query's; every prefix within "
-            f"{TOLERANCE[torch.bfloat16]} (bf16), {TOLERANCE[torch.float16]} (fp16) of the float64 "
-            f"reference, and finite within {LARGE_LOGIT_TOLERANCE} with logits near {LOGIT:.0f}")
+                raise Fail(
+                    f"{_name(dtype)} cache, large logits: {divergence.describe()} "
+                    f"(tolerance {LARGE_LOGIT_TOLERANCE}), while ordinary logits are right: "
+                    f"are the scores rounded to {_name(dtype)} before the softmax? Compute "
+                    "q.k, the scale and the softmax in float32"
+                )
+    return (
+        f"bf16 and fp16 caches keep their dtype and answer in the query's; every prefix within "
+        f"{TOLERANCE[torch.bfloat16]} (bf16), {TOLERANCE[torch.float16]} (fp16) of the float64 "
+        f"reference, and finite within {LARGE_LOGIT_TOLERANCE} with logits near {LOGIT:.0f}"
+    )
 
 
 def grade_hidden(candidate: Candidate) -> str:
     for dtype, seed in HIDDEN_SEEDS.items():
         for i, case in enumerate(HIDDEN_CASES):
             _check_hidden(candidate, hidden_cases.seed(seed + i), dtype, *case)
-    return (f"bf16 and fp16: logits near {LOGIT:.0f} at head_dim 32, and 300 positions at head_dim "
-            "128, appended in chunks: outputs in the query's dtype within the public tolerances, "
-            "caches in their own dtype")
+    return (
+        f"bf16 and fp16: logits near {LOGIT:.0f} at head_dim 32, and 300 positions at head_dim "
+        "128, appended in chunks: outputs in the query's dtype within the public tolerances, "
+        "caches in their own dtype"
+    )
 
 
 def _case_inputs() -> dict[tuple[torch.dtype, str], dict[str, torch.Tensor]]:
@@ -142,8 +155,9 @@ def _case_inputs() -> dict[tuple[torch.dtype, str], dict[str, torch.Tensor]]:
     for dtype, seed in SEEDS.items():
         g = cases.generator(seed)
         inputs[dtype, "ordinary"] = cases.sequence(g, B, H, H, T, D, dtype=dtype)
-        inputs[dtype, "large logits"] = cases.large_logits(g, B, LARGE_H, LARGE_T, D, LOGIT,
-                                                           SPREAD, dtype)
+        inputs[dtype, "large logits"] = cases.large_logits(
+            g, B, LARGE_H, LARGE_T, D, LOGIT, SPREAD, dtype
+        )
     return inputs
 
 
@@ -154,24 +168,37 @@ def _name(dtype: torch.dtype) -> str:
 def _require_finite(outputs: list[torch.Tensor], dname: str) -> None:
     for step, out in enumerate(outputs):
         if not torch.isfinite(out).all():
-            raise Fail(f"{dname} cache, large logits: outputs are not finite at step {step}. The "
-                       f"logits are near {LOGIT:.0f}: q.k (near {LOGIT * math.sqrt(D):.0f}) "
-                       "overflows fp16, whose largest value is 65504, and exp overflows unless "
-                       "each row's maximum is subtracted first: compute scores and softmax in "
-                       "float32, stably")
+            raise Fail(
+                f"{dname} cache, large logits: outputs are not finite at step {step}. The "
+                f"logits are near {LOGIT:.0f}: q.k (near {LOGIT * math.sqrt(D):.0f}) "
+                "overflows fp16, whose largest value is 65504, and exp overflows unless "
+                "each row's maximum is subtracted first: compute scores and softmax in "
+                "float32, stably"
+            )
 
 
-def _check_hidden(candidate: Candidate, seed: int, dtype: torch.dtype, kind: str, B: int, H: int,
-                  T: int, D: int, most: int) -> None:
+def _check_hidden(
+    candidate: Candidate,
+    seed: int,
+    dtype: torch.dtype,
+    kind: str,
+    B: int,
+    H: int,
+    T: int,
+    D: int,
+    most: int,
+) -> None:
     """One hidden case decoded in chunks of up to `most`: the cache's dtype, the outputs' dtype,
     and every output within the public tolerance of `kind`."""
     dname = _name(dtype)
     case = hidden_cases.name(seed, f"{dname} cache, {kind}, head_dim {D}, {T} positions in chunks")
     g = cases.generator(seed)
     appends = cases.chunks(g, T, most)
-    seq = (cases.large_logits(g, B, H, T, D, LOGIT, SPREAD, dtype, sideways=SIDEWAYS)
-           if kind == "large logits" else
-           {part: x.to(dtype) for part, x in cases.sequence(g, B, H, H, T, D).items()})
+    seq = (
+        cases.large_logits(g, B, H, T, D, LOGIT, SPREAD, dtype, sideways=SIDEWAYS)
+        if kind == "large logits"
+        else {part: x.to(dtype) for part, x in cases.sequence(g, B, H, H, T, D).items()}
+    )
     plan = Plan()
     plan.new("c")
     steps = decode_loop.append_and_attend(plan, seq, appends)
@@ -181,22 +208,46 @@ def _check_hidden(candidate: Candidate, seed: int, dtype: torch.dtype, kind: str
     for attr in ("keys", "values"):
         stored = tensor(results[state][attr], f"{case}: cache.{attr}")
         if stored.dtype != dtype:
-            raise Fail(f"{case}: cache.{attr} is {_name(stored.dtype)}: store the dtype appended; "
-                       "upcast only inside attend")
-    got = decode_loop.outputs(results, steps, (B, H, 1, D), lambda n, step: (
-        f"{case}: attend's output at prefix length {step.end}"))
+            raise Fail(
+                f"{case}: cache.{attr} is {_name(stored.dtype)}: store the dtype appended; "
+                "upcast only inside attend"
+            )
+    got = decode_loop.outputs(
+        results,
+        steps,
+        (B, H, 1, D),
+        lambda n, step: f"{case}: attend's output at prefix length {step.end}",
+    )
     for out, step in zip(got, steps):
         if out.dtype != dtype:
-            raise Fail(f"{case}: attend's output at prefix length {step.end} is "
-                       f"{_name(out.dtype)}: return the query's dtype ({dname})")
+            raise Fail(
+                f"{case}: attend's output at prefix length {step.end} is "
+                f"{_name(out.dtype)}: return the query's dtype ({dname})"
+            )
     tol = LARGE_LOGIT_TOLERANCE if kind == "large logits" else TOLERANCE[dtype]
-    overflow = ({"nonfinite_cause": f"did q.k, the scale or the softmax overflow in {dname}? "
-                                    "Compute them in float32, stably"}
-                if kind == "large logits" else {})
+    overflow = (
+        {
+            "nonfinite_cause": f"did q.k, the scale or the softmax overflow in {dname}? "
+            "Compute them in float32, stably"
+        }
+        if kind == "large logits"
+        else {}
+    )
     try:
-        require_close(got, decode_loop.expected(seq, steps), tol, case=case, step_name="append",
-                      first_step=1, **overflow)
+        require_close(
+            got,
+            decode_loop.expected(seq, steps),
+            tol,
+            case=case,
+            step_name="append",
+            first_step=1,
+            **overflow,
+        )
     except Fail as exc:
-        hint = (f". Only large logits go wrong: is anything (the scores, the scaled query) rounded "
-                f"to {dname} before the float32 softmax?" if kind == "large logits" else "")
+        hint = (
+            f". Only large logits go wrong: is anything (the scores, the scaled query) rounded "
+            f"to {dname} before the float32 softmax?"
+            if kind == "large logits"
+            else ""
+        )
         raise Fail(f"{exc}{hint}") from None

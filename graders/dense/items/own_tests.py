@@ -65,8 +65,9 @@ _LAST_RUNS: dict[str, _Runs] = {}  # by the test file's path
 
 def grade(candidate: Candidate) -> str:
     if candidate.tests is None:
-        raise NotAttempted("no test file: write test_kv_cache.py beside your implementation "
-                           "(or pass --tests FILE)")
+        raise NotAttempted(
+            "no test file: write test_kv_cache.py beside your implementation (or pass --tests FILE)"
+        )
     tests = candidate.tests.read_bytes()
     if tests == STARTER_TESTS.read_bytes():
         raise NotAttempted("the test file is still the starter's example: write your own tests")
@@ -79,28 +80,39 @@ def grade(candidate: Candidate) -> str:
         raise Fail("no test ran: the file collects no tests (names must start with test_)")
     if on_reference["exit_code"] != 0:
         failure = on_reference["first_failure"]
-        raise Fail(f"your tests fail on the reference solution, so they cannot judge others: "
-                   f"{failure or 'pytest exit code ' + str(on_reference['exit_code'])}"
-                   f"{unseen_beside(failure or '', str(candidate.tests))}")
+        raise Fail(
+            f"your tests fail on the reference solution, so they cannot judge others: "
+            f"{failure or 'pytest exit code ' + str(on_reference['exit_code'])}"
+            f"{unseen_beside(failure or '', str(candidate.tests))}"
+        )
     on_disguise = _outcome(replies[1], "on a correct implementation")
     if on_disguise["exit_code"] != 0:
         failure = on_disguise["first_failure"] or f"pytest exit code {on_disguise['exit_code']}"
-        raise Fail("your tests fail a correct implementation (the reference with other private "
-                   "names, order and layout: tests must judge what the code computes, not "
-                   f"recognise the reference): {failure}")
+        raise Fail(
+            "your tests fail a correct implementation (the reference with other private "
+            "names, order and layout: tests must judge what the code computes, not "
+            f"recognise the reference): {failure}"
+        )
 
     caught = [m.name for m, r in zip(MISTAKES, replies[2:]) if not _passed(r)]
     missed = [m for m in MISTAKES if m.name not in caught]
     by_value = [name for name in caught if name not in SHAPE_MISTAKES]
-    candidate.tell("shape-only-tests", not by_value,
-                   f"the tests caught {len(caught)} of {len(MISTAKES)} bundled mistakes, "
-                   f"{len(by_value)} of them with the right output shape")
+    candidate.tell(
+        "shape-only-tests",
+        not by_value,
+        f"the tests caught {len(caught)} of {len(MISTAKES)} bundled mistakes, "
+        f"{len(by_value)} of them with the right output shape",
+    )
     if missed:
-        raise Fail(f"your tests pass on {len(missed)} of {len(MISTAKES)} bundled wrong "
-                   f"implementations: missed {', '.join(m.description for m in missed)}; "
-                   f"caught {', '.join(caught) or 'none'}")
-    return (f"{on_reference['passed']} tests pass on the reference and catch all "
-            f"{len(MISTAKES)} bundled mistakes ({', '.join(caught)})")
+        raise Fail(
+            f"your tests pass on {len(missed)} of {len(MISTAKES)} bundled wrong "
+            f"implementations: missed {', '.join(m.description for m in missed)}; "
+            f"caught {', '.join(caught) or 'none'}"
+        )
+    return (
+        f"{on_reference['passed']} tests pass on the reference and catch all "
+        f"{len(MISTAKES)} bundled mistakes ({', '.join(caught)})"
+    )
 
 
 def implementations(seed: int) -> list[dict]:
@@ -111,7 +123,8 @@ def implementations(seed: int) -> list[dict]:
     reference = mutation.REFERENCE.read_text()
     return [{"source": reference, "file": REFERENCE_FILE}] + [
         {"source": source, "file": f"/tmp/{draw.getrandbits(40):010x}/kv_cache.py"}
-        for source in _disguised(reference, seed)]
+        for source in _disguised(reference, seed)
+    ]
 
 
 @lru_cache(maxsize=4)
@@ -147,8 +160,7 @@ def _runs(candidate: Candidate, tests: bytes, against: list[dict]) -> list[Reply
             replies[i] = reply
     except WorkerUnavailable as exc:
         raise CandidateError(f"the tests could not be run: {exc.reason}") from None
-    read = {reply.body.get("tests_sha256") if reply.status == "done" else None
-            for reply in replies}
+    read = {reply.body.get("tests_sha256") if reply.status == "done" else None for reply in replies}
     if len(read) == 1 and None not in read:  # every run ended, all on the same bytes
         _LAST_RUNS[path] = _Runs(read.pop(), digest, replies)
     return replies

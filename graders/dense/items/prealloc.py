@@ -110,8 +110,10 @@ class Run(NamedTuple):
     def __str__(self) -> str:
         how = "single-token appends" if self.t == 1 else f"positions in appends of {self.t}"
         cache = "KVCache()" if self.capacity is None else f"KVCache(capacity={self.capacity})"
-        return (f"{self.positions} {how} to {cache} "
-                f"({hidden_cases.shape(self.B, self.Hkv, self.D, 'kv head')})")
+        return (
+            f"{self.positions} {how} to {cache} "
+            f"({hidden_cases.shape(self.B, self.Hkv, self.D, 'kv head')})"
+        )
 
 
 class Measured(NamedTuple):
@@ -132,8 +134,11 @@ class Measured(NamedTuple):
         """The appends of the last half that reallocated: allocated at least 1/SHARE of the
         bytes of the K+V the cache then held."""
         run = self.run
-        return [i for i in range(run.appends // 2, run.appends)
-                if self.allocated[i] * SHARE >= (i + 1) * run.t * run.position_bytes]
+        return [
+            i
+            for i in range(run.appends // 2, run.appends)
+            if self.allocated[i] * SHARE >= (i + 1) * run.t * run.position_bytes
+        ]
 
     def kept(self, i: int) -> int:
         """Bytes held after append i: what is still alive of what the appends allocated, and at
@@ -149,8 +154,10 @@ class Measured(NamedTuple):
     def per_position(self) -> tuple[float, float]:
         """Bytes held per position after n / STEP positions and after n."""
         early, last = self.run.appends // STEP - 1, self.run.appends - 1
-        return (self.kept(early) / ((early + 1) * self.run.t),
-                self.kept(last) / ((last + 1) * self.run.t))
+        return (
+            self.kept(early) / ((early + 1) * self.run.t),
+            self.kept(last) / ((last + 1) * self.run.t),
+        )
 
 
 SINGLE = Run(appends=256, t=1, B=2, Hkv=2, D=128)
@@ -171,13 +178,20 @@ def hidden_run(seed: int) -> Run:
 def grade(candidate: Candidate) -> str:
     single = _measure(candidate, SINGLE, SINGLE_SEED, str(SINGLE))
     every_step = len(single.events) >= EVERY_STEP
-    candidate.tell("concat-every-step", every_step, f"{_said(single)} {REALLOCATION}"
-                   if every_step else "append does not reallocate the storage at every step")
+    candidate.tell(
+        "concat-every-step",
+        every_step,
+        f"{_said(single)} {REALLOCATION}"
+        if every_step
+        else "append does not reallocate the storage at every step",
+    )
     _lengths(single)
     if every_step:
-        raise Fail(f"{_said(single, details=True)}: the storage is copied into a new one at every "
-                   "append, O(n^2) bytes for n tokens. Likely mistake: how append makes room for "
-                   "new positions")
+        raise Fail(
+            f"{_said(single, details=True)}: the storage is copied into a new one at every "
+            "append, O(n^2) bytes for n tokens. Likely mistake: how append makes room for "
+            "new positions"
+        )
     _judge(single)
     measured = [single]
     for run, seed in ((SHORT, SHORT_SEED), (LONG, LONG_SEED)):  # SHORT first: O(n^2) storage
@@ -206,8 +220,10 @@ def _measure(candidate: Candidate, run: Run, seed: int, label: str) -> Measured:
     k, v = cases.randn(g, run.B, run.Hkv, n, run.D), cases.randn(g, run.B, run.Hkv, n, run.D)
     plan = Plan()
     plan.new("c", capacity=run.capacity)
-    appends = [plan.append("c", k[:, :, i * t : (i + 1) * t], v[:, :, i * t : (i + 1) * t],
-                           measure=True) for i in range(run.appends)]
+    appends = [
+        plan.append("c", k[:, :, i * t : (i + 1) * t], v[:, :, i * t : (i + 1) * t], measure=True)
+        for i in range(run.appends)
+    ]
     state = plan.state("c", names=("lengths",))  # not the keys and values: MiBs
     results = candidate.run(plan)
     groups: dict[tuple, int] = {}  # (dtype, shape, bytes each) -> count, over the whole run
@@ -215,10 +231,14 @@ def _measure(candidate: Candidate, run: Run, seed: int, label: str) -> Measured:
         for dtype, shape, count, each in results[i]["largest"]:
             groups[dtype, tuple(shape), each] = groups.get((dtype, tuple(shape), each), 0) + count
     largest = sorted(groups.items(), key=lambda group: (-group[0][2], -group[1]))[:LARGEST]
-    return Measured(run, label, [results[i]["bytes"] for i in appends],
-                    [results[i]["held"] for i in appends],
-                    [[dtype, list(shape), count, each] for (dtype, shape, each), count in largest],
-                    results[state])
+    return Measured(
+        run,
+        label,
+        [results[i]["bytes"] for i in appends],
+        [results[i]["held"] for i in appends],
+        [[dtype, list(shape), count, each] for (dtype, shape, each), count in largest],
+        results[state],
+    )
 
 
 def _lengths(measured: Measured) -> None:
@@ -227,34 +247,44 @@ def _lengths(measured: Measured) -> None:
     lengths = measured.state["lengths"]  # its type is append-time-dim's business
     held = lengths.tolist() if isinstance(lengths, torch.Tensor) else lengths
     if held not in ([run.positions] * run.B, run.positions):
-        raise Fail(f"{measured.label}: cache.lengths at the end is {held!r}, expected "
-                   f"{[run.positions] * run.B}: allocation is judged on a cache that holds every "
-                   "position")
+        raise Fail(
+            f"{measured.label}: cache.lengths at the end is {held!r}, expected "
+            f"{[run.positions] * run.B}: allocation is judged on a cache that holds every "
+            "position"
+        )
 
 
 def _judge(measured: Measured) -> None:
     run = measured.run
     if len(measured.events) > MAX_EVENTS:
-        raise Fail(f"{_said(measured, details=True)}. Growth by a factor r reallocates at most "
-                   f"{MAX_EVENTS} times in the last half of a run (log_r(2): doubling once, 1.5x "
-                   "twice, 1.25x 3 or 4 times), growth by a constant s slots about n/(2s) times. "
-                   "Likely mistake: how much append grows the storage by")
+        raise Fail(
+            f"{_said(measured, details=True)}. Growth by a factor r reallocates at most "
+            f"{MAX_EVENTS} times in the last half of a run (log_r(2): doubling once, 1.5x "
+            "twice, 1.25x 3 or 4 times), growth by a constant s slots about n/(2s) times. "
+            "Likely mistake: how much append grows the storage by"
+        )
     if measured.ratio > MAX_RATIO:
-        raise Fail(f"{_said(measured, details=True)}. At most {MAX_RATIO:g}x: growth by a factor "
-                   "r allocates about r/(r-1) times what it keeps (doubling 2x, 1.25x 5x), plus "
-                   "the writes; more is more than O(1) amortised bytes per position")
+        raise Fail(
+            f"{_said(measured, details=True)}. At most {MAX_RATIO:g}x: growth by a factor "
+            "r allocates about r/(r-1) times what it keeps (doubling 2x, 1.25x 5x), plus "
+            "the writes; more is more than O(1) amortised bytes per position"
+        )
     early, last = measured.per_position
     if last > MAX_GROWTH * early:
-        raise Fail(f"{_said(measured, details=True)}. The storage held per position grew "
-                   f"{last / early:.1f}x from {run.positions // STEP} to {run.positions} positions "
-                   f"({_bytes(early)} to {_bytes(last)} a position), at most {MAX_GROWTH:g}x "
-                   "allowed (geometric growth stays within its factor): storage that grows faster "
-                   "than the positions it holds, like a [capacity, capacity] mask, is O(n^2) bytes "
-                   "for n positions")
+        raise Fail(
+            f"{_said(measured, details=True)}. The storage held per position grew "
+            f"{last / early:.1f}x from {run.positions // STEP} to {run.positions} positions "
+            f"({_bytes(early)} to {_bytes(last)} a position), at most {MAX_GROWTH:g}x "
+            "allowed (geometric growth stays within its factor): storage that grows faster "
+            "than the positions it holds, like a [capacity, capacity] mask, is O(n^2) bytes "
+            "for n positions"
+        )
 
 
-REALLOCATION = (f"(a reallocation: an append that allocated at least 1/{SHARE} of the bytes of the "
-                "K+V it then held)")
+REALLOCATION = (
+    f"(a reallocation: an append that allocated at least 1/{SHARE} of the bytes of the "
+    "K+V it then held)"
+)
 
 
 def _said(measured: Measured, details: bool = False) -> str:
@@ -262,14 +292,20 @@ def _said(measured: Measured, details: bool = False) -> str:
     allocations."""
     run, events = measured.run, len(measured.events)
     half = run.appends - run.appends // 2
-    said = (f"{measured.label}: {events} reallocation{'s' if events != 1 else ''} in the last "
-            f"{half} appends (positions {run.positions - half * run.t + 1} to {run.positions}); "
-            f"all appends allocated {measured.ratio:.1f}x the "
-            f"{_bytes(measured.kept(run.appends - 1))} the cache holds at the end")
+    said = (
+        f"{measured.label}: {events} reallocation{'s' if events != 1 else ''} in the last "
+        f"{half} appends (positions {run.positions - half * run.t + 1} to {run.positions}); "
+        f"all appends allocated {measured.ratio:.1f}x the "
+        f"{_bytes(measured.kept(run.appends - 1))} the cache holds at the end"
+    )
     if details:
-        said += f" {REALLOCATION}; the largest allocations: " + (", ".join(
-            f"{count} x {dtype} {shape} ({_bytes(each)} each)"
-            for dtype, shape, count, each in measured.largest) or "none")
+        said += f" {REALLOCATION}; the largest allocations: " + (
+            ", ".join(
+                f"{count} x {dtype} {shape} ({_bytes(each)} each)"
+                for dtype, shape, count, each in measured.largest
+            )
+            or "none"
+        )
     return said
 
 

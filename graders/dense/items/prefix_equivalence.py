@@ -71,16 +71,24 @@ def grade_hidden(candidate: Candidate) -> str:
     for case in _hidden_cases():
         with hidden_cases.labelled(case.name):
             _check(candidate, case)
-    return (f"{len(HIDDEN_SEEDS) + 2} seeded cases (chunked, non-contiguous, preallocated, "
-            f"{sum(LONG_APPENDS)} positions): every prefix within {TOL} of full causal "
-            "attention")
+    return (
+        f"{len(HIDDEN_SEEDS) + 2} seeded cases (chunked, non-contiguous, preallocated, "
+        f"{sum(LONG_APPENDS)} positions): every prefix within {TOL} of full causal "
+        "attention"
+    )
 
 
 def _public_cases() -> list[Case]:
     """A prompt, then one token at a time."""
-    return [Case(name, cases.sequence(cases.generator(seed), B, H, H, total, D),
-                 (prompt,) + (1,) * (total - prompt), capacity)
-            for seed, (name, capacity, prompt, total) in enumerate(PUBLIC)]
+    return [
+        Case(
+            name,
+            cases.sequence(cases.generator(seed), B, H, H, total, D),
+            (prompt,) + (1,) * (total - prompt),
+            capacity,
+        )
+        for seed, (name, capacity, prompt, total) in enumerate(PUBLIC)
+    ]
 
 
 def _hidden_cases() -> list[Case]:
@@ -91,22 +99,46 @@ def _hidden_cases() -> list[Case]:
         b, h, d = cases.randint(g, 1, 3), cases.randint(g, 1, 4), cases.choice(g, (8, 16, 32))
         prompt = cases.randint(g, 1, 8)
         appends = (prompt, *cases.chunks(g, cases.randint(g, 20, 40), 6))
-        found.append(Case(hidden_cases.name(seed, f"{hidden_cases.shape(b, h, d)}, a prompt then "
-                                                  "chunks, every other one non-contiguous"),
-                          cases.sequence(g, b, h, h, sum(appends), d), appends,
-                          noncontiguous=True))
+        found.append(
+            Case(
+                hidden_cases.name(
+                    seed,
+                    f"{hidden_cases.shape(b, h, d)}, a prompt then "
+                    "chunks, every other one non-contiguous",
+                ),
+                cases.sequence(g, b, h, h, sum(appends), d),
+                appends,
+                noncontiguous=True,
+            )
+        )
     g = cases.generator(hidden_cases.seed(CAPACITY_SEED))
     capacity = cases.choice(g, (11, 13, 19, 23))
     appends = tuple(cases.chunks(g, 3 * capacity, 7))
-    found.append(Case(hidden_cases.name(hidden_cases.seed(CAPACITY_SEED), f"KVCache(capacity={capacity}), chunks "
-                                                                          "that cross the capacity"),
-                      cases.sequence(g, 2, 2, 2, sum(appends), 16), appends, capacity,
-                      noncontiguous=True))
+    found.append(
+        Case(
+            hidden_cases.name(
+                hidden_cases.seed(CAPACITY_SEED),
+                f"KVCache(capacity={capacity}), chunks that cross the capacity",
+            ),
+            cases.sequence(g, 2, 2, 2, sum(appends), 16),
+            appends,
+            capacity,
+            noncontiguous=True,
+        )
+    )
     g = cases.generator(hidden_cases.seed(LONG_SEED))
-    found.append(Case(hidden_cases.name(hidden_cases.seed(LONG_SEED), f"a long cache: {sum(LONG_APPENDS)} positions, "
-                                                                      f"appends of up to {max(LONG_APPENDS)}"),
-                      cases.sequence(g, 1, 2, 2, sum(LONG_APPENDS), 8), LONG_APPENDS,
-                      noncontiguous=True))
+    found.append(
+        Case(
+            hidden_cases.name(
+                hidden_cases.seed(LONG_SEED),
+                f"a long cache: {sum(LONG_APPENDS)} positions, "
+                f"appends of up to {max(LONG_APPENDS)}",
+            ),
+            cases.sequence(g, 1, 2, 2, sum(LONG_APPENDS), 8),
+            LONG_APPENDS,
+            noncontiguous=True,
+        )
+    )
     return found
 
 
@@ -114,14 +146,22 @@ def _check(candidate: Candidate, case: Case) -> None:
     """Decode the case; Fail unless every step's output is within TOL of full attention."""
     plan = Plan()
     plan.new("c", capacity=case.capacity)
-    steps = decode_loop.append_and_attend(plan, case.seq, case.appends,
-                                          noncontiguous=case.noncontiguous)
+    steps = decode_loop.append_and_attend(
+        plan, case.seq, case.appends, noncontiguous=case.noncontiguous
+    )
     results = candidate.run(plan)
     b, h, _, d = case.seq["q"].shape
-    got = decode_loop.outputs(results, steps, (b, h, 1, d),
-                              lambda n, _: f"attend's output at step {n}")
-    require_close(got, decode_loop.expected(case.seq, steps), TOL, case=case.name,
-                  likely=_likely_mistakes(case.seq, steps), **decode_loop.numbering(case.appends))
+    got = decode_loop.outputs(
+        results, steps, (b, h, 1, d), lambda n, _: f"attend's output at step {n}"
+    )
+    require_close(
+        got,
+        decode_loop.expected(case.seq, steps),
+        TOL,
+        case=case.name,
+        likely=_likely_mistakes(case.seq, steps),
+        **decode_loop.numbering(case.appends),
+    )
 
 
 def _likely_mistakes(seq: dict, steps: list[decode_loop.Step]) -> dict[str, list[torch.Tensor]]:
@@ -136,8 +176,10 @@ def _likely_mistakes(seq: dict, steps: list[decode_loop.Step]) -> dict[str, list
         "the scores' scale (the outputs match larger scores)": scaled(root),
         "the scores' scale (the outputs match smaller scores)": scaled(1 / root),
         "which positions attention reads (the output is the newest position's value alone)": [
-            v[:, :, s.end - 1 : s.end] for s in steps],
+            v[:, :, s.end - 1 : s.end] for s in steps
+        ],
         "the softmax's axis (the output weighs every cached position by 1)": [
-            v[:, :, : s.end].sum(dim=2, keepdim=True) for s in steps],
+            v[:, :, : s.end].sum(dim=2, keepdim=True) for s in steps
+        ],
         SDPA_IS_CAUSAL: [v[:, :, :1] for _ in steps],
     }

@@ -35,7 +35,13 @@ from graders.shared import cases, hidden_cases, reference
 
 from graders.dense import decode_loop
 from graders.judge.candidate import Candidate
-from graders.shared.compare import TOLERANCE, UNWRITTEN_SLOTS, close, first_divergence, require_shape
+from graders.shared.compare import (
+    TOLERANCE,
+    UNWRITTEN_SLOTS,
+    close,
+    first_divergence,
+    require_shape,
+)
 from graders.shared.plans import Fail, Plan, tensor
 
 ITEM = "ragged-batch"
@@ -51,10 +57,13 @@ STEPS = [  # (t, counts)
 ]
 ZERO_KEY = (2, 2)  # (row, position): the last of row 2's 3 prompt positions has an all-zero key
 TOL = TOLERANCE[torch.float32]
-NAN_PAST_LENGTH = (f"{UNWRITTEN_SLOTS}; here the NaN past a row's length is the padding past "
-                   "counts[b], stored, or memory never written (torch.empty)")
-ZERO_KEY_LEFT_OUT = ("a real position whose key is all zeros was left out: where a slot's "
-                     "validity is read from")
+NAN_PAST_LENGTH = (
+    f"{UNWRITTEN_SLOTS}; here the NaN past a row's length is the padding past "
+    "counts[b], stored, or memory never written (torch.empty)"
+)
+ZERO_KEY_LEFT_OUT = (
+    "a real position whose key is all zeros was left out: where a slot's validity is read from"
+)
 HIDDEN_CASES = [  # seed, largest t after the prompt
     (800, 6),
     (801, 30),
@@ -70,9 +79,13 @@ def grade(candidate: Candidate) -> str:
     plan.new("c")
     ops, expected, lengths = [], [], [0] * B
     for t, counts in STEPS:
-        new = {part: cases.padded(torch.stack([seq[part][b, :, lengths[b] : lengths[b] + t]
-                                               for b in rows]), list(counts))
-               for part in ("k", "v")}  # [B, H, t, D], NaN past counts[b]
+        new = {
+            part: cases.padded(
+                torch.stack([seq[part][b, :, lengths[b] : lengths[b] + t] for b in rows]),
+                list(counts),
+            )
+            for part in ("k", "v")
+        }  # [B, H, t, D], NaN past counts[b]
         plan.append("c", new["k"], new["v"], cases.counts(*counts))
         previous, lengths = lengths, [n + c for n, c in zip(lengths, counts)]
         query = torch.stack([seq["q"][b, :, n - 1 : n] for b, n in zip(rows, lengths)])
@@ -86,23 +99,30 @@ def grade(candidate: Candidate) -> str:
         found = tensor(results[state]["lengths"], f"cache.lengths after {where}")
         if found.dtype != torch.int64 or found.tolist() != lengths:
             ignored = found.tolist() == [n + t for n in previous]
-            hint = (". Likely mistake: how append uses counts (every row grew by t)" if ignored
-                    else "")
-            raise Fail(f"cache.lengths after {where} is {str(found.dtype).removeprefix('torch.')} "
-                       f"{found.tolist()}, expected int64 {lengths}{hint}")
+            hint = (
+                ". Likely mistake: how append uses counts (every row grew by t)" if ignored else ""
+            )
+            raise Fail(
+                f"cache.lengths after {where} is {str(found.dtype).removeprefix('torch.')} "
+                f"{found.tolist()}, expected int64 {lengths}{hint}"
+            )
         got.append(tensor(results[attended], f"attend's output after {where}"))
         require_shape(got[-1], (B, H, 1, D), f"attend's output after {where}")
 
     divergence = first_divergence(got, expected, TOLERANCE[torch.float32])
     if divergence is None:
-        return (f"{len(STEPS)} ragged steps (padded prompts, rows with counts 0): lengths and "
-                f"every row within {TOLERANCE[torch.float32]} of attention over its own sequence")
+        return (
+            f"{len(STEPS)} ragged steps (padded prompts, rows with counts 0): lengths and "
+            f"every row within {TOLERANCE[torch.float32]} of attention over its own sequence"
+        )
     step = divergence.step
     t, counts = STEPS[step]
     lengths = ops[step][1]
-    message = (f"step {step} (t={t}, counts {list(counts)}, lengths {lengths}): row "
-               f"{divergence.row}, head {divergence.head} is not attention over that row's own "
-               f"{lengths[divergence.row]} positions ({divergence.error(TOL)})")
+    message = (
+        f"step {step} (t={t}, counts {list(counts)}, lengths {lengths}): row "
+        f"{divergence.row}, head {divergence.head} is not attention over that row's own "
+        f"{lengths[divergence.row]} positions ({divergence.error(TOL)})"
+    )
     if divergence.nonfinite:
         raise Fail(f"{message}: {NAN_PAST_LENGTH}")
     row = divergence.row
@@ -114,8 +134,10 @@ def grade(candidate: Candidate) -> str:
 def grade_hidden(candidate: Candidate) -> str:
     for seed, most in hidden_cases.seeded(HIDDEN_CASES):
         _check_hidden(candidate, seed, most)
-    return (f"{len(HIDDEN_CASES)} seeded ragged runs (random counts, NaN padding, a real all-zero "
-            f"key): lengths and every row within {TOL} after every append, inputs untouched")
+    return (
+        f"{len(HIDDEN_CASES)} seeded ragged runs (random counts, NaN padding, a real all-zero "
+        f"key): lengths and every row within {TOL} after every append, inputs untouched"
+    )
 
 
 def _likely(got: torch.Tensor, expected: torch.Tensor, lengths: list[int], step: int) -> str:
@@ -125,10 +147,14 @@ def _likely(got: torch.Tensor, expected: torch.Tensor, lengths: list[int], step:
     if not all(lengths[b] < max(lengths) for b in wrong):
         return ""
     if step == 0:  # the rows already differ in length at the prompts
-        return (". Likely mistake: which positions each row attends (only rows shorter than "
-                "the longest are wrong)")
-    return (". Likely mistake: where each row's new positions are written (only rows shorter "
-            "than the longest go wrong, after the prompts were right)")
+        return (
+            ". Likely mistake: which positions each row attends (only rows shorter than "
+            "the longest are wrong)"
+        )
+    return (
+        ". Likely mistake: where each row's new positions are written (only rows shorter "
+        "than the longest go wrong, after the prompts were right)"
+    )
 
 
 class Ragged(NamedTuple):
@@ -153,8 +179,11 @@ def _hidden_case(seed: int, most: int) -> Ragged:
         counts = [cases.randint(g, 0, t) for _ in range(B)]
         if any(counts):  # a step where every row has counts 0 is finished-beams' concern
             steps.append((t, counts))
-    name = hidden_cases.name(seed, f"{hidden_cases.shape(B, H, D)}, {len(steps)} ragged appends "
-                                   f"of up to {max(t for t, _ in steps)} positions, NaN padding")
+    name = hidden_cases.name(
+        seed,
+        f"{hidden_cases.shape(B, H, D)}, {len(steps)} ragged appends "
+        f"of up to {max(t for t, _ in steps)} positions, NaN padding",
+    )
     seq = cases.sequence(g, B, H, H, sum(t for t, _ in steps), D)
     zero_row = cases.randint(g, 0, B - 1)
     zero_at = cases.randint(g, 0, steps[0][1][zero_row] - 1)
@@ -170,9 +199,13 @@ def _check_hidden(candidate: Candidate, seed: int, most: int) -> None:
     plan.new("c")
     ops, lengths = [], [0] * B
     for t, counts in case.steps:
-        new = {part: cases.padded(torch.stack([case.seq[part][b, :, lengths[b] : lengths[b] + t]
-                                               for b in range(B)]), counts)
-               for part in ("k", "v")}  # [B, H, t, D], NaN past counts[b]
+        new = {
+            part: cases.padded(
+                torch.stack([case.seq[part][b, :, lengths[b] : lengths[b] + t] for b in range(B)]),
+                counts,
+            )
+            for part in ("k", "v")
+        }  # [B, H, t, D], NaN past counts[b]
         appended = plan.append("c", new["k"], new["v"], cases.counts(*counts), return_inputs=True)
         lengths = [n + c for n, c in zip(lengths, counts)]
         query = torch.stack([case.seq["q"][b, :, n - 1 : n] for b, n in enumerate(lengths)])
@@ -182,33 +215,48 @@ def _check_hidden(candidate: Candidate, seed: int, most: int) -> None:
     got, expected = [], []
     for step, (t, new, lengths, appended, state, attended) in enumerate(ops, start=1):
         where = f"{case.name}: append {step} (t={t})"
-        _require_unchanged({"key": new["k"], "value": new["v"]},
-                           results.inputs_after(appended), f"append {step}", case.name)
+        _require_unchanged(
+            {"key": new["k"], "value": new["v"]},
+            results.inputs_after(appended),
+            f"append {step}",
+            case.name,
+        )
         found = tensor(results[state]["lengths"], f"{where}, cache.lengths")
         if found.dtype != torch.int64 or found.tolist() != lengths:
-            raise Fail(f"{where}: cache.lengths is not each row's own count of positions: every "
-                       "row grows by exactly its counts[b]")
+            raise Fail(
+                f"{where}: cache.lengths is not each row's own count of positions: every "
+                "row grows by exactly its counts[b]"
+            )
         got.append(tensor(results[attended], f"{where}, attend's output"))
         require_shape(got[-1], (B, H, 1, D), f"{where}, attend's output")
         expected.append(torch.cat([_own(case.seq, b, n) for b, n in enumerate(lengths)]))
     divergence = first_divergence(got, expected, TOL)
     if divergence is not None:
         step, row = divergence.step, divergence.row
-        raise Fail(f"{case.name}: after append {step + 1}, row {row}, head {divergence.head} is "
-                   f"not attention over that row's own positions ({divergence.error(TOL)})"
-                   + (f": {NAN_PAST_LENGTH}" if divergence.nonfinite else
-                      f": {ZERO_KEY_LEFT_OUT}" if _left_out(case.seq, case.zero_key,
-                                                           got[step][row], row, ops[step][2][row])
-                      else ""))
+        raise Fail(
+            f"{case.name}: after append {step + 1}, row {row}, head {divergence.head} is "
+            f"not attention over that row's own positions ({divergence.error(TOL)})"
+            + (
+                f": {NAN_PAST_LENGTH}"
+                if divergence.nonfinite
+                else f": {ZERO_KEY_LEFT_OUT}"
+                if _left_out(case.seq, case.zero_key, got[step][row], row, ops[step][2][row])
+                else ""
+            )
+        )
 
 
-def _left_out(seq: dict, zero_key: tuple[int, int], got: torch.Tensor, row: int,
-              length: int) -> bool:
+def _left_out(
+    seq: dict, zero_key: tuple[int, int], got: torch.Tensor, row: int, length: int
+) -> bool:
     """Whether row `row`'s output `got` ([H, 1, D], over its `length` positions) is attention
     without the real all-zero key at `zero_key` (row, position): validity read from the data."""
     zero_row, zero_at = zero_key
-    return (row == zero_row and length > zero_at
-            and bool(close(got, _without(seq, row, length, zero_at), TOL).all()))
+    return (
+        row == zero_row
+        and length > zero_at
+        and bool(close(got, _without(seq, row, length, zero_at), TOL).all())
+    )
 
 
 def _own(seq: dict, b: int, n: int) -> torch.Tensor:
@@ -228,9 +276,14 @@ def _require_unchanged(sent: dict[str, torch.Tensor], after: dict, call: str, ca
     same shape, dtype and values (NaN where NaN was sent)."""
     for arg, original in sent.items():
         back = after.get(arg)
-        same = (isinstance(back, torch.Tensor) and back.shape == original.shape
-                and back.dtype == original.dtype
-                and bool(((back == original) | (back.isnan() & original.isnan())).all()))
+        same = (
+            isinstance(back, torch.Tensor)
+            and back.shape == original.shape
+            and back.dtype == original.dtype
+            and bool(((back == original) | (back.isnan() & original.isnan())).all())
+        )
         if not same:
-            raise Fail(f"{case}: {call} modified its `{arg}` argument in place; the caller still "
-                       "owns it (an in-place op on the argument, or on a view of it?)")
+            raise Fail(
+                f"{case}: {call} modified its `{arg}` argument in place; the caller still "
+                "owns it (an in-place op on the argument, or on a view of it?)"
+            )

@@ -38,11 +38,19 @@ from graders.shared.plans import Fail, NotAttempted, Plan
 ITEM = "real-model"
 
 VOCAB, HIDDEN, HEADS, KV_HEADS, LAYERS, FFN = 128, 64, 4, 2, 2, 128
-CONFIG = {"vocab_size": VOCAB, "hidden_size": HIDDEN, "intermediate_size": FFN,
-          "num_hidden_layers": LAYERS, "num_attention_heads": HEADS,
-          "num_key_value_heads": KV_HEADS, "max_position_embeddings": 256,
-          "bos_token_id": None, "eos_token_id": None, "pad_token_id": 0,
-          "tie_word_embeddings": False}
+CONFIG = {
+    "vocab_size": VOCAB,
+    "hidden_size": HIDDEN,
+    "intermediate_size": FFN,
+    "num_hidden_layers": LAYERS,
+    "num_attention_heads": HEADS,
+    "num_key_value_heads": KV_HEADS,
+    "max_position_embeddings": 256,
+    "bos_token_id": None,
+    "eos_token_id": None,
+    "pad_token_id": 0,
+    "tie_word_embeddings": False,
+}
 # Weights ~ N(0, WEIGHT_SCALE^2), norms 1 + N(0, 0.1^2): logits of size ~3 whose top two stand
 # ~1e-3 apart at the closest (measured over the public runs), a thousand times what the
 # candidate's float32 attention moves them. transformers' own init (std 0.02) gives logits
@@ -61,8 +69,10 @@ LOGITS = Tolerance(atol=1e-4, rtol=1e-4)
 Mode = Literal["greedy", "beam", "assisted"]
 Attention = Literal["model", "candidate"]
 MODES = {"greedy": "greedy search", "beam": "beam search", "assisted": "assisted decoding"}
-ATTENTIONS = {"model": "the model's own attention over cache.keys/values",
-              "candidate": "your attend/attend_chunk as the attention"}
+ATTENTIONS = {
+    "model": "the model's own attention over cache.keys/values",
+    "candidate": "your attend/attend_chunk as the attention",
+}
 
 
 @dataclass(frozen=True)
@@ -88,14 +98,31 @@ class Run:
 MODEL_SEED = 4300
 PUBLIC = [
     Run("2 rows of 7 tokens, 20 new", "greedy", "model", (7, 7), 20, 4310, MODEL_SEED),
-    Run("3 rows of 7, 4 and 6 tokens, left-padded, 16 new", "greedy", "model", (7, 4, 6), 16,
-        4311, MODEL_SEED),
+    Run(
+        "3 rows of 7, 4 and 6 tokens, left-padded, 16 new",
+        "greedy",
+        "model",
+        (7, 4, 6),
+        16,
+        4311,
+        MODEL_SEED,
+    ),
     Run("2 rows of 6 tokens, 12 new", "beam", "model", (6, 6), 12, 4312, MODEL_SEED, beams=3),
-    Run("1 row of 7 tokens, 20 new, a second seeded Llama drafting", "assisted", "model", (7,),
-        20, 4313, MODEL_SEED),
+    Run(
+        "1 row of 7 tokens, 20 new, a second seeded Llama drafting",
+        "assisted",
+        "model",
+        (7,),
+        20,
+        4313,
+        MODEL_SEED,
+    ),
 ]
-PUBLIC += [Run(r.name, r.mode, "candidate", r.lengths, r.new_tokens, r.seed, r.model_seed,
-               r.beams) for r in PUBLIC if len(set(r.lengths)) == 1]
+PUBLIC += [
+    Run(r.name, r.mode, "candidate", r.lengths, r.new_tokens, r.seed, r.model_seed, r.beams)
+    for r in PUBLIC
+    if len(set(r.lengths)) == 1
+]
 HIDDEN_SEEDS = [4320, 4321]
 
 
@@ -121,16 +148,39 @@ def _hidden_runs(seed: int) -> list[Run]:
     runs = [
         Run("ragged", "greedy", "model", ragged, cases.randint(g, 10, 24), seed + 1, model_seed),
         Run("greedy", "greedy", "model", even, cases.randint(g, 10, 24), seed + 2, model_seed),
-        Run("beams", "beam", "model", even[:2], cases.randint(g, 6, 12), seed + 3, model_seed,
-            beams),
-        Run("assisted", "assisted", "model", even[:1], cases.randint(g, 10, 24), seed + 4,
-            model_seed),
+        Run(
+            "beams", "beam", "model", even[:2], cases.randint(g, 6, 12), seed + 3, model_seed, beams
+        ),
+        Run(
+            "assisted",
+            "assisted",
+            "model",
+            even[:1],
+            cases.randint(g, 10, 24),
+            seed + 4,
+            model_seed,
+        ),
     ]
-    runs += [Run(r.name, r.mode, "candidate", r.lengths, r.new_tokens, r.seed, r.model_seed,
-                 r.beams) for r in runs if len(set(r.lengths)) == 1]
-    return [Run(hidden_cases.name(seed, f"{r.name}, prompts of {list(r.lengths)} tokens, "
-                                        f"{r.new_tokens} new"), r.mode, r.attention, r.lengths,
-                r.new_tokens, r.seed, r.model_seed, r.beams) for r in runs]
+    runs += [
+        Run(r.name, r.mode, "candidate", r.lengths, r.new_tokens, r.seed, r.model_seed, r.beams)
+        for r in runs
+        if len(set(r.lengths)) == 1
+    ]
+    return [
+        Run(
+            hidden_cases.name(
+                seed, f"{r.name}, prompts of {list(r.lengths)} tokens, {r.new_tokens} new"
+            ),
+            r.mode,
+            r.attention,
+            r.lengths,
+            r.new_tokens,
+            r.seed,
+            r.model_seed,
+            r.beams,
+        )
+        for r in runs
+    ]
 
 
 def _grade_runs(candidate: Candidate, runs: list[Run]) -> str:
@@ -150,17 +200,20 @@ def _grade_runs(candidate: Candidate, runs: list[Run]) -> str:
         plan = Plan()
         index = plan.real_model(_operation(run))
         got = candidate.run(plan, beside_model=True)[index]
-        want = reference[wanted[(run.mode, run.lengths, run.new_tokens, run.seed,
-                                 run.model_seed, run.beams)]]
+        want = reference[
+            wanted[(run.mode, run.lengths, run.new_tokens, run.seed, run.model_seed, run.beams)]
+        ]
         note = _compare(run, got, want)
         if note:
             notes.append(note)
         for name, n in got["calls"].items():
             calls[name] = calls.get(name, 0) + n
     made = ", ".join(f"{name} {n}" for name, n in calls.items())
-    return (f"{len(runs)} generate runs (greedy, ragged, beam search, assisted decoding; the "
-            "model's attention and yours) equal DynamicCache token for token, logits within "
-            f"{LOGITS} (calls: {made})" + "".join(f"; {note}" for note in notes))
+    return (
+        f"{len(runs)} generate runs (greedy, ragged, beam search, assisted decoding; the "
+        "model's attention and yours) equal DynamicCache token for token, logits within "
+        f"{LOGITS} (calls: {made})" + "".join(f"; {note}" for note in notes)
+    )
 
 
 def _operation(run: Run) -> dict:
@@ -170,12 +223,18 @@ def _operation(run: Run) -> dict:
     ids = torch.zeros(len(run.lengths), width, dtype=torch.int64)
     mask = torch.zeros(len(run.lengths), width, dtype=torch.int64)
     for row, length in enumerate(run.lengths):  # left padding: the newest token is last
-        ids[row, width - length:] = torch.randint(1, VOCAB, (length,), generator=g)
-        mask[row, width - length:] = 1
-    return {"model": model(run.model_seed),
-            "assistant": model(run.model_seed + 1) if run.mode == "assisted" else None,
-            "input_ids": ids, "attention_mask": mask, "mode": run.mode,
-            "attention": run.attention, "new_tokens": run.new_tokens, "beams": run.beams}
+        ids[row, width - length :] = torch.randint(1, VOCAB, (length,), generator=g)
+        mask[row, width - length :] = 1
+    return {
+        "model": model(run.model_seed),
+        "assistant": model(run.model_seed + 1) if run.mode == "assisted" else None,
+        "input_ids": ids,
+        "attention_mask": mask,
+        "mode": run.mode,
+        "attention": run.attention,
+        "new_tokens": run.new_tokens,
+        "beams": run.beams,
+    }
 
 
 def model(seed: int) -> dict:
@@ -186,19 +245,26 @@ def model(seed: int) -> dict:
     shapes = {"model.embed_tokens.weight": (VOCAB, HIDDEN)}
     for n in range(LAYERS):
         layer = f"model.layers.{n}"
-        shapes |= {f"{layer}.self_attn.q_proj.weight": (HEADS * head_dim, HIDDEN),
-                   f"{layer}.self_attn.k_proj.weight": (KV_HEADS * head_dim, HIDDEN),
-                   f"{layer}.self_attn.v_proj.weight": (KV_HEADS * head_dim, HIDDEN),
-                   f"{layer}.self_attn.o_proj.weight": (HIDDEN, HEADS * head_dim),
-                   f"{layer}.mlp.gate_proj.weight": (FFN, HIDDEN),
-                   f"{layer}.mlp.up_proj.weight": (FFN, HIDDEN),
-                   f"{layer}.mlp.down_proj.weight": (HIDDEN, FFN),
-                   f"{layer}.input_layernorm.weight": (HIDDEN,),
-                   f"{layer}.post_attention_layernorm.weight": (HIDDEN,)}
+        shapes |= {
+            f"{layer}.self_attn.q_proj.weight": (HEADS * head_dim, HIDDEN),
+            f"{layer}.self_attn.k_proj.weight": (KV_HEADS * head_dim, HIDDEN),
+            f"{layer}.self_attn.v_proj.weight": (KV_HEADS * head_dim, HIDDEN),
+            f"{layer}.self_attn.o_proj.weight": (HIDDEN, HEADS * head_dim),
+            f"{layer}.mlp.gate_proj.weight": (FFN, HIDDEN),
+            f"{layer}.mlp.up_proj.weight": (FFN, HIDDEN),
+            f"{layer}.mlp.down_proj.weight": (HIDDEN, FFN),
+            f"{layer}.input_layernorm.weight": (HIDDEN,),
+            f"{layer}.post_attention_layernorm.weight": (HIDDEN,),
+        }
     shapes |= {"model.norm.weight": (HIDDEN,), "lm_head.weight": (VOCAB, HIDDEN)}
-    weights = {name: (torch.randn(shape, generator=g) * WEIGHT_SCALE if len(shape) == 2
-                      else 1 + torch.randn(shape, generator=g) * NORM_SCALE)
-               for name, shape in shapes.items()}
+    weights = {
+        name: (
+            torch.randn(shape, generator=g) * WEIGHT_SCALE
+            if len(shape) == 2
+            else 1 + torch.randn(shape, generator=g) * NORM_SCALE
+        )
+        for name, shape in shapes.items()
+    }
     return {"config": CONFIG, "weights": weights}
 
 
@@ -207,9 +273,11 @@ def _compare(run: Run, got: dict, want: dict) -> str | None:
     LOGITS, or its tokens. Tokens that part where every logit so far is within LOGITS part at a
     near tie (both are right): the run passes, compared up to there, and the note says so."""
     if "missing" in got:
-        raise NotAttempted(f"the file defines no {', '.join(got['missing'])}: real-model drives "
-                           "the cache through contract section 8 (attend_chunk verifies a "
-                           "prompt or drafts, truncate drops rejected drafts)")
+        raise NotAttempted(
+            f"the file defines no {', '.join(got['missing'])}: real-model drives "
+            "the cache through contract section 8 (attend_chunk verifies a "
+            "prompt or drafts, truncate drops rejected drafts)"
+        )
     if "mismatch" in got:
         raise Fail(f"{run.label}: {got['mismatch']}. {_hint(run)}")
     if not got["calls"]["append"]:  # a generate that never reached the cache proves nothing
@@ -223,15 +291,23 @@ def _compare(run: Run, got: dict, want: dict) -> str | None:
     logit_step = int(bad[0]) if len(bad) else run.new_tokens
     if logit_step < run.new_tokens and logit_step <= token_step:
         row = int((~ok[logit_step]).any(dim=1).nonzero()[0])
-        error = float((got["logits"][logit_step, row].double()
-                       - want["logits"][logit_step, row].double()).abs().nan_to_num(torch.inf).max())
-        raise Fail(f"{run.label}: the logits of new token {logit_step + 1} of {run.new_tokens} "
-                   f"part from DynamicCache's (row {row}: off by up to {error:.2e}, tolerance "
-                   f"{LOGITS})"
-                   f"{_tokens_so_far(token_step, logit_step)}. {_hint(run)}")
+        error = float(
+            (got["logits"][logit_step, row].double() - want["logits"][logit_step, row].double())
+            .abs()
+            .nan_to_num(torch.inf)
+            .max()
+        )
+        raise Fail(
+            f"{run.label}: the logits of new token {logit_step + 1} of {run.new_tokens} "
+            f"part from DynamicCache's (row {row}: off by up to {error:.2e}, tolerance "
+            f"{LOGITS})"
+            f"{_tokens_so_far(token_step, logit_step)}. {_hint(run)}"
+        )
     if token_step < run.new_tokens:
-        return (f"{run.label}: new token {token_step + 1} parts at a near tie (every logit "
-                f"within {LOGITS}), compared up to there")
+        return (
+            f"{run.label}: new token {token_step + 1} parts at a near tie (every logit "
+            f"within {LOGITS}), compared up to there"
+        )
     return None
 
 
@@ -244,16 +320,24 @@ def _tokens_so_far(token_step: int, logit_step: int) -> str:
 def _hint(run: Run) -> str:
     """Where to look, by what the run exercised; the item that explains such a bug."""
     if run.attention == "candidate":
-        return ("The model's own attention over your keys and values is compared separately: "
-                "if it passed, look at attend and attend_chunk (their 1/sqrt(D) scale, the "
-                "chunk's causal mask, the float32 softmax; prefix-equivalence and "
-                "chunk-causal-mask check them directly)")
+        return (
+            "The model's own attention over your keys and values is compared separately: "
+            "if it passed, look at attend and attend_chunk (their 1/sqrt(D) scale, the "
+            "chunk's causal mask, the float32 softmax; prefix-equivalence and "
+            "chunk-causal-mask check them directly)"
+        )
     if run.mode == "beam":
-        return ("Beam search calls reorder on every layer after each step: new row j must "
-                "continue old row beam_idx[j] in keys, values and lengths alike (beam-reorder)")
+        return (
+            "Beam search calls reorder on every layer after each step: new row j must "
+            "continue old row beam_idx[j] in keys, values and lengths alike (beam-reorder)"
+        )
     if run.mode == "assisted":
-        return ("Assisted decoding appends the drafts as one chunk and truncates the rejected "
-                "ones every round: nothing dropped may be attended again, and the next append "
-                "writes where truncate left each row (speculative-rollback)")
-    return ("The model reads cache.keys and cache.values after each append: they must hold "
-            "every appended position in order, [B, Hkv, T, D] (append-time-dim, ragged-batch)")
+        return (
+            "Assisted decoding appends the drafts as one chunk and truncates the rejected "
+            "ones every round: nothing dropped may be attended again, and the next append "
+            "writes where truncate left each row (speculative-rollback)"
+        )
+    return (
+        "The model reads cache.keys and cache.values after each append: they must hold "
+        "every appended position in order, [B, Hkv, T, D] (append-time-dim, ragged-batch)"
+    )

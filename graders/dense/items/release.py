@@ -37,8 +37,13 @@ from graders.shared import cases, hidden_cases, reference
 
 from graders.dense import decode_loop
 from graders.judge.candidate import Candidate
-from graders.shared.compare import (TOLERANCE, UNWRITTEN_SLOTS, first_divergence, require_close,
-                             require_shape)
+from graders.shared.compare import (
+    TOLERANCE,
+    UNWRITTEN_SLOTS,
+    first_divergence,
+    require_close,
+    require_shape,
+)
 from graders.shared.plans import Fail, Plan, Raised, tensor
 
 ITEM = "release"
@@ -100,21 +105,40 @@ def grade(candidate: Candidate) -> str:
             raise Fail(f"{what} raised {results[index].type}: {results[index].message[:200]}")
     _require_other_rows_kept(results[ops.before], results[ops.released])
     got = [_output(results[ops.right_after], "attend right after release(cache, 1)")]
-    require_close(got, [seqs.expected(BEFORE - 1, None, [1])], TOL, case="attend right after "
-                  "release(cache, 1) (row 1 must give zeros, rows 0 and 2 their old answers)")
-    got = [_output(results[i], f"attend at step {j} after release(cache, 1)")
-           for j, i in enumerate(ops.steps)]
-    require_close(got, [seqs.expected(BEFORE + j, j, []) for j in range(AFTER)], TOL,
-                  case="a new sequence in released row 1 while rows 0 and 2 go on",
-                  step_name="step after release", likely=_likely(seqs))
+    require_close(
+        got,
+        [seqs.expected(BEFORE - 1, None, [1])],
+        TOL,
+        case="attend right after "
+        "release(cache, 1) (row 1 must give zeros, rows 0 and 2 their old answers)",
+    )
+    got = [
+        _output(results[i], f"attend at step {j} after release(cache, 1)")
+        for j, i in enumerate(ops.steps)
+    ]
+    require_close(
+        got,
+        [seqs.expected(BEFORE + j, j, []) for j in range(AFTER)],
+        TOL,
+        case="a new sequence in released row 1 while rows 0 and 2 go on",
+        step_name="step after release",
+        likely=_likely(seqs),
+    )
     t = BEFORE + AFTER
     _require_lengths(results[ops.last_released], [t, AFTER, 0], f"release(cache, {B - 1})")
     _require_lengths(results[ops.twice], [t, AFTER, 0], f"release(cache, {B - 1}) a second time")
     got = [_output(results[ops.final], "attend after releasing the last row")]
-    require_close(got, [seqs.expected(t, AFTER, [2])], TOL, case="releasing the last row (twice), "
-                  "then a step with counts (1, 1, 0): row 2 must give zeros")
-    return (f"release keeps other rows, a released row attends to zeros and a new sequence in its "
-            f"slot sees only its own {AFTER} positions (within {TOL}); the last row released twice")
+    require_close(
+        got,
+        [seqs.expected(t, AFTER, [2])],
+        TOL,
+        case="releasing the last row (twice), "
+        "then a step with counts (1, 1, 0): row 2 must give zeros",
+    )
+    return (
+        f"release keeps other rows, a released row attends to zeros and a new sequence in its "
+        f"slot sees only its own {AFTER} positions (within {TOL}); the last row released twice"
+    )
 
 
 def grade_hidden(candidate: Candidate) -> str:
@@ -124,34 +148,56 @@ def grade_hidden(candidate: Candidate) -> str:
 
     lengths = tensor(results[state]["lengths"], f"{case.name}: cache.lengths after the releases")
     if lengths.tolist() != [0 if b in case.released else case.prefix for b in range(case.B)]:
-        raise Fail(f"{case.name}: after releasing two rows, cache.lengths is not 0 for exactly "
-                   "those rows with every other row's length kept")
-    got = [tensor(results[index], f"{case.name}: attend right after the releases"
-                  if n == 0 else f"{case.name}: attend's output") for n, (index, _) in
-           enumerate(steps)]
+        raise Fail(
+            f"{case.name}: after releasing two rows, cache.lengths is not 0 for exactly "
+            "those rows with every other row's length kept"
+        )
+    got = [
+        tensor(
+            results[index],
+            f"{case.name}: attend right after the releases"
+            if n == 0
+            else f"{case.name}: attend's output",
+        )
+        for n, (index, _) in enumerate(steps)
+    ]
     for out in got:
         require_shape(out, tuple(case.old["q"][:, :, :1].shape), f"{case.name}: attend's output")
     divergence = first_divergence(got, [case.expected(end) for _, end in steps], TOL)
     if divergence is None:
-        return (f"two rows released at once: lengths 0, zeros, then new sequences that never see "
-                f"the old ones' huge keys, within {TOL}; other rows untouched")
-    when = ("right after the releases" if divergence.step == 0 else
-            f"at append {divergence.step} after them")
+        return (
+            f"two rows released at once: lengths 0, zeros, then new sequences that never see "
+            f"the old ones' huge keys, within {TOL}; other rows untouched"
+        )
+    when = (
+        "right after the releases"
+        if divergence.step == 0
+        else f"at append {divergence.step} after them"
+    )
     row = divergence.row
-    why = (UNWRITTEN_SLOTS if divergence.nonfinite else
-           "a released slot's new sequence must attend over its own new positions only: do the "
-           "old sequence's keys still take part?" if row in case.released else
-           "a row that was not released must go on as if nothing happened")
-    raise Fail(f"{case.name}: {when}, row {row}, head {divergence.head} "
-               f"({divergence.error(TOL)}): {why}")
+    why = (
+        UNWRITTEN_SLOTS
+        if divergence.nonfinite
+        else "a released slot's new sequence must attend over its own new positions only: do the "
+        "old sequence's keys still take part?"
+        if row in case.released
+        else "a row that was not released must go on as if nothing happened"
+    )
+    raise Fail(
+        f"{case.name}: {when}, row {row}, head {divergence.head} ({divergence.error(TOL)}): {why}"
+    )
 
 
 def _sequences() -> Sequences:
     g = cases.generator(80)
     old = cases.sequence(g, B, H, H, BEFORE + AFTER + 1, D)
     new = cases.sequence(g, 1, H, H, AFTER + 1, D)
-    return Sequences(old, new, reference.causal_attention(old["q"], old["k"], old["v"]),
-                     reference.causal_attention(new["q"], new["k"], new["v"]))
+    return Sequences(
+        old,
+        new,
+        reference.causal_attention(old["q"], old["k"], old["v"]),
+        reference.causal_attention(new["q"], new["k"], new["v"]),
+    )
 
 
 def _plan(seqs: Sequences) -> tuple[Plan, Ops]:
@@ -170,26 +216,48 @@ def _plan(seqs: Sequences) -> tuple[Plan, Ops]:
     before = plan.state("c")
     plan.release("c", 1)
     released = plan.state("c")
-    right_after = call("attend right after release(cache, 1)",
-                       plan.attend("c", old["q"][:, :, BEFORE - 1 : BEFORE], may_raise=True))
+    right_after = call(
+        "attend right after release(cache, 1)",
+        plan.attend("c", old["q"][:, :, BEFORE - 1 : BEFORE], may_raise=True),
+    )
     steps = []
     for j in range(AFTER):
         t = BEFORE + j
-        call(f"append at step {j} after release(cache, 1)", plan.append(
-            "c", seqs.step("k", t, j), seqs.step("v", t, j), cases.counts(1, 1, 1),
-            may_raise=True))
-        steps.append(call(f"attend at step {j} after release(cache, 1)",
-                          plan.attend("c", seqs.step("q", t, j), may_raise=True)))
+        call(
+            f"append at step {j} after release(cache, 1)",
+            plan.append(
+                "c",
+                seqs.step("k", t, j),
+                seqs.step("v", t, j),
+                cases.counts(1, 1, 1),
+                may_raise=True,
+            ),
+        )
+        steps.append(
+            call(
+                f"attend at step {j} after release(cache, 1)",
+                plan.attend("c", seqs.step("q", t, j), may_raise=True),
+            )
+        )
     plan.release("c", B - 1)
     last_released = plan.state("c")
     plan.release("c", B - 1)  # releasing a row that has already ended is a no-op
     twice = plan.state("c")
     t = BEFORE + AFTER
-    call("append with counts (1, 1, 0) after releasing the last row", plan.append(
-        "c", seqs.step("k", t, AFTER), seqs.step("v", t, AFTER), cases.counts(1, 1, 0),
-        may_raise=True))
-    final = call("attend after releasing the last row",
-                 plan.attend("c", seqs.step("q", t, AFTER), may_raise=True))
+    call(
+        "append with counts (1, 1, 0) after releasing the last row",
+        plan.append(
+            "c",
+            seqs.step("k", t, AFTER),
+            seqs.step("v", t, AFTER),
+            cases.counts(1, 1, 0),
+            may_raise=True,
+        ),
+    )
+    final = call(
+        "attend after releasing the last row",
+        plan.attend("c", seqs.step("q", t, AFTER), may_raise=True),
+    )
     return plan, Ops(before, released, right_after, steps, last_released, twice, final, calls)
 
 
@@ -200,16 +268,20 @@ def _require_other_rows_kept(before: dict, released: dict) -> None:
         now = tensor(released[name], f"cache.{name} after release(cache, 1)")
         rows = [0, 2]
         if now.shape[2] < BEFORE or not torch.equal(now[rows, :, :BEFORE], was[rows, :, :BEFORE]):
-            raise Fail(f"release(cache, 1) changed cache.{name} of rows 0 and 2: other rows "
-                       "must be untouched")
+            raise Fail(
+                f"release(cache, 1) changed cache.{name} of rows 0 and 2: other rows "
+                "must be untouched"
+            )
 
 
 def _require_lengths(state: dict, want: list[int], what: str) -> None:
     got = tensor(state["lengths"], f"cache.lengths after {what}").tolist()
     if got != want:
         cleared = " (every row was cleared, not only the released one)" if not any(got) else ""
-        raise Fail(f"after {what}, cache.lengths is {got}, expected {want}{cleared}: the released "
-                   "row's length becomes 0 and the other rows keep theirs")
+        raise Fail(
+            f"after {what}, cache.lengths is {got}, expected {want}{cleared}: the released "
+            "row's length becomes 0 and the other rows keep theirs"
+        )
 
 
 def _output(value, what: str) -> torch.Tensor:
@@ -230,10 +302,13 @@ def _likely(seqs: Sequences) -> dict[str, list[torch.Tensor]]:
     mistakes = {
         "the new sequence in row 1 also attends to the released sequence's positions": lambda j: (
             torch.cat((old["k"][1:2, :, :BEFORE], new["k"][:, :, : j + 1]), dim=2),
-            torch.cat((old["v"][1:2, :, :BEFORE], new["v"][:, :, : j + 1]), dim=2)),
+            torch.cat((old["v"][1:2, :, :BEFORE], new["v"][:, :, : j + 1]), dim=2),
+        ),
         "where a new sequence in a released row writes (row 1 reads the released sequence's "
         "first positions, not its new ones)": lambda j: (
-            old["k"][1:2, :, : j + 1], old["v"][1:2, :, : j + 1]),
+            old["k"][1:2, :, : j + 1],
+            old["v"][1:2, :, : j + 1],
+        ),
     }
     likely = {}
     for label, kv in mistakes.items():
@@ -278,8 +353,9 @@ class Stale(NamedTuple):
         if end == 0:
             out[self.released] = 0.0
         else:
-            out[self.released] = decode_loop.newest({p: self.new[p][self.released]
-                                                     for p in self.new}, end)
+            out[self.released] = decode_loop.newest(
+                {p: self.new[p][self.released] for p in self.new}, end
+            )
         return out
 
 
@@ -293,9 +369,12 @@ def _stale_case() -> Stale:
     after = cases.chunks(g, cases.randint(g, 4, 8), 3)
     released = torch.randperm(B, generator=g)[:2].tolist()
     prefix = sum(before)
-    name = hidden_cases.name(seed, f"{hidden_cases.shape(B, H, D)}, two rows released "
-                                   "whose old keys are huge, new sequences started by "
-                                   "chunked appends")
+    name = hidden_cases.name(
+        seed,
+        f"{hidden_cases.shape(B, H, D)}, two rows released "
+        "whose old keys are huge, new sequences started by "
+        "chunked appends",
+    )
     old = cases.sequence(g, B, H, H, prefix + sum(after), D)  # the rows not released go on
     new = cases.sequence(g, B, H, H, sum(after), D)  # used in the released rows only
     direction = cases.randn(g, B, H, 1, D)
@@ -314,8 +393,9 @@ def _stale_plan(case: Stale) -> tuple[Plan, int, list[tuple[int, int]]]:
     plan.new("c")
     total = 0
     for t in case.before:
-        plan.append("c", case.old["k"][:, :, total : total + t],
-                    case.old["v"][:, :, total : total + t])
+        plan.append(
+            "c", case.old["k"][:, :, total : total + t], case.old["v"][:, :, total : total + t]
+        )
         total += t
     for b in case.released:
         plan.release("c", b)

@@ -54,9 +54,14 @@ def grade(candidate: Candidate) -> str:
     after_reset = plan.state("c")
     steps = []  # (append, attend) per step; both may raise if reset kept the old batch's shape
     for t in range(NEW["steps"]):
-        steps.append((plan.append("c", new["k"][:, :, t : t + 1], new["v"][:, :, t : t + 1],
-                                  may_raise=True),
-                      plan.attend("c", new["q"][:, :, t : t + 1], may_raise=True)))
+        steps.append(
+            (
+                plan.append(
+                    "c", new["k"][:, :, t : t + 1], new["v"][:, :, t : t + 1], may_raise=True
+                ),
+                plan.attend("c", new["q"][:, :, t : t + 1], may_raise=True),
+            )
+        )
     results = candidate.run(plan)
 
     state = results[after_reset]
@@ -68,34 +73,47 @@ def grade(candidate: Candidate) -> str:
                 value = f"a tensor of shape {list(value.shape)}"
             elif value == repr(Missing):
                 value = "unreadable (reading it raised AttributeError)"
-            raise Fail(f"after reset, cache.{name} is {value}, expected "
-                       f"{0 if name == 'capacity' else None}: reset must forget everything, as if "
-                       "the cache were new")
+            raise Fail(
+                f"after reset, cache.{name} is {value}, expected "
+                f"{0 if name == 'capacity' else None}: reset must forget everything, as if "
+                "the cache were new"
+            )
     shape = [NEW["B"], NEW["H"], 1, NEW["D"]]
     got = []
     for t, (append, attend) in enumerate(steps):
         for op, index in (("append", append), ("attend", attend)):
             if isinstance(results[index], Raised):
                 raised = results[index]
-                raise Fail(f"after reset, {op} at step {t} of a new batch {shape} float64 raised "
-                           f"{raised.type}: {raised.message[:200]}; the first append after reset "
-                           "fixes batch, heads, head_dim and dtype anew")
+                raise Fail(
+                    f"after reset, {op} at step {t} of a new batch {shape} float64 raised "
+                    f"{raised.type}: {raised.message[:200]}; the first append after reset "
+                    "fixes batch, heads, head_dim and dtype anew"
+                )
         out = tensor(results[attend], f"attend's output at step {t} after reset")
         require_shape(out, tuple(shape), f"attend's output at step {t} after reset")
         got.append(out)
     full = reference.causal_attention(new["q"], new["k"], new["v"])
-    require_close(got, [full[:, :, t : t + 1] for t in range(NEW["steps"])],
-                  TOLERANCE[torch.float64], case=f"a new batch {shape} float64 after reset",
-                  step_name="prefix length")
-    return (f"after reset the cache is empty; a new batch {shape} float64 decodes within "
-            f"{TOLERANCE[torch.float64]} of full causal attention at every prefix")
+    require_close(
+        got,
+        [full[:, :, t : t + 1] for t in range(NEW["steps"])],
+        TOLERANCE[torch.float64],
+        case=f"a new batch {shape} float64 after reset",
+        step_name="prefix length",
+    )
+    return (
+        f"after reset the cache is empty; a new batch {shape} float64 decodes within "
+        f"{TOLERANCE[torch.float64]} of full causal attention at every prefix"
+    )
 
 
 def grade_hidden(candidate: Candidate) -> str:
     batches = _hidden_batches()
     seed = hidden_cases.seed(HIDDEN_SEED)
-    case = hidden_cases.name(seed, "reset on a new cache, twice; then three batches of "
-                                   "different shapes and dtypes with a reset between")
+    case = hidden_cases.name(
+        seed,
+        "reset on a new cache, twice; then three batches of "
+        "different shapes and dtypes with a reset between",
+    )
     plan = Plan()
     plan.new("c")
     resets = [("reset on a new cache", _reset(plan)), ("a second reset in a row", _reset(plan))]
@@ -110,16 +128,30 @@ def grade_hidden(candidate: Candidate) -> str:
         for attr, empty in EMPTY.items():
             value = results[index][attr]
             if not (value is None if empty is None else _is_zero(value)):
-                raise Fail(f"{case}: after {when}, cache.{attr} is not {empty}: reset must leave "
-                           "the cache as if new, whatever it held (or did not hold) before")
+                raise Fail(
+                    f"{case}: after {when}, cache.{attr} is not {empty}: reset must leave "
+                    "the cache as if new, whatever it held (or did not hold) before"
+                )
     for i, ((shape, _, seq), batch_steps) in enumerate(zip(batches, steps)):
         what = f"{case}, batch {i + 1} ({shape})"
-        got = decode_loop.outputs(results, batch_steps, tuple(seq["q"][:, :, :1].shape),
-                                  lambda n, step: f"{what}: attend's output")
-        require_close(got, decode_loop.expected(seq, batch_steps), TOLERANCE[torch.float32],
-                      case=what, step_name="append", first_step=1)
-    return (f"reset on a new cache (twice) leaves it empty; three batches of different shapes "
-            f"and dtypes, reset between, each within {TOLERANCE[torch.float32]} at every append")
+        got = decode_loop.outputs(
+            results,
+            batch_steps,
+            tuple(seq["q"][:, :, :1].shape),
+            lambda n, step: f"{what}: attend's output",
+        )
+        require_close(
+            got,
+            decode_loop.expected(seq, batch_steps),
+            TOLERANCE[torch.float32],
+            case=what,
+            step_name="append",
+            first_step=1,
+        )
+    return (
+        f"reset on a new cache (twice) leaves it empty; three batches of different shapes "
+        f"and dtypes, reset between, each within {TOLERANCE[torch.float32]} at every append"
+    )
 
 
 def _hidden_batches() -> list[tuple[str, list[int], dict[str, torch.Tensor]]]:
@@ -130,8 +162,13 @@ def _hidden_batches() -> list[tuple[str, list[int], dict[str, torch.Tensor]]]:
     for dtype in HIDDEN_DTYPES:
         B, H, D = cases.randint(g, 1, 4), cases.randint(g, 1, 4), cases.choice(g, (4, 8, 16))
         appends = cases.chunks(g, cases.randint(g, 6, 16), 5)
-        batches.append((f"{hidden_cases.shape(B, H, D)}, {str(dtype).removeprefix('torch.')}",
-                        appends, cases.sequence(g, B, H, H, sum(appends), D, dtype)))
+        batches.append(
+            (
+                f"{hidden_cases.shape(B, H, D)}, {str(dtype).removeprefix('torch.')}",
+                appends,
+                cases.sequence(g, B, H, H, sum(appends), D, dtype),
+            )
+        )
     return batches
 
 
@@ -142,5 +179,8 @@ def _reset(plan: Plan) -> int:
 
 def _is_zero(value) -> bool:
     """Whether `value` is the number 0 (an int, or a one-element tensor)."""
-    return (isinstance(value, (int, torch.Tensor)) and torch.as_tensor(value).numel() == 1
-            and int(value) == 0)
+    return (
+        isinstance(value, (int, torch.Tensor))
+        and torch.as_tensor(value).numel() == 1
+        and int(value) == 0
+    )

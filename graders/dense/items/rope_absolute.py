@@ -55,11 +55,18 @@ class Case(NamedTuple):
 
 CASES = [
     Case(120, "one token at a time from an empty cache", (0, 0, 0), [(1, 1, 1)] * 8),
-    Case(121, "ragged rows: row 1 joins at step 3, row 2 skips steps 2 and 5 (counts 0/1)",
-         (0, 0, 0),
-         [(1, 0, 1), (1, 0, 1), (1, 0, 0), (1, 1, 1), (1, 1, 1), (1, 1, 0), (1, 1, 1), (1, 1, 1)]),
-    Case(122, "prompts of 2, 5 and 3 tokens prefilled with append, then decode_step", (2, 5, 3),
-         [(1, 1, 1)] * 5),
+    Case(
+        121,
+        "ragged rows: row 1 joins at step 3, row 2 skips steps 2 and 5 (counts 0/1)",
+        (0, 0, 0),
+        [(1, 0, 1), (1, 0, 1), (1, 0, 0), (1, 1, 1), (1, 1, 1), (1, 1, 0), (1, 1, 1), (1, 1, 1)],
+    ),
+    Case(
+        122,
+        "prompts of 2, 5 and 3 tokens prefilled with append, then decode_step",
+        (2, 5, 3),
+        [(1, 1, 1)] * 5,
+    ),
 ]
 LONG_SEED = 1200
 RAGGED_SEED = 1210
@@ -68,8 +75,10 @@ RAGGED_SEED = 1210
 def grade(candidate: Candidate) -> str:
     for case in CASES:
         _check(candidate, case)
-    return (f"{len(CASES)} cases (uniform, ragged counts, prefilled prompts): every step within "
-            f"{TOL} of a full RoPE forward, cached keys rotated at their absolute positions")
+    return (
+        f"{len(CASES)} cases (uniform, ragged counts, prefilled prompts): every step within "
+        f"{TOL} of a full RoPE forward, cached keys rotated at their absolute positions"
+    )
 
 
 def grade_hidden(candidate: Candidate) -> str:
@@ -77,8 +86,10 @@ def grade_hidden(candidate: Candidate) -> str:
     for case in (long, ragged):
         with hidden_cases.labelled(case.name):
             _check(candidate, case)
-    return (f"positions up to {max(long.prompts) + 6} after long prefilled prompts, and 24 random "
-            "ragged steps: outputs and cached keys at every row's own absolute position")
+    return (
+        f"positions up to {max(long.prompts) + 6} after long prefilled prompts, and 24 random "
+        "ragged steps: outputs and cached keys at every row's own absolute position"
+    )
 
 
 def _hidden_cases() -> tuple[Case, Case]:
@@ -91,8 +102,7 @@ def _hidden_cases() -> tuple[Case, Case]:
     seed = hidden_cases.seed(RAGGED_SEED)
     g = cases.generator(seed)
     name = "24 decode steps from an empty cache, rows taking tokens at random"
-    ragged = Case(seed, hidden_cases.name(seed, name), (0,) * B,
-                  _random_steps(g, 24, 0.7))
+    ragged = Case(seed, hidden_cases.name(seed, name), (0,) * B, _random_steps(g, 24, 0.7))
     return long, ragged
 
 
@@ -147,8 +157,9 @@ class Output(NamedTuple):
     positions: torch.Tensor
 
 
-def _decode(plan: Plan, x: torch.Tensor, prompts: tuple[int, ...],
-            steps: list[tuple[int, ...]]) -> tuple[list[Output], torch.Tensor, torch.Tensor]:
+def _decode(
+    plan: Plan, x: torch.Tensor, prompts: tuple[int, ...], steps: list[tuple[int, ...]]
+) -> tuple[list[Output], torch.Tensor, torch.Tensor]:
     """decode_step for each step's counts (all-ones counts not sent): the outputs, the rows'
     final lengths, and where each decoded key would sit if every row were rotated at the longest
     row's position (a known mistake), [B, T+1]."""
@@ -177,12 +188,18 @@ def _check_outputs(name: str, results, outputs: list[Output], full: torch.Tensor
     divergence = first_divergence([o[:, None] for o in got], [e[:, None] for e in expected], TOL)
     if divergence:
         grows = errors[0] <= TOL.atol and errors[-1] >= errors[divergence.step]
-        raise Fail(f"{name}: decode_step's output first differs from the full RoPE forward at "
-                   f"step {divergence.step}, row {divergence.row}: {divergence.error(TOL)}" + (
-                       f": {UNWRITTEN_SLOTS}" if divergence.nonfinite else
-                       ". Likely mistake: the positions q and k are rotated at (the error grows "
-                       "with position while a single position is right)"
-                       if grows else ""))
+        raise Fail(
+            f"{name}: decode_step's output first differs from the full RoPE forward at "
+            f"step {divergence.step}, row {divergence.row}: {divergence.error(TOL)}"
+            + (
+                f": {UNWRITTEN_SLOTS}"
+                if divergence.nonfinite
+                else ". Likely mistake: the positions q and k are rotated at (the error grows "
+                "with position while a single position is right)"
+                if grows
+                else ""
+            )
+        )
 
 
 def _check_keys(name: str, keys, x, weights, lengths, prompts, longest) -> None:
@@ -203,18 +220,21 @@ def _check_keys(name: str, keys, x, weights, lengths, prompts, longest) -> None:
     likely = {
         "the position the cached keys are rotated at (they match keys at position 0, or not "
         "rotated)": rotated(torch.zeros_like(positions)),
-        "the position the cached keys are rotated at (they match keys one position late)":
-            rotated(positions + 1),
+        "the position the cached keys are rotated at (they match keys one position late)": rotated(
+            positions + 1
+        ),
         "how the cached keys are rotated (they match RoPE on pairs 2i, 2i+1, not the given "
         "apply_rope's halves)": rotated(positions, _interleaved_rope),
         "the position each row's keys are rotated at (they match every row at the longest "
         "row's position)": rotated(longest[:, :T]),
     }
     label = next((k for k, v in likely.items() if first_divergence([got], [v], TOL) is None), None)
-    raise Fail(f"{name}: cache.keys differ from k rotated at its absolute position at row "
-               f"{divergence.row}, head {divergence.head}, position {divergence.position}: max abs "
-               f"error {divergence.max_abs:.2e} (tolerance {TOL})"
-               + (f". Likely mistake: {label}" if label else ""))
+    raise Fail(
+        f"{name}: cache.keys differ from k rotated at its absolute position at row "
+        f"{divergence.row}, head {divergence.head}, position {divergence.position}: max abs "
+        f"error {divergence.max_abs:.2e} (tolerance {TOL})"
+        + (f". Likely mistake: {label}" if label else "")
+    )
 
 
 def _interleaved_rope(x: torch.Tensor, positions: torch.Tensor, base: float) -> torch.Tensor:
@@ -223,5 +243,6 @@ def _interleaved_rope(x: torch.Tensor, positions: torch.Tensor, base: float) -> 
     i = torch.arange(x.shape[-1] // 2, dtype=torch.float64)
     theta = positions.double()[:, None, :, None] * base ** (-2.0 * i / x.shape[-1])
     even, odd = x[..., 0::2], x[..., 1::2]
-    return torch.stack((even * theta.cos() - odd * theta.sin(),
-                        odd * theta.cos() + even * theta.sin()), dim=-1).flatten(-2)
+    return torch.stack(
+        (even * theta.cos() - odd * theta.sin(), odd * theta.cos() + even * theta.sin()), dim=-1
+    ).flatten(-2)

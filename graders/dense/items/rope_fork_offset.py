@@ -57,14 +57,16 @@ LONG_POSITIONS, LONG_CHUNK = (1000, 1200), 300  # the long chain's prefix, appen
 # are off by a few ulps, which at positions past 1,000 moved every correct design's outputs up
 # to 0.95 of the tolerance (seed 42, all four designs alike); with 256, 0.02.
 LONG_BASE = 256.0
-EMPTY = [("fork", "original", "fork")] + [("step", branch, (1, 1))
-                                          for _ in range(4) for branch in ("original", "fork")]
-CHAIN = ([("step", "original", counts) for counts in ((1, 1), (0, 1), (1, 1), (1, 0))]
-         + [("fork", "original", "fork")]
-         + [("step", b, (1, 1)) for _ in range(3) for b in ("original", "fork")]
-         + [("fork", "fork", "fork of the fork"), ("release", "fork of the fork", 0)]
-         + [("step", b, (1, 1)) for _ in range(3)
-            for b in ("original", "fork", "fork of the fork")])
+EMPTY = [("fork", "original", "fork")] + [
+    ("step", branch, (1, 1)) for _ in range(4) for branch in ("original", "fork")
+]
+CHAIN = (
+    [("step", "original", counts) for counts in ((1, 1), (0, 1), (1, 1), (1, 0))]
+    + [("fork", "original", "fork")]
+    + [("step", b, (1, 1)) for _ in range(3) for b in ("original", "fork")]
+    + [("fork", "fork", "fork of the fork"), ("release", "fork of the fork", 0)]
+    + [("step", b, (1, 1)) for _ in range(3) for b in ("original", "fork", "fork of the fork")]
+)
 
 
 def grade(candidate: Candidate) -> str:
@@ -75,17 +77,20 @@ def grade(candidate: Candidate) -> str:
     x = {"original": cases.randn(g, B, T, D_MODEL)}
     x["fork"] = x["original"].clone()
     for b in range(B):  # the fork shares each row's prefix, then takes its own tokens
-        x["fork"][b, int(at_fork[b]):] = cases.randn(g, T - int(at_fork[b]), D_MODEL)
-    full = {branch: reference.attention_layer(seq, weights, HEADS, HEADS, BASE)
-            for branch, seq in x.items()}
+        x["fork"][b, int(at_fork[b]) :] = cases.randn(g, T - int(at_fork[b]), D_MODEL)
+    full = {
+        branch: reference.attention_layer(seq, weights, HEADS, HEADS, BASE)
+        for branch, seq in x.items()
+    }
 
     plan = Plan()
     plan.layer("L", weights, HEADS, HEADS, HEAD_DIM, BASE)
     plan.new("original", capacity=CAPACITY)
     rows, lengths, steps = torch.arange(B), torch.zeros(B, dtype=torch.int64), []
     for counts in PREFIX:
-        index = plan.decode_step("L", "original", x["original"][rows, lengths][:, None],
-                                 cases.counts(*counts))
+        index = plan.decode_step(
+            "L", "original", x["original"][rows, lengths][:, None], cases.counts(*counts)
+        )
         steps.append(("original", None, index, lengths, torch.tensor(counts)))
         lengths = lengths + torch.tensor(counts)
     plan.fork("original", "fork")
@@ -102,32 +107,54 @@ def grade(candidate: Candidate) -> str:
         require_shape(got, (B, 1, D_MODEL), f"decode_step's output on the {branch} {when}")
         want = full[branch]["out"][rows, positions][:, None]
         mask = active.bool()[:, None, None]
-        divergence = first_divergence([got.double().where(mask, 0.0)[:, None]],
-                                      [want.where(mask, 0.0)[:, None]], TOL)
+        divergence = first_divergence(
+            [got.double().where(mask, 0.0)[:, None]], [want.where(mask, 0.0)[:, None]], TOL
+        )
         if divergence:
-            raise Fail(f"the {branch}, {when}: decode_step's output at row {divergence.row} "
-                       f"(position {int(positions[divergence.row])}) differs from a full forward "
-                       f"over the {branch}'s own sequence: {divergence.error(TOL)}"
-                       + (f": {UNWRITTEN_SLOTS}" if divergence.nonfinite else
-                          f". {_HINT['before' if j is None else branch]}"))
+            raise Fail(
+                f"the {branch}, {when}: decode_step's output at row {divergence.row} "
+                f"(position {int(positions[divergence.row])}) differs from a full forward "
+                f"over the {branch}'s own sequence: {divergence.error(TOL)}"
+                + (
+                    f": {UNWRITTEN_SLOTS}"
+                    if divergence.nonfinite
+                    else f". {_HINT['before' if j is None else branch]}"
+                )
+            )
     for branch, state in states.items():
         _check_state(branch, results[state], full[branch], at_fork + AFTER)
-    return (f"fork after 5 ragged steps, then {AFTER} alternating steps on each branch: both equal "
-            f"full RoPE forwards (within {TOL}), and each cache holds only its own tokens")
+    return (
+        f"fork after 5 ragged steps, then {AFTER} alternating steps on each branch: both equal "
+        f"full RoPE forwards (within {TOL}), and each cache holds only its own tokens"
+    )
 
 
 def grade_hidden(candidate: Candidate) -> str:
-    _check_events(candidate, hidden_cases.seed(EMPTY_SEED),
-                  "a cache forked while empty, then both decoding in turns", EMPTY)
-    _check_events(candidate, hidden_cases.seed(CHAIN_SEED),
-                  "ragged steps, a fork, turns, a fork of the fork that releases a row, turns of "
-                  "all three", CHAIN)
-    _check_events(candidate, hidden_cases.seed(LONG_SEED), "the same chain after a long prefix "
-                  "appended in chunks", CHAIN, long=True)
-    return (f"a fork of an empty cache and a fork of a fork that releases a row, on a short "
-            f"cache and after a prefix of {LONG_POSITIONS[0]} to {LONG_POSITIONS[1]} positions: "
-            f"every branch equals a full RoPE forward over its own sequence (within {TOL}) and "
-            "keeps its own lengths")
+    _check_events(
+        candidate,
+        hidden_cases.seed(EMPTY_SEED),
+        "a cache forked while empty, then both decoding in turns",
+        EMPTY,
+    )
+    _check_events(
+        candidate,
+        hidden_cases.seed(CHAIN_SEED),
+        "ragged steps, a fork, turns, a fork of the fork that releases a row, turns of all three",
+        CHAIN,
+    )
+    _check_events(
+        candidate,
+        hidden_cases.seed(LONG_SEED),
+        "the same chain after a long prefix appended in chunks",
+        CHAIN,
+        long=True,
+    )
+    return (
+        f"a fork of an empty cache and a fork of a fork that releases a row, on a short "
+        f"cache and after a prefix of {LONG_POSITIONS[0]} to {LONG_POSITIONS[1]} positions: "
+        f"every branch equals a full RoPE forward over its own sequence (within {TOL}) and "
+        "keeps its own lengths"
+    )
 
 
 _HINT = {
@@ -140,21 +167,26 @@ _HINT = {
 def _check_state(branch: str, state: dict, full: dict, lengths: torch.Tensor) -> None:
     got = tensor(state["lengths"], f"the {branch}'s cache.lengths").tolist()
     if got != lengths.tolist():
-        raise Fail(f"after {AFTER} steps on each branch, the {branch}'s cache.lengths is {got}, "
-                   f"expected {lengths.tolist()}: each branch continues from the copied lengths")
+        raise Fail(
+            f"after {AFTER} steps on each branch, the {branch}'s cache.lengths is {got}, "
+            f"expected {lengths.tolist()}: each branch continues from the copied lengths"
+        )
     T = int(lengths.max())
     mask = (torch.arange(T) < lengths[:, None])[:, None, :, None]  # [B, 1, T, 1]
     for name, want in (("keys", full["k"]), ("values", full["v"])):
         value = tensor(state[name], f"the {branch}'s cache.{name}")
         value = value[:, :, :T] if value.dim() == 4 else value  # its time size: length-vs-capacity
         require_shape(value, (B, HEADS, T, HEAD_DIM), f"the {branch}'s cache.{name}[:, :, :{T}]")
-        divergence = first_divergence([value.double().where(mask, 0.0)],
-                                      [want[:, :, :T].where(mask, 0.0)], TOL)
+        divergence = first_divergence(
+            [value.double().where(mask, 0.0)], [want[:, :, :T].where(mask, 0.0)], TOL
+        )
         if divergence:
-            raise Fail(f"at the end, the {branch}'s cache.{name} differ from its own sequence's "
-                       f"{'keys rotated at their absolute positions' if name == 'keys' else name} "
-                       f"at row {divergence.row}, position {divergence.position}: max abs error "
-                       f"{divergence.max_abs:.2e} (tolerance {TOL})")
+            raise Fail(
+                f"at the end, the {branch}'s cache.{name} differ from its own sequence's "
+                f"{'keys rotated at their absolute positions' if name == 'keys' else name} "
+                f"at row {divergence.row}, position {divergence.position}: max abs error "
+                f"{divergence.max_abs:.2e} (tolerance {TOL})"
+            )
 
 
 class Step(NamedTuple):
@@ -170,8 +202,9 @@ class Step(NamedTuple):
     tokens: str
 
 
-def _check_events(candidate: Candidate, seed: int, what: str, events: list,
-                  long: bool = False) -> None:
+def _check_events(
+    candidate: Candidate, seed: int, what: str, events: list, long: bool = False
+) -> None:
     """Play `events` (forks, steps, releases); Fail unless every branch's outputs equal a full
     forward over its own sequences and its lengths are its own at the end. When `long`, the
     original first takes a prefix of LONG_POSITIONS positions by appends of up to LONG_CHUNK:
@@ -179,8 +212,9 @@ def _check_events(candidate: Candidate, seed: int, what: str, events: list,
     have cached them."""
     g = cases.generator(seed)
     prefix = cases.chunks(g, cases.randint(g, *LONG_POSITIONS), LONG_CHUNK) if long else []
-    case = hidden_cases.name(seed, what.replace("a long prefix", f"a {sum(prefix)}-position "
-                                                                  "prefix"))
+    case = hidden_cases.name(
+        seed, what.replace("a long prefix", f"a {sum(prefix)}-position prefix")
+    )
     weights = cases.layer_weights(g, HIDDEN_D_MODEL, HEADS, HEADS, HIDDEN_HEAD_DIM)
     T = HIDDEN_T + sum(prefix)
     x = {"original": cases.randn(g, B, T, HIDDEN_D_MODEL)}  # each branch's tokens
@@ -189,19 +223,25 @@ def _check_events(candidate: Candidate, seed: int, what: str, events: list,
     plan.layer("L", weights, HEADS, HEADS, HIDDEN_HEAD_DIM, base)
     plan.new("original")
     if prefix:
-        cached = reference.attention_layer(x["original"][:, : sum(prefix)], weights, HEADS, HEADS,
-                                           base)  # k, v [B, H, sum(prefix), D], float64
+        cached = reference.attention_layer(
+            x["original"][:, : sum(prefix)], weights, HEADS, HEADS, base
+        )  # k, v [B, H, sum(prefix), D], float64
         start = 0
         for t in prefix:
-            plan.append("original", cached["k"][:, :, start : start + t].float(),
-                        cached["v"][:, :, start : start + t].float())
+            plan.append(
+                "original",
+                cached["k"][:, :, start : start + t].float(),
+                cached["v"][:, :, start : start + t].float(),
+            )
             start += t
     steps, lengths = _play(plan, g, events, x, sum(prefix))
     states = {branch: plan.state(branch) for branch in lengths}
     results = hidden_cases.run(candidate, plan, case)
 
-    full = {tokens: reference.attention_layer(seq, weights, HEADS, HEADS, base)["out"]
-            for tokens, seq in x.items()}
+    full = {
+        tokens: reference.attention_layer(seq, weights, HEADS, HEADS, base)["out"]
+        for tokens, seq in x.items()
+    }
     rows = torch.arange(B)
     for branch, number, index, positions, active, tokens in steps:
         where = f"{case}: the {branch}'s decode step {number}"
@@ -209,23 +249,33 @@ def _check_events(candidate: Candidate, seed: int, what: str, events: list,
         require_shape(got, (B, 1, HIDDEN_D_MODEL), f"{where}, output")
         mask = active.bool()[:, None, None]
         want = full[tokens][rows, positions][:, None]
-        divergence = first_divergence([got.double().where(mask, 0.0)[:, None]],
-                                      [want.where(mask, 0.0)[:, None]], TOL)
+        divergence = first_divergence(
+            [got.double().where(mask, 0.0)[:, None]], [want.where(mask, 0.0)[:, None]], TOL
+        )
         if divergence:
-            raise Fail(f"{where}: the output at row {divergence.row} differs from a full forward "
-                       f"over the {branch}'s own sequence ({divergence.error(TOL)}): "
-                       + (UNWRITTEN_SLOTS if divergence.nonfinite else "each cache continues its "
-                          "rows at their own lengths, which only its own appends and releases "
-                          "change, in storage no other cache writes"))
+            raise Fail(
+                f"{where}: the output at row {divergence.row} differs from a full forward "
+                f"over the {branch}'s own sequence ({divergence.error(TOL)}): "
+                + (
+                    UNWRITTEN_SLOTS
+                    if divergence.nonfinite
+                    else "each cache continues its "
+                    "rows at their own lengths, which only its own appends and releases "
+                    "change, in storage no other cache writes"
+                )
+            )
     for branch, state in states.items():
         got = tensor(results[state]["lengths"], f"{case}: the {branch}'s cache.lengths").tolist()
         if got != lengths[branch].tolist():
-            raise Fail(f"{case}: at the end, the {branch}'s cache.lengths are not its own: a fork "
-                       "copies the lengths, then each cache counts its own appends and releases")
+            raise Fail(
+                f"{case}: at the end, the {branch}'s cache.lengths are not its own: a fork "
+                "copies the lengths, then each cache counts its own appends and releases"
+            )
 
 
-def _play(plan: Plan, g: torch.Generator, events: list, x: dict[str, torch.Tensor],
-          prefix: int = 0) -> tuple[list[Step], dict[str, torch.Tensor]]:
+def _play(
+    plan: Plan, g: torch.Generator, events: list, x: dict[str, torch.Tensor], prefix: int = 0
+) -> tuple[list[Step], dict[str, torch.Tensor]]:
     """The events into `plan`, on an original that holds `prefix` positions in every row. A fork
     shares each row's prefix, then takes tokens of its own; a released row starts a new sequence
     of its own at position 0. Each branch's tokens are in `x` ([B, T, d_model], named by the
@@ -253,8 +303,12 @@ def _play(plan: Plan, g: torch.Generator, events: list, x: dict[str, torch.Tenso
             tokens[branch] = released
         else:
             counts = torch.tensor(arg)
-            index = plan.decode_step("L", branch, x[tokens[branch]][rows, lengths[branch]][:, None],
-                                     None if all(arg) else counts)
+            index = plan.decode_step(
+                "L",
+                branch,
+                x[tokens[branch]][rows, lengths[branch]][:, None],
+                None if all(arg) else counts,
+            )
             number = sum(s.branch == branch for s in steps)
             steps.append(Step(branch, number, index, lengths[branch], counts, tokens[branch]))
             lengths[branch] = lengths[branch] + counts

@@ -59,8 +59,9 @@ class Watch:
         seen = run.positions
         held = [min(p, run.window + after_chunk - 1) for p in seen]
         k, v = run.history()
-        self.points.append((run.state(), what, seen, held, run.window + run.largest_chunk - 1,
-                            k, v))
+        self.points.append(
+            (run.state(), what, seen, held, run.window + run.largest_chunk - 1, k, v)
+        )
 
 
 def grade(candidate: Candidate) -> str:
@@ -102,12 +103,20 @@ def grade(candidate: Candidate) -> str:
         require_checks(results, run.checks, f"W={window}")
         _check_states(results, watch, f"W={window}")
 
-    _check_decode(candidate, cases.generator(441), DECODE_WINDOW, DECODE_STEPS, "decode_step, W=3",
-                  skips=False)
-    return ("windows of 4, 1 and 64 (larger than the run): single tokens and chunks across the "
-            f"wrap over ragged rows equal attention over the last W positions (within {TOL}), "
-            "keys in time order, storage within W + t - 1 slots, release and reset; decode_step "
-            f"with RoPE at absolute positions for {DECODE_STEPS} steps at W=3")
+    _check_decode(
+        candidate,
+        cases.generator(441),
+        DECODE_WINDOW,
+        DECODE_STEPS,
+        "decode_step, W=3",
+        skips=False,
+    )
+    return (
+        "windows of 4, 1 and 64 (larger than the run): single tokens and chunks across the "
+        f"wrap over ragged rows equal attention over the last W positions (within {TOL}), "
+        "keys in time order, storage within W + t - 1 slots, release and reset; decode_step "
+        f"with RoPE at absolute positions for {DECODE_STEPS} steps at W=3"
+    )
 
 
 def grade_hidden(candidate: Candidate) -> str:
@@ -145,8 +154,13 @@ def grade_hidden(candidate: Candidate) -> str:
         _check_states(results, watch, case)
     g = cases.generator(hidden_cases.seed(HIDDEN_DECODE_SEED))
     w, steps = cases.randint(g, 2, 5), cases.randint(g, 30, 50)
-    _check_decode(candidate, g, w, steps,
-                  hidden_cases.name(hidden_cases.seed(HIDDEN_DECODE_SEED), f"decode_step, W={w}"))
+    _check_decode(
+        candidate,
+        g,
+        w,
+        steps,
+        hidden_cases.name(hidden_cases.seed(HIDDEN_DECODE_SEED), f"decode_step, W={w}"),
+    )
     return "seeded windows of 1, a few and more than the run, chunks across the wrap, a release, and a long decode"
 
 
@@ -165,11 +179,15 @@ def _check_after_reset(results: Results, index: int, want: torch.Tensor, state: 
     got = tensor(results[index], "W=4: attend after reset")
     require_shape(got, (2, 4, 1, HEAD_DIM), "W=4: attend after reset and a batch of 2 rows")
     if first_divergence([got.double()], [want], TOL):
-        raise Fail("W=4: after reset, a batch of 2 rows, 6 positions each: attend differs from "
-                   "attention over the last 4 (a reset keeps the window, forgets the rest)")
+        raise Fail(
+            "W=4: after reset, a batch of 2 rows, 6 positions each: attend differs from "
+            "attention over the last 4 (a reset keeps the window, forgets the rest)"
+        )
     if lengths_of(results[state], "W=4: after reset") != [6, 6]:
-        raise Fail("W=4: after reset and a chunk of 6 positions, cache.lengths is not [6, 6] "
-                   "(right after a chunk of t a row holds min(positions, W + t - 1))")
+        raise Fail(
+            "W=4: after reset and a chunk of 6 positions, cache.lengths is not [6, 6] "
+            "(right after a chunk of t a row holds min(positions, W + t - 1))"
+        )
 
 
 def _check_states(results: Results, watch: Watch, case: str) -> None:
@@ -177,33 +195,44 @@ def _check_states(results: Results, watch: Watch, case: str) -> None:
         where = f"{case}, {what}"
         got = results[state]
         if lengths_of(got, where, "positions") != seen:
-            raise Fail(f"{where}: cache.positions is {lengths_of(got, where, 'positions')}, "
-                       f"expected {seen}: the tokens each row has appended (a window does not "
-                       "lower it)")
+            raise Fail(
+                f"{where}: cache.positions is {lengths_of(got, where, 'positions')}, "
+                f"expected {seen}: the tokens each row has appended (a window does not "
+                "lower it)"
+            )
         if lengths_of(got, where) != held:
-            raise Fail(f"{where}: cache.lengths is {lengths_of(got, where)}, expected {held}: "
-                       "the positions each row holds (min(positions, W) after single tokens, up "
-                       "to W + t - 1 right after a chunk of t)")
+            raise Fail(
+                f"{where}: cache.lengths is {lengths_of(got, where)}, expected {held}: "
+                "the positions each row holds (min(positions, W) after single tokens, up "
+                "to W + t - 1 right after a chunk of t)"
+            )
         capacity = got["capacity"]
         if type(capacity) is not int or capacity > slots:
-            raise Fail(f"{where}: cache.capacity is {capacity!r}, more than the W + t - 1 = {slots} "
-                       "slots a window needs (a ring buffer overwrites the oldest position)")
+            raise Fail(
+                f"{where}: cache.capacity is {capacity!r}, more than the W + t - 1 = {slots} "
+                "slots a window needs (a ring buffer overwrites the oldest position)"
+            )
         for name, history in (("keys", k), ("values", v)):
             value = tensor(got[name], f"{where}: cache.{name}")
             if value.dim() != 4 or value.shape[2] < max(held):
-                raise Fail(f"{where}: cache.{name} has shape {list(value.shape)}, expected "
-                           f"[B, Hkv, {max(held)}, D]")
+                raise Fail(
+                    f"{where}: cache.{name} has shape {list(value.shape)}, expected "
+                    f"[B, Hkv, {max(held)}, D]"
+                )
             for b in range(len(held)):
                 want = history[b, :, seen[b] - held[b] : seen[b]]  # [Hkv, held, D]
                 if not torch.allclose(value[b, :, : held[b]].double(), want.double(), atol=1e-6):
-                    raise Fail(f"{where}: cache.{name}[{b}] are not the {held[b]} positions the row "
-                               "holds in time order, oldest first. Likely mistake: a ring "
-                               "buffer's slots given back in storage order (once it has wrapped, "
-                               "the oldest position is not in slot 0)")
+                    raise Fail(
+                        f"{where}: cache.{name}[{b}] are not the {held[b]} positions the row "
+                        "holds in time order, oldest first. Likely mistake: a ring "
+                        "buffer's slots given back in storage order (once it has wrapped, "
+                        "the oldest position is not in slot 0)"
+                    )
 
 
-def _check_decode(candidate: Candidate, g: torch.Generator, window: int, steps: int, case: str,
-                  skips: bool = True) -> None:
+def _check_decode(
+    candidate: Candidate, g: torch.Generator, window: int, steps: int, case: str, skips: bool = True
+) -> None:
     """decode_step for `steps` steps on a KVCache(window) of two rows, row 1 skipping every
     fifth step when `skips`: each output against a float64 forward restricted to the window."""
     weights = cases.layer_weights(g, D_MODEL, 4, 2, HEAD_DIM)
@@ -215,25 +244,34 @@ def _check_decode(candidate: Candidate, g: torch.Generator, window: int, steps: 
     for step in range(steps):
         counts = [1, int(step % 5 != 4 or not skips)]
         rows = torch.tensor(lengths)
-        index = plan.decode_step("L", "c", x[torch.arange(2), rows][:, None],
-                                 None if all(counts) else cases.counts(*counts))
+        index = plan.decode_step(
+            "L",
+            "c",
+            x[torch.arange(2), rows][:, None],
+            None if all(counts) else cases.counts(*counts),
+        )
         checks.append((index, list(lengths), counts))
         lengths = [n + c for n, c in zip(lengths, counts)]
     state = plan.state("c")
     results = hidden_cases.run(candidate, plan, case)
     capacity = results[state]["capacity"]
     if type(capacity) is not int or capacity > window:
-        raise Fail(f"{case}: after {steps} single tokens, cache.capacity is {capacity!r}, more "
-                   f"than the W = {window} slots a window of single tokens needs (a ring buffer "
-                   "overwrites the oldest position)")
+        raise Fail(
+            f"{case}: after {steps} single tokens, cache.capacity is {capacity!r}, more "
+            f"than the W = {window} slots a window of single tokens needs (a ring buffer "
+            "overwrites the oldest position)"
+        )
     full = reference.attention_layer(x, weights, 4, 2, BASE, window=window)["out"]  # [B, T, d]
     for step, (index, at, counts) in enumerate(checks):
         got = tensor(results[index]["output"], f"{case}: decode_step {step}")
         require_shape(got, (2, 1, D_MODEL), f"{case}: decode_step {step}")
         for b in range(2):
-            if counts[b] and first_divergence([got[b : b + 1, None].double()],
-                                              [full[b : b + 1, at[b]][:, None, None]], TOL):
-                raise Fail(f"{case}: decode_step {step}, row {b} (position {at[b]}) differs from "
-                           f"a forward restricted to the last {window} positions. Likely mistake: "
-                           "RoPE at what the cache holds (lengths) rather than at positions, or "
-                           "the window's edge")
+            if counts[b] and first_divergence(
+                [got[b : b + 1, None].double()], [full[b : b + 1, at[b]][:, None, None]], TOL
+            ):
+                raise Fail(
+                    f"{case}: decode_step {step}, row {b} (position {at[b]}) differs from "
+                    f"a forward restricted to the last {window} positions. Likely mistake: "
+                    "RoPE at what the cache holds (lengths) rather than at positions, or "
+                    "the window's edge"
+                )

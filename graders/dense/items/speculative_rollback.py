@@ -53,8 +53,17 @@ class Loop:
     """The draft-and-verify loop on `cache` (layer "L<cache>"), played into `plan`; the judge
     keeps each row's accepted tokens and answers every verification and decode step."""
 
-    def __init__(self, plan: Plan, g: torch.Generator, batch: int, hq: int, hkv: int,
-                 capacity: int | None = None, window: int | None = None, cache: str = "c"):
+    def __init__(
+        self,
+        plan: Plan,
+        g: torch.Generator,
+        batch: int,
+        hq: int,
+        hkv: int,
+        capacity: int | None = None,
+        window: int | None = None,
+        cache: str = "c",
+    ):
         self.plan, self.g, self.batch, self.hq, self.hkv = plan, g, batch, hq, hkv
         self.window, self.cache = window, cache
         self.weights = cases.layer_weights(g, D_MODEL, hq, hkv, HEAD_DIM)
@@ -71,8 +80,9 @@ class Loop:
     def decode(self, counts: list[int], what: str) -> None:
         """decode_step with a new true token for the rows whose count is 1."""
         x = torch.stack([self.token() for _ in range(self.batch)])  # [B, d_model]
-        index = self.plan.decode_step(f"L{self.cache}", self.cache, x[:, None],
-                                      None if all(counts) else cases.counts(*counts))
+        index = self.plan.decode_step(
+            f"L{self.cache}", self.cache, x[:, None], None if all(counts) else cases.counts(*counts)
+        )
         want = torch.zeros(self.batch, 1, D_MODEL, dtype=torch.float64)
         for b in range(self.batch):
             if counts[b]:
@@ -114,8 +124,9 @@ class Loop:
             self.tokens[b] = []
 
     def _forward(self, tokens: list[torch.Tensor]) -> dict:
-        return reference.attention_layer(torch.stack(tokens)[None], self.weights, self.hq,
-                                         self.hkv, BASE, window=self.window)
+        return reference.attention_layer(
+            torch.stack(tokens)[None], self.weights, self.hq, self.hkv, BASE, window=self.window
+        )
 
 
 def grade(candidate: Candidate) -> str:
@@ -135,10 +146,12 @@ def grade(candidate: Candidate) -> str:
     _check_loop(results, loop, "the public loop")
     _check_refusals(results, bad)
     _check_loop(results, windowed, f"the loop on a KVCache(window={WINDOW})")
-    return (f"prompts {PROMPTS}, {len(ACCEPTED)} rounds of {DRAFTS} drafts with per-row "
-            "acceptance (by all, none, one), rollbacks to 0 and growth past the capacity: every "
-            "verification and decode step equals plain decoding (within "
-            f"{TOL}); truncate to -1 or past a row raises ValueError and changes nothing")
+    return (
+        f"prompts {PROMPTS}, {len(ACCEPTED)} rounds of {DRAFTS} drafts with per-row "
+        "acceptance (by all, none, one), rollbacks to 0 and growth past the capacity: every "
+        "verification and decode step equals plain decoding (within "
+        f"{TOL}); truncate to -1 or past a row raises ValueError and changes nothing"
+    )
 
 
 def grade_hidden(candidate: Candidate) -> str:
@@ -149,15 +162,23 @@ def grade_hidden(candidate: Candidate) -> str:
         hq = hkv * cases.choice(g, (1, 2))
         t = cases.randint(g, 2, 6)
         capacity = cases.randint(g, 4, 12)
-        restart_at, restart_row = cases.randint(g, 0, HIDDEN_ROUNDS - 2), cases.randint(g, 0, batch - 1)
-        case = hidden_cases.name(seed, f"B={batch}, {hidden_cases.layout(hq, hkv)}, {t} drafts a "
-                                 f"round, KVCache(capacity={capacity})")
+        restart_at, restart_row = (
+            cases.randint(g, 0, HIDDEN_ROUNDS - 2),
+            cases.randint(g, 0, batch - 1),
+        )
+        case = hidden_cases.name(
+            seed,
+            f"B={batch}, {hidden_cases.layout(hq, hkv)}, {t} drafts a "
+            f"round, KVCache(capacity={capacity})",
+        )
         plan = Plan()
         loop = Loop(plan, g, batch, hq, hkv, capacity)
         loop.decode([1] * batch, "prompt step 0")
         for r in range(HIDDEN_ROUNDS):
             right = [cases.randint(g, 0, 1) for _ in range(batch * t)]  # is each draft right?
-            accepted = [next((j for j in range(t) if not right[b * t + j]), t) for b in range(batch)]
+            accepted = [
+                next((j for j in range(t) if not right[b * t + j]), t) for b in range(batch)
+            ]
             loop.round(loop.drafts(t), accepted, f"round {r} (accepting {accepted})")
             if r == restart_at:
                 loop.restart([restart_row])
@@ -170,8 +191,10 @@ def grade_hidden(candidate: Candidate) -> str:
 
 def _check_loop(results: Results, loop: Loop, case: str) -> None:
     """The verifications and decode steps, in the order they ran."""
-    order = sorted([(c.index, "chunk", c) for c in loop.chunks]
-                   + [(s[0], "step", s) for s in loop.steps], key=lambda e: e[0])
+    order = sorted(
+        [(c.index, "chunk", c) for c in loop.chunks] + [(s[0], "step", s) for s in loop.steps],
+        key=lambda e: e[0],
+    )
     for _, kind, entry in order:
         if kind == "chunk":
             require_checks(results, [entry], case)
@@ -180,29 +203,39 @@ def _check_loop(results: Results, loop: Loop, case: str) -> None:
         got = tensor(results[index]["output"], f"{case}: {what}")
         require_shape(got, tuple(want.shape), f"{case}: {what}")
         mask = active[:, None, None]
-        divergence = first_divergence([got.double().where(mask, 0.0)[:, None]],
-                                      [want.where(mask, 0.0)[:, None]], TOL)
+        divergence = first_divergence(
+            [got.double().where(mask, 0.0)[:, None]], [want.where(mask, 0.0)[:, None]], TOL
+        )
         if divergence:
-            raise Fail(f"{case}: {what}: the output of row {divergence.row} differs from plain "
-                       f"decoding of the tokens it kept ({divergence.error(TOL)}). Likely mistake: "
-                       "what the rollback left of each row: its length, the position decode_step "
-                       "rotates at (positions), or the rejected drafts' keys")
+            raise Fail(
+                f"{case}: {what}: the output of row {divergence.row} differs from plain "
+                f"decoding of the tokens it kept ({divergence.error(TOL)}). Likely mistake: "
+                "what the rollback left of each row: its length, the position decode_step "
+                "rotates at (positions), or the rejected drafts' keys"
+            )
 
 
-def _bad_truncates(plan: Plan, lengths: list[int],
-                   wrong_type: bool = False) -> list[tuple[int, int, int, str]]:
+def _bad_truncates(
+    plan: Plan, lengths: list[int], wrong_type: bool = False
+) -> list[tuple[int, int, int, str]]:
     """Truncates the contract refuses, each between two snapshots of the cache: a length of -1,
     one past a row's; with `wrong_type`, float lengths and lengths of one row too many."""
     asked = []
-    for row, length, what in ((0, -1, "a length of -1"),
-                              (len(lengths) - 1, lengths[-1] + 1, "a length past the row's")):
+    for row, length, what in (
+        (0, -1, "a length of -1"),
+        (len(lengths) - 1, lengths[-1] + 1, "a length past the row's"),
+    ):
         bad = list(lengths)
         bad[row] = length
         asked.append((cases.counts(*bad), f"truncate to {bad} ({what})"))
     if wrong_type:
-        asked += [(cases.counts(*lengths).double(), "truncate with float64 lengths"),
-                  (cases.counts(*lengths, 0), f"truncate with {len(lengths) + 1} lengths for "
-                                              f"{len(lengths)} rows")]
+        asked += [
+            (cases.counts(*lengths).double(), "truncate with float64 lengths"),
+            (
+                cases.counts(*lengths, 0),
+                f"truncate with {len(lengths) + 1} lengths for {len(lengths)} rows",
+            ),
+        ]
     found = []
     for value, what in asked:
         before = plan.state("c", STATE_8)
@@ -215,17 +248,27 @@ def _check_refusals(results: Results, bad: list, case: str = "the public loop") 
     for before, index, after, what in bad:
         got = results[index]
         if not (isinstance(got, Raised) and got.is_a("ValueError")):
-            raise Fail(f"{case}: {what} "
-                       + (f"raised {got.type}" if isinstance(got, Raised) else "returned")
-                       + ", expected ValueError (a length below 0 or past a row's is the caller's "
-                         "bug, and so are lengths that are not int64 [B])")
+            raise Fail(
+                f"{case}: {what} "
+                + (f"raised {got.type}" if isinstance(got, Raised) else "returned")
+                + ", expected ValueError (a length below 0 or past a row's is the caller's "
+                "bug, and so are lengths that are not int64 [B])"
+            )
         for name in ("lengths", "positions"):
             if lengths_of(results[after], case, name) != lengths_of(results[before], case, name):
-                raise Fail(f"{case}: {what} raised, but changed cache.{name}: a refused call "
-                           "changes nothing")
+                raise Fail(
+                    f"{case}: {what} raised, but changed cache.{name}: a refused call "
+                    "changes nothing"
+                )
         for name in ("keys", "values"):
             old, new = results[before][name], results[after][name]
-            if not (isinstance(old, torch.Tensor) and isinstance(new, torch.Tensor)
-                    and old.shape == new.shape and torch.equal(old, new)):
-                raise Fail(f"{case}: {what} raised, but changed cache.{name}: a refused call "
-                           "changes nothing")
+            if not (
+                isinstance(old, torch.Tensor)
+                and isinstance(new, torch.Tensor)
+                and old.shape == new.shape
+                and torch.equal(old, new)
+            ):
+                raise Fail(
+                    f"{case}: {what} raised, but changed cache.{name}: a refused call "
+                    "changes nothing"
+                )

@@ -77,24 +77,35 @@ def grade(candidate: Candidate) -> str:
     results = candidate.run(plan)
 
     for name, seq in case_inputs.items():
-        got = [tensor(results[step.index], f"attend's output ({name}, step {s})")
-               for s, step in enumerate(steps[name])]
+        got = [
+            tensor(results[step.index], f"attend's output ({name}, step {s})")
+            for s, step in enumerate(steps[name])
+        ]
         for step, out in enumerate(got):
             require_shape(out, (B, H, 1, D), f"attend's output ({name}, step {step})")
             _require_finite(out, seq, step, name)
         full = reference.causal_attention(seq["q"], seq["k"], seq["v"])  # [B, H, T, D]
-        require_close(got, [full[:, :, t : t + 1] for t in range(T)], STABLE_TOLERANCE,
-                      case=name, step_name="step")
-    return (f"{len(case_inputs)} cases with logits in the thousands: every prefix finite and "
-            f"within {STABLE_TOLERANCE} of the float64 reference")
+        require_close(
+            got,
+            [full[:, :, t : t + 1] for t in range(T)],
+            STABLE_TOLERANCE,
+            case=name,
+            step_name="step",
+        )
+    return (
+        f"{len(case_inputs)} cases with logits in the thousands: every prefix finite and "
+        f"within {STABLE_TOLERANCE} of the float64 reference"
+    )
 
 
 def grade_hidden(candidate: Candidate) -> str:
     for seed in hidden_cases.seeds(HIDDEN_SEEDS):
         _check_hidden(candidate, seed)
-    return (f"{len(HIDDEN_SEEDS)} seeded cases, logits in the tens of thousands, heads thousands "
-            f"apart, chunked: every prefix finite and within {LARGE_LOGITS_FLOAT32} of the "
-            "float64 reference")
+    return (
+        f"{len(HIDDEN_SEEDS)} seeded cases, logits in the tens of thousands, heads thousands "
+        f"apart, chunked: every prefix finite and within {LARGE_LOGITS_FLOAT32} of the "
+        "float64 reference"
+    )
 
 
 def _aligned(g: torch.Generator, sign: float) -> dict[str, torch.Tensor]:
@@ -118,16 +129,20 @@ def _require_finite(out: torch.Tensor, seq: dict, step: int, name: str) -> None:
     largest = scores.amax(dim=(2, 3)) / math.sqrt(D)  # [B, H]: each row's largest logit
     logit, top = float(largest[row, head]), float(largest.max())
     if logit < top - 80 and finite.flatten()[largest.argmax()]:
-        why = (f"the row with the batch's largest logit ({top:.0f}) is finite. Likely mistake: "
-               "which scores the softmax's maximum is taken over")
+        why = (
+            f"the row with the batch's largest logit ({top:.0f}) is finite. Likely mistake: "
+            "which scores the softmax's maximum is taken over"
+        )
     elif logit > 88:  # float32 exp overflows past 88.7
         why = "did the softmax overflow?"
     elif logit < -87:  # and every exp rounds to 0 below about -103
         why = "did the softmax underflow (every exp is 0 in float32, then 0/0)?"
     else:
         why = "does every exp stay in float32's range?"
-    raise Fail(f"{name}: outputs are not finite for logits around {logit:.0f} (step {step}, "
-               f"row {row}, head {head}): {why}")
+    raise Fail(
+        f"{name}: outputs are not finite for logits around {logit:.0f} (step {step}, "
+        f"row {row}, head {head}): {why}"
+    )
 
 
 def _check_hidden(candidate: Candidate, seed: int) -> None:
@@ -137,21 +152,27 @@ def _check_hidden(candidate: Candidate, seed: int) -> None:
     B, H = cases.randint(g, 2, 3), cases.randint(g, 2, 4)
     appends = [PROMPT] + cases.chunks(g, cases.randint(g, 150, 300) - PROMPT, 40)
     prompt = [PROMPT] + [cases.randint(g, 1, PROMPT - 1) for _ in range(B - 1)]  # its counts
-    case = hidden_cases.name(seed, f"{hidden_cases.shape(B, H)}, logits in the tens of thousands, "
-                                   "each head of a row thousands apart, rows of different "
-                                   "lengths, chunked appends")
+    case = hidden_cases.name(
+        seed,
+        f"{hidden_cases.shape(B, H)}, logits in the tens of thousands, "
+        "each head of a row thousands apart, rows of different "
+        "lengths, chunked appends",
+    )
     seq = _per_head_offsets(g, B, H, sum(appends))
     plan = Plan()
     plan.new("c")
     plan.append("c", seq["k"][:, :, :PROMPT], seq["v"][:, :, :PROMPT], cases.counts(*prompt))
     steps = [decode_loop.Step(plan.attend("c", seq["q"][:, :, PROMPT - 1 : PROMPT]), PROMPT)]
     rest = {name: x[:, :, PROMPT:] for name, x in seq.items()}  # every row keeps all of it
-    steps += [step._replace(end=PROMPT + step.end)
-              for step in decode_loop.append_and_attend(plan, rest, appends[1:])]
+    steps += [
+        step._replace(end=PROMPT + step.end)
+        for step in decode_loop.append_and_attend(plan, rest, appends[1:])
+    ]
     results = hidden_cases.run(candidate, plan, case)
 
-    got = decode_loop.outputs(results, steps, (B, H, 1, D), lambda n, step: (
-        f"{case}: attend's output at append {n + 1}"))
+    got = decode_loop.outputs(
+        results, steps, (B, H, 1, D), lambda n, step: f"{case}: attend's output at append {n + 1}"
+    )
     # A row that holds every position sent has no masked slot: an output of it that is not
     # finite is the softmax's. In a shorter row it may be the slots past its length, read.
     longest = [b for b, kept in enumerate(prompt) if kept == PROMPT]
@@ -159,11 +180,19 @@ def _check_hidden(candidate: Candidate, seed: int) -> None:
         bad = (~torch.isfinite(out[longest])).nonzero()
         if len(bad):
             row, head = longest[int(bad[0][0])], int(bad[0][1])
-            raise Fail(f"{case}: attend's output at append {n + 1}: not finite at row {row}, "
-                       f"head {head}: every exp underflowed or overflowed there. Likely mistake: "
-                       "which scores the softmax's maximum is taken over")
-    require_close(got, [_own_positions(seq, prompt, step.end) for step in steps],
-                  LARGE_LOGITS_FLOAT32, case=case, step_name="append", first_step=1)
+            raise Fail(
+                f"{case}: attend's output at append {n + 1}: not finite at row {row}, "
+                f"head {head}: every exp underflowed or overflowed there. Likely mistake: "
+                "which scores the softmax's maximum is taken over"
+            )
+    require_close(
+        got,
+        [_own_positions(seq, prompt, step.end) for step in steps],
+        LARGE_LOGITS_FLOAT32,
+        case=case,
+        step_name="append",
+        first_step=1,
+    )
 
 
 def _own_positions(seq: dict[str, torch.Tensor], prompt: list[int], end: int) -> torch.Tensor:
@@ -171,8 +200,10 @@ def _own_positions(seq: dict[str, torch.Tensor], prompt: list[int], end: int) ->
     own positions (the first prompt[b] of the prompt and all sent after it). [B, H, 1, D]."""
     rows = []
     for b, kept in enumerate(prompt):
-        k, v = (torch.cat((x[b : b + 1, :, :kept], x[b : b + 1, :, PROMPT:end]), dim=2)
-                for x in (seq["k"], seq["v"]))  # [1, H, n, D]
+        k, v = (
+            torch.cat((x[b : b + 1, :, :kept], x[b : b + 1, :, PROMPT:end]), dim=2)
+            for x in (seq["k"], seq["v"])
+        )  # [1, H, n, D]
         rows.append(reference.causal_attention(seq["q"][b : b + 1, :, end - 1 : end], k, v))
     return torch.cat(rows)  # [B, H, 1, D]
 

@@ -43,16 +43,38 @@ def grade(candidate: Candidate) -> str:
     k, v, q = cases.randn(g, B, H, T, D), cases.randn(g, B, H, T, D), cases.randn(g, B, H, 1, D)
     k1, v1 = cases.randn(g, B, H, 1, D), cases.randn(g, B, H, 1, D)
     bad = [  # tag, (what the call is, operation, its inputs)
-        ("float64", ("append of float64 keys and values to a float32 cache", "append",
-                     {"key": k1.double(), "value": v1.double()})),
-        ("value dtype", ("append of a float32 key with a float64 value", "append",
-                         {"key": k1, "value": v1.double()})),
-        ("device", ("append of keys and values on the meta device to a CPU cache", "append",
-                    {"key": {"meta": k1}, "value": {"meta": v1}})),
-        ("query dtype", ("attend with a float64 query on a float32 cache", "attend",
-                         {"query": q.double()})),
-        ("query device", ("attend with a query on the meta device", "attend",
-                          {"query": {"meta": q}})),
+        (
+            "float64",
+            (
+                "append of float64 keys and values to a float32 cache",
+                "append",
+                {"key": k1.double(), "value": v1.double()},
+            ),
+        ),
+        (
+            "value dtype",
+            (
+                "append of a float32 key with a float64 value",
+                "append",
+                {"key": k1, "value": v1.double()},
+            ),
+        ),
+        (
+            "device",
+            (
+                "append of keys and values on the meta device to a CPU cache",
+                "append",
+                {"key": {"meta": k1}, "value": {"meta": v1}},
+            ),
+        ),
+        (
+            "query dtype",
+            ("attend with a float64 query on a float32 cache", "attend", {"query": q.double()}),
+        ),
+        (
+            "query device",
+            ("attend with a query on the meta device", "attend", {"query": {"meta": q}}),
+        ),
     ]
     plan = Plan()
     calls = on_own_caches(plan, k, v, [call for _, call in bad])
@@ -63,23 +85,28 @@ def grade(candidate: Candidate) -> str:
         outputs[dtype] = plan.attend(str(dtype), q.to(dtype), return_inputs=True)
     results = candidate.run(plan)
 
-    messages = [f"{tag}: {require_rejected(results, call)!r}"
-                for (tag, _), call in zip(bad, calls)]
+    messages = [f"{tag}: {require_rejected(results, call)!r}" for (tag, _), call in zip(bad, calls)]
     for dtype, index in outputs.items():
         what = f"attend's output for a {str(dtype)[6:]} cache and query"
         out = tensor(results[index], what)
         require_shape(out, (B, H, 1, D), what)
         if out.dtype != dtype:
-            raise Fail(f"{what} is {str(out.dtype)[6:]}: return the query's dtype (compute the "
-                       "softmax in float32 if you like, then cast the result back)")
+            raise Fail(
+                f"{what} is {str(out.dtype)[6:]}: return the query's dtype (compute the "
+                "softmax in float32 if you like, then cast the result back)"
+            )
         query_after = results.inputs_after(index)["query"]
         if query_after.dtype != dtype or not torch.equal(query_after, q.to(dtype)):
-            raise Fail(f"attend changed the {str(dtype)[6:]} query it was given: work on a copy "
-                       "(an in-place scale or cast writes into the caller's tensor)")
-    return (f"{len(calls)} dtype/device mismatches raised ValueError and left the cache "
-            f"unchanged; float32 and float64 outputs keep the query's dtype, on the CPU, and the "
-            f"query is left as it was; "
-            f"messages: {'; '.join(messages)}")
+            raise Fail(
+                f"attend changed the {str(dtype)[6:]} query it was given: work on a copy "
+                "(an in-place scale or cast writes into the caller's tensor)"
+            )
+    return (
+        f"{len(calls)} dtype/device mismatches raised ValueError and left the cache "
+        f"unchanged; float32 and float64 outputs keep the query's dtype, on the CPU, and the "
+        f"query is left as it was; "
+        f"messages: {'; '.join(messages)}"
+    )
 
 
 def grade_hidden(candidate: Candidate) -> str:
@@ -111,25 +138,58 @@ def grade_hidden(candidate: Candidate) -> str:
     return f"{len(calls)} more dtype/device mismatches raised ValueError, cache unchanged"
 
 
-def _hidden_bad_calls(k1: torch.Tensor, v1: torch.Tensor,
-                      q: torch.Tensor) -> list[tuple[str, torch.dtype, str, dict]]:
+def _hidden_bad_calls(
+    k1: torch.Tensor, v1: torch.Tensor, q: torch.Tensor
+) -> list[tuple[str, torch.dtype, str, dict]]:
     """(what the call is, the cache's dtype, operation, its inputs) of each hidden bad call."""
     return [
-        ("append of a CPU key with a value on the meta device", torch.float32, "append",
-         {"key": k1, "value": {"meta": v1}}),
-        ("append of a key on the meta device with a CPU value", torch.float32, "append",
-         {"key": {"meta": k1}, "value": v1}),
-        ("append of float16 keys and values to a float32 cache", torch.float32, "append",
-         {"key": k1.half(), "value": v1.half()}),
-        ("append of bfloat16 keys and values to a float32 cache", torch.float32, "append",
-         {"key": k1.bfloat16(), "value": v1.bfloat16()}),
-        ("append of int64 keys and values to a float32 cache", torch.float32, "append",
-         {"key": k1.round().long(), "value": v1.round().long()}),
-        ("append of float32 keys and values to a float64 cache", torch.float64, "append",
-         {"key": k1, "value": v1}),
-        ("attend with a float16 query on a float32 cache", torch.float32, "attend",
-         {"query": q.half()}),
-        ("attend with a bfloat16 query on a float32 cache", torch.float32, "attend",
-         {"query": q.bfloat16()}),
+        (
+            "append of a CPU key with a value on the meta device",
+            torch.float32,
+            "append",
+            {"key": k1, "value": {"meta": v1}},
+        ),
+        (
+            "append of a key on the meta device with a CPU value",
+            torch.float32,
+            "append",
+            {"key": {"meta": k1}, "value": v1},
+        ),
+        (
+            "append of float16 keys and values to a float32 cache",
+            torch.float32,
+            "append",
+            {"key": k1.half(), "value": v1.half()},
+        ),
+        (
+            "append of bfloat16 keys and values to a float32 cache",
+            torch.float32,
+            "append",
+            {"key": k1.bfloat16(), "value": v1.bfloat16()},
+        ),
+        (
+            "append of int64 keys and values to a float32 cache",
+            torch.float32,
+            "append",
+            {"key": k1.round().long(), "value": v1.round().long()},
+        ),
+        (
+            "append of float32 keys and values to a float64 cache",
+            torch.float64,
+            "append",
+            {"key": k1, "value": v1},
+        ),
+        (
+            "attend with a float16 query on a float32 cache",
+            torch.float32,
+            "attend",
+            {"query": q.half()},
+        ),
+        (
+            "attend with a bfloat16 query on a float32 cache",
+            torch.float32,
+            "attend",
+            {"query": q.bfloat16()},
+        ),
         ("attend with a float32 query on a float64 cache", torch.float64, "attend", {"query": q}),
     ]

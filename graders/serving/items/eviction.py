@@ -30,7 +30,7 @@ ITEM = "eviction"
 
 HINTS = {
     "evict": "evict takes the most recently added sequence still present (add, admit and fork's "
-             "dst all add; freed or evicted ones are gone), and raises ValueError when none is",
+    "dst all add; freed or evicted ones are gone), and raises ValueError when none is",
     "freed": "evicting a sequence frees it: its blocks go back to the pool",
     "add": "an evicted sequence is gone, like a freed one: its id can be added again",
 }
@@ -47,31 +47,36 @@ def grade(candidate: Candidate) -> str:
     s.fork("m", "k"), s.append("k", 2)  # k is added after c and x
     s.free("x")
     s.admit("a", 8), s.append("a", 1)
-    s.admit("zz", 1000)                 # refused: 250 blocks; zz is never added
-    s.evict()                           # a
+    s.admit("zz", 1000)  # refused: 250 blocks; zz is never added
+    s.evict()  # a
     s.add("b"), s.append("b", 6)
-    s.evict()                           # b
-    s.evict()                           # k (it still shares m's first block)
+    s.evict()  # b
+    s.evict()  # k (it still shares m's first block)
     s.add("n")
-    s.evict()                           # n, empty
-    s.add("k")                          # gone, so the id is free again
-    s.evict(), s.evict(), s.evict()     # k, c, then m
-    s.evict()                           # nothing left: ValueError
-    s.add("m"), s.append("m", 1)        # a new m
+    s.evict()  # n, empty
+    s.add("k")  # gone, so the id is free again
+    s.evict(), s.evict(), s.evict()  # k, c, then m
+    s.evict()  # nothing left: ValueError
+    s.add("m"), s.append("m", 1)  # a new m
     s.evict()
     s.check(candidate.run(s.plan), HINTS)
-    return ("evict returned the newest sequence still present at every step (add, admit, fork), "
-            "gave its blocks back, and raised ValueError on an empty cache")
+    return (
+        "evict returned the newest sequence still present at every step (add, admit, fork), "
+        "gave its blocks back, and raised ValueError on an empty cache"
+    )
 
 
 def grade_hidden(candidate: Candidate) -> str:
     for seed, block_size in hidden_cases.seeded(HIDDEN_CASES):
-        case = hidden_cases.name(seed, f"random adds, admits, forks, frees and evicts, "
-                                       f"block_size {block_size}")
+        case = hidden_cases.name(
+            seed, f"random adds, admits, forks, frees and evicts, block_size {block_size}"
+        )
         s = Session(case, 512, block_size, seed=seed, hidden=True, watch=("freed",))
         play(s, cases.generator(seed), 40, HIDDEN_WEIGHTS, 20, most_admitted=2 * block_size)
         for _ in range(len(s.book.tables) + 1):  # until empty, then one more: ValueError
             s.evict()
         s.check(hidden_cases.run(candidate, s.plan, case), HINTS)
-    return (f"{len(HIDDEN_CASES)} random scripts: every evict took the newest sequence still "
-            "present and gave its blocks back; ValueError once empty")
+    return (
+        f"{len(HIDDEN_CASES)} random scripts: every evict took the newest sequence still "
+        "present and gave its blocks back; ValueError once empty"
+    )

@@ -75,16 +75,26 @@ class Scramble:
         return max(3 + 4 * self.pairs, needed) + self.spare
 
 
-PUBLIC_SCRAMBLE = Scramble("a scrambled pool", block_size=4, heads=(2, 2), head_dim=8, pairs=3,
-                           free_order=(4, 0, 2), grow=((5, 3, 6), (2, 4, 3)), late=5)
+PUBLIC_SCRAMBLE = Scramble(
+    "a scrambled pool",
+    block_size=4,
+    heads=(2, 2),
+    head_dim=8,
+    pairs=3,
+    free_order=(4, 0, 2),
+    grow=((5, 3, 6), (2, 4, 3)),
+    late=5,
+)
 HIDDEN_LAYOUTS = ((2, 2), (4, 4), (8, 2), (6, 3), (4, 1))
 HIDDEN_CASES = [(5100 + i, bs) for i, bs in enumerate((1, 3, 16, 3))]
 
 
 def grade(candidate: Candidate) -> str:
     _check(candidate, cases.generator(700), PUBLIC_SCRAMBLE)
-    return ("a scrambled pool (freed blocks reused out of order): tables in position order, "
-            f"ceil(length / block_size) ids each, disjoint; attention within {TOL}")
+    return (
+        "a scrambled pool (freed blocks reused out of order): tables in position order, "
+        f"ceil(length / block_size) ids each, disjoint; attention within {TOL}"
+    )
 
 
 def grade_hidden(candidate: Candidate) -> str:
@@ -93,8 +103,10 @@ def grade_hidden(candidate: Candidate) -> str:
         scramble = _hidden_scramble(g, seed, bs)
         with hidden_cases.labelled(scramble.name):
             _check(candidate, g, scramble)
-    return (f"{len(HIDDEN_CASES)} seeded scrambled pools (block sizes 1, 3, 16): tables in "
-            f"position order and disjoint, attention within {TOL}")
+    return (
+        f"{len(HIDDEN_CASES)} seeded scrambled pools (block sizes 1, 3, 16): tables in "
+        f"position order and disjoint, attention within {TOL}"
+    )
 
 
 def _hidden_scramble(g: torch.Generator, seed: int, bs: int) -> Scramble:
@@ -104,28 +116,49 @@ def _hidden_scramble(g: torch.Generator, seed: int, bs: int) -> Scramble:
     evens = list(range(0, 2 * pairs, 2))
     free_order = tuple(evens[i] for i in torch.randperm(pairs, generator=g).tolist())
     rounds = cases.randint(g, 2, 3)
-    grow = tuple(tuple(cases.randint(g, 1, 3 * bs + 2) for _ in range(pairs))
-                 for _ in range(rounds))
-    name = hidden_cases.name(seed, f"a scrambled pool of {2 * pairs} sequences, block_size {bs}, "
-                                   f"{hidden_cases.layout(Hq, Hkv)}, head_dim {D}")
-    return Scramble(name, bs, (Hq, Hkv), D, pairs, free_order, grow,
-                    late=cases.randint(g, 1, 2 * bs + 1), spare=cases.randint(g, 0, 2),
-                    noncontiguous=True, shows_tables=False)
+    grow = tuple(
+        tuple(cases.randint(g, 1, 3 * bs + 2) for _ in range(pairs)) for _ in range(rounds)
+    )
+    name = hidden_cases.name(
+        seed,
+        f"a scrambled pool of {2 * pairs} sequences, block_size {bs}, "
+        f"{hidden_cases.layout(Hq, Hkv)}, head_dim {D}",
+    )
+    return Scramble(
+        name,
+        bs,
+        (Hq, Hkv),
+        D,
+        pairs,
+        free_order,
+        grow,
+        late=cases.randint(g, 1, 2 * bs + 1),
+        spare=cases.randint(g, 0, 2),
+        noncontiguous=True,
+        shows_tables=False,
+    )
 
 
 def _check(candidate: Candidate, g: torch.Generator, scramble: Scramble) -> None:
     """Play `scramble` on a pool drawing its data from `g`; check every checkpoint's lengths and
     tables, then attention."""
     plan = Plan()
-    pool = Pool(plan, g, scramble.num_blocks, scramble.block_size, *scramble.heads,
-                scramble.head_dim)
+    pool = Pool(
+        plan, g, scramble.num_blocks, scramble.block_size, *scramble.heads, scramble.head_dim
+    )
     checkpoints = _play(pool, scramble)
     results = candidate.run(plan)
     for when, seqs in checkpoints:
         _check_tables(results, seqs, scramble, f"{scramble.name}, after {when}")
     tables = {when: {s: results[t] for s, (_, _, t) in seqs.items()} for when, seqs in checkpoints}
-    pool.check(results, TOL, scramble.name, likely=lambda p, got, step, tol: _likely(
-        got[step], p.reads[step], tol, tables[p.reads[step].after], scramble.shows_tables))
+    pool.check(
+        results,
+        TOL,
+        scramble.name,
+        likely=lambda p, got, step, tol: _likely(
+            got[step], p.reads[step], tol, tables[p.reads[step].after], scramble.shows_tables
+        ),
+    )
 
 
 def _play(pool: Pool, scramble: Scramble) -> list[tuple[str, dict]]:
@@ -134,10 +167,19 @@ def _play(pool: Pool, scramble: Scramble) -> list[tuple[str, dict]]:
     checkpoints = []
 
     def checkpoint(when: str, attend: list | None = None) -> None:
-        checkpoints.append((when, {s: (pool.seqs[s][0].shape[1],
-                                       pool.plan.call(pool.obj, "length", s),
-                                       pool.plan.call(pool.obj, "block_table", s))
-                                   for s in pool.seqs}))
+        checkpoints.append(
+            (
+                when,
+                {
+                    s: (
+                        pool.seqs[s][0].shape[1],
+                        pool.plan.call(pool.obj, "length", s),
+                        pool.plan.call(pool.obj, "block_table", s),
+                    )
+                    for s in pool.seqs
+                },
+            )
+        )
         if attend:
             pool.attend(attend, when)
 
@@ -177,32 +219,46 @@ def _check_tables(results, seqs: dict, scramble: Scramble, where: str) -> None:
         if not isinstance(table, list) or not all(type(b) is int for b in table):
             raise Fail(f"{where}: block_table({s}) is {table!r}, expected a list of ints")
         if len(table) != math.ceil(n / bs):
-            raise Fail(f"{where}: block_table({s}) holds {len(table)} blocks for {n} positions; "
-                       f"with block_size {bs} that is ceil({n} / {bs}) = {math.ceil(n / bs)}")
+            raise Fail(
+                f"{where}: block_table({s}) holds {len(table)} blocks for {n} positions; "
+                f"with block_size {bs} that is ceil({n} / {bs}) = {math.ceil(n / bs)}"
+            )
         for b in table:
             if not 0 <= b < num_blocks:
-                raise Fail(f"{where}: block_table({s}) holds block {b}, outside the pool's "
-                           f"0..{num_blocks - 1}")
+                raise Fail(
+                    f"{where}: block_table({s}) holds block {b}, outside the pool's "
+                    f"0..{num_blocks - 1}"
+                )
             if b in owner:
                 also = "twice" if owner[b] == s else f"and in block_table({owner[b]})"
-                raise Fail(f"{where}: block {b} is in block_table({s}) {also}: a block holds "
-                           "one sequence's positions (nothing was forked here)")
+                raise Fail(
+                    f"{where}: block {b} is in block_table({s}) {also}: a block holds "
+                    "one sequence's positions (nothing was forked here)"
+                )
             owner[b] = s
 
 
 def _likely(got, read, tol, tables: dict, shows_tables: bool) -> str:
     """The block-order label when only sequences with scattered tables are wrong."""
+
     def in_order(s) -> bool:  # contiguous and ascending, as the control's table usually is
         return tables[s] == list(range(tables[s][0], tables[s][0] + len(tables[s])))
 
-    bad = [read.seq_ids[i] for i in range(len(read.seq_ids))
-           if not close(got[i], read.expected[i], tol).all()]
+    bad = [
+        read.seq_ids[i]
+        for i in range(len(read.seq_ids))
+        if not close(got[i], read.expected[i], tol).all()
+    ]
     if any(in_order(s) for s in bad):
-        return ("even a sequence whose blocks are contiguous and in order is wrong: attention "
-                "itself is off (see paged-equivalence)")
+        return (
+            "even a sequence whose blocks are contiguous and in order is wrong: attention "
+            "itself is off (see paged-equivalence)"
+        )
     if not bad:
         return ""
     shown = f" (block_table({bad[0]}) is {tables[bad[0]]})" if shows_tables else ""
-    return (f"only sequences whose blocks are out of order or apart are wrong{shown}: "
-            "attention follows block order, not the table? Position p is in block "
-            "table[p // block_size], whatever that block's id")
+    return (
+        f"only sequences whose blocks are out of order or apart are wrong{shown}: "
+        "attention follows block order, not the table? Position p is in block "
+        "table[p // block_size], whatever that block's id"
+    )

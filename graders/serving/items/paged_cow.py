@@ -40,23 +40,22 @@ from graders.shared import cases, hidden_cases
 ITEM = "paged-cow"
 HINTS = {
     "num_free_blocks": "a fork takes no block; a write into a shared partial block takes one "
-                       "(its copy) and the old block loses a holder; full blocks are never copied",
+    "(its copy) and the old block loses a holder; full blocks are never copied",
     "tables": "fork gives dst src's own block ids; a write into a shared partial last block "
-              "replaces that one entry with a copy",
+    "replaces that one entry with a copy",
     "attend": "a branch sees only its own writes. The tables were right at this step, so the "
-              "data went into another block than the table's (into the shared block, not its "
-              "copy?), or attend reads other blocks than the table's (see paged-block-table)",
+    "data went into another block than the table's (into the shared block, not its "
+    "copy?), or attend reads other blocks than the table's (see paged-block-table)",
     "attend:False": "this is before any fork: attention itself is off (see paged-equivalence), "
-                    "and this item's checks rely on it",
+    "and this item's checks rely on it",
     "attend:int8:True": "in an int8 pool a block is its int8 keys and values and their scales: "
-                        "a copy-on-write copy copies all four, or the copied positions come "
-                        "back at another block's scale",
+    "a copy-on-write copy copies all four, or the copied positions come "
+    "back at another block's scale",
     "length": "a fork starts at src's length; then each branch counts its own appends",
 }
 
 # seed, block_size, num_blocks
-HIDDEN_CASES = [(5300 + i, bs, n)
-                for i, (bs, n) in enumerate(((16, 96), (1, 600), (16, 96)))]
+HIDDEN_CASES = [(5300 + i, bs, n) for i, (bs, n) in enumerate(((16, 96), (1, 600), (16, 96)))]
 HIDDEN_WEIGHTS = {"add": 1, "append": 6, "fork": 3}
 INT8_SEED, INT8_BLOCK_SIZE, INT8_BLOCKS = 5310, 4, 160
 INT8_WEIGHTS = {"add": 1, "append": 6, "fork": 3, "free": 1, "evict": 1}
@@ -65,9 +64,9 @@ INT8_WEIGHTS = {"add": 1, "append": 6, "fork": 3, "free": 1, "evict": 1}
 def grade(candidate: Candidate) -> str:
     s = Session("a fork, then writes on both sides", 12, 4, seed=300)
     s.add("a"), s.append("a", 6)  # one full block, one holding 2 of 4 positions
-    s.fork("a", "b")              # shares both blocks: no block taken
-    s.append("b", 1)              # b copies the partial block: its last entry changes
-    s.append("a", 1)              # a alone holds that block now: written in place
+    s.fork("a", "b")  # shares both blocks: no block taken
+    s.append("b", 1)  # b copies the partial block: its last entry changes
+    s.append("a", 1)  # a alone holds that block now: written in place
     s.append("a", 2), s.append("b", 3)
     s.check(candidate.run(s.plan), HINTS)
 
@@ -87,21 +86,27 @@ def grade(candidate: Candidate) -> str:
     s.append("w", 3), s.append("r", 3), s.append("x", 1)
     s.check(candidate.run(s.plan), HINTS)
 
-    return (f"3 fork scripts: no block taken by a fork, one per copy of a shared partial block, "
-            f"full blocks stay shared, every branch within {TOL} of its own history")
+    return (
+        f"3 fork scripts: no block taken by a fork, one per copy of a shared partial block, "
+        f"full blocks stay shared, every branch within {TOL} of its own history"
+    )
 
 
 def grade_hidden(candidate: Candidate) -> str:
     for seed, block_size, num_blocks in hidden_cases.seeded(HIDDEN_CASES):
-        case = hidden_cases.name(seed, f"a random tree of forks, every branch writing, "
-                                       f"block_size {block_size}")
+        case = hidden_cases.name(
+            seed, f"a random tree of forks, every branch writing, block_size {block_size}"
+        )
         s = Session(case, num_blocks, block_size, seed=seed, hidden=True)
         play(s, cases.generator(seed), 40, HIDDEN_WEIGHTS, 20)
         s.check(hidden_cases.run(candidate, s.plan, case), HINTS)
     seed = hidden_cases.seed(INT8_SEED)
-    case = hidden_cases.name(seed, f"an int8 pool: a fork written mid-block, then a random tree "
-                                   f"of forks with frees and evictions, block_size "
-                                   f"{INT8_BLOCK_SIZE}")
+    case = hidden_cases.name(
+        seed,
+        f"an int8 pool: a fork written mid-block, then a random tree "
+        f"of forks with frees and evictions, block_size "
+        f"{INT8_BLOCK_SIZE}",
+    )
     g = cases.generator(seed)
     s = Session(case, INT8_BLOCKS, INT8_BLOCK_SIZE, seed=seed, hidden=True, quantize="int8")
     s.add("a"), s.append("a", INT8_BLOCK_SIZE * cases.randint(g, 1, 3) + cases.randint(g, 1, 3))
@@ -109,6 +114,8 @@ def grade_hidden(candidate: Candidate) -> str:
     s.append("b", cases.randint(g, 1, 6))  # copies the shared partial block
     play(s, g, 40, INT8_WEIGHTS, 10)
     s.check(hidden_cases.run(candidate, s.plan, case), HINTS)
-    return (f"{len(HIDDEN_CASES) + 1} random fork trees (one in an int8 pool, with frees and "
-            "evictions): blocks shared and copied as the contract says, every branch within "
-            f"{TOL} of its own history (int8: within {INT8_BOUND:.0e} of its largest value)")
+    return (
+        f"{len(HIDDEN_CASES) + 1} random fork trees (one in an int8 pool, with frees and "
+        "evictions): blocks shared and copied as the contract says, every branch within "
+        f"{TOL} of its own history (int8: within {INT8_BOUND:.0e} of its largest value)"
+    )

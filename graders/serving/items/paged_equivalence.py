@@ -45,10 +45,29 @@ ITEM = "paged-equivalence"
 NUM_BLOCKS, BLOCK_SIZE, D = 24, 4, 16
 LAYOUTS = ((4, 4), (8, 2), (4, 1))  # (Hq, Hkv): MHA, GQA, MQA
 EMPTY = 3  # added, never written
-SCRIPT = (("add", 0), ("add", 1), ("add", 2), ("add", EMPTY), ("append", 0, 3), ("append", 1, 6),
-          ("append", 2, 2), ("add", 4), ("append", 4, 5), ("append", 0, 4), ("append", 2, 7),
-          ("free", 1), ("append", 4, 6), ("append", 0, 9), ("add", 5), ("append", 5, 5),
-          ("free", 4), ("append", 2, 1), ("append", 5, 8), ("append", 0, 2), ("append", 5, 3))
+SCRIPT = (
+    ("add", 0),
+    ("add", 1),
+    ("add", 2),
+    ("add", EMPTY),
+    ("append", 0, 3),
+    ("append", 1, 6),
+    ("append", 2, 2),
+    ("add", 4),
+    ("append", 4, 5),
+    ("append", 0, 4),
+    ("append", 2, 7),
+    ("free", 1),
+    ("append", 4, 6),
+    ("append", 0, 9),
+    ("add", 5),
+    ("append", 5, 5),
+    ("free", 4),
+    ("append", 2, 1),
+    ("append", 5, 8),
+    ("append", 0, 2),
+    ("append", 5, 3),
+)
 
 HIDDEN_LAYOUTS = ((4, 4), (6, 3), (8, 2), (16, 2), (5, 1), (1, 1))
 HIDDEN_CASES = [  # seed, block size, events, largest chunk
@@ -66,15 +85,27 @@ def grade(candidate: Candidate) -> str:
     for seed, (Hq, Hkv) in enumerate(LAYOUTS, start=600):
         case = f"{'MHA' if Hq == Hkv else 'MQA' if Hkv == 1 else 'GQA'} {Hq}/{Hkv}"
         plan = Plan()
-        _run_script(Pool(plan, cases.generator(seed), NUM_BLOCKS, BLOCK_SIZE, Hq, Hkv, D), SCRIPT,
-                    candidate, TOLERANCE[torch.float32], case)
+        _run_script(
+            Pool(plan, cases.generator(seed), NUM_BLOCKS, BLOCK_SIZE, Hq, Hkv, D),
+            SCRIPT,
+            candidate,
+            TOLERANCE[torch.float32],
+            case,
+        )
     plan = Plan()
-    _run_script(Pool(plan, cases.generator(610), NUM_BLOCKS, BLOCK_SIZE, 4, 2, D, torch.bfloat16),
-                SCRIPT[:12], candidate, TOLERANCE[torch.bfloat16], "a bfloat16 pool (GQA 4/2)")
+    _run_script(
+        Pool(plan, cases.generator(610), NUM_BLOCKS, BLOCK_SIZE, 4, 2, D, torch.bfloat16),
+        SCRIPT[:12],
+        candidate,
+        TOLERANCE[torch.bfloat16],
+        "a bfloat16 pool (GQA 4/2)",
+    )
     _validation(candidate)
-    return (f"{len(LAYOUTS)} head layouts on a fragmented pool ({len(SCRIPT)} steps of appends "
-            f"and frees) within {TOLERANCE[torch.float32]} of float64 attention, bfloat16 in "
-            "bfloat16, empty sequences give zeros; bad appends and queries raise ValueError")
+    return (
+        f"{len(LAYOUTS)} head layouts on a fragmented pool ({len(SCRIPT)} steps of appends "
+        f"and frees) within {TOLERANCE[torch.float32]} of float64 attention, bfloat16 in "
+        "bfloat16, empty sequences give zeros; bad appends and queries raise ValueError"
+    )
 
 
 def grade_hidden(candidate: Candidate) -> str:
@@ -82,12 +113,20 @@ def grade_hidden(candidate: Candidate) -> str:
         g = cases.generator(seed)
         _run_hidden(candidate, g, seed, bs, workload(g, events, most), "a random workload")
     g = cases.generator(hidden_cases.seed(LONG_SEED))
-    _run_hidden(candidate, g, hidden_cases.seed(LONG_SEED), LONG_BLOCK_SIZE, _long_script(g),
-                "three sequences of a few hundred positions")
+    _run_hidden(
+        candidate,
+        g,
+        hidden_cases.seed(LONG_SEED),
+        LONG_BLOCK_SIZE,
+        _long_script(g),
+        "three sequences of a few hundred positions",
+    )
     _far_below_zero(candidate, hidden_cases.seed(FAR_SEED))
-    return (f"{len(HIDDEN_CASES) + 1} seeded workloads (block sizes 1, 3, 16, random head "
-            f"layouts, non-contiguous inputs, a few hundred positions) and logits far below zero, "
-            f"within {TOLERANCE[torch.float32]}")
+    return (
+        f"{len(HIDDEN_CASES) + 1} seeded workloads (block sizes 1, 3, 16, random head "
+        f"layouts, non-contiguous inputs, a few hundred positions) and logits far below zero, "
+        f"within {TOLERANCE[torch.float32]}"
+    )
 
 
 def _run_script(pool: Pool, script, candidate: Candidate, tol, case: str) -> None:
@@ -107,26 +146,38 @@ def _validation(candidate: Candidate) -> None:
     pool.add(0)
     pool.append(0, t=5)
     x = cases.randn(g, 2, 1, 8)
-    bad = [("append with 3 kv heads on a 2-head pool", "append", cases.randn(g, 3, 1, 8)),
-           ("append with head_dim 6 on a head_dim 8 pool", "append", cases.randn(g, 2, 1, 6)),
-           ("append with a 4-d key and value", "append", x[None]),
-           ("a float64 append to a float32 pool", "append", x.double()),
-           ("an append on the meta device", "append", {"meta": x}),
-           ("attend with a head_dim 6 query", "attend", cases.randn(g, 1, 2, 1, 6)),
-           ("attend with 3 query heads on 2 kv heads", "attend", cases.randn(g, 1, 3, 1, 8)),
-           ("attend with 2 query rows for 1 sequence id", "attend", cases.randn(g, 2, 2, 1, 8)),
-           ("attend with a float64 query", "attend", cases.randn(g, 1, 2, 1, 8).double())]
-    ops = [(what, plan.call("p", op, *((0, arg, arg) if op == "append" else ([0], arg)),
-                            may_raise=True)) for what, op, arg in bad]
+    bad = [
+        ("append with 3 kv heads on a 2-head pool", "append", cases.randn(g, 3, 1, 8)),
+        ("append with head_dim 6 on a head_dim 8 pool", "append", cases.randn(g, 2, 1, 6)),
+        ("append with a 4-d key and value", "append", x[None]),
+        ("a float64 append to a float32 pool", "append", x.double()),
+        ("an append on the meta device", "append", {"meta": x}),
+        ("attend with a head_dim 6 query", "attend", cases.randn(g, 1, 2, 1, 6)),
+        ("attend with 3 query heads on 2 kv heads", "attend", cases.randn(g, 1, 3, 1, 8)),
+        ("attend with 2 query rows for 1 sequence id", "attend", cases.randn(g, 2, 2, 1, 8)),
+        ("attend with a float64 query", "attend", cases.randn(g, 1, 2, 1, 8).double()),
+    ]
+    ops = [
+        (
+            what,
+            plan.call("p", op, *((0, arg, arg) if op == "append" else ([0], arg)), may_raise=True),
+        )
+        for what, op, arg in bad
+    ]
     pool.attend([0], "the rejected calls")  # they changed nothing: still the 5 positions
     results = candidate.run(plan)
     for what, index in ops:
         raised = results[index]
         if not (isinstance(raised, Raised) and raised.is_a("ValueError")):
-            did = (f"raised {raised.type}: {raised.message}" if isinstance(raised, Raised)
-                   else "was accepted")
-            raise Fail(f"{what} {did}; expected ValueError (append and attend validate like the "
-                       "dense cache's)")
+            did = (
+                f"raised {raised.type}: {raised.message}"
+                if isinstance(raised, Raised)
+                else "was accepted"
+            )
+            raise Fail(
+                f"{what} {did}; expected ValueError (append and attend validate like the "
+                "dense cache's)"
+            )
     pool.check(results, TOLERANCE[torch.float32], "after rejected appends and queries")
 
 
@@ -144,14 +195,16 @@ def _long_script(g: torch.Generator) -> list[tuple]:
     return script
 
 
-def _run_hidden(candidate: Candidate, g: torch.Generator, seed: int, bs: int, script,
-                what: str) -> None:
+def _run_hidden(
+    candidate: Candidate, g: torch.Generator, seed: int, bs: int, script, what: str
+) -> None:
     """Play `script` on a pool of a random head layout sized to its peak; after every append and
     free, attend over the live sequences shuffled, one of them again, and the empty one."""
     Hq, Hkv = cases.choice(g, HIDDEN_LAYOUTS)
     D = cases.choice(g, (8, 16, 32))
-    case = hidden_cases.name(seed, f"{what}, block_size {bs}, {hidden_cases.layout(Hq, Hkv)}, "
-                                   f"head_dim {D}")
+    case = hidden_cases.name(
+        seed, f"{what}, block_size {bs}, {hidden_cases.layout(Hq, Hkv)}, head_dim {D}"
+    )
     plan = Plan()
     pool = Pool(plan, g, peak_blocks(script, bs) + cases.randint(g, 0, 2), bs, Hq, Hkv, D)
     pool.add(EMPTY)
@@ -173,8 +226,11 @@ def _far_below_zero(candidate: Candidate, seed: int) -> None:
     -30000..-12000 and exact in float32: attention over each sequence's own positions."""
     g = cases.generator(seed)
     (Hq, Hkv), D, bs = FAR_LAYOUT, FAR_D, FAR_BLOCK_SIZE
-    case = hidden_cases.name(seed, f"logits far below zero, partly written last blocks, "
-                                   f"{hidden_cases.layout(Hq, Hkv)}, head_dim {D}")
+    case = hidden_cases.name(
+        seed,
+        f"logits far below zero, partly written last blocks, "
+        f"{hidden_cases.layout(Hq, Hkv)}, head_dim {D}",
+    )
     plan = Plan()
     pool = Pool(plan, g, 16, bs, Hq, Hkv, D)
     offsets = torch.randint(-30000, -12000, (Hkv,), generator=g)  # each KV head's logits

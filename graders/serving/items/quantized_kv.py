@@ -70,8 +70,10 @@ def grade(candidate: Candidate) -> str:
     plan = Plan()
     pools = _public_cases(plan, 800)
     _check(candidate.run(plan), pools)
-    return (f"pool_bytes {ratio:.2f}x the float32 pool's (at most {MAX_RATIO}); attention within "
-            f"{BOUND:.0e} of the values' magnitude, later 100x larger tokens included")
+    return (
+        f"pool_bytes {ratio:.2f}x the float32 pool's (at most {MAX_RATIO}); attention within "
+        f"{BOUND:.0e} of the values' magnitude, later 100x larger tokens included"
+    )
 
 
 def grade_hidden(candidate: Candidate) -> str:
@@ -84,49 +86,61 @@ def grade_hidden(candidate: Candidate) -> str:
     for seed, bs in hidden_cases.seeded(ACCURACY):
         _workload(candidate, seed, bs)
     _growth(candidate)
-    return (f"pools of head_dim 64 and 128 within {MAX_RATIO}x; {len(ACCURACY)} seeded int8 "
-            f"workloads and 2 growth patterns within {BOUND:.0e} of the values' magnitude")
+    return (
+        f"pools of head_dim 64 and 128 within {MAX_RATIO}x; {len(ACCURACY)} seeded int8 "
+        f"workloads and 2 growth patterns within {BOUND:.0e} of the values' magnitude"
+    )
 
 
 def _public_cases(plan: Plan, seed: int) -> dict:
     """The accuracy cases: {name: (Pool, the step from which tokens grow, or None)}."""
-    steady = Pool(plan, cases.generator(seed), 24, BLOCK_SIZE, 2, 2, D, obj="steady",
-                  quantize="int8")
+    steady = Pool(
+        plan, cases.generator(seed), 24, BLOCK_SIZE, 2, 2, D, obj="steady", quantize="int8"
+    )
     for i, chunks in enumerate(STEADY):  # one sequence after another: tables in order
         steady.add(i)
         for t in chunks:
             steady.append(i, t=t)
             steady.attend(list(range(i + 1)), f"{t} positions appended to sequence {i}")
-    grow = Pool(plan, cases.generator(seed + 1), 12, BLOCK_SIZE, 2, 2, D, obj="grow",
-                quantize="int8")
+    grow = Pool(
+        plan, cases.generator(seed + 1), 12, BLOCK_SIZE, 2, 2, D, obj="grow", quantize="int8"
+    )
     grow.add(0)
     for p, m in enumerate(MAGNITUDE):
         grow.append(0, grow.kv(1, m[None]), grow.kv(1, m[None]))
         grow.attend([0], f"token {p}", q_scale=1 / float(MAGNITUDE[: p + 1].max()))
-    return {"three sequences, appends of 1 to 7 positions": (steady, None),
-            f"tokens 100x larger from position {GROWTH_AT} on": (grow, GROWTH_AT)}
+    return {
+        "three sequences, appends of 1 to 7 positions": (steady, None),
+        f"tokens 100x larger from position {GROWTH_AT} on": (grow, GROWTH_AT),
+    }
 
 
 def _memory(candidate: Candidate, num_blocks, block_size, kv_heads, head_dim, what: str) -> float:
     """pool_bytes int8 / float32 for the same pool; Fail above MAX_RATIO or below the data."""
     plan = Plan()
     plan.paged_new("f", num_blocks, block_size, kv_heads, head_dim, dtype="float32")
-    plan.paged_new("q", num_blocks, block_size, kv_heads, head_dim, dtype="float32",
-                   quantize="int8")
+    plan.paged_new(
+        "q", num_blocks, block_size, kv_heads, head_dim, dtype="float32", quantize="int8"
+    )
     sizes = plan.get("f", "pool_bytes"), plan.get("q", "pool_bytes")
     results = candidate.run(plan)
     tokens = 2 * num_blocks * block_size * kv_heads  # (K or V, block, slot, head)
-    for size, name, least in zip(sizes, ("float32", "int8"),
-                                 (4 * tokens * head_dim, tokens * (head_dim + 4))):
+    for size, name, least in zip(
+        sizes, ("float32", "int8"), (4 * tokens * head_dim, tokens * (head_dim + 4))
+    ):
         got, scales = results[size], ", and a float32 scale per token and head" * (name == "int8")
         if type(got) is not int or got < least:
-            raise Fail(f"{what}: the {name} pool's pool_bytes is {got!r}, less than the storage "
-                       f"it must hold ({least} bytes: K and V{scales}): pool_bytes counts all")
+            raise Fail(
+                f"{what}: the {name} pool's pool_bytes is {got!r}, less than the storage "
+                f"it must hold ({least} bytes: K and V{scales}): pool_bytes counts all"
+            )
     ratio = results[sizes[1]] / results[sizes[0]]
     if ratio > MAX_RATIO:
-        raise Fail(f"{what}: the int8 pool holds {results[sizes[1]]} bytes, {ratio:.2f}x the "
-                   f"float32 pool's {results[sizes[0]]} (at most {MAX_RATIO}x). Likely mistake: "
-                   "what the pool stores K and V as")
+        raise Fail(
+            f"{what}: the int8 pool holds {results[sizes[1]]} bytes, {ratio:.2f}x the "
+            f"float32 pool's {results[sizes[0]]} (at most {MAX_RATIO}x). Likely mistake: "
+            "what the pool stores K and V as"
+        )
     return ratio
 
 
@@ -157,22 +171,28 @@ def _check(results, pools: dict) -> None:
         before = max((e for s, _, e, _ in measured[case] if s < onset), default=0.0)
         after = [(s, e) for s, _, e, _ in measured[case] if s >= onset and e > BOUND]
         if after and before <= BOUND:
-            raise Fail(f"{case}: attention after token {after[0][0]} is off by "
-                       f"{after[0][1]:.2e} of the values' magnitude (bound {BOUND:.0e}), while "
-                       f"the earlier, smaller tokens were within {before:.1e}: later tokens "
-                       "clipped: a scale fixed early? Each token and head needs its own scale")
+            raise Fail(
+                f"{case}: attention after token {after[0][0]} is off by "
+                f"{after[0][1]:.2e} of the values' magnitude (bound {BOUND:.0e}), while "
+                f"the earlier, smaller tokens were within {before:.1e}: later tokens "
+                "clipped: a scale fixed early? Each token and head needs its own scale"
+            )
     for case, found in measured.items():
         for step, row, err, huge in found:
             if err > BOUND:
                 read = pools[case][0].reads[step]
-                label = (". Likely mistake: how attend dequantizes (the outputs are far too "
-                         "large)" if huge
-                         else ". The output holds NaN or inf. Likely mistake: the scale of an "
-                         "all-zero token, or slots past the sequence's length read"
-                         if err == float("inf") else "")
-                raise Fail(f"{case}, after {read.after}: row {row}'s attention is off by "
-                           f"{err:.2e} of its values' magnitude, past the int8 bound {BOUND:.0e}"
-                           + label)
+                label = (
+                    ". Likely mistake: how attend dequantizes (the outputs are far too large)"
+                    if huge
+                    else ". The output holds NaN or inf. Likely mistake: the scale of an "
+                    "all-zero token, or slots past the sequence's length read"
+                    if err == float("inf")
+                    else ""
+                )
+                raise Fail(
+                    f"{case}, after {read.after}: row {row}'s attention is off by "
+                    f"{err:.2e} of its values' magnitude, past the int8 bound {BOUND:.0e}" + label
+                )
 
 
 def _workload(candidate: Candidate, seed: int, bs: int) -> None:
@@ -180,8 +200,9 @@ def _workload(candidate: Candidate, seed: int, bs: int) -> None:
     and replaced, every other append non-contiguous, one all-zero token; attend after each."""
     g = cases.generator(seed)
     (Hq, Hkv), D = cases.choice(g, HIDDEN_LAYOUTS), cases.choice(g, (16, 64, 128))
-    case = hidden_cases.name(seed, f"an int8 workload, block_size {bs}, {Hq}/{Hkv} heads, "
-                                   f"head_dim {D}")
+    case = hidden_cases.name(
+        seed, f"an int8 workload, block_size {bs}, {Hq}/{Hkv} heads, head_dim {D}"
+    )
     plan = Plan()
     pool = Pool(plan, g, 400 // bs + 8, bs, Hq, Hkv, D, quantize="int8")
     for s in (0, 1, 2):
@@ -207,9 +228,15 @@ def _growth(candidate: Candidate) -> None:
     g = cases.generator(seed)
     plan, pools = Plan(), {}
     for obj, bs, magnitude, onset, what in (
-            ("ramp", 16, 100.0 ** (torch.arange(40) / 39), 1, "a ramp from 1 to 100"),
-            ("jump", 3, torch.tensor([2.0, 1, 1] * 2 + [2.0] + [100.0] * 14), 7,
-             "a jump of 100x in the middle of a block")):
+        ("ramp", 16, 100.0 ** (torch.arange(40) / 39), 1, "a ramp from 1 to 100"),
+        (
+            "jump",
+            3,
+            torch.tensor([2.0, 1, 1] * 2 + [2.0] + [100.0] * 14),
+            7,
+            "a jump of 100x in the middle of a block",
+        ),
+    ):
         pool = Pool(plan, g, 64 // bs + 2, bs, 4, 2, 32, obj=obj, quantize="int8")
         pool.add(0)
         for p, m in enumerate(magnitude.double()):
