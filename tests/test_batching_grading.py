@@ -70,6 +70,22 @@ def test_a_scheduler_s_exception_is_an_error_naming_the_case_step_call_and_line(
     )
 
 
+def test_an_item_s_graders_judge_the_public_and_the_hidden_runs_once_settled(monkeypatch):
+    asked = []
+
+    def runs(candidate, hidden):
+        asked.append((candidate, hidden))
+        return [run_of(case="hidden" if hidden else "public")]
+
+    monkeypatch.setattr(grading, "runs", runs)
+    grade, grade_hidden = grading.graders(lambda found: f"judged {found[0].case}")
+    assert grade("me") == "judged public" and grade_hidden("me") == "judged hidden"
+    assert asked == [("me", False), ("me", True)]
+    monkeypatch.setattr(grading, "runs", lambda candidate, hidden: [run_of(error(), "a case")])
+    with pytest.raises(CandidateError, match="^a case, step 3"):
+        grade("me")
+
+
 def test_the_first_run_s_error_is_the_one_raised():
     with pytest.raises(CandidateError, match="^the first, step 0: `add`"):
         grading.settle([run_of(error("add", 0), "the first"), run_of(error(), "the second")])
