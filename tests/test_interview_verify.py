@@ -23,6 +23,7 @@ import pytest
 
 from graders.interview import session as verbs, verify
 from graders.judge.isolation import Sandbox, bwrap_problem
+from graders.shared import transformers_extra
 from graders.shared.mutation import REFERENCE
 from tests.test_interview import Clock, wrong_file
 from tests.test_interview_record import live_markup, raw_controls
@@ -97,22 +98,31 @@ def test_a_hand_edited_session_is_named_edited_in_every_format(recorded, tmp_pat
     assert done.returncode == 0 and done.stderr == b"", done.stderr.decode()
     assert raw_controls(done.stdout) == []
     lines = done.stdout.decode().splitlines()
+    # The swapped reference grades L6, 100 at stage L6, and L6+ in the final where the real-model
+    # item can run: the edit's "every item passes" then also claims the L6+ items at save 3, the
+    # stages miss the L6+ opening, and the final claims L6.
+    plus = transformers_extra.problem() is None
     assert lines[1].startswith(
-        "EDITED: this record is not what its snapshots grade: 3 claim(s) "
+        f"EDITED: this record is not what its snapshots grade: {5 if plus else 4} claim(s) "
         "disagree with the grades and 1 snapshot(s) do not match"
     ), lines
     saves = [line for line in lines if line.startswith("  0")]
     assert [("DISAGREES" in line, "EDITED: snapshot" in line) for line in saves] == [
         (True, False),
         (True, False),
-        (False, True),
-    ]  # the swapped reference grades L6, 100
+        (True, True),
+    ]
+    assert "graded again at stage L6: L6, 100 points, 19 items pass: DISAGREES" in saves[2]
     assert "graded again at stage L4: L4, 10 points, 2 items pass: DISAGREES" in saves[0]
     assert "graded again at stage L5: L5, 60 points, 12 items pass: DISAGREES" in saves[1]
     assert any(
         line.startswith(
-            "Stages opened: L5 after save 1, L6 after save 2 | the grades "
-            "open: L5 after save 1, L6 after save 2: agrees"
+            "Stages opened: L5 after save 1, L6 after save 2 | the grades open: L5 after save 1, "
+            + (
+                "L6 after save 2, L6+ after save 3: DISAGREES"
+                if plus
+                else "L6 after save 2: agrees"
+            )
         )
         for line in lines
     )
@@ -120,8 +130,13 @@ def test_a_hand_edited_session_is_named_edited_in_every_format(recorded, tmp_pat
     # The reference swapped in grades L6, 100/100 as claimed: the swap is named by its hash,
     # and by the share of the bundled solution found in it.
     assert (
-        "L6, 100/100 points | graded again: L6, 100 points: DISAGREES (similarity to "
-        "solutions/concat_kv_cache.py "
+        "L6, 100/100 points | graded again: "
+        + (
+            "L6+, 100 points: DISAGREES (level L6+, not L6; "
+            if plus
+            else "L6, 100 points: DISAGREES ("
+        )
+        + "similarity to solutions/concat_kv_cache.py "
         in final
         and "solutions/kv_cache.py 100%, not " in final
     )
@@ -135,7 +150,8 @@ def test_a_hand_edited_session_is_named_edited_in_every_format(recorded, tmp_pat
     report = json.loads((tmp_path / "r.json").read_text())
     checked = report["checked"]
     assert checked["verified"] and checked["edited"]
-    assert [s["check"] for s in checked["saves"]] == ["disagrees", "disagrees", "agrees"]
-    assert checked["final"]["check"] == "disagrees" and checked["stages"]["check"] == "agrees"
+    assert [s["check"] for s in checked["saves"]] == ["disagrees"] * 3
+    assert checked["final"]["check"] == "disagrees"
+    assert checked["stages"]["check"] == ("disagrees" if plus else "agrees")
     assert [s["matches"] for s in checked["snapshots"]] == [True, True, False]
     assert checked["verdict"][0].startswith("EDITED")
