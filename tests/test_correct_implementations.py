@@ -11,6 +11,7 @@ import pytest
 
 from graders.judge.grade import kata_graders
 from graders.judge.result import GradeResult
+from graders.shared import transformers_extra
 from tests.grading import grade
 from graders.shared.mutation import REFERENCE
 from graders.shared.rubric import load
@@ -55,9 +56,12 @@ def test_correct_designs_pass_everything_and_reach_l6(path, graded):
     assert result.passed, f"{path.name} was failed:\n{_not_passed(result)}"
     assert result.score == result.max_score == 100
     plus = {i.status for i in result.items if i.level == "L6+"}
-    if path in SECTION_8:
+    if path in SECTION_8 and transformers_extra.problem() is None:
         assert result.level == "L6+" and plus == {"pass"}
-        assert result.plus_score == result.plus_max_score == 30
+        assert result.plus_score == result.plus_max_score == 40  # four items of 10 points
+    elif path in SECTION_8:  # real-model not attempted without transformers: L6+ out of reach
+        assert result.level == "L6" and plus == {"pass", "not_attempted"}
+        assert result.plus_score == 30
     else:
         assert result.level == "L6" and plus == {"not_attempted"} and not result.plus_started
     assert not [t.id for t in result.tells if t.detected]

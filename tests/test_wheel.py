@@ -227,7 +227,7 @@ def test_grade_in_the_workspace_grades_its_files(venv, empty):
 
 def test_a_printed_solution_passes_every_item_with_the_hidden_graders(venv, empty):
     for name, file, source in [
-        ("preallocated", "ref.py", "kv_cache_l6.py"),
+        ("speculative", "ref.py", "kv_cache.py"),
         ("tests", "test_ref.py", "test_kv_cache.py"),
     ]:
         printed = kata(venv, empty, "solution", name)

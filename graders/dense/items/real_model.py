@@ -199,7 +199,8 @@ def _grade_runs(candidate: Candidate, runs: list[Run]) -> str:
     for run in runs:
         plan = Plan()
         index = plan.real_model(_operation(run))
-        got = candidate.run(plan, beside_model=True)[index]
+        with hidden_cases.labelled(run.label):  # a raise names the run, and a hidden one its seed
+            got = candidate.run(plan, beside_model=True)[index]
         want = reference[
             wanted[(run.mode, run.lengths, run.new_tokens, run.seed, run.model_seed, run.beams)]
         ]
