@@ -238,14 +238,14 @@ def test_a_printed_solution_passes_every_item_with_the_hidden_graders(venv, empt
         venv, empty, "grade", "ref.py", "--hidden", "--json", "ref.json", *INTERVIEWERS_SANDBOX
     )
     graded = report(empty / "ref.json")
-    # The bare venv has no transformers: real-model is not attempted, saying what to install
-    # (exit 1, as for any item not passed), and the level stops at L6.
+    # The bare venv has no transformers: real-model is not attempted, saying what to install,
+    # and the level stops at L6 (exit 0: an L6+ item not attempted fails nothing).
     statuses = {item["id"]: item for item in graded["items"]}
     model = statuses.pop("real-model")
     assert model["status"] == "not_attempted", model
     assert "pip install 'kvkata[real-model]'" in model["message"], model
     assert {item["status"] for item in statuses.values()} == {"pass"}, text(done)
-    assert done.returncode == 1 and clean(done), text(done)
+    assert done.returncode == 0 and clean(done), text(done)
     assert graded["level"] == "L6" and graded["hidden"] is True
 
 
