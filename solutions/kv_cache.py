@@ -259,7 +259,7 @@ def _attend_ring(cache: KVCache, query: Tensor) -> Tensor:
     grouped = query.reshape(batch, ring_k.shape[1], -1, head_dim)  # [B, Hkv, G, D]
     logits = grouped.float() @ ring_k.float().transpose(-1, -2) / math.sqrt(head_dim)  # [B, Hkv, G, S]
     # Decoding token by token past the first W, the ring is W slots all seen: nothing to mask.
-    if ring_k.shape[2] == cache.window and bool((cache.lengths == cache.window).all()):
+    if ring_k.shape[2] == cache.window and min(cache.lengths.tolist()) == cache.window:
         probs = torch.softmax(logits, dim=-1)
     else:  # after a chunk, early on, after a release: mask what the newest query does not see
         hidden = _outside_window(cache)  # [B, S]
@@ -407,14 +407,21 @@ def _append_to_ring(cache: KVCache, new_key: Tensor, new_value: Tensor, counts: 
     fresh = cache.lengths is None
     held = counts.new_zeros(rows_in) if fresh else cache.lengths  # [B]
     seen = counts.new_zeros(rows_in) if fresh else cache.seen  # [B]
-    full = cache.capacity == cache.window and int(held.min()) == cache.window  # every row holds W
-    if t == 1 and full and int(counts.min()) == 1:  # counts <= t: every row takes its token
+    # Scalars read with tolist (B ints): a step's bookkeeping is all it costs above bare attention.
+    full = cache.capacity == cache.window and min(held.tolist()) == cache.window  # every row: W
+    if t == 1 and full and min(counts.tolist()) == 1:  # counts <= t: every row takes its token
         # Decoding past the first W: each row's token overwrites its oldest position, nothing
         # else changes (the general path below costs as much again as the attention of W = 1024).
-        rows = torch.arange(rows_in, device=new_key.device)  # [B]
-        slot = seen % cache.window  # [B]
-        cache.k_storage[rows, :, slot] = new_key[:, :, 0]  # [B, Hkv, D]
-        cache.v_storage[rows, :, slot] = new_value[:, :, 0]
+        at = seen.tolist()
+        if len(set(at)) == 1:  # rows in step share the slot: a slice write, half an indexed one
+            slot = at[0] % cache.window
+            cache.k_storage[:, :, slot : slot + 1] = new_key  # [B, Hkv, 1, D]
+            cache.v_storage[:, :, slot : slot + 1] = new_value
+        else:
+            rows = torch.arange(rows_in, device=new_key.device)  # [B]
+            slots = seen % cache.window  # [B]
+            cache.k_storage[rows, :, slots] = new_key[:, :, 0]  # [B, Hkv, D]
+            cache.v_storage[rows, :, slots] = new_value[:, :, 0]
         cache.seen = seen + 1
         return
     # Slots for what the rows will hold: W + c - 1 at most for a chunk of c, fewer early on.

@@ -208,28 +208,48 @@ def timed(**medians: float) -> BenchResult:
     return result
 
 
-def test_the_window_line_names_the_cpu_the_ratio_to_bare_attention_over_w_and_the_slots():
+def window_line(dtype: str, ratio: float) -> tuple[str, BenchResult]:
+    """The rendered report of a window bench (T=1024 and 16384) whose windowed step took
+    `ratio` times bare attention over W at T=16384, and the bench."""
     specs = [
         SubjectSpec("window", "solution", "window", "windowed"),
         SubjectSpec("bare-window", "floor", "bare-window", "bare-window"),
     ]
     result = BenchResult(
-        Settings([1024, 16384], ["float32"], ["mha"], specs, window=1024),
+        Settings([1024, 16384], [dtype], ["mha"], specs, window=1024),
         machine={"cpu": "Some CPU"},
         subjects={spec.id: SubjectStatus(spec) for spec in specs},
     )
     slot = 2 * 8 * 128 * 4  # K and V of one position: 8 KV heads x 128 dims x 4 bytes
-    for cell, (window, floor) in enumerate([(1.1e-3, 1e-3), (1.15e-3, 1e-3)]):
+    for cell, (window, floor) in enumerate([(1.1e-3, 1e-3), (ratio * 1e-3, 1e-3)]):
         result.measurements[(cell, "window")] = Measurement([window] * 3, 1024 * slot + 16)
         result.measurements[(cell, "bare-window")] = Measurement([floor] * 3, 1024 * slot)
     out = io.StringIO()
     report.render(result, Console(file=out, width=200, color_system=None))
-    text = " ".join(out.getvalue().split())
+    return " ".join(out.getvalue().split()), result
+
+
+def test_the_window_line_names_the_cpu_the_ratio_to_bare_attention_over_w_and_the_slots():
+    text, result = window_line("float32", 1.15)
     assert (
-        "window W=1024 at T=16384 on Some CPU: 1.15× bare attention over 1024 positions, "
-        "1024 slots held (W + t - 1 = 1024 for single tokens)"
+        "window W=1024 at T=16384 on Some CPU: 1.15× bare attention over 1024 positions "
+        "(target at most 1.2×: met), 1024 slots held (W + t - 1 = 1024 for single tokens)"
     ) in text
     assert report.slots_held(result, 1, "window") == 1024  # its lengths' bytes rounded away
+
+
+@pytest.mark.parametrize(
+    ("dtype", "ratio", "verdict"),
+    [
+        ("float32", 1.2, "(target at most 1.2×: met)"),
+        ("float32", 1.25, "(target at most 1.2×: missed)"),
+        ("bfloat16", 1.5, "(target read in float32: the floor's scores are bfloat16, a cache's"),
+    ],
+    ids=["at-the-target", "past-it", "low-precision"],
+)
+def test_the_window_line_judges_the_target_in_float32_only(dtype, ratio, verdict):
+    text, _ = window_line(dtype, ratio)
+    assert verdict in text
 
 
 def test_two_times_are_within_the_noise_when_their_quartiles_overlap():
