@@ -35,8 +35,6 @@ IMPLEMENTATIONS = sorted((ROOT / "tests/implementations").glob("*.py"))
 ADAPTED = {
     "empty_own_prefix.py": "its decode_step is the reference's with one name changed, "
     "its storage growth the reference's _reserve (measured 0.41)",
-    "window_slice.py": "the reference with its window's three functions swapped for a "
-    "sliced buffer (issue 42)",
 }
 
 DISGUISED_AT_LEAST = 0.95  # measured 1.0 for each: room for a disguise this one does not try

@@ -1,68 +1,11 @@
-"""A correct design of another style for L6+: the reference solution with its window kept by
-slicing a preallocated buffer instead of a ring (tests/implementations, issue 42).
+"""A KV cache whose rows stay left-aligned in one preallocated buffer (contract sections 1 and 8).
 
-A windowed row's held positions always sit in time order from slot 0 of a buffer of W + t - 1
-slots: an append moves each row's kept positions left by the number that leave its window (one
-gather) and writes the new ones after them, so `keys` is a plain slice and never a gather, at
-the price of moving the window at every append. The rest is the reference as it is, whose
-docstring follows.
-
-Reference solution: a preallocated KV cache for incremental decoding (kata levels L4-L6, L6+).
-
-Step 2 of solutions/README.md: the baseline, concat_kv_cache.py, with the same names, docstrings
-and structure, and storage that is never copied (`kata solution --diff concat preallocated`).
-
-Autoregressive decoding produces one token per step. Its attention needs the keys and values of
-every earlier token, and those never change once computed, so we keep them in a cache and
-project only the newest token each step. Queries are not cached: each is used once, at its own
-step. Hidden states are not cached either: re-projecting them would redo the work we are saving.
-
-Layout (always):
-    keys / values   [B, Hkv, T, D]    batch, kv_heads, time, head_dim
-    newest query    [B, Hq, 1, D]     Hq % Hkv == 0; query head h reads KV head h // (Hq // Hkv)
-
-Design:
-- Storage is preallocated, [B, Hkv, capacity, D] for K and for V, and rows are written in place.
-  When a row would overflow, capacity doubles to the next power of two that fits, so n
-  single-token appends cost O(log n) reallocations instead of the n of `torch.cat` every step.
-- `lengths[b]` is how many positions of row b are valid. It is separate from `capacity`: rows of
-  a batch grow at different rates (ragged prompts, finished beams, released slots), and attention
-  masks by `lengths`, never by capacity, so unused or stale slots are never read.
-- GQA/MQA share each KV head between G = Hq // Hkv query heads by reshaping the query into
-  groups, never by copying K and V: the memory saving is the point of GQA.
-gpt-fast's model.py, like transformers' StaticCache, does otherwise: a fixed size, K and V
-repeated for every query head (`repeat_interleave`), and attention over the whole capacity
-behind a mask. This cache grows, groups the query and reads only the valid prefix.
-
-Past L6 (contract section 8): `attend_chunk` verifies a chunk of drafts in one call, `truncate`
-rolls rejected drafts back, and `KVCache(window=W)` is a sliding-window cache.
-- A chunk of t queries needs a mask, where one query does not: the chunk's later positions are
-  already cached when its earlier queries attend, so query i hides every position after its own.
-- Rolling back is setting lengths: the dropped slots keep their data until the next drafts
-  overwrite them, and the lengths mask never reads them (capacity is not given back).
-- A window is a ring buffer of W + t - 1 slots for the largest chunk t appended (the chunk's
-  first query still needs its W - 1 predecessors): position p lives in slot p % slots and is
-  overwritten once it has left every query's window, so memory and attention cost follow W, not
-  the run's length. `keys`/`values` gather the held positions in time order; `positions` counts
-  what each row has seen, `lengths` what it still holds. RoPE stays at absolute positions.
-
-Why a decode step costs about what bare attention does (`kata bench`, float32, B=1, 8 heads,
-head_dim 128, T=16384: 1.08x bare attention on contiguous K and V, 1.9x faster than
-transformers' StaticCache; the table is in solutions/README.md). A step at a long length is
-bound by reading K and V once, so the design avoids every extra pass over them and every
-cache-sized allocation (the OS hands a large allocation its memory a page at a time, which alone
-costs more than the attention):
-- Attention over lengths, not capacity: `keys` and `values` are views of the first max(lengths)
-  slots, so the matmuls read only those. A cache that attends over its whole capacity with a mask
-  (as StaticCache does) reads up to twice as much.
-- No float upcast when storage is already float32: `.float()` then returns the tensor itself.
-  For bf16/fp16 it is a float32 copy of K at every step (about 23x the pure read at T=16384),
-  the price of float32 scores in eager PyTorch; benchmarks/tiled_attention.py copies a tile at
-  a time instead, benchmarks/fused_attention.py none.
-- Grouped heads through a reshape of the query: K and V are never repeated per query head.
-- Writes by one indexed assignment per append, not Python loops over rows or positions.
-- No other per-step allocation of cache-sized tensors: storage grows geometrically, and a step
-  allocates only the scores and weights, [B, Hq, T] floats, far smaller than the cache.
+Row b always holds its positions in slots 0 .. lengths[b] - 1, oldest first, so `keys` and
+`values` are a plain slice of the buffer and slot j holds the absolute position
+positions[b] - lengths[b] + j. Without a window the buffer doubles when a row outgrows it.
+With `window=W` a row appending c positions first slides its newest min(held, W - 1) positions
+down to slot 0 (all the first new query still sees) and writes the c new ones after them: the
+buffer never needs more than W - 1 + c slots, and no slot index is ever taken modulo anything.
 """
 
 import math
@@ -72,15 +15,10 @@ from torch import Tensor
 
 
 class KVCache:
-    """One attention layer's cache for a batch of sequences.
+    """One attention layer's cache: a [B, Hkv, S, D] buffer per K and V, rows left-aligned.
 
-    keys, values: [B, Hkv, T, D] views of the valid prefix, T = max(lengths); None when empty.
-    lengths: int64 [B], valid positions per row; None when empty.
-    capacity: time slots allocated in storage; 0 when empty; always >= max(lengths).
-    `KVCache(capacity=N)` allocates N slots at the first append (more if that append needs more).
-    positions: int64 [B], the tokens each row has appended (since made, reset or released); None
-    when empty. Without a window it is `lengths`.
-    `KVCache(window=W)`: a sliding window of W positions in a ring buffer; capacity is ignored.
+    lengths: int64 [B], positions held; positions: int64 [B], tokens appended (its next absolute
+    position). Both live on the CPU; None until the first append fixes the batch.
     """
 
     def __init__(self, capacity: int | None = None, window: int | None = None):
@@ -88,357 +26,298 @@ class KVCache:
             raise ValueError(f"capacity must be >= 0, got {capacity}")
         if window is not None and window < 1:
             raise ValueError(f"window must be >= 1, got {window}")
-        self.requested_capacity = capacity or 0
+        self.first_size = capacity  # slots of the first allocation; ignored with a window
         self.window = window
-        self.k_storage: Tensor | None = None  # [B, Hkv, capacity, D]
-        self.v_storage: Tensor | None = None  # [B, Hkv, capacity, D]
-        self.lengths: Tensor | None = None  # int64 [B]
-        # A window's rows hold fewer positions than they have seen: int64 [B], kept beside lengths
-        # (read only while lengths is not None, so reset needs not clear it).
-        self.seen: Tensor | None = None
+        self._empty()
 
-    @property
-    def positions(self) -> Tensor | None:  # int64 [B]
-        if self.lengths is None or self.window is None:
-            return self.lengths
-        return self.seen
+    def _empty(self) -> None:
+        self._kbuf: Tensor | None = None  # [B, Hkv, S, D]
+        self._vbuf: Tensor | None = None  # [B, Hkv, S, D]
+        self.lengths: Tensor | None = None
+        self.positions: Tensor | None = None
+        self._widest = 0  # the most positions one append gave one row: the window's slot bound
 
     @property
     def capacity(self) -> int:
-        return 0 if self.k_storage is None else self.k_storage.shape[2]
+        return 0 if self._kbuf is None else self._kbuf.shape[2]
 
     @property
-    def keys(self) -> Tensor | None:  # [B, Hkv, T, D], a view: no copy
-        if self.window is not None and self.k_storage is not None:
-            return _in_time_order(self, self.k_storage)  # a ring: a gather, W + t - 1 slots at most
-        return None if self.k_storage is None else self.k_storage[:, :, : int(self.lengths.max())]
+    def keys(self) -> Tensor | None:
+        return None if self._kbuf is None else self._kbuf[:, :, : _span(self)]
 
     @property
-    def values(self) -> Tensor | None:  # [B, Hkv, T, D]
-        if self.window is not None and self.v_storage is not None:
-            return _in_time_order(self, self.v_storage)
-        return None if self.v_storage is None else self.v_storage[:, :, : int(self.lengths.max())]
+    def values(self) -> Tensor | None:
+        return None if self._vbuf is None else self._vbuf[:, :, : _span(self)]
 
 
-def _next_power_of_two(n: int) -> int:
-    return 1 << max(n - 1, 0).bit_length()
+def _span(cache: KVCache) -> int:
+    """The time slots `keys` exposes: max(lengths)."""
+    return int(cache.lengths.max()) if cache.lengths.numel() else 0
 
 
-def _validate_append(cache: KVCache, new_key: Tensor, new_value: Tensor, counts) -> Tensor:
-    """Raise ValueError on anything incompatible, before any change; return counts, int64 [B]."""
-    if new_key.dim() != 4:
-        raise ValueError(f"rank: new_key must be [B, Hkv, t, D], got {new_key.dim()} dims")
-    if new_key.shape != new_value.shape:
-        raise ValueError(f"key and value shapes differ: {new_key.shape} vs {new_value.shape}")
-    if new_key.dtype != new_value.dtype or new_key.device != new_value.device:
-        raise ValueError("key and value dtype or device differ")
-    batch, kv_heads, t, head_dim = new_key.shape
+def append(cache: KVCache, new_key: Tensor, new_value: Tensor, counts: Tensor | None = None) -> None:
+    """Write counts[b] new positions after row b's held ones (after sliding, with a window)."""
+    counts = _counts_for(cache, new_key, new_value, counts)  # int64 [B] on the CPU
+    if cache.lengths is None:
+        cache.lengths = torch.zeros_like(counts)
+        cache.positions = torch.zeros_like(counts)
+    held = cache.lengths
+    if cache.window is None:
+        kept = held
+    else:  # a row that takes nothing keeps all it holds; one that grows keeps W - 1 of them
+        kept = torch.where(counts > 0, held.clamp(max=cache.window - 1), held)
+    cache._widest = max(cache._widest, int(counts.max()))
+    _make_room(cache, int((kept + counts).max()), new_key)
+    rows = zip(kept.tolist(), (held - kept).tolist(), counts.tolist())
+    for b, (keep, drop, count) in enumerate(rows):
+        for buf, new in ((cache._kbuf, new_key), (cache._vbuf, new_value)):
+            if drop:  # slide the row's newest `keep` positions down to slot 0
+                buf[b, :, :keep] = buf[b, :, drop : drop + keep].clone()
+            if count:
+                buf[b, :, keep : keep + count] = new[b, :, :count]
+    cache.lengths = kept + counts
+    cache.positions = cache.positions + counts
+
+
+def _counts_for(cache: KVCache, key: Tensor, value: Tensor, counts: Tensor | None) -> Tensor:
+    """Every check an append needs, made before anything is written; the counts to write."""
+    if not isinstance(key, Tensor) or not isinstance(value, Tensor):
+        raise ValueError("key and value must be tensors")
+    if key.dim() != 4:
+        raise ValueError(f"rank: key must be [B, Hkv, t, D], got rank {key.dim()}")
+    if value.shape != key.shape:
+        raise ValueError(f"shape: value {list(value.shape)} differs from key {list(key.shape)}")
+    if value.dtype != key.dtype or not key.is_floating_point():
+        raise ValueError(f"dtype: key {key.dtype} and value {value.dtype} must be one float type")
+    if value.device != key.device:
+        raise ValueError(f"device: key on {key.device}, value on {value.device}")
+    batch, heads, t, dim = key.shape
     if t < 1:
-        raise ValueError("time: an append needs at least one position")
-    if cache.k_storage is not None:
-        stored = cache.k_storage
+        raise ValueError("time: an append needs t >= 1 positions")
+    if cache._kbuf is not None:
+        want_batch, want_heads, _, want_dim = cache._kbuf.shape
         for name, got, want in (
-            ("batch", batch, stored.shape[0]),
-            ("kv_heads", kv_heads, stored.shape[1]),
-            ("head_dim", head_dim, stored.shape[3]),
-            ("dtype", new_key.dtype, stored.dtype),
-            ("device", new_key.device, stored.device),
+            ("batch", batch, want_batch),
+            ("kv_heads", heads, want_heads),
+            ("head_dim", dim, want_dim),
         ):
             if got != want:
-                raise ValueError(f"{name}: new key has {got}, cache has {want}")
+                raise ValueError(f"{name}: {got}, the cache has {want}")
+        if key.dtype != cache._kbuf.dtype:
+            raise ValueError(f"dtype: {key.dtype}, the cache holds {cache._kbuf.dtype}")
+        if key.device != cache._kbuf.device:
+            raise ValueError(f"device: {key.device}, the cache is on {cache._kbuf.device}")
     if counts is None:
-        return torch.full((batch,), t, dtype=torch.int64, device=new_key.device)
+        return torch.full((batch,), t, dtype=torch.int64)
     if not isinstance(counts, Tensor) or counts.dtype != torch.int64:
-        got = counts.dtype if isinstance(counts, Tensor) else type(counts).__name__
-        raise ValueError(f"counts dtype: expected an int64 tensor, got {got}")
+        raise ValueError("counts: must be an int64 tensor")
     if counts.shape != (batch,):
-        raise ValueError(f"counts shape: expected [{batch}], got {list(counts.shape)}")
-    if counts.min() < 0 or counts.max() > t:
-        raise ValueError(f"counts range: each must be in 0..{t}, got {counts.tolist()}")
-    return counts.to(new_key.device)
+        raise ValueError(f"counts: shape {list(counts.shape)}, expected [{batch}]")
+    counts = counts.cpu()
+    if bool(((counts < 0) | (counts > t)).any()):
+        raise ValueError(f"counts: each must be in 0..{t}, got {counts.tolist()}")
+    return counts
 
 
-def _reserve(cache: KVCache, needed: int, like: Tensor) -> None:
-    """Make storage hold at least `needed` time slots, keeping what is stored."""
-    if cache.k_storage is not None and needed <= cache.capacity:
-        return
-    if cache.k_storage is None and needed <= cache.requested_capacity:
-        capacity = cache.requested_capacity
-    else:
-        # Geometric growth: a doubling copies as much as all earlier ones together, so the total
-        # copying stays linear in the final length and n appends reallocate O(log n) times.
-        capacity = _next_power_of_two(needed)
-    batch, kv_heads, _, head_dim = like.shape
-    # Zeros, not torch.empty: masked slots get weight exactly 0, and 0 * (uninitialised NaN) is NaN.
-    k = like.new_zeros(batch, kv_heads, capacity, head_dim)  # [B, Hkv, capacity, D]
-    v = like.new_zeros(batch, kv_heads, capacity, head_dim)
-    if cache.k_storage is not None:
-        k[:, :, : cache.capacity] = cache.k_storage
-        v[:, :, : cache.capacity] = cache.v_storage
-    cache.k_storage, cache.v_storage = k, v
+def _make_room(cache: KVCache, slots: int, like: Tensor) -> None:
+    """Buffers of at least `slots` time slots, shaped, typed and placed as `like` [B, Hkv, t, D].
 
-
-def append(cache: KVCache, new_key: Tensor, new_value: Tensor, counts: Tensor | None = None):
-    """Append new_key, new_value ([B, Hkv, t, D]) along time.
-
-    counts (int64 [B], each in 0..t, default all t): row b writes new_key[b, :, :counts[b]] at
-    positions lengths[b] .. lengths[b] + counts[b] - 1. The first append fixes batch, kv_heads,
-    head_dim, dtype and device. ValueError on anything incompatible, and the cache is unchanged.
+    Growth doubles; with a window it stops at W - 1 + the widest append, which `slots` never
+    passes (a row keeps at most W - 1 old positions before its new ones).
     """
-    counts = _validate_append(cache, new_key, new_value, counts)  # [B]
-    batch, _, t, _ = new_key.shape
-    if cache.window is not None:
-        _append_to_ring(cache, new_key, new_value, counts)
+    have = cache.capacity
+    if cache._kbuf is not None and slots <= have:
         return
-    lengths = cache.lengths if cache.lengths is not None else counts.new_zeros(batch)  # [B]
-    new_lengths = lengths + counts  # [B]
-    _reserve(cache, int(new_lengths.max()), new_key)
-
-    # Scatter every real new position to its row's own offset in one indexed write.
-    offsets = torch.arange(t, device=new_key.device)  # [t]
-    real = offsets < counts[:, None]  # [B, t]: which new positions row b keeps
-    rows = torch.arange(batch, device=new_key.device)[:, None].expand(batch, t)[real]  # [N]
-    src = offsets.expand(batch, t)[real]  # [N]: time index in new_key
-    dst = (lengths[:, None] + offsets)[real]  # [N]: time index in storage
-    cache.k_storage[rows, :, dst] = new_key[rows, :, src]  # [N, Hkv, D]
-    cache.v_storage[rows, :, dst] = new_value[rows, :, src]
-    cache.lengths = new_lengths
+    size = max(slots, 2 * have, 1)
+    if cache.window is not None:
+        size = min(size, cache.window - 1 + max(cache._widest, 1))
+    elif have == 0 and cache.first_size:
+        size = max(size, cache.first_size)
+    batch, heads, _, dim = like.shape
+    grown = []
+    for old in (cache._kbuf, cache._vbuf):
+        buf = like.new_zeros(batch, heads, size, dim)  # [B, Hkv, S, D]
+        if old is not None:
+            buf[:, :, :have] = old
+        grown.append(buf)
+    cache._kbuf, cache._vbuf = grown
 
 
 def attend(cache: KVCache, query: Tensor) -> Tensor:
-    """Attention of the newest query ([B, Hq, 1, D]) over each row's cached positions.
-
-    Row b attends over positions 0 .. lengths[b] - 1, scores scaled by 1/sqrt(D), softmax in
-    float32. A row of length 0 returns zeros. Returns [B, Hq, 1, D] in the query's dtype. ValueError
-    on an empty cache or an incompatible query. Modifies neither the cache nor the query.
-    """
-    if cache.k_storage is None:
-        raise ValueError("attend on an empty cache: append first")
-    if query.dim() != 4 or query.shape[2] != 1:
-        raise ValueError(f"rank: query must be [B, Hq, 1, D], got {tuple(query.shape)}")
-    batch, q_heads, _, head_dim = query.shape
-    stored = cache.k_storage
-    kv_heads = stored.shape[1]
-    for name, got, want in (
-        ("batch", batch, stored.shape[0]),
-        ("head_dim", head_dim, stored.shape[3]),
-        ("dtype", query.dtype, stored.dtype),
-        ("device", query.device, stored.device),
-    ):
-        if got != want:
-            raise ValueError(f"{name}: query has {got}, cache has {want}")
-    if q_heads % kv_heads:
-        raise ValueError(f"heads: query heads {q_heads} are not a multiple of kv_heads {kv_heads}")
-
-    keys, values = cache.keys, cache.values  # [B, Hkv, T, D], T = max(lengths)
-    groups = q_heads // kv_heads
-    # Heads h = kv * groups + g, so this reshape puts query head h beside KV head h // groups;
-    # K and V broadcast over the group dimension and are never copied.
-    q = query.reshape(batch, kv_heads, groups, head_dim)  # [B, Hkv, G, D]
-    # float32 scores and softmax: in fp16, q·k itself overflows past 65504 (large logits become
-    # inf), and bf16 keeps 8 bits of mantissa (scores near 20000 round to steps of 128). The
-    # softmax is safe either way: torch.softmax subtracts each row's max before exp().
-    # (This upcasts a copy of K; fused attention kernels upcast tile by tile instead.)
-    scores = (q.float() @ keys.float().transpose(-1, -2)) / math.sqrt(head_dim)  # [B, Hkv, G, T]
-    # No causal mask: in a full forward it hides the positions after each query's own, and the
-    # newest query is the last position, so every cached position is its past or itself.
-    # Mask by lengths, not capacity: slots past a row's length are unused, padding from another
-    # row's longer append, or stale data of a released sequence.
-    past_end = torch.arange(keys.shape[2], device=keys.device) >= cache.lengths[:, None]  # [B, T]
-    scores = scores.masked_fill(past_end[:, None, None, :], float("-inf"))
-    if cache.window is not None:  # right after a chunk a row holds more than the newest query sees
-        seen_from = cache.lengths[:, None] - cache.window  # [B, 1]: time indices before it are out
-        outside = torch.arange(keys.shape[2], device=keys.device) < seen_from  # [B, T]
-        scores = scores.masked_fill(outside[:, None, None, :], float("-inf"))
-    weights = torch.softmax(scores, dim=-1)  # max-subtracted inside: stable for large logits
-    # A row of length 0 has every score -inf, so softmax gives NaN there: return zeros instead.
-    weights = weights.masked_fill((cache.lengths == 0)[:, None, None, None], 0.0)
-    out = weights.to(values.dtype) @ values  # [B, Hkv, G, D]
-    return out.reshape(batch, q_heads, 1, head_dim).to(query.dtype)
-
-
-def reset(cache: KVCache) -> None:
-    """Forget everything; the next append may start a batch of any shape, dtype or device."""
-    cache.k_storage = cache.v_storage = cache.lengths = None
-
-
-def release(cache: KVCache, index: int) -> None:
-    """Sequence `index` ended: its length becomes 0, other rows are untouched.
-
-    Its slots keep stale data until overwritten; attend never reads them because it masks by length.
-    """
-    if cache.lengths is None:
-        raise ValueError("release on an empty cache")
-    if not 0 <= index < cache.lengths.shape[0]:
-        raise IndexError(f"release: index {index} out of range for batch {cache.lengths.shape[0]}")
-    cache.lengths = cache.lengths.clone()  # a fresh tensor: a caller's `lengths` never changes
-    cache.lengths[index] = 0
-    if cache.window is not None:
-        cache.seen = cache.seen.clone()
-        cache.seen[index] = 0
-
-
-def reorder(cache: KVCache, beam_idx: Tensor) -> None:
-    """Beam reordering: new row j is old row beam_idx[j] (int64 [B']; B' may differ from B)."""
-    if cache.k_storage is None:
-        raise ValueError("reorder on an empty cache")
-    if beam_idx.dtype != torch.int64 or beam_idx.dim() != 1:
-        raise ValueError("beam_idx must be a 1-d int64 tensor")
-    beam_idx = beam_idx.to(cache.k_storage.device)
-    # The cost: a copy of the whole storage (capacity, not only lengths), on every layer at every
-    # step of a beam search, at least what attention itself reads. Paged caches share blocks
-    # between beams and copy one block on write instead (paged_kv_cache.py).
-    cache.k_storage = cache.k_storage.index_select(0, beam_idx)  # [B', Hkv, capacity, D]
-    cache.v_storage = cache.v_storage.index_select(0, beam_idx)
-    cache.lengths = cache.lengths.index_select(0, beam_idx)  # [B']
-    if cache.window is not None:
-        cache.seen = cache.seen.index_select(0, beam_idx)
-
-
-def fork(cache: KVCache) -> KVCache:
-    """An independent copy: same sequences at the same positions, no shared storage."""
-    copy = KVCache(cache.requested_capacity, cache.window)
-    if cache.k_storage is not None:
-        copy.k_storage = cache.k_storage.clone()
-        copy.v_storage = cache.v_storage.clone()
-        copy.lengths = cache.lengths.clone()
-        copy.seen = None if cache.seen is None else cache.seen.clone()
-    return copy
+    """The newest query [B, Hq, 1, D] over each row's window; [B, Hq, 1, D] in its dtype."""
+    _check_query(cache, query)
+    if query.shape[2] != 1:
+        raise ValueError(f"time: attend takes one query per row, got {query.shape[2]}")
+    return _masked_attention(cache, query)
 
 
 def attend_chunk(cache: KVCache, query: Tensor) -> Tensor:
-    """Attention of the t queries ([B, Hq, t, D]) of the t positions each row appended last.
+    """The t newest queries [B, Hq, t, D], query i of row b at positions[b] - t + i."""
+    _check_query(cache, query)
+    t = query.shape[2]
+    if t < 1:
+        raise ValueError("time: a chunk needs t >= 1 queries")
+    short = (cache.lengths > 0) & (cache.lengths < t)
+    if bool(short.any()):
+        b = int(short.nonzero()[0])
+        raise ValueError(f"time: a chunk of {t}, but row {b} holds {int(cache.lengths[b])}")
+    return _masked_attention(cache, query)
 
-    Query i of row b sits at absolute position p = positions[b] - t + i and attends its row's
-    positions 0 .. p, or max(0, p - W + 1) .. p with a window; float32 scores and softmax as in
-    `attend`, which it equals for t == 1. A row of length 0 returns zeros. Returns [B, Hq, t, D]
-    in the query's dtype. ValueError as `attend`, and when a non-empty row holds fewer than t
-    positions. Modifies neither the cache nor the query.
-    """
-    _check_chunk_query(cache, query)
-    batch, q_heads, t, head_dim = query.shape
-    kv_heads = cache.k_storage.shape[1]
-    held, seen = cache.lengths, cache.positions  # [B], [B]
-    if ((held > 0) & (held < t)).any():
-        raise ValueError(f"time: a chunk of {t} queries needs its {t} positions cached, "
-                         f"the rows hold {held.tolist()}")
-    k, v = cache.keys, cache.values  # [B, Hkv, T, D], time order
-    span = k.shape[2]
-    slot = torch.arange(span, device=k.device)  # [T]
-    at = (seen - held)[:, None] + slot  # [B, T]: the absolute position of each time index
-    asks = (seen[:, None] - t) + torch.arange(t, device=k.device)  # [B, t]: each query's position
-    # The causal mask a chunk needs: its later positions are already in the cache.
-    visible = (slot < held[:, None])[:, None, :] & (at[:, None, :] <= asks[:, :, None])  # [B, t, T]
+
+def _check_query(cache: KVCache, query: Tensor) -> None:
+    if cache._kbuf is None:
+        raise ValueError("the cache is empty: append before attending")
+    if not isinstance(query, Tensor) or query.dim() != 4:
+        raise ValueError("rank: the query must be [B, Hq, t, D]")
+    batch, heads, _, dim = cache._kbuf.shape
+    if query.shape[0] != batch:
+        raise ValueError(f"batch: query has {query.shape[0]}, the cache {batch}")
+    if query.shape[3] != dim:
+        raise ValueError(f"head_dim: query has {query.shape[3]}, the cache {dim}")
+    if query.shape[1] < 1 or query.shape[1] % heads:
+        raise ValueError(f"heads: {query.shape[1]} query heads on {heads} kv heads")
+    if query.dtype != cache._kbuf.dtype:
+        raise ValueError(f"dtype: query {query.dtype}, the cache {cache._kbuf.dtype}")
+    if query.device != cache._kbuf.device:
+        raise ValueError(f"device: query on {query.device}, the cache on {cache._kbuf.device}")
+
+
+def _masked_attention(cache: KVCache, query: Tensor) -> Tensor:
+    """Each query over the slots its mask allows; float32 (or wider) scores and softmax."""
+    batch, hq, t, dim = query.shape
+    hkv = cache._kbuf.shape[1]
+    span = _span(cache)
+    if span == 0:
+        return torch.zeros_like(query)
+    work = torch.promote_types(query.dtype, torch.float32)
+    q = query.to(work).reshape(batch, hkv, hq // hkv, t, dim)  # [B, Hkv, G, t, D]
+    k = cache._kbuf[:, :, None, :span].to(work)  # [B, Hkv, 1, T, D]
+    v = cache._vbuf[:, :, None, :span].to(work)  # [B, Hkv, 1, T, D]
+    scores = (q @ k.transpose(-1, -2)) / math.sqrt(dim)  # [B, Hkv, G, t, T]
+    allowed = _mask(cache, t, span).to(query.device)  # [B, 1, 1, t, T]
+    scores = scores.masked_fill(~allowed, -math.inf)
+    peak = scores.amax(dim=-1, keepdim=True)  # [B, Hkv, G, t, 1]
+    peak = torch.where(torch.isfinite(peak), peak, torch.zeros_like(peak))  # rows seeing nothing
+    weights = torch.exp(scores - peak)  # masked slots: exp(-inf) = 0
+    total = weights.sum(dim=-1, keepdim=True)
+    weights = weights / torch.where(total > 0, total, torch.ones_like(total))
+    out = weights @ v  # [B, Hkv, G, t, D]
+    return out.reshape(batch, hq, t, dim).to(query.dtype)
+
+
+def _mask(cache: KVCache, t: int, span: int) -> Tensor:
+    """bool [B, 1, 1, t, T]: slot j of row b is held, not after query i, and inside its window."""
+    held, ahead = cache.lengths, cache.positions
+    slot = torch.arange(span)  # [T]
+    where = (ahead - held)[:, None] + slot  # [B, T] absolute position in each slot
+    asking = ahead[:, None] - t + torch.arange(t)  # [B, t] absolute position of each query
+    ok = (slot < held[:, None])[:, None, :] & (where[:, None, :] <= asking[:, :, None])
     if cache.window is not None:
-        visible &= at[:, None, :] > asks[:, :, None] - cache.window
-    grouped = query.reshape(batch, kv_heads, q_heads // kv_heads, t, head_dim)  # [B, Hkv, G, t, D]
-    logits = grouped.float() @ k.float()[:, :, None].transpose(-1, -2) / math.sqrt(head_dim)
-    logits = logits.masked_fill(~visible[:, None, None], float("-inf"))  # [B, Hkv, G, t, T]
-    probs = torch.softmax(logits, dim=-1).masked_fill((held == 0)[:, None, None, None, None], 0.0)
-    mixed = probs.to(v.dtype) @ v[:, :, None]  # [B, Hkv, G, t, D]
-    return mixed.reshape(batch, q_heads, t, head_dim).to(query.dtype)
+        ok &= where[:, None, :] > asking[:, :, None] - cache.window
+    return ok[:, None, None]
 
 
-def _check_chunk_query(cache: KVCache, query: Tensor) -> None:
-    """ValueError on a query attend_chunk cannot take, as `attend` checks its own."""
-    if cache.k_storage is None:
-        raise ValueError("attend_chunk on an empty cache: append first")
-    if query.dim() != 4 or query.shape[2] < 1:
-        raise ValueError(f"rank: query must be [B, Hq, t, D], got {tuple(query.shape)}")
-    stored = cache.k_storage
-    wanted = {"batch": (query.shape[0], stored.shape[0]), "head_dim": (query.shape[3], stored.shape[3]),
-              "dtype": (query.dtype, stored.dtype), "device": (query.device, stored.device)}
-    for name, (got, want) in wanted.items():
-        if got != want:
-            raise ValueError(f"{name}: query has {got}, cache has {want}")
-    if query.shape[1] % stored.shape[1]:
-        raise ValueError(f"heads: query heads {query.shape[1]} are not a multiple of kv_heads "
-                         f"{stored.shape[1]}")
+def reset(cache: KVCache) -> None:
+    """Forget everything; the next append may fix a new batch, layout, dtype or device."""
+    cache._empty()
+
+
+def release(cache: KVCache, index: int) -> None:
+    """Row `index` ends: it holds nothing and its next token is position 0 again."""
+    if cache.lengths is None:
+        raise ValueError("the cache is empty: no row to release")
+    if not 0 <= index < cache.lengths.shape[0]:
+        raise ValueError(f"index {index} is not a row of a batch of {cache.lengths.shape[0]}")
+    lengths, positions = cache.lengths.clone(), cache.positions.clone()
+    lengths[index] = positions[index] = 0
+    cache.lengths, cache.positions = lengths, positions
+
+
+def decode_step(layer, cache: KVCache, x: Tensor, counts: Tensor | None = None) -> Tensor:
+    """Project the newest token x [B, 1, d_model], rotate q and k at positions, cache k and v,
+    attend; returns [B, 1, d_model]."""
+    if x.dim() != 3 or x.shape[1] != 1:
+        raise ValueError("x must be [B, 1, d_model]")
+    batch = x.shape[0]
+    if cache.positions is not None and cache.positions.shape[0] != batch:
+        raise ValueError(f"batch: x has {batch} rows, the cache {cache.positions.shape[0]}")
+    at = torch.zeros(batch, dtype=torch.int64) if cache.positions is None else cache.positions
+    at = at[:, None]  # [B, 1]
+    heads, kv_heads, dim = layer.n_heads, layer.n_kv_heads, layer.head_dim
+    q = layer.wq(x).view(batch, 1, heads, dim).transpose(1, 2)  # [B, Hq, 1, D]
+    k = layer.wk(x).view(batch, 1, kv_heads, dim).transpose(1, 2)  # [B, Hkv, 1, D]
+    v = layer.wv(x).view(batch, 1, kv_heads, dim).transpose(1, 2)  # [B, Hkv, 1, D]
+    q, k = apply_rope(q, at, layer.rope_base), apply_rope(k, at, layer.rope_base)
+    append(cache, k, v, counts)
+    out = attend(cache, q)  # [B, Hq, 1, D]
+    return layer.wo(out.transpose(1, 2).reshape(batch, 1, heads * dim))
+
+
+def reorder(cache: KVCache, beam_idx: Tensor) -> None:
+    """New row j is old row beam_idx[j] (int64 [B']): buffers, lengths and positions."""
+    if cache.lengths is None:
+        return  # nothing held yet: every order is the same
+    rows = cache.lengths.shape[0]
+    if not isinstance(beam_idx, Tensor) or beam_idx.dtype != torch.int64 or beam_idx.dim() != 1:
+        raise ValueError("beam_idx must be an int64 tensor [B']")
+    pick = beam_idx.cpu()
+    if bool(((pick < 0) | (pick >= rows)).any()):
+        raise ValueError(f"beam_idx: each must be a row in 0..{rows - 1}")
+    on_device = pick.to(cache._kbuf.device)
+    cache._kbuf = cache._kbuf.index_select(0, on_device)
+    cache._vbuf = cache._vbuf.index_select(0, on_device)
+    cache.lengths, cache.positions = cache.lengths[pick], cache.positions[pick]
+
+
+def fork(cache: KVCache) -> KVCache:
+    """A copy sharing no storage: the same rows, lengths, positions and window."""
+    twin = KVCache(cache.first_size, cache.window)
+    if cache.lengths is not None:
+        twin._kbuf, twin._vbuf = cache._kbuf.clone(), cache._vbuf.clone()
+        twin.lengths, twin.positions = cache.lengths.clone(), cache.positions.clone()
+        twin._widest = cache._widest
+    return twin
 
 
 def truncate(cache: KVCache, lengths: Tensor) -> None:
-    """Roll rejected drafts back: row b keeps positions 0 .. lengths[b] - 1 (int64 [B]).
+    """Row b goes back to position lengths[b] (rejected drafts dropped).
 
-    `positions` becomes `lengths`; the next append writes at lengths[b]. Capacity is kept for
-    the next drafts; dropped slots keep stale data that the lengths mask never reads. With a
-    window, `lengths` becomes what the row still holds of those positions (lengths[b] minus its
-    oldest held position, at least 0), and ValueError when the next query's window would need a
-    position already overwritten (rolling back to 0 always works). ValueError, the cache unchanged, on a length below 0 or above the row's
-    positions, or on a tensor that is not int64 [B].
+    positions become lengths; a row holds what it still has of 0 .. lengths[b] - 1. ValueError,
+    nothing changed, for a length outside 0..positions[b], or, with a window, when the next
+    query (at lengths[b]) would need a position the row no longer holds.
     """
     if cache.lengths is None:
-        raise ValueError("truncate on an empty cache")
-    batch = cache.lengths.shape[0]
-    if not isinstance(lengths, Tensor) or lengths.dtype != torch.int64 or lengths.shape != (batch,):
-        raise ValueError(f"lengths must be an int64 tensor [{batch}]")
-    keep = lengths.to(cache.lengths.device)  # [B]
-    seen = cache.positions
-    if (keep < 0).any() or (keep > seen).any():
-        raise ValueError(f"lengths: each must be in 0..positions, got {keep.tolist()} for "
-                         f"positions {seen.tolist()}")
-    if cache.window is None:
-        cache.lengths = keep.clone()
-        return
-    oldest = seen - cache.lengths  # [B]: positions before it are overwritten
-    # The next query, at position keep[b], needs the cached positions needs .. keep[b] - 1.
-    needs = (keep - cache.window + 1).clamp_min(0)  # [B]
-    if ((needs < oldest) & (needs < keep)).any():
-        raise ValueError(f"lengths: the window after {keep.tolist()} needs positions from "
-                         f"{needs.tolist()}, overwritten below {oldest.tolist()}")
-    cache.lengths, cache.seen = (keep - oldest).clamp_min(0), keep.clone()
-
-
-def _append_to_ring(cache: KVCache, new_key: Tensor, new_value: Tensor, counts: Tensor) -> None:
-    """append on a windowed cache: each row's held positions stay in time order from slot 0 of
-    a preallocated buffer; the positions that leave every window are sliced off its front (the
-    rest moved left), then the new ones are written after them."""
-    rows_in, t = new_key.shape[0], new_key.shape[2]
-    fresh = cache.lengths is None
-    held = counts.new_zeros(rows_in) if fresh else cache.lengths  # [B]
-    seen = counts.new_zeros(rows_in) if fresh else cache.seen  # [B]
-    bound = cache.window + max(int(counts.max()), 1) - 1
-    _make_ring(cache, bound, bound, new_key)
-    grown = torch.where(counts > 0, torch.minimum(held + counts, cache.window + counts - 1), held)
-    drop = held + counts - grown  # [B]: the oldest positions each row lets go
-    slots = cache.capacity
-    moved = (torch.arange(slots, device=new_key.device) + drop[:, None]).clamp_max(slots - 1)
-    index = moved[:, None, :, None].expand_as(cache.k_storage)  # [B, Hkv, slots, D]
-    cache.k_storage = cache.k_storage.gather(2, index)  # row b's slot j takes its slot j + drop
-    cache.v_storage = cache.v_storage.gather(2, index)
-    ahead = torch.arange(t, device=new_key.device)  # [t]
-    real = ahead < counts[:, None]  # [B, t]
-    row = torch.arange(rows_in, device=new_key.device)[:, None].expand(rows_in, t)[real]  # [N]
-    src = ahead.expand(rows_in, t)[real]  # [N]
-    slot = ((held - drop)[:, None] + ahead)[real]  # [N]: after what the row keeps
-    cache.k_storage[row, :, slot] = new_key[row, :, src]
-    cache.v_storage[row, :, slot] = new_value[row, :, src]
-    cache.lengths = grown
-    cache.seen = seen + counts
-
-
-def _make_ring(cache: KVCache, needed: int, bound: int, like: Tensor) -> None:
-    """A buffer of at least `needed` slots (`bound`, W + t - 1), its held slots kept."""
-    if cache.k_storage is not None and cache.capacity >= needed:
-        return
-    batch, kv_heads, _, head_dim = like.shape
-    buffer_k = like.new_zeros(batch, kv_heads, bound, head_dim)  # [B, Hkv, W + t - 1, D]
-    buffer_v = like.new_zeros(batch, kv_heads, bound, head_dim)
-    if cache.k_storage is not None:
-        buffer_k[:, :, : cache.capacity] = cache.k_storage
-        buffer_v[:, :, : cache.capacity] = cache.v_storage
-    cache.k_storage, cache.v_storage = buffer_k, buffer_v
-
-
-def _in_time_order(cache: KVCache, storage: Tensor) -> Tensor:
-    """The held positions, already in time order from slot 0: a view."""
-    return storage[:, :, : int(cache.lengths.max())]
+        raise ValueError("the cache is empty: nothing to truncate")
+    rows = cache.lengths.shape[0]
+    if not isinstance(lengths, Tensor) or lengths.dtype != torch.int64 or lengths.shape != (rows,):
+        raise ValueError(f"lengths must be an int64 tensor [{rows}]")
+    target = lengths.cpu()
+    if bool(((target < 0) | (target > cache.positions)).any()):
+        raise ValueError(
+            f"lengths {target.tolist()}: each must be in 0..positions {cache.positions.tolist()}"
+        )
+    oldest = cache.positions - cache.lengths  # [B] absolute position in slot 0
+    if cache.window is not None:
+        first_seen = (target - cache.window + 1).clamp(min=0)  # the next query's window starts here
+        gone = (first_seen < oldest) & (first_seen < target)
+        if bool(gone.any()):
+            b = int(gone.nonzero()[0])
+            raise ValueError(
+                f"row {b}: back to {int(target[b])} needs position {int(first_seen[b])}, "
+                f"already overwritten (the row holds from {int(oldest[b])})"
+            )
+    cache.lengths = (target - oldest).clamp(min=0)
+    cache.positions = target.clone()
 
 
 def apply_rope(x: Tensor, positions: Tensor, base: float = 10000.0) -> Tensor:
-    """Rotary embedding, rotate-half convention (Hugging Face Llama).
+    """Rotary position embedding (given; every implementation shares this convention).
 
-    x: [B, H, T, D], D even. positions: int64 [B, T] absolute positions. Computed in float32,
-    returned in x's dtype.
+    x: [B, H, T, D], D even. positions: int64 [B, T], absolute positions.
+    Rotate-half convention of Llama-family models (it matches Hugging Face transformers):
+    inv_freq = base ** (-arange(0, D, 2) / D), angles = positions[..., None] * inv_freq,
+    emb = cat(angles, angles), out = x * cos(emb) + rotate_half(x) * sin(emb) with
+    rotate_half(x) = cat(-x[..., D/2:], x[..., :D/2]). Computed in float32, returned in x's dtype.
     """
     head_dim = x.shape[-1]
     even = torch.arange(0, head_dim, 2, device=x.device, dtype=torch.float32)  # [D/2]
@@ -449,37 +328,3 @@ def apply_rope(x: Tensor, positions: Tensor, base: float = 10000.0) -> Tensor:
     half = head_dim // 2
     rotated = torch.cat((-xf[..., half:], xf[..., :half]), dim=-1)  # rotate_half(x)
     return (xf * emb.cos() + rotated * emb.sin()).to(x.dtype)
-
-
-@torch.no_grad()  # inference only: with autograd on, the cache would keep every step's graph alive
-def decode_step(layer, cache: KVCache, x: Tensor, counts: Tensor | None = None) -> Tensor:
-    """One attention layer's incremental step for the newest token x ([B, 1, d_model]).
-
-    Projects only x, applies RoPE to q and k at each row's absolute position positions[b] (0 for
-    an empty cache; lengths[b] without a window), appends k (after RoPE) and v with counts (int64 [B] of 0/1, default all 1),
-    attends, merges heads and applies wo. Returns [B, 1, d_model].
-    """
-    if x.dim() != 3 or x.shape[1] != 1:
-        raise ValueError(f"rank: x must be [B, 1, d_model], got {tuple(x.shape)}")
-    batch = x.shape[0]
-    if cache.lengths is not None and cache.lengths.shape[0] != batch:
-        raise ValueError(f"batch: x has {batch}, cache has {cache.lengths.shape[0]}")
-    heads, kv_heads, head_dim = layer.n_heads, layer.n_kv_heads, layer.head_dim
-    q = layer.wq(x).view(batch, 1, heads, head_dim).transpose(1, 2)  # [B, Hq, 1, D]
-    k = layer.wk(x).view(batch, 1, kv_heads, head_dim).transpose(1, 2)  # [B, Hkv, 1, D]
-    v = layer.wv(x).view(batch, 1, kv_heads, head_dim).transpose(1, 2)  # [B, Hkv, 1, D]
-
-    # The new token's absolute position is the number of tokens its row already holds.
-    lengths = cache.lengths if cache.lengths is not None else torch.zeros(batch, dtype=torch.int64)
-    if cache.window is not None and cache.lengths is not None:
-        lengths = cache.positions  # a window holds fewer positions than its rows have seen
-    positions = lengths.to(x.device)[:, None]  # [B, 1]
-    q = apply_rope(q, positions, layer.rope_base)
-    # Keys are cached after RoPE: a key's rotation depends only on its own position, which never
-    # changes, so it is rotated once, here. A later query, rotated at its own position, then
-    # makes q·k depend only on the distance between the two.
-    k = apply_rope(k, positions, layer.rope_base)
-
-    append(cache, k, v, counts)
-    out = attend(cache, q)  # [B, Hq, 1, D]
-    return layer.wo(out.transpose(1, 2).reshape(batch, 1, heads * head_dim))  # [B, 1, d_model]
