@@ -104,10 +104,11 @@ def _worst(module, runs) -> float:
 @pytest.mark.slow
 def test_the_tolerance_keeps_the_measured_margin_from_both_sides():
     """Correct styles take 0.017 of LOGITS at the worst element over the public runs and a
-    hidden seed's (58x inside; 0.021 over ten hidden seeds); the missing scale lands thousands
+    hidden seed's (58x inside; 0.026 over eight seeds of hidden runs, their MQA, MHA and GQA
+    8/x models and long prompts included); the missing scale lands thousands
     of times past it. The band pins the constant: a 2x tightening (0.034) or loosening (0.0085)
     leaves it."""
-    runs = item.PUBLIC + item._hidden_runs(4320)
+    runs = item.PUBLIC + item._hidden_runs(4320, item.HIDDEN_SETS[0][1])
     for path in (CONCAT, CHUNKS):
         assert 0.012 < _worst(_load(path, f"real_model_{path.stem}"), runs) < 0.025, path.name
     source = CONCAT.read_text().replace(*WRONG[1][1])
