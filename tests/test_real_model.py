@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from graders.dense.items import real_model as item
+from graders.judge.candidate import Candidate
 from graders.judge.result import ItemResult
 from graders.shared import transformers_extra
 from graders.shared.compare import close
@@ -285,6 +286,38 @@ def test_a_kept_verdict_is_taken_as_it_is_and_generates_nothing(monkeypatch):
     verdict = ItemResult("real-model", "L6+", "pass", 10.0, 10.0, "kept: 7 generate runs")
     (graded,) = grade(CONCAT, only={item.ITEM}, kept={item.ITEM: verdict}).items
     assert graded == verdict and asked == []
+
+
+@NEEDS_TRANSFORMERS
+@pytest.mark.slow
+def test_public_answers_are_kept_and_a_bad_file_is_computed_again(monkeypatch, tmp_path):
+    """The first public grade writes DynamicCache's answers; the next reads them and starts no
+    reference worker (hidden runs still do); a file the reply schema refuses, or one that
+    does not load, is computed in the reference worker again and rewritten."""
+    from graders.shared import model_answers
+
+    monkeypatch.setenv("KVKATA_CACHE", str(tmp_path / "kept"))
+    assert not model_answers.kept() and request(CONCAT, only={item.ITEM}).runs_reference
+    (first,) = grade(CONCAT, only={item.ITEM}).items
+    assert first.status == "pass" and model_answers.kept()
+    assert not request(CONCAT, only={item.ITEM}).runs_reference
+    assert request(CONCAT, only={item.ITEM}, hidden=True).runs_reference
+    asked = []
+    reference = Candidate.reference
+    monkeypatch.setattr(
+        Candidate, "reference", lambda self, plan: asked.append(1) or reference(self, plan)
+    )
+    (again,) = grade(CONCAT, only={item.ITEM}).items
+    assert again == first and asked == []
+    kept = model_answers.read()
+    steps = len(kept[0]["logits"])
+    kept[0]["logits"] = kept[0]["logits"][:1]  # a shape the operation did not ask for
+    model_answers.write(kept)
+    (graded,) = grade(CONCAT, only={item.ITEM}).items
+    assert graded == first and asked == [1] and len(model_answers.read()[0]["logits"]) == steps
+    model_answers.path().write_bytes(b"not a tensor file")
+    (graded,) = grade(CONCAT, only={item.ITEM}).items
+    assert graded == first and asked == [1, 1] and model_answers.read() is not None
 
 
 def test_the_request_runs_the_model_when_its_items_hold_the_item(monkeypatch):

@@ -432,7 +432,9 @@ class GradeWorkers:
                 implementation, module, mode, sandbox, import_timeout, ahead and request.runs_model
             )
             if request.runs_model:
-                started += [model.start(), reference.start()]
+                started.append(model.start())
+            if request.runs_reference:
+                started.append(reference.start())
         except BaseException:
             for started_worker in started:
                 if started_worker:

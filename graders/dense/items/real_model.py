@@ -23,6 +23,11 @@ that special-cases one KV head or one group); and a long prompt (520 to 900 toke
 model's prompt is): past the 512 positions of a fixed buffer (nanoGPT's `block_size`), which no
 public run, at 27 positions at most, comes near.
 
+DynamicCache's answers to the public runs depend on nothing but them and the torch and
+transformers versions: they are kept on disk (graders.shared.model_answers), so a public grade
+after the first starts no reference worker; what is read passes the reference worker's reply
+schema, or is computed again. Hidden runs always go to the reference worker.
+
 transformers (the `real-model` extra) not installed, or outside the tested range: the item is
 not_attempted, saying what to install. A file without section 8's names: not_attempted too.
 """
@@ -34,8 +39,9 @@ from typing import Literal
 
 import torch
 
+from graders.judge import replies
 from graders.judge.candidate import Candidate
-from graders.shared import cases, hidden_cases, transformers_extra
+from graders.shared import cases, hidden_cases, model_answers, transformers_extra
 from graders.shared.compare import Tolerance, close
 from graders.shared.plans import Fail, NotAttempted, Plan
 
@@ -135,7 +141,7 @@ LONG_PROMPT, LONG_NEW = (520, 900), (3, 6)
 
 
 def grade(candidate: Candidate) -> str:
-    return _grade_runs(candidate, PUBLIC)
+    return _grade_runs(candidate, PUBLIC, keep=True)
 
 
 def grade_hidden(candidate: Candidate) -> str:
@@ -144,7 +150,7 @@ def grade_hidden(candidate: Candidate) -> str:
         for offset, layouts in HIDDEN_SETS
         for run in _hidden_runs(hidden_cases.seed(offset), layouts)
     ]
-    return _grade_runs(candidate, runs)
+    return _grade_runs(candidate, runs, keep=False)
 
 
 def _hidden_runs(seed: int, layouts: tuple[tuple[int, int], ...]) -> list[Run]:
@@ -197,7 +203,9 @@ def _hidden_runs(seed: int, layouts: tuple[tuple[int, int], ...]) -> list[Run]:
     ]
 
 
-def _grade_runs(candidate: Candidate, runs: list[Run]) -> str:
+def _grade_runs(candidate: Candidate, runs: list[Run], keep: bool) -> str:
+    """`runs` through the candidate's cache against DynamicCache's answers; `keep`: those
+    answers read from, or written to, graders.shared.model_answers (the public runs)."""
     problem = transformers_extra.problem()
     if problem:
         raise NotAttempted(problem)
@@ -207,7 +215,7 @@ def _grade_runs(candidate: Candidate, runs: list[Run]) -> str:
         key = replace(run, name="", attention="model")
         if key not in wanted:
             wanted[key] = plan.real_model_reference(_operation(run))
-    reference = candidate.reference(plan)
+    reference = _answers(candidate, plan, keep)
     calls = {}
     notes = []
     for run in runs:
@@ -227,6 +235,23 @@ def _grade_runs(candidate: Candidate, runs: list[Run]) -> str:
         "model's attention and yours) equal DynamicCache token for token, logits within "
         f"{LOGITS} (calls: {made})" + "".join(f"; {note}" for note in notes)
     )
+
+
+def _answers(candidate: Candidate, plan: Plan, keep: bool) -> list:
+    """DynamicCache's generations for `plan`: kept ones when `keep` and they pass the reference
+    worker's reply schema for these operations, else the reference worker's (then kept)."""
+    if keep:
+        kept = model_answers.read()
+        if isinstance(kept, list) and len(kept) == len(plan.ops):
+            try:
+                checked = replies.plan_reply({"results": [{"ok": a} for a in kept]}, plan.ops)
+                return [result["ok"] for result in checked["results"]]
+            except replies.MalformedReply:
+                pass  # computed again below, and the file rewritten
+    answers = candidate.reference(plan)
+    if keep:
+        model_answers.write(answers)
+    return answers
 
 
 def _operation(run: Run) -> dict:
