@@ -29,6 +29,15 @@ def _one_seed_for_the_suite():
 
 
 @pytest.fixture(scope="session", autouse=True)
+def _answers_kept_apart(tmp_path_factory):
+    """The real-model item's kept answers (graders.shared.model_answers) in a folder of the
+    suite's own: it computes them once, and never reads or writes the user's."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("KVKATA_CACHE", str(tmp_path_factory.mktemp("kept-answers")))
+        yield
+
+
+@pytest.fixture(scope="session", autouse=True)
 def _warm_workers():
     """Every grade in the suite forks its workers from one process that imported torch once."""
     with warm_workers():

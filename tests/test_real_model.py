@@ -17,11 +17,14 @@ import pytest
 import torch
 
 from graders.dense.items import real_model as item
+from graders.judge.candidate import Candidate
 from graders.judge.result import ItemResult
 from graders.shared import transformers_extra
 from graders.shared.compare import close
 from graders.shared.rubric import load
+from graders.shared.tracks import DENSE
 from tests.grading import grade, request
+from tests.test_similarity import INDEPENDENT_AT_MOST, SOLUTIONS, fraction
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "implementations" / "real_model"
@@ -36,24 +39,24 @@ NEEDS_TRANSFORMERS = pytest.mark.skipif(
 WRONG = [
     (
         "reorder-keys-not-values",
-        ("    cache.v_storage = cache.v_storage.index_select(0, beam_idx)\n", ""),
+        ("    cache.v = cache.v[beam_idx]\n", ""),
         ["beam search (3 beams), the model's own attention", "new token 3 of 12", "beam-reorder"],
     ),
     (
         "attend-without-scale",
         (
-            "    scores = (q.float() @ keys.float().transpose(-1, -2)) / math.sqrt(head_dim)  # [B, Hq, 1, T]",
-            "    scores = q.float() @ keys.float().transpose(-1, -2)  # [B, Hq, 1, T]",
+            '        scores = torch.einsum("bhgtd,bhsd->bhgts", q, keys) / math.sqrt(dim)',
+            '        scores = torch.einsum("bhgtd,bhsd->bhgts", q, keys)',
         ),
         [
             "greedy search, your attend/attend_chunk as the attention",
-            "new token 2 of 20",
+            "new token 1 of 20",
             "1/sqrt(D) scale",
         ],
     ),
     (
         "truncate-keeps-the-drafts",
-        ("    cache.lengths = lengths.to(cache.lengths.device).clone()\n", "    pass\n"),
+        ("    cache.lengths = lengths.clone()\n", ""),
         ["assisted decoding, the model's own attention", "cache.keys", "speculative-rollback"],
     ),
 ]
@@ -104,10 +107,11 @@ def _worst(module, runs) -> float:
 @pytest.mark.slow
 def test_the_tolerance_keeps_the_measured_margin_from_both_sides():
     """Correct styles take 0.017 of LOGITS at the worst element over the public runs and a
-    hidden seed's (58x inside; 0.021 over ten hidden seeds); the missing scale lands thousands
+    hidden seed's (58x inside; 0.026 over eight seeds of hidden runs, their MQA, MHA and GQA
+    8/x models and long prompts included); the missing scale lands thousands
     of times past it. The band pins the constant: a 2x tightening (0.034) or loosening (0.0085)
     leaves it."""
-    runs = item.PUBLIC + item._hidden_runs(4320)
+    runs = item.PUBLIC + item._hidden_runs(4320, item.HIDDEN_SETS[0][1])
     for path in (CONCAT, CHUNKS):
         assert 0.012 < _worst(_load(path, f"real_model_{path.stem}"), runs) < 0.025, path.name
     source = CONCAT.read_text().replace(*WRONG[1][1])
@@ -120,6 +124,15 @@ def test_the_tolerance_keeps_the_measured_margin_from_both_sides():
     got, want = real_model.real_model(_State(wrong), op), real_model.reference(op)
     bound = item.LOGITS.atol + item.LOGITS.rtol * want["logits"].abs()
     assert float(((got["logits"] - want["logits"]).abs() / bound).max()) > 1000
+
+
+@pytest.mark.parametrize("path", [CONCAT, CHUNKS], ids=["concat", "chunks"])
+def test_the_correct_styles_are_designs_of_their_own(path):
+    """Neither is a bundled solution edited: each reads at most the independent designs' bound
+    of tests/test_similarity.py against both (measured: concat 0.08 and 0.12, chunks 0.01 and
+    0.0; the concat fixture copied concat_kv_cache.py before, at 0.80)."""
+    for name in SOLUTIONS[DENSE]:
+        assert fraction(path.read_text(), DENSE, name) <= INDEPENDENT_AT_MOST, name
 
 
 def test_an_element_passes_at_0_9_of_the_bound_and_fails_at_1_1():
@@ -273,6 +286,38 @@ def test_a_kept_verdict_is_taken_as_it_is_and_generates_nothing(monkeypatch):
     verdict = ItemResult("real-model", "L6+", "pass", 10.0, 10.0, "kept: 7 generate runs")
     (graded,) = grade(CONCAT, only={item.ITEM}, kept={item.ITEM: verdict}).items
     assert graded == verdict and asked == []
+
+
+@NEEDS_TRANSFORMERS
+@pytest.mark.slow
+def test_public_answers_are_kept_and_a_bad_file_is_computed_again(monkeypatch, tmp_path):
+    """The first public grade writes DynamicCache's answers; the next reads them and starts no
+    reference worker (hidden runs still do); a file the reply schema refuses, or one that
+    does not load, is computed in the reference worker again and rewritten."""
+    from graders.shared import model_answers
+
+    monkeypatch.setenv("KVKATA_CACHE", str(tmp_path / "kept"))
+    assert not model_answers.kept() and request(CONCAT, only={item.ITEM}).runs_reference
+    (first,) = grade(CONCAT, only={item.ITEM}).items
+    assert first.status == "pass" and model_answers.kept()
+    assert not request(CONCAT, only={item.ITEM}).runs_reference
+    assert request(CONCAT, only={item.ITEM}, hidden=True).runs_reference
+    asked = []
+    reference = Candidate.reference
+    monkeypatch.setattr(
+        Candidate, "reference", lambda self, plan: asked.append(1) or reference(self, plan)
+    )
+    (again,) = grade(CONCAT, only={item.ITEM}).items
+    assert again == first and asked == []
+    kept = model_answers.read()
+    steps = len(kept[0]["logits"])
+    kept[0]["logits"] = kept[0]["logits"][:1]  # a shape the operation did not ask for
+    model_answers.write(kept)
+    (graded,) = grade(CONCAT, only={item.ITEM}).items
+    assert graded == first and asked == [1] and len(model_answers.read()[0]["logits"]) == steps
+    model_answers.path().write_bytes(b"not a tensor file")
+    (graded,) = grade(CONCAT, only={item.ITEM}).items
+    assert graded == first and asked == [1, 1] and model_answers.read() is not None
 
 
 def test_the_request_runs_the_model_when_its_items_hold_the_item(monkeypatch):

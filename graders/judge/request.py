@@ -14,7 +14,7 @@ from pathlib import Path
 
 from graders.judge.isolation import Sandbox
 from graders.shared import rubric as rubric_data
-from graders.shared import transformers_extra
+from graders.shared import model_answers, transformers_extra
 from graders.shared.tracks import DENSE, Track
 
 DEFAULT_TIMEOUT = 10.0  # CPU seconds one batch of the candidate's calls may take (--timeout)
@@ -97,6 +97,13 @@ class GradeRequest:
             self.track.runs_model({i.id for i in self.items})
             and transformers_extra.problem() is None
         )
+
+    @property
+    def runs_reference(self) -> bool:
+        """Whether the real-model item's reference worker starts with the others: for hidden
+        runs, or public ones whose DynamicCache answers are not kept yet
+        (graders.shared.model_answers); else it starts only if the item asks for it."""
+        return self.runs_model and (self.hidden or not model_answers.kept())
 
     def selecting(self, only: frozenset[str] | None, first: frozenset[str]) -> GradeRequest:
         """The same grade of the items `only`, `first` run first (graders.workflows.last_failed)."""

@@ -395,10 +395,11 @@ class GradeWorkers:
         """Start the workers `request` needs: the implementation's (its file imported as the
         track's module), the tests' worker when the grade runs the candidate's tests, and the
         real-model item's two when it runs the model (their imports of transformers overlap the
-        other items; made either way, unstarted, for a grader that asks for them). The one place
-        a grade's workers start; the judge only uses and closes them. Needs no torch: a caller
-        that has not imported it yet starts the workers first, and its own import overlaps
-        theirs. SandboxUnavailable when the request's sandbox cannot be had.
+        other items; the reference worker only where `request.runs_reference`: public answers
+        not kept yet, or hidden runs; made either way, unstarted, for a grader that asks for
+        them). The one place a grade's workers start; the judge only uses and closes them.
+        Needs no torch: a caller that has not imported it yet starts the workers first, and its
+        own import overlaps theirs. SandboxUnavailable when the request's sandbox cannot be had.
 
         `ahead`: for a grade that has not begun (`kata grade --watch` starts the next grade's
         workers while the files are edited); they read the files as they are at `go()`."""
@@ -432,7 +433,9 @@ class GradeWorkers:
                 implementation, module, mode, sandbox, import_timeout, ahead and request.runs_model
             )
             if request.runs_model:
-                started += [model.start(), reference.start()]
+                started.append(model.start())
+            if request.runs_reference:
+                started.append(reference.start())
         except BaseException:
             for started_worker in started:
                 if started_worker:
