@@ -9,6 +9,7 @@ the grades run it in the item's own workers, as `kata grade` does.
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 import tomllib
 from pathlib import Path
@@ -18,6 +19,7 @@ import torch
 
 from graders.dense.items import real_model as item
 from graders.judge.candidate import Candidate
+from graders.judge.isolation import Sandbox, bwrap_problem, worker_user_problem
 from graders.judge.result import ItemResult
 from graders.shared import transformers_extra
 from graders.shared.compare import close
@@ -318,6 +320,58 @@ def test_public_answers_are_kept_and_a_bad_file_is_computed_again(monkeypatch, t
     model_answers.path().write_bytes(b"not a tensor file")
     (graded,) = grade(CONCAT, only={item.ITEM}).items
     assert graded == first and asked == [1, 1] and model_answers.read() is not None
+
+
+def test_kept_answers_anyone_else_could_have_written_are_not_read(monkeypatch, tmp_path):
+    """A folder or file of kept answers writable by a group or other users (a worker run as a
+    user of its own among them) is not read; the judge's folder is made closed to them."""
+    from graders.shared import model_answers
+
+    monkeypatch.setenv("KVKATA_CACHE", str(tmp_path / "kept"))
+    model_answers.write([{"tokens": torch.arange(3)}])
+    where = model_answers.path()
+    assert where.parent.stat().st_mode & 0o777 == 0o700
+    assert torch.equal(model_answers.read()[0]["tokens"], torch.arange(3))
+    for opened, mode in [(where.parent, 0o770), (where.parent, 0o702), (where, 0o622)]:
+        original = opened.stat().st_mode & 0o777
+        opened.chmod(mode)
+        assert model_answers.read() is None, f"{opened.name} at {mode:o}"
+        opened.chmod(original)
+    assert model_answers.read() is not None
+
+
+@NEEDS_TRANSFORMERS
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "mode",
+    [
+        pytest.param(
+            "require",
+            id="bwrap",
+            marks=pytest.mark.skipif(bwrap_problem() is not None, reason="no bubblewrap here"),
+        ),
+        pytest.param(
+            "process",
+            id="process-as-its-own-user",
+            marks=pytest.mark.skipif(
+                os.geteuid() != 0 or worker_user_problem() is not None,
+                reason="only a root judge runs the fallback's worker as a user of its own",
+            ),
+        ),
+    ],
+)
+def test_a_file_cannot_plant_the_kept_answers(mode, monkeypatch, tmp_path, hostile_file):
+    """A file that overwrites the kept answers at import, and writes its own beside them,
+    leaves the judge's folder as the judge wrote it, and its grade reads what is true."""
+    kept = tmp_path / "kept"
+    monkeypatch.setenv("KVKATA_CACHE", str(kept))
+    (first,) = grade(CONCAT, only={item.ITEM}).items  # the judge writes the answers
+    before = {path.name: path.read_bytes() for path in kept.iterdir()}
+    assert first.status == "pass" and before
+    planter = hostile_file("plants_the_kept_answers", FOLDER=kept)
+    (graded,) = grade(planter, only={item.ITEM}, sandbox=Sandbox(mode)).items
+    assert {path.name: path.read_bytes() for path in kept.iterdir()} == before
+    assert graded.status == "pass", graded.message
 
 
 def test_the_request_runs_the_model_when_its_items_hold_the_item(monkeypatch):

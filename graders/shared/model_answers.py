@@ -11,8 +11,10 @@ generations). Hidden runs are drawn afresh and always go to the reference worker
 What is read is only what the replies' schema accepts of the reference worker (the item checks
 it with graders.judge.replies), and a file that fails is computed and written again. The
 folder is the judge's: under bubblewrap the candidate's code sees a read-only tree bound for it
-(graders.judge.isolation), never this folder; in the process fallback it can write the user's
-files, this one among the kata's own (docs/decisions.md, "real-model's kept answers").
+(graders.judge.isolation), never this folder; in the process fallback under a root judge it runs
+as a user of its own, and a file or folder that user could have written is not read. A judge
+that is not root runs it as itself, which can write this as it can the kata's own files
+(docs/decisions.md, "real-model's kept answers").
 
 The folder: $KVKATA_CACHE, else $XDG_CACHE_HOME/kvkata, else ~/.cache/kvkata.
 """
@@ -64,12 +66,23 @@ def read() -> object | None:
     import torch
 
     where = path()
-    if where is None or not where.is_file():
+    if where is None or not where.is_file() or not _private(where):
         return None
     try:
         return torch.load(where, weights_only=True)
     except Exception:  # a torn or foreign file: computed again
         return None
+
+
+def _private(where: Path) -> bool:
+    """Whether only the judge's own user can have written `where`: it and its folder are owned
+    by that user and writable by no group or other user, so a worker run as a user of its own
+    (the process fallback under a root judge) cannot have forged it."""
+    for part in (where.parent, where):
+        status = part.stat()
+        if status.st_uid != os.geteuid() or status.st_mode & 0o022:
+            return False
+    return True
 
 
 def write(answers: list[dict]) -> None:
@@ -81,7 +94,7 @@ def write(answers: list[dict]) -> None:
     if where is None:
         return
     try:
-        where.parent.mkdir(parents=True, exist_ok=True)
+        where.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         fd, temporary = tempfile.mkstemp(dir=where.parent, prefix=".real-model-")
     except OSError:
         return
