@@ -1121,3 +1121,30 @@ def test_a_misread_after_a_restart_is_a_preemption_finding_too(decoder):
         3,
         "a",
     )
+
+
+def test_a_step_of_max_num_seqs_entries_keeps_the_head_waiting_fairly_whatever_they_are(decoder):
+    load = build(decoder, {}, ("a", 3, 2, 0), ("b", 2, 1, 0))
+    script = [
+        [("a", 0, 3, (0,)), ("zz", 0, 1, (1,))],  # two entries, one of no request: no slot left
+        [("a", 3, 1, (0,)), ("b", 0, 2, (1,))],
+    ]
+    _, found = run(load, scripted(script))
+    assert found.first["budgets"].kind == "unknown" and found.passed("fcfs")
+
+
+def test_a_restart_that_broke_a_budget_computed_nothing_of_its_new_life(decoder):
+    config = {"max_batched_tokens": 16, "max_num_seqs": 3}
+    load = build(decoder, config, ("b", 4, 5, 0), ("a", 4, 3, 0), ("c", 2, 1, 3))
+    script = [
+        [("b", 0, 4, (1,)), ("a", 0, 4, (0,))],  # a: 4 prompt tokens, then one output
+        [("b", 4, 1, (1, 2))],  # a preempted
+        [("b", 5, 1, (1, 2)), ("a", 0, 1, (8,))],  # a restarts on a block out of range
+        [("b", 6, 1, (1, 2)), ("c", 0, 2, (3,))],  # c starts while a waits: 5 tokens to go
+        [("b", 7, 1, (1, 2)), ("a", 1, 4, (0, 4))],
+    ]
+    _, found = run(load, scripted(script))
+    assert found.preemptions == 1 and found.first["budgets"].kind == "block-range"
+    finding = found.first["chunked-prefill"]
+    assert (finding.kind, finding.step, finding.seq_id) == ("prefill-left-out-for-new", 3, "a")
+    assert "had 5 tokens left to prefill" in finding.message
