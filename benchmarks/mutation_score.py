@@ -32,6 +32,9 @@ the module's own test files run on it in a child forked from this process, which
 torch, pytest and hypothesis but never graders, so the child imports the mutant: -x, -n0, not
 slow. The mutant is killed when a test fails or the run passes its time limit (3x the unmutated
 run, plus 10 s). The unmutated module, written back by ast.unparse the same way, must pass first.
+Each mutant's test files run with the one that killed the last mutant of the same function first
+(the child's plugin names it): with -x, a killed mutant then costs one file's run, not the
+files before it.
 
 Printed per module: mutants, killed, survivors, and the score (killed / mutants, and killed /
 the mutants not judged equivalent); each survivor with its line, its edit and its verdict.
@@ -468,9 +471,25 @@ def mutated_source(source: str, index: int | None) -> str:
     return ast.unparse(ast.fix_missing_locations(tree)) + "\n"
 
 
+KILLER = ".mutation_killer"  # in the copy: the test file of a child's first failure
+
+
+class _Killer:
+    """A child's pytest plugin: writes the file of the first failing test to `path`."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def pytest_runtest_logreport(self, report) -> None:
+        if report.failed and not self.path.exists():
+            self.path.write_text(report.nodeid.split("::", 1)[0])
+
+
 def run_tests(copy: Path, tests: list[str], timeout: float, workers: bool = True) -> str:
     """Run `tests` in a forked child inside `copy` ("passed", "failed" or "timeout"); without
-    `workers`, the suite's warm spawner of worker processes is not started."""
+    `workers`, the suite's warm spawner of worker processes is not started. The file of the
+    first failing test is left in `copy / KILLER`."""
+    (copy / KILLER).unlink(missing_ok=True)
     pid = os.fork()
     if pid == 0:  # the child: imports graders from the copy, runs pytest, exits with its code
         code = 3
@@ -517,7 +536,8 @@ def run_tests(copy: Path, tests: list[str], timeout: float, workers: bool = True
                         "-p",
                         "no:unraisableexception",
                         *tests,
-                    ]
+                    ],
+                    plugins=[_Killer(copy / KILLER)],
                 )
             )
         finally:
@@ -531,6 +551,13 @@ def run_tests(copy: Path, tests: list[str], timeout: float, workers: bool = True
     os.killpg(pid, signal.SIGKILL)
     os.waitpid(pid, 0)
     return "timeout"
+
+
+def _first(tests: list[str], killer: str | None) -> list[str]:
+    """`tests`, the file that killed the function's last mutant first: a mutant of the same
+    function is most often killed by the same file, and -x then stops at once. The verdict is
+    the same in any order (killed when any test fails)."""
+    return [killer, *(t for t in tests if t != killer)] if killer in tests else tests
 
 
 def cpu() -> str:
@@ -571,10 +598,16 @@ def score(
             return None
         timeout = 3 * (time.monotonic() - began) + 10
         survivors = []
+        killers: dict[str, str] = {}  # function -> the test file that killed its last mutant
         for mutant in found:
+            function = mutant.description.split(":", 1)[0]
             target.write_text(mutated_source(original, mutant.index))
-            if run_tests(copy, tests, timeout, module.workers) == "passed":
+            if run_tests(copy, _first(tests, killers.get(function)), timeout, module.workers) == (
+                "passed"
+            ):
                 survivors.append(mutant)
+            elif (copy / KILLER).exists():
+                killers[function] = (copy / KILLER).read_text()
     finally:
         target.write_text(original)
     read = verdicts()

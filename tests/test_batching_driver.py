@@ -13,7 +13,7 @@ import pytest
 
 from graders.batching.reference import Request, Scheduled
 from graders.worker import wire
-from graders.worker.batching import ENTRIES_PER_SEQ, ID_CHARS, MESSAGE_CHARS, drive
+from graders.worker.batching import ENTRIES_PER_SEQ, ID_CHARS, MESSAGE_CHARS, Entry, drive
 
 CONFIG = {
     "num_blocks": 6,
@@ -474,3 +474,13 @@ def test_the_caps_are_the_documented_ones():
     replies) reads the same constants."""
     assert (MESSAGE_CHARS, ID_CHARS, ENTRIES_PER_SEQ) == (4_000, 100, 4)
     assert MESSAGE_CHARS == wire.TEXT_CHARS
+
+
+@pytest.mark.parametrize(
+    "start, tokens, computed",
+    [(0, 3, 3), (0, 8, 5), (2, 2, 2), (3, 4, 2), (5, 2, 0), (7, 1, 0)],
+    ids=["inside", "whole-prompt-and-past", "a-chunk", "the-prompt-s-end", "at-the-end", "past"],
+)
+def test_an_entry_computes_the_prompt_positions_it_covers(start, tokens, computed):
+    """Of a prompt of 5 tokens: the positions start..start + tokens - 1 that are < 5."""
+    assert Entry("a", start, tokens, ()).prompt_positions(5) == computed

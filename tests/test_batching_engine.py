@@ -789,3 +789,362 @@ def test_a_restart_in_the_step_that_left_its_blocks_is_a_preemption_finding(deco
         "step 1: request 'a' was preempted and restarted in the same step: no waiting request "
         "starts in a step that preempted"
     )
+
+
+# --- what a finding holds besides its message: the rule, the kind (the likely mistake the
+# report names is read from it), the step and the request, each in its place; the counts ---
+
+
+def test_a_finding_holds_its_rule_kind_step_and_request_each_in_its_place(decoder):
+    load = build(decoder, {"max_num_seqs": 3, "max_batched_tokens": 16}, *THREE, ("d", 2, 1, 1))
+    script = [
+        ALL_START,
+        [("a", 3, 1, (0,)), ("b", 2, 1, (1,)), ("d", 0, 2, (3,))],  # c preempted
+        [("a", 4, 1, (0, 4)), ("b", 3, 1, (1,))],
+        [("c", 0, 3, (2,))],
+        [("c", 3, 1, (2,))],
+    ]
+    _, found = run(load, scripted(script))
+    finding = found.first["preemption"]
+    assert (finding.rule, finding.kind, finding.step, finding.seq_id) == (
+        "preemption",
+        "start-in-preempting-step",
+        1,
+        "d",
+    )
+    assert found.preemptions == 1
+
+
+def test_a_trace_that_preempts_no_one_counts_no_preemption(decoder):
+    _, found = run(build(decoder, {}, *TWO), scripted(CORRECT))
+    assert found.preemptions == 0
+
+
+@pytest.mark.parametrize(
+    "config, step0, kind",
+    [
+        ({"max_num_seqs": 1}, None, "seqs-by-one"),
+        ({"max_batched_tokens": 4}, None, "tokens-by-one"),
+        ({"max_batched_tokens": 3}, None, "tokens"),
+        (
+            {"max_num_seqs": 1, "max_batched_tokens": 16},
+            [("a", 0, 3, (0,)), ("b", 0, 2, (1,)), ("c", 0, 2, (2,))],
+            "seqs",
+        ),
+    ],
+)
+def test_a_budget_passed_by_one_is_told_from_one_passed_by_more(decoder, config, step0, kind):
+    script = [step0 or CORRECT[0], *CORRECT[1:]]
+    _, found = run(build(decoder, config, *TWO, ("c", 2, 1, 5)), scripted(script))
+    assert found.first["budgets"].kind == kind
+
+
+@pytest.mark.parametrize(
+    "off, kind",
+    [
+        (-1, "free-count-low-by-one"),
+        (1, "free-count-high-by-one"),
+        (-2, "free-count-low"),
+        (2, "free-count-high"),
+    ],
+)
+def test_a_free_count_off_is_told_low_or_high_by_one_or_more(decoder, off, kind):
+    _, found = run(build(decoder, {}, *TWO), scripted(CORRECT, {(0, "update"): off}))
+    assert found.first["block-accounting"].kind == kind
+
+
+def test_a_stall_on_an_empty_schedule_is_told_from_one_at_max_steps(decoder):
+    load = build(decoder, {"max_batched_tokens": 4}, ("a", 3, 2, 0), ("long", 9, 1, 0))
+    _, found = run(load, scripted([[("a", 0, 3, (0,))], [("a", 3, 1, (0,))], []]))
+    assert found.first["preemption"].kind == "stall-empty"
+
+
+def test_a_request_id_in_a_message_is_quoted_whole_up_to_40_characters():
+    assert replay.name("q" * 40) == "'" + "q" * 40 + "'"
+    assert all(len(replay.name("q" * length)) <= 42 for length in (41, 100))  # quotes added
+
+
+def test_without_prefix_caching_a_block_of_the_same_tokens_is_a_plain_misread(decoder):
+    g = torch.Generator().manual_seed(9)
+    p, q, r = (torch.randint(0, model.VOCAB, (4,), generator=g).tolist() for _ in range(3))
+    load = build(
+        decoder, {"max_batched_tokens": 16}, ("a", p + q + [1], 1, 0), ("b", r + q + [2], 1, 1)
+    )
+    script = [[("a", 0, 9, (0, 1, 2))], [("b", 0, 4, (3,))], [("b", 8, 1, (3, 1, 4))]]
+    _, found = run(load, scripted(script))
+    assert found.first["batch-equivalence"].kind == "misread"
+    assert "prefix-caching" not in found.first
+
+
+def test_an_entry_s_own_problem_is_named_by_its_kind(decoder):
+    script = [[("a", 0, 3, (0,)), ("a", 0, 3, (1,))], *CORRECT[1:]]
+    _, found = run(build(decoder, {}, *TWO), scripted(script))
+    assert found.first["budgets"].kind == "twice"
+
+
+def test_a_block_written_twice_is_found_in_every_block_an_entry_writes(decoder):
+    # a's last block holds only its position 4, which b writes too
+    load = build(decoder, {"max_batched_tokens": 16}, ("a", 5, 1, 0), ("b", 1, 1, 0))
+    _, found = run(load, scripted([[("a", 0, 5, (0, 1)), ("b", 0, 1, (1,))]]))
+    assert found.first["budgets"].message == "step 0: block 1 is written by 'a' and 'b' in one step"
+    load = build(decoder, {"max_batched_tokens": 16}, ("a", 3, 2, 0), ("b", 2, 2, 0))
+    script = [CORRECT[0], [("a", 3, 1, (0,)), ("b", 2, 1, (0,))]]  # decodes: starts past 0
+    _, found = run(load, scripted(script))
+    assert found.first["budgets"].message == "step 1: block 0 is written by 'a' and 'b' in one step"
+
+
+def test_the_prompt_tokens_computed_are_counted_for_each_request(decoder):
+    _, found = run(build(decoder, {}, *TWO), scripted(CORRECT))
+    assert found.prompt_tokens == {"a": 3, "b": 2} and found.prompt_tokens_computed == 5
+
+
+THREE_DECODES = (("a", 2, 2, 0), ("b", 2, 2, 0), ("c", 2, 2, 0))
+ALL_PREFILL = [("a", 0, 2, (0,)), ("b", 0, 2, (1,)), ("c", 0, 2, (2,))]
+
+
+@pytest.mark.parametrize(
+    "config, found_one",
+    [
+        ({"max_num_seqs": 3, "max_batched_tokens": 16}, True),  # a slot and tokens left
+        ({"max_num_seqs": 2, "max_batched_tokens": 16}, False),  # every slot taken
+        ({"max_num_seqs": 3, "max_batched_tokens": 2}, False),  # every token taken
+    ],
+    ids=["room", "no-slot", "no-token"],
+)
+def test_a_decode_left_out_with_room_and_no_prefill_is_named_only_with_room(
+    decoder, config, found_one
+):
+    load = build(decoder, config, *THREE_DECODES)
+    script = [ALL_PREFILL, [("a", 2, 1, (0,)), ("b", 2, 1, (1,))]]  # c's decode left out
+    _, found = run(load, scripted(script))
+    finding = found.first.get("chunked-prefill")
+    if not found_one:
+        assert finding is None
+    else:
+        assert (finding.kind, finding.seq_id) == ("decode-left-out", "c")
+        assert finding.message.startswith("step 1: running request 'c' was ready to decode")
+        assert "though the budgets had room" in finding.message
+
+
+def test_a_prefill_with_two_tokens_left_left_out_while_a_new_request_starts_is_named(decoder):
+    load = build(decoder, {}, ("a", 10, 1, 0), ("b", 3, 1, 1))
+    script = [[("a", 0, 8, (0, 1))], [("b", 0, 3, (2,))], [("a", 8, 2, (0, 1, 3))]]
+    _, found = run(load, scripted(script))
+    assert found.first["chunked-prefill"].message.startswith(
+        "step 1: running request 'a' had 2 tokens left to prefill"
+    )
+
+
+def test_a_request_finished_late_at_its_eos_is_said_to_have_produced_its_eos(decoder):
+    load = workloads._build(
+        decoder,
+        torch.Generator().manual_seed(1),
+        {"num_blocks": 8, "block_size": 4, "max_num_seqs": 2, "max_batched_tokens": 8},
+        [{"id": "a", "prompt": 3, "max_new_tokens": 4, "arrival": 0, "eos_at": 1}],
+    )
+    (request,) = load["requests"]
+    assert len(load["oracle"]["a"]) == 2 and request["eos"] == load["oracle"]["a"][-1]
+    script = [[("a", 0, 3, (0,))], [("a", 3, 1, (0,))], [("a", 4, 1, (0, 1))]]
+    _, found = run(load, scripted(script, finish={1: []}))
+    assert found.first["batch-equivalence"].message == (
+        f"step 1: request 'a' produced its eos ({request['eos']}) but update() did not return "
+        "it finished"
+    )
+
+
+def test_a_misread_of_a_request_never_preempted_is_no_preemption_finding(decoder):
+    load = build(decoder, {}, ("a", 4, 2, 0), ("b", 4, 1, 1))
+    script = [[("a", 0, 4, (0,))], [("b", 0, 4, (0,))], [("a", 4, 1, (0, 1))]]
+    _, found = run(load, scripted(script))
+    assert found.first["batch-equivalence"].kind == "misread"
+    assert found.passed("preemption") and found.preemptions == 0
+
+
+def test_a_stall_leaves_the_requests_short_of_their_tokens_unfinished(decoder):
+    load = build(decoder, {"max_batched_tokens": 4}, ("a", 3, 2, 0), ("long", 9, 1, 0))
+    _, found = run(load, scripted([[("a", 0, 3, (0,))], [("a", 3, 1, (0,))], []]))
+    assert found.unfinished == ["long"]
+
+
+@pytest.mark.parametrize(
+    "off, kept_out", [(-6, True), (-7, False)], ids=["blocks-for-it", "none-by-its-count"]
+)
+def test_the_head_is_kept_out_only_when_the_scheduler_s_own_count_has_its_blocks(
+    decoder, off, kept_out
+):
+    load = build(decoder, {"max_batched_tokens": 16}, ("a", 3, 3, 0), ("b", 2, 1, 0))
+    script = [[("a", 0, 3, (0,))], [("a", 3, 1, (0,))], [("a", 4, 1, (0, 1)), ("b", 0, 2, (2,))]]
+    off = {(0, "schedule"): off, (1, "schedule"): off}  # b needs one block
+    _, found = run(load, scripted(script, off))
+    assert found.passed("fcfs") is not kept_out
+
+
+def test_the_head_waiting_while_every_slot_is_held_by_running_requests_is_no_finding(decoder):
+    load = build(
+        decoder, {"max_batched_tokens": 16}, ("a", 3, 2, 0), ("b", 2, 2, 0), ("c", 2, 1, 0)
+    )
+    script = [
+        CORRECT[0],
+        [("a", 3, 1, (0,))],  # b's decode waits, holding its slot: c cannot start
+        [("b", 2, 1, (1,)), ("c", 0, 2, (2,))],
+    ]
+    _, found = run(load, scripted(script))
+    assert found.passed("fcfs")
+
+
+STALLED = [[("a", 0, 3, (0,))], [("a", 3, 1, (0,))], []]  # a done, then nothing scheduled
+
+
+@pytest.mark.parametrize(
+    "off, named", [(-7, True), (-8, False)], ids=["a-block-for-a-chunk", "none-a-leak"]
+)
+def test_a_long_prompt_never_started_is_named_only_where_the_last_count_has_room_for_a_chunk(
+    decoder, off, named
+):
+    load = build(decoder, {"max_batched_tokens": 4}, ("a", 3, 2, 0), ("long", 9, 1, 0))
+    _, found = run(load, scripted(STALLED, {(2, "update"): off}))  # a chunk needs one block
+    finding = found.first.get("chunked-prefill")
+    assert (finding is not None and finding.kind == "long-prompt-never-started") is named
+
+
+@pytest.mark.parametrize(
+    "waiting",
+    [(("c", 3, 1, 0), ("long", 9, 1, 0)), (("even", 4, 1, 0),)],
+    ids=["long-behind-the-head", "prompt-of-the-budget"],
+)
+def test_a_stall_is_no_long_prompt_finding_unless_the_head_s_prompt_passes_the_budget(
+    decoder, waiting
+):
+    load = build(decoder, {"max_batched_tokens": 4}, ("a", 3, 2, 0), *waiting)
+    _, found = run(load, scripted(STALLED))
+    assert found.stalled and "chunked-prefill" not in found.first
+
+
+@pytest.mark.parametrize("released, preempted", [(0, 0), (1, 1)], ids=["kept", "released"])
+def test_a_request_left_out_for_good_is_preempted_only_when_the_free_count_says_released(
+    decoder, released, preempted
+):
+    load = build(
+        decoder,
+        {"max_batched_tokens": 16, "max_num_seqs": 3},
+        ("a", 3, 2, 0),
+        ("b", 2, 3, 0),
+        ("c", 2, 1, 1),
+    )
+    # a never comes back; c starts in the step that left it out, taking a block of its own
+    script = [CORRECT[0], [("b", 2, 1, (1,)), ("c", 0, 2, (2,))], [("b", 3, 1, (1,))]]
+    off = {(n, call): released for n in (1, 2) for call in ("schedule", "update")}  # a's block
+    _, found = run(load, scripted(script, off))
+    assert found.preemptions == preempted
+
+
+def test_a_comeback_before_the_positions_a_decode_computed_is_a_preemption(decoder):
+    load = build(decoder, {"max_batched_tokens": 16}, ("a", 3, 3, 0))
+    script = [[("a", 0, 3, (0,))], [("a", 3, 1, (0,))], [("a", 3, 2, (1, 2))]]  # 4 computed
+    _, found = run(load, scripted(script))
+    assert found.preemptions == 1 and found.first["preemption"].step == 2
+
+
+def test_a_block_out_of_range_in_a_table_is_held_by_no_one(decoder):
+    script = [[("a", 0, 3, (8,)), ("b", 0, 2, (1,))], *CORRECT[1:]]
+    _, found = run(build(decoder, {}, *TWO), scripted(script))
+    assert found.first["budgets"].kind == "block-range"
+    assert found.first["block-accounting"].message.endswith("tables leave 7 of 8 free")
+
+
+def test_a_token_other_than_decoding_alone_s_without_a_misread_is_named(decoder, monkeypatch):
+    class Off(model.PagedRunner):
+        """The kata's runner, its token for 'b' one off: what a numerically different batch
+        would compute without reading a wrong block."""
+
+        def step(self, entries):
+            tokens, misread = super().step(entries)
+            return {k: v + 1 if k == "b" else v for k, v in tokens.items()}, misread
+
+    load = build(decoder, {}, *TWO)
+    monkeypatch.setattr(replay, "PagedRunner", Off)
+    _, found = run(load, scripted(CORRECT))
+    finding = found.first["batch-equivalence"]
+    assert (finding.rule, finding.kind, finding.step, finding.seq_id) == (
+        "batch-equivalence",
+        "token",
+        0,
+        "b",
+    )
+    token = load["oracle"]["b"][0]
+    assert finding.message == (
+        f"step 0: request 'b' produced token {token + 1} at position 2, where decoding it alone "
+        f"produces {token}"
+    )
+
+
+def test_a_decode_left_out_while_a_running_prefill_continues_is_left_out_for_a_prefill(decoder):
+    load = build(decoder, {}, ("a", 3, 2, 0), ("b", 7, 1, 0))
+    script = [
+        [("a", 0, 3, (0,)), ("b", 0, 5, (1, 2))],
+        [("b", 5, 2, (1, 2))],  # b's last two prompt tokens; a's decode waits
+        [("a", 3, 1, (0,))],
+    ]
+    _, found = run(load, scripted(script))
+    finding = found.first["chunked-prefill"]
+    assert (finding.kind, finding.step, finding.seq_id) == ("decode-left-out-for-prefill", 1, "a")
+
+
+def test_a_start_that_broke_a_budget_computed_nothing(decoder):
+    load = build(decoder, {}, ("a", 2, 1, 0), ("b", 3, 1, 1))
+    script = [
+        [("a", 0, 1, (8,))],  # a starts on a block out of range: nothing computed
+        [("b", 0, 3, (1,))],  # a, both its prompt tokens still to compute, waits for b
+        [("a", 1, 1, (0,))],
+    ]
+    _, found = run(load, scripted(script))
+    assert found.first["budgets"].kind == "block-range"
+    finding = found.first["chunked-prefill"]
+    assert (finding.kind, finding.seq_id) == ("prefill-left-out-for-new", "a")
+    assert "had 2 tokens left to prefill" in finding.message
+
+
+def test_a_misread_after_a_restart_is_a_preemption_finding_too(decoder):
+    load = build(decoder, {"max_batched_tokens": 16}, ("b", 4, 4, 0), ("a", 4, 3, 0))
+    script = [
+        [("b", 0, 4, (1,)), ("a", 0, 4, (0,))],
+        [("b", 4, 1, (1, 2))],  # a, the most recently arrived, left out: preempted
+        [("b", 5, 1, (1, 2)), ("a", 0, 5, (3, 4))],  # a recomputes
+        [("b", 6, 1, (1, 2)), ("a", 5, 1, (1, 4))],  # then reads b's block
+    ]
+    _, found = run(load, scripted(script))
+    assert found.preemptions == 1
+    finding = found.first["preemption"]
+    assert (finding.rule, finding.kind, finding.step, finding.seq_id) == (
+        "preemption",
+        "misread-after-restart",
+        3,
+        "a",
+    )
+
+
+def test_a_step_of_max_num_seqs_entries_keeps_the_head_waiting_fairly_whatever_they_are(decoder):
+    load = build(decoder, {}, ("a", 3, 2, 0), ("b", 2, 1, 0))
+    script = [
+        [("a", 0, 3, (0,)), ("zz", 0, 1, (1,))],  # two entries, one of no request: no slot left
+        [("a", 3, 1, (0,)), ("b", 0, 2, (1,))],
+    ]
+    _, found = run(load, scripted(script))
+    assert found.first["budgets"].kind == "unknown" and found.passed("fcfs")
+
+
+def test_a_restart_that_broke_a_budget_computed_nothing_of_its_new_life(decoder):
+    config = {"max_batched_tokens": 16, "max_num_seqs": 3}
+    load = build(decoder, config, ("b", 4, 5, 0), ("a", 4, 3, 0), ("c", 2, 1, 3))
+    script = [
+        [("b", 0, 4, (1,)), ("a", 0, 4, (0,))],  # a: 4 prompt tokens, then one output
+        [("b", 4, 1, (1, 2))],  # a preempted
+        [("b", 5, 1, (1, 2)), ("a", 0, 1, (8,))],  # a restarts on a block out of range
+        [("b", 6, 1, (1, 2)), ("c", 0, 2, (3,))],  # c starts while a waits: 5 tokens to go
+        [("b", 7, 1, (1, 2)), ("a", 1, 4, (0, 4))],
+    ]
+    _, found = run(load, scripted(script))
+    assert found.preemptions == 1 and found.first["budgets"].kind == "block-range"
+    finding = found.first["chunked-prefill"]
+    assert (finding.kind, finding.step, finding.seq_id) == ("prefill-left-out-for-new", 3, "a")
+    assert "had 5 tokens left to prefill" in finding.message

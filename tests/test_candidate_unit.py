@@ -15,10 +15,12 @@ list, a capacity that is not an int) must give a readable message, never a trace
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 import torch
 
+from graders.judge import candidate as candidate_module
 from graders.judge.candidate import Candidate
 
 from graders.judge.workers import Reply
@@ -489,3 +491,74 @@ def test_section_8s_operations_and_a_name_of_it_the_file_lacks_is_not_attempted(
             append_plan(may_raise=True),
             done(raised("NotWritten", "the file defines no `truncate` (contract section 8, L6+)")),
         )
+
+
+# A limit named from an exception's message; the real-model item's two workers: the
+# implementation beside transformers, and transformers alone (the reference)
+
+
+def test_a_limit_read_from_the_message_is_named_and_the_exception_quoted_whole():
+    result = raised("OSError", "[Errno 28] No space left on device")
+    error = error_of(append_plan(may_raise=True), result)
+    assert str(error).startswith("the private /tmp is full (")
+    assert str(error).endswith("): `append` raised OSError: [Errno 28] No space left on device")
+
+
+def test_a_plan_beside_the_model_runs_on_the_model_worker_and_a_reference_on_the_other():
+    beside = StubWorker(done({"ok": 1}))
+    alone = StubWorker(done({"ok": 2}, {"ok": 3}))
+    candidate = Candidate(StubWorker(done({"ok": 0})), TIMEOUT, None, None, beside, alone)
+    plan = Plan()
+    plan.new("c")
+    assert candidate.run(plan, beside_model=True).values == [1]
+    assert candidate.reference(plan) == [2, 3]
+    assert beside.sent == [([{"plan": {"ops": plan.ops}}], TIMEOUT)] and len(alone.sent) == 1
+    assert alone.sent[0][1] == TIMEOUT
+
+
+@pytest.mark.parametrize(
+    "reply, words",
+    [
+        (Reply("crashed", detail="died"), "the reference worker failed: crashed died"),
+        (Reply("timeout", detail="hung"), "the reference worker failed: timeout hung"),
+        (Reply("done", {"error": "no pickle"}), "the reference worker failed: done no pickle"),
+        (done(raised("KeyError", "'wq'")), "the reference worker raised KeyError: 'wq'"),
+    ],
+    ids=["crashed", "timeout", "unsendable", "raised"],
+)
+def test_what_goes_wrong_in_the_reference_worker_is_the_kata_s_fault(reply, words):
+    candidate = Candidate(StubWorker(done()), TIMEOUT, None, None, StubWorker(done()), None)
+    candidate.reference_worker = StubWorker(reply)
+    with pytest.raises(RuntimeError) as caught:
+        candidate.reference(Plan())
+    assert str(caught.value) == words
+
+
+@pytest.mark.parametrize("given", [False, True], ids=["neither-given", "only-one-given"])
+def test_a_candidate_built_by_hand_makes_its_model_workers_once_as_companions(monkeypatch, given):
+    made = []
+
+    def model_workers(path, name, mode, sandbox, import_timeout):
+        made.append((path, name, mode, sandbox.limits(), import_timeout))
+        return StubWorker(done({"ok": "beside"})), StubWorker(done({"ok": "alone"}))
+
+    monkeypatch.setattr(candidate_module.GradeWorkers, "model_workers", staticmethod(model_workers))
+
+    @dataclass
+    class Base(StubWorker):
+        path: str = "/tmp/work/kv_cache.py"
+        module: str = "kv_cache"
+        isolation: str = "sandbox"
+        import_timeout: float = 7.0
+        companions: list = field(default_factory=list)
+
+    limits = Limits(memory=1 << 30)
+    base = Base(done({"ok": 0}), limits)
+    half = StubWorker(done({"ok": "half"})) if given else None  # a pair is made together
+    candidate = Candidate(base, TIMEOUT, model_worker=half)
+    plan = Plan()
+    plan.new("c")
+    assert candidate.run(plan, beside_model=True).values == ["beside"]
+    assert candidate.reference(plan) == ["alone"]
+    assert made == [(Path(base.path), "kv_cache", "sandbox", limits, 7.0)]
+    assert base.companions == [candidate.model_worker, candidate.reference_worker]

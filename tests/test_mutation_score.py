@@ -187,3 +187,10 @@ def test_the_count_is_quick_and_runs_no_test(capsys):
     mutation_score.main(["--count", "--module", "replies"])
     out = capsys.readouterr().out
     assert re.fullmatch(r"replies: \d+ mutants\n", out)
+
+
+def test_a_mutant_s_test_files_start_with_the_one_that_killed_its_function_s_last():
+    tests = ["tests/a.py", "tests/b.py", "tests/c.py"]
+    assert mutation_score._first(tests, "tests/c.py") == ["tests/c.py", "tests/a.py", "tests/b.py"]
+    assert mutation_score._first(tests, None) == tests
+    assert mutation_score._first(tests, "tests/elsewhere.py") == tests  # not one of its own

@@ -126,3 +126,21 @@ def test_an_attention_layers_window_is_attention_at_its_positions():
     )
     assert not torch.allclose(windowed["out"][:, 3:], full["out"][:, 3:])
     assert torch.allclose(windowed["out"][:, :3], full["out"][:, :3])  # within the window
+
+
+def test_an_attention_layer_s_keys_come_from_wk_and_its_values_from_wv():
+    """With wk zero every score is 0: each position's attention is the mean of the values up to
+    it, the values being x @ wv.T (split into heads), whatever wv is."""
+    g = torch.Generator().manual_seed(3)
+    weights = {
+        "wq": torch.randn(8, 8, generator=g, dtype=torch.float64),
+        "wk": torch.zeros(4, 8, dtype=torch.float64),
+        "wv": torch.randn(4, 8, generator=g, dtype=torch.float64),
+        "wo": torch.eye(8, dtype=torch.float64),
+    }
+    x = randn(1, 5, 8, seed=4)
+    layer = reference.attention_layer(x, weights, 2, 1, 10000.0)
+    values = (x @ weights["wv"].T)[0]  # [T, D]: one KV head of head_dim 4
+    means = values.cumsum(0) / torch.arange(1, 6, dtype=torch.float64)[:, None]  # [T, D]
+    for head in range(2):
+        assert torch.allclose(layer["attended"][0, head], means)

@@ -328,3 +328,65 @@ def test_a_generation_reply_is_checked_against_the_operation():
     long = replies._ok({"mismatch": "x" * 10_000, "calls": calls}, op, "r")
     assert len(long["mismatch"]) < 2_100
     assert replies._ok({"missing": ["truncate", "truncate"]}, op, "r") == {"missing": ["truncate"]}
+
+
+# What a check hands back for a reply it accepts is what was sent, each value in its place; and a
+# malformed reply's message says what is wrong with it (the report quotes it).
+
+
+def test_a_decode_step_s_output_and_rows_come_back_as_sent():
+    output = torch.arange(8.0).reshape(1, 1, 8)  # [batch, 1, hidden]
+    rows = {"wq": 1, "wk": 2, "wv": 3}
+    checked = only_result({"op": "decode_step"}, {"ok": {"output": output, "rows": rows}})["ok"]
+    assert checked["output"] is output and checked["rows"] == rows
+
+
+def test_a_generation_comes_back_as_sent_with_its_calls_counted():
+    op = _generation_op()
+    calls = {"append": 4, "attend": 3, "attend_chunk": 2, "reorder": 1, "truncate": 0}
+    reply = _generation_reply(op, calls=calls)
+    checked = replies._ok(reply, op, "r")
+    assert checked["sequences"] is reply["sequences"] and checked["logits"] is reply["logits"]
+    assert checked["calls"] == reply["calls"]
+    mismatch = {"mismatch": "logits differ", "calls": reply["calls"]}
+    assert replies._ok(mismatch, op, "r") == mismatch
+
+
+def test_an_exception_comes_back_as_raised_each_text_in_its_place():
+    raised = {
+        "type": "KeyError",
+        "lineage": ["KeyError", "LookupError"],
+        "message": "no such key",
+        "traceback": "File ..., line 3",
+    }
+    assert only_result({"op": "new"}, {"raised": raised})["raised"] == raised
+
+
+def test_a_traceback_of_max_tail_characters_is_kept_whole_one_more_loses_its_first():
+    for first in ("", "F"):
+        raised = {"type": "E", "lineage": ["E"], "message": "m"}
+        raised["traceback"] = first + "t" * replies.MAX_TAIL
+        kept = only_result({"op": "new"}, {"raised": raised})["raised"]["traceback"]
+        assert kept == "t" * replies.MAX_TAIL, first
+
+
+@pytest.mark.parametrize("nested", [lambda t: [1, t], lambda t: {"k": t}], ids=["list", "dict"])
+def test_a_tensor_anywhere_in_a_tests_reply_is_malformed(nested):
+    counts = {"exit_code": 0, "passed": 1, "failed": 0, "errors": 0, "tests_sha256": "ab"}
+    with pytest.raises(replies.MalformedReply, match="the tests' extra is a tensor"):
+        replies.tests_reply({**counts, "extra": nested(torch.zeros(1))})
+
+
+def test_a_result_of_both_or_neither_a_value_and_an_exception_says_which():
+    raised = {"type": "E", "lineage": ["E"], "message": "m", "traceback": ""}
+    with pytest.raises(replies.MalformedReply, match="holds both of a value and an exception"):
+        only_result({"op": "new"}, {"ok": None, "raised": raised})
+    with pytest.raises(replies.MalformedReply, match="holds neither of a value and an exception"):
+        only_result({"op": "new"}, {})
+
+
+def test_an_int_field_s_message_names_a_non_int_and_says_an_int_is_out_of_range():
+    with pytest.raises(replies.MalformedReply, match="capacity is str 'x'"):
+        only_result({"op": "append"}, raised_on({"capacity": "x"}))
+    with pytest.raises(replies.MalformedReply, match="capacity is out of range"):
+        only_result({"op": "append"}, raised_on({"capacity": 2**63}))

@@ -176,6 +176,9 @@ def test_two_steps_at_one_clock_are_malformed():
     assert [step["at"] for step in trace["steps"]] == [0, 1] and accepted_on(ALONE, trace)
     trace["steps"][1]["at"] = 0
     assert not accepted_on(ALONE, trace)
+    ops = [{"op": "drive_scheduler", "workload": ALONE, "max_steps": 20}]
+    with pytest.raises(replies.MalformedReply, match="step 1 is at int 0, not after 0"):
+        replies.plan_reply({"results": [{"ok": trace}]}, ops)  # the message names the clock
 
 
 def test_a_request_scheduled_before_it_was_added_produces_nothing():
