@@ -128,7 +128,8 @@ def test_a_hand_edited_session_is_named_edited_in_every_format(recorded, tmp_pat
     )
     final = next(line for line in lines if line.startswith("Final grade"))
     # The reference swapped in grades L6, 100/100 as claimed: the swap is named by its hash,
-    # and by the share of the bundled solution found in it.
+    # and by the share of the bundled solution found in it (which other solutions' shares
+    # disagree too depends on how close they are to the reference, so only its own is pinned).
     assert (
         "L6, 100/100 points | graded again: "
         + (
@@ -136,7 +137,7 @@ def test_a_hand_edited_session_is_named_edited_in_every_format(recorded, tmp_pat
             if plus
             else "L6, 100 points: DISAGREES ("
         )
-        + "similarity to solutions/concat_kv_cache.py "
+        + "similarity to solutions/"
         in final
         and "solutions/kv_cache.py 100%, not " in final
     )
