@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -340,3 +343,33 @@ def test_the_command_leaves_with_the_apps_exit_code_its_output_flushed(
     assert exited.value.args == (code,)
     out, err = capfd.readouterr()
     assert (out + err).strip(), "nothing printed before the exit"
+
+
+def test_a_grade_starts_its_workers_before_it_imports_torch(tmp_path):
+    """The workers' torch imports overlap the judge's only if the judge has not imported torch
+    when it starts them (graders.judge.workers keeps torch out of its imports for this)."""
+    (tmp_path / "kv_cache.py").write_text((ROOT / "solutions" / "kv_cache.py").read_text())
+    probe = (
+        "import sys\n"
+        "from graders.judge.workers import GradeWorkers\n"
+        "start = GradeWorkers.start.__func__\n"
+        "seen = []\n"
+        "def starting(cls, request, ahead=False):\n"
+        "    seen.append(sorted(m for m in ('torch', 'transformers') if m in sys.modules))\n"
+        "    return start(cls, request, ahead)\n"
+        "GradeWorkers.start = classmethod(starting)\n"
+        "from cli import app\n"
+        "try:\n"
+        "    app(['grade', 'kv_cache.py', '--item', 'append-time-dim'])\n"
+        "except SystemExit as end:\n"
+        "    print(end.code, seen)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert done.stdout.splitlines()[-1] == "0 [[]]", done.stdout + done.stderr

@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
+import time
 import tomllib
 from pathlib import Path
 
@@ -166,6 +167,41 @@ def test_wrong_caches_fail_naming_the_mode_and_the_step(tmp_path, name, edit, wo
     assert graded.status == "fail", graded.message
     for word in words:
         assert word in graded.message, (word, graded.message)
+
+
+# A cache that fails L4 to L6 (no 1/sqrt(D) scale) and spins once inside the model, where the
+# model's worker has imported transformers before the file.
+SPINS_IN_THE_MODEL = [
+    WRONG[1][1],
+    ("import math\n", "import math\nimport sys\n"),
+    (
+        'on anything incompatible, the cache unchanged."""\n',
+        'on anything incompatible, the cache unchanged."""\n'
+        '    while "transformers" in sys.modules:\n        pass\n',
+    ),
+]
+
+
+@NEEDS_TRANSFORMERS
+@pytest.mark.slow
+def test_runs_beside_the_other_items_end_once_the_item_is_not_graded(tmp_path):
+    """The item runs from the grade's start, beside the other items (graders.judge.grade:
+    BESIDE); when an item before L6+ fails, it is not started, and its runs end then: a
+    cache that spins inside the model costs the grade nothing near its 60 s limit."""
+    source = CONCAT.read_text()
+    for before, after in SPINS_IN_THE_MODEL:
+        assert before in source, before
+        source = source.replace(before, after)
+    path = tmp_path / "kv_cache.py"
+    path.write_text(source)
+    start = time.monotonic()
+    result = grade(path, timeout=60.0)
+    took = time.monotonic() - start
+    graded = {i.id: i for i in result.items}
+    assert {i.id for i in result.items if i.status == "fail"} >= {"prefix-equivalence"}
+    assert graded[item.ITEM].status == "not_attempted", graded[item.ITEM].message
+    assert graded[item.ITEM].message.startswith("not started: L6+ is graded once"), took
+    assert took < 40.0, f"the grade waited {took:.0f} s for runs no one grades"
 
 
 @NEEDS_TRANSFORMERS

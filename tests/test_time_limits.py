@@ -14,6 +14,7 @@ import resource
 import signal
 import subprocess
 import sys
+import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -27,7 +28,7 @@ from graders.dense.items import prealloc
 from graders.export import autograder
 from graders.judge.request import TimeBudget
 from tests.grading import grade
-from graders.judge.workers import Reply, Worker, _timeout_detail
+from graders.judge.workers import Reply, Worker, WorkerUnavailable, _timeout_detail
 from graders.shared import hidden_cases
 from graders.shared.mutation import REFERENCE
 from graders.shared.plans import CandidateTimeout, Plan
@@ -301,3 +302,42 @@ def test_the_reference_grades_in_a_fraction_of_the_default_budget():
     elapsed = time.monotonic() - start
     assert result.passed, [why(i) for i in result.items if i.status != "pass"]
     assert elapsed < TimeBudget().public / 4, f"the reference took {elapsed:.0f} s"
+
+
+SPINS_ON_NEW = """
+
+class KVCache(KVCache):  # noqa: F811 - the reference's, spinning where it is made
+    def __init__(self, *args, **kwargs):
+        while True:
+            pass
+"""
+
+
+@pytest.mark.slow  # a worker
+def test_an_interrupted_worker_ends_its_request_at_once_and_never_starts_again(tmp_path):
+    """Worker.interrupt from another thread than the request's (the judge's, when the
+    real-model item that runs beside the others is not graded after all): the request ends
+    as a crash in a moment, not at its limit, and the next is refused instead of starting
+    the worker anew."""
+    path = tmp_path / "kv_cache.py"
+    path.write_text(REFERENCE.read_text() + SPINS_ON_NEW)
+    spin = Plan()
+    spin.new("c")
+    worker = Worker("implementation", str(path), files=[path]).start()
+    try:
+        assert worker.run([{"plan": {"ops": []}}], 30.0)[0].status == "done"  # imported
+        replies = []
+        running = threading.Thread(
+            target=lambda: replies.extend(worker.run([{"plan": {"ops": spin.ops}}], 30.0))
+        )
+        start = time.monotonic()
+        running.start()
+        time.sleep(0.5)
+        worker.interrupt()
+        running.join(30.0)
+        assert not running.is_alive() and time.monotonic() - start < 10.0
+        assert [reply.status for reply in replies] == ["crashed"], replies
+        with pytest.raises(WorkerUnavailable, match="interrupted"):
+            worker.run([{"plan": {"ops": []}}], 30.0)
+    finally:
+        worker.close()

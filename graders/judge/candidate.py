@@ -119,6 +119,13 @@ class Candidate:
             base.companions += [self.model_worker, self.reference_worker]
         return self.model_worker, self.reference_worker
 
+    def abandon_model(self) -> None:
+        """The real-model item's answers are not wanted after all (it ran beside the other
+        items, and is not graded): its two workers end now, from another thread than its own."""
+        for worker in (self.model_worker, self.reference_worker):
+            if worker is not None:
+                worker.interrupt()
+
     def tell(self, tell_id: str, detected: bool, message: str) -> None:
         self.tells.append(Tell(tell_id, detected, message))
 

@@ -4,12 +4,15 @@ The judge's side of a grade. It takes a request (graders.judge.request) and the 
 for it (by the caller, so that their torch import overlaps the judge's), runs each rubric item's
 graders in rubric order, turns what happened into a status, and works out the level: the
 highest level whose items, and every lower level's, all pass, capped by the tells. A run that
-leaves items out is partial and has no level. The L6+ items run last, and only once every item
-before them passed (else they are not attempted); a run without them is not partial.
+leaves items out is partial and has no level. The L6+ items are graded last, and only once
+every item before them passed (else they are not attempted); a run without them is not partial.
+The real-model item's runs start with the grade, in workers of their own, and its outcome is
+taken in its turn (or its runs ended, when it is not graded after all).
 """
 
 from __future__ import annotations
 
+import contextvars
 import importlib
 import importlib.util
 import pkgutil
@@ -40,6 +43,8 @@ from graders.shared.plans import CandidateError, CandidateTimeout, Fail, NotAtte
 MAX_TIMEOUTS = 3
 # An L6+ item's message when an item before it did not pass: the follow-ups past L6 start there.
 BEFORE_PLUS = "not started: L6+ is graded once every item of L4 to L6 passes (own tests aside)"
+# The items that run from the grade's start in workers of their own (`_start_beside`).
+BESIDE = (tracks.TESTS_ITEM, tracks.MODEL_ITEM)
 
 
 @dataclass(frozen=True)
@@ -129,7 +134,8 @@ def grade(
     fresh one when it has none; the result records it. The items named `first` run before the
     others, each group in rubric order; `on_item` hears of each as it ends, and the result lists
     them in rubric order. The candidate's own tests run from the start, beside the other items,
-    and are heard of last (unless `exitfirst`: then in their turn). The order changes no item's
+    and are heard of last (unless `exitfirst`: then in their turn); so does the real-model item,
+    in its own two workers, heard of in its turn, its runs ended where it is not graded. The order changes no item's
     checks or cases (each draws its own, from its own seeds); it decides only which items
     `exitfirst` leaves out, and which the budget of MAX_TIMEOUTS hangs leaves unrun. The items
     not graded when the time budget is spent are timeouts. `kept`: results of items not to run
@@ -211,53 +217,73 @@ def _run_items(
     kept: Mapping[str, ItemResult],
 ) -> tuple[list[ItemResult], bool]:
     """Each item's outcome, in the order run (those in `kept` taken as they are), and whether a
-    grader broke."""
+    grader broke. The items of `BESIDE` run from the start in workers of their own; the
+    real-model item's runs, when it is not graded after all, end as soon as that is known."""
+    with ThreadPoolExecutor(len(BESIDE)) as beside:
+        early = _start_beside(items, graders, candidate, beside, exitfirst, kept)
+        try:
+            return _take_items(candidate, items, graders, exitfirst, on_item, spent, kept, early)
+        finally:
+            if tracks.MODEL_ITEM in early and not early[tracks.MODEL_ITEM].done():
+                candidate.abandon_model()
+
+
+def _take_items(
+    candidate: Candidate,
+    items: list[rubric_data.Item],
+    graders: list[Grader],
+    exitfirst: bool,
+    on_item: Callable[[ItemResult], None] | None,
+    spent: Budget,
+    kept: Mapping[str, ItemResult],
+    early: Mapping[str, Future],
+) -> tuple[list[ItemResult], bool]:
+    """`_run_items` in the judge's thread: each item run in its turn, or its outcome taken
+    from `early` (the candidate's own tests last, once the other items are done)."""
     results, broke, unavailable, timeouts = [], False, None, 0
     first_raised: dict[tuple, str] = {}  # an exception's signature -> the first item it failed
-    with ThreadPoolExecutor(1) as beside:
-        early = _start_tests_early(items, graders, candidate, beside, exitfirst)
-        if early:  # its outcome is taken last, when the other items are done
-            items = sorted(items, key=lambda item: item.id == tracks.TESTS_ITEM)
-        items = sorted(items, key=lambda item: item.level == rubric_data.PLUS)  # L6+ after all
-        for item in items:
-            item_graders = [g for g in graders if g.item == item.id]
-            ran_beside = early is not None and item.id == tracks.TESTS_ITEM
-            if item.id in kept:
-                result = kept[item.id]
-            elif item.level == rubric_data.PLUS and not _implementation_passed(results):
-                result = _result(item, "not_attempted", BEFORE_PLUS)
-            elif unavailable is not None:
-                result = _not_run(item, unavailable)
-            elif spent.spent() and not ran_beside:
-                result = _result(item, "timeout", f"not run: {spent.message()}")
-            elif timeouts >= MAX_TIMEOUTS and not ran_beside:  # hangs of the implementation
-                result = _result(
-                    item, "timeout", f"not run: the implementation already hung in {timeouts} items"
+    if tracks.TESTS_ITEM in early:
+        items = sorted(items, key=lambda item: item.id == tracks.TESTS_ITEM)
+    items = sorted(items, key=lambda item: item.level == rubric_data.PLUS)  # L6+ after all
+    for item in items:
+        item_graders = [g for g in graders if g.item == item.id]
+        ran_beside = item.id in early
+        if item.id in kept:
+            result = kept[item.id]
+        elif item.level == rubric_data.PLUS and not _implementation_passed(results):
+            result = _result(item, "not_attempted", BEFORE_PLUS)
+        elif unavailable is not None:
+            result = _not_run(item, unavailable)
+        elif spent.spent() and not ran_beside:
+            result = _result(item, "timeout", f"not run: {spent.message()}")
+        elif timeouts >= MAX_TIMEOUTS and not ran_beside:  # hangs of the implementation
+            result = _result(
+                item, "timeout", f"not run: the implementation already hung in {timeouts} items"
+            )
+        else:
+            try:
+                status, message, signature = (
+                    early[item.id].result() if ran_beside else _run_item(item_graders, candidate)
                 )
-            else:
-                try:
-                    status, message, signature = (
-                        early.result() if ran_beside else _run_item(item_graders, candidate)
-                    )
-                    if signature is not None and signature in first_raised:
-                        message = _same_error(message, first_raised[signature], signature)
-                    elif signature is not None:
-                        first_raised[signature] = item.id
-                    result = _result(item, status, message, signature=signature)
-                except WorkerUnavailable as exc:
-                    unavailable = exc
-                    result = _not_run(item, exc)
-                except Exception:  # a bug in a grader, never the candidate's fault
-                    broke = True
-                    result = _result(
-                        item, "error", "internal grader error: " + traceback.format_exc(limit=-3)
-                    )
-            timeouts += result.status == "timeout"
-            results.append(result)
-            if on_item:
-                on_item(result)
-            if exitfirst and not result.passed:
-                break
+                if signature is not None and signature in first_raised:
+                    message = _same_error(message, first_raised[signature], signature)
+                elif signature is not None:
+                    first_raised[signature] = item.id
+                result = _result(item, status, message, signature=signature)
+            except WorkerUnavailable as exc:
+                unavailable = exc
+                result = _not_run(item, exc)
+            except Exception:  # a bug in a grader, never the candidate's fault
+                broke = True
+                result = _result(
+                    item, "error", "internal grader error: " + traceback.format_exc(limit=-3)
+                )
+        timeouts += result.status == "timeout"
+        results.append(result)
+        if on_item:
+            on_item(result)
+        if exitfirst and not result.passed:
+            break
     return results, broke
 
 
@@ -271,26 +297,35 @@ def _implementation_passed(results: list[ItemResult]) -> bool:
     )
 
 
-def _start_tests_early(
+def _start_beside(
     items: list[rubric_data.Item],
     graders: list[Grader],
     candidate: Candidate,
     beside: ThreadPoolExecutor,
     exitfirst: bool,
-) -> Future | None:
-    """Start the candidate's own tests in `beside` when they are to run, so that they run in
-    their worker while the other items run in the implementation's (the judge and that worker
-    take turns, one core between them). Their outcome is the item's, in its rubric place in the
-    result; `on_item` hears of it last.
-    Not with `exitfirst`, whose run may end before the item is reached, nor with an
-    interviewer's grader for the item, which may use the implementation's worker too. The kata's
-    grader runs the tests against the bundled reference and mistakes only, never the
-    candidate's implementation: no other item's outcome changes theirs."""
-    own = [g for g in graders if g.item == tracks.TESTS_ITEM]
-    interviewers = set(own) - {*kata_graders(False), *kata_graders(True)}
-    if exitfirst or tracks.TESTS_ITEM not in {item.id for item in items} or interviewers:
-        return None
-    return beside.submit(_run_item, own, candidate)
+    kept: Mapping[str, ItemResult],
+) -> dict[str, Future]:
+    """Start in `beside` each item of `BESIDE` that is to run, so that it runs in its workers
+    while the other items run in the implementation's (the judge and that worker take turns,
+    one core between them); each outcome is taken in the item's turn (`_take_items`).
+
+    The candidate's own tests: the kata's grader runs them against the bundled reference and
+    mistakes only, never the candidate's implementation. The real-model item: its runs go to
+    its own two workers (the implementation beside transformers, and DynamicCache), and its
+    outcome is taken only if every item before L6+ passes; no other item's outcome changes
+    either's. Neither starts with `exitfirst` (the run may end before the item is reached),
+    when the item's outcome is `kept`, or with an interviewer's grader for it, which may use
+    the implementation's worker too. Each runs in a copy of this thread's context: a hidden
+    grade's seed (graders.shared.hidden_cases) is the same there."""
+    wanted = {item.id for item in items} - set(kept)
+    kata = {*kata_graders(False), *kata_graders(True)}
+    early = {}
+    for item_id in BESIDE:
+        own = [g for g in graders if g.item == item_id]
+        if exitfirst or item_id not in wanted or set(own) - kata:
+            continue
+        early[item_id] = beside.submit(contextvars.copy_context().run, _run_item, own, candidate)
+    return early
 
 
 def _result(

@@ -23,7 +23,6 @@ from pathlib import Path
 
 from graders.judge import isolation
 from graders.judge.request import DEFAULT_IMPORT_TIMEOUT, GradeRequest
-from graders.shared.plans import CandidateTimeout
 from graders.shared.untrusted import clip
 from graders.worker import frames
 from graders.worker.limits import WALL_PER_CPU, Limits, cpu_seconds
@@ -116,6 +115,7 @@ class Worker:
         self._output = OutputTail()
         self.budget: Budget | None = None  # the grade's time as a whole, when it has one
         self.companions: list[Worker] = []  # workers made for this one's grade, ended with it
+        self._interrupted = False  # its answers are no longer wanted: it never starts again
 
     def start(self) -> "Worker":
         """Start the process (its torch import begins at once; the first request waits for
@@ -128,6 +128,8 @@ class Worker:
             raise
 
     def _start(self) -> "Worker":
+        if self._interrupted:
+            raise WorkerUnavailable("not run: the worker was interrupted, its answers unwanted")
         isolation.guard_judge()
         if self.isolation == "process" and isolation.worker_user_problem() is None:
             user = isolation.take_user()  # given back, its processes ended, by _discard
@@ -209,7 +211,9 @@ class Worker:
         """Send `requests` as one batch; one Reply each, in order. CandidateTimeout once the
         grade's `budget` is spent: before the batch, or while it runs (the worker restarted)."""
         if self.budget is not None and self.budget.spent():
-            raise CandidateTimeout(self.budget.message())
+            raise _timeout(self.budget.message())
+        if self._interrupted:
+            raise WorkerUnavailable("not run: the worker was interrupted, its answers unwanted")
         self._ensure_ready()
         wall = cpu_seconds(timeout) * WALL_PER_CPU  # what the zygote allows a child on the clock
         deadline = time.monotonic() + wall * len(requests) / parallel + wall + SLACK_SECONDS
@@ -230,7 +234,7 @@ class Worker:
         except (TimeoutError, frames.PipeClosed, OSError) as exc:
             if isinstance(exc, TimeoutError) and self.budget is not None and self.budget.spent():
                 self._discard()
-                raise CandidateTimeout(self.budget.message()) from None
+                raise _timeout(self.budget.message()) from None
             how = "stopped answering" if isinstance(exc, TimeoutError) else "died"
             detail = f"the worker process {how}{self._stderr_tail()}"
             self._discard()
@@ -247,6 +251,19 @@ class Worker:
                 for _ in requests[len(replies) :]
             ]
         return replies
+
+    def interrupt(self) -> None:
+        """End the worker from a thread other than the one its requests run in, for answers no
+        longer wanted: its process group is killed, and nothing else is touched (that thread
+        finds the pipes closed and discards the worker as after a crash); it never starts
+        again, so the work it was given ends at once instead of starting it anew."""
+        self._interrupted = True
+        pid = self._pid
+        if pid is not None:
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except OSError:
+                pass
 
     def close(self) -> None:
         """End the worker: nothing in it needs a clean exit, so it is killed outright, with
@@ -613,6 +630,14 @@ def warm_workers():
     finally:
         spawner, _SPAWNER = _SPAWNER, previous
         spawner.close()
+
+
+def _timeout(message: str) -> Exception:
+    """graders.shared.plans.CandidateTimeout, imported at first use: plans imports torch (see
+    `_replies`)."""
+    from graders.shared.plans import CandidateTimeout
+
+    return CandidateTimeout(message)
 
 
 def _replies():
