@@ -51,9 +51,14 @@ class StubWorker:
     limits: Limits = Limits()
     sent: list = field(default_factory=list)
 
+    interrupted: bool = False
+
     def run(self, requests: list[dict], timeout: float) -> list[Reply]:
         self.sent.append((requests, timeout))
         return [self.reply]
+
+    def interrupt(self) -> None:
+        self.interrupted = True
 
 
 def done(*results: dict) -> Reply:
@@ -514,6 +519,16 @@ def test_a_plan_beside_the_model_runs_on_the_model_worker_and_a_reference_on_the
     assert candidate.reference(plan) == [2, 3]
     assert beside.sent == [([{"plan": {"ops": plan.ops}}], TIMEOUT)] and len(alone.sent) == 1
     assert alone.sent[0][1] == TIMEOUT
+
+
+@pytest.mark.parametrize("given", [(True, True), (True, False), (False, True)], ids=str)
+def test_abandoning_the_model_interrupts_its_two_workers_and_no_other(given):
+    implementation, tests = StubWorker(done()), StubWorker(done())
+    model, reference = (StubWorker(done()) if g else None for g in given)
+    candidate = Candidate(implementation, TIMEOUT, None, tests, model, reference)
+    candidate.abandon_model()
+    assert [w.interrupted for w in (model, reference) if w is not None] == [True] * sum(given)
+    assert not implementation.interrupted and not tests.interrupted
 
 
 @pytest.mark.parametrize(
